@@ -1,0 +1,56 @@
+"""pypto: a schedule-separated tensor compiler that emits C.
+
+import pypto as pt
+A = pt.placeholder((n, 64), "float32", name="A")
+...
+s = pt.create_schedule(C.op)
+mod = pt.build(s, [A, B, C], target="host")
+"""
+
+from ._version import __version__
+from .dtypes import DTYPES
+from .errors import BuildError, PyptoError, ScheduleError
+from .expr import (
+    Expr,
+    Var,
+    abs,
+    cast,
+    ceil,
+    const,
+    erf,
+    exp,
+    floor,
+    if_then_else,
+    log,
+    rsqrt,
+    select,
+    sigmoid,
+    sqrt,
+    tanh,
+)
+from .expr import power as pow
+from .lowering import lower
+from .runtime import Module, build, set_num_threads
+from .schedule import Schedule, Stage, create_schedule
+from .target import Target
+from .tensor import (
+    IterVar,
+    Tensor,
+    comm_reducer,
+    compute,
+    max,
+    min,
+    placeholder,
+    reduce_axis,
+    sum,
+    var,
+)
+
+__all__ = [
+    "DTYPES", "BuildError", "PyptoError", "ScheduleError", "Expr", "Var", "IterVar", "Tensor",
+    "Schedule", "Stage", "Module", "Target", "__version__",
+    "abs", "cast", "ceil", "const", "erf", "exp", "floor", "if_then_else", "log", "pow", "rsqrt",
+    "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
+    "var", "placeholder", "compute", "reduce_axis", "create_schedule", "lower", "build",
+    "set_num_threads",
+]  # fmt: skip

@@ -1,0 +1,310 @@
+"""C code generation: loop IR -> C99 (GNU dialect) text.
+
+Rule tables map each expression and statement type to its C form. The
+output is meant to be read: one statement a line, loops with constant trip
+counts where the schedule allows, ``restrict`` on every buffer, inputs
+``const``, local buffers 64-byte aligned, OpenMP pragmas for parallel and
+SIMD loops.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import dtypes
+from ._version import __version__ as _version
+from .expr import Binary, Const
+from .loop_ir import (
+    Allocate,
+    For,
+    IfThenElse,
+    LoweredFunc,
+    Namer,
+    Seq,
+    Store,
+    walk_stmts,
+)
+from .printer import ATOM, Printer
+from .simplify import INF, bounds
+from .target import Target
+
+STACK_LIMIT = 32 * 1024  # bytes: larger local buffers are allocated on the heap
+ALIGN = 64
+
+# math function -> (float form, double form); {x} is the argument
+_MATH = {
+    "exp": ("expf({0})", "exp({0})"),
+    "log": ("logf({0})", "log({0})"),
+    "sqrt": ("sqrtf({0})", "sqrt({0})"),
+    "rsqrt": ("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
+    "tanh": ("tanhf({0})", "tanh({0})"),
+    "erf": ("erff({0})", "erf({0})"),
+    "sigmoid": ("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
+    "floor": ("floorf({0})", "floor({0})"),
+    "ceil": ("ceilf({0})", "ceil({0})"),
+    "abs": ("fabsf({0})", "fabs({0})"),
+    "pow": ("powf({0}, {1})", "pow({0}, {1})"),
+}
+
+# helper functions emitted on demand: name -> C text ({t} is the C type)
+_HELPERS = {
+    "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
+    "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",
+    "floordiv": (
+        "static inline {t} pt_floordiv_{s}({t} a, {t} b) {{\n"
+        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
+    ),
+    "mod": (
+        "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
+        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
+    ),
+    "fmod": (
+        "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
+        "  {t} r = a - b * floor(a / b);\n  return r;\n}}"
+    ),
+}
+
+_ALLOC = """static void* pt_alloc(size_t bytes) {
+  void* p = NULL;
+  size_t n = (bytes + 63) / 64 * 64;
+  if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+  return p;
+}
+static void* pt_alloc_or_die(size_t bytes) {
+  void* p = pt_alloc(bytes);
+  if (!p) { fputs("pypto: out of memory in a parallel region\\n", stderr); abort(); }
+  return p;
+}"""
+
+
+def _ctype(dt: str) -> str:
+    return dtypes.dtype(dt).c_compute
+
+
+class CPrinter(Printer):
+    def __init__(self, namer: Namer, ranges: dict):
+        super().__init__()
+        self.namer = namer
+        self.ranges = ranges
+        self.helpers: dict[str, str] = {}
+
+    def helper(self, kind: str, dt: str) -> str:
+        t = _ctype(dt)
+        s = t.replace("_t", "").replace("int", "i")
+        name = f"pt_{'mod' if kind == 'fmod' else kind}_{s}"
+        self.helpers.setdefault(name, _HELPERS[kind].format(t=t, s=s))
+        return name
+
+    def var(self, e):
+        return self.namer(e, e.name), ATOM
+
+    def const(self, e):
+        v, dt = e.value, e.dtype
+        d = dtypes.dtype(dt)
+        if d.is_float:
+            if math.isinf(v):
+                text = "INFINITY" if v > 0 else "-INFINITY"
+            elif math.isnan(v):
+                text = "NAN"
+            else:
+                text = repr(float(v))
+                if "e" not in text and "." not in text:
+                    text += ".0"
+                if _ctype(dt) == "float":
+                    text += "f"
+        else:
+            v = int(v)
+            text = str(v) if -(2**31) <= v < 2**31 else f"INT64_C({v})"
+        return text, (ATOM if not text.startswith("-") else 7)
+
+    def nonneg(self, e) -> bool:
+        return bounds(e, self.ranges)[0] >= 0
+
+    def binary(self, e):
+        op, dt = e.op, e.dtype
+        if op in ("min", "max"):
+            return f"{self.helper(op, dt)}({self(e.a)}, {self(e.b)})", ATOM
+        is_float = dtypes.dtype(dt).is_float
+        if op == "floordiv":
+            if is_float:
+                f = "floorf" if _ctype(dt) == "float" else "floor"
+                return f"{f}({self(e.a)} / {self(e.b)})", ATOM
+            if self.nonneg(e.a) and self.nonneg(e.b):
+                return f"{self.wrap(e.a, 6)} / {self.wrap(e.b, 6, True)}", 6
+            return f"{self.helper('floordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op == "mod":
+            if is_float:
+                return f"{self.helper('fmod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+            if self.nonneg(e.a) and self.nonneg(e.b):
+                return f"{self.wrap(e.a, 6)} % {self.wrap(e.b, 6, True)}", 6
+            return f"{self.helper('mod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        return super().binary(e)
+
+    def select(self, e):
+        return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})", ATOM
+
+    def cast(self, e):
+        inner = self(e.value)
+        if e.dtype == "float16":
+            return f"((float)(_Float16)({inner}))", ATOM
+        return f"(({_ctype(e.dtype)})({inner}))", ATOM
+
+    def call(self, e):
+        args = [self(a) for a in e.args]
+        if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
+            f = "llabs" if dtypes.dtype(e.dtype).bits == 64 else "abs"
+            return f"{f}({args[0]})", ATOM
+        form = _MATH[e.name][0 if _ctype(e.dtype) == "float" else 1]
+        return form.format(*args), ATOM
+
+    def load(self, e):
+        name = self.namer(e.buffer, e.buffer.name)
+        text = f"{name}[{self(e.index)}]"
+        if e.buffer.dtype == "float16":
+            return f"((float){text})", ATOM
+        return text, ATOM
+
+
+class CodeGen:
+    """Emit one C function (plus the helpers it uses) for a LoweredFunc."""
+
+    def __init__(self, func: LoweredFunc, target: Target):
+        self.func = func
+        self.target = target
+        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die"))
+        self.ranges = {v: (0, INF) for v in func.size_vars}
+        self.p = CPrinter(self.namer, self.ranges)
+        self.lines: list[str] = []
+        self.parallel_depth = 0
+        self.loop_depth = 0
+        self.cleanups: list[str] = []  # declarations of function-level heap buffers
+        self.frees: list[str] = []
+        self.needs_alloc = False
+        self.rules = {
+            Seq: self.seq,
+            For: self.for_,
+            Store: self.store,
+            Allocate: self.allocate,
+            IfThenElse: self.if_,
+        }
+
+    def emit(self, depth: int, text: str):
+        self.lines.append("  " * depth + text)
+
+    def stmt(self, s, depth: int):
+        self.rules[type(s)](s, depth)
+
+    def seq(self, s, depth):
+        for x in s.stmts:
+            self.stmt(x, depth)
+
+    def for_(self, s: For, depth):
+        v = self.namer(s.var, s.var.name)
+        ext = self.p(s.extent)
+        hi = bounds(s.extent, self.ranges)[1]
+        self.ranges[s.var] = (0, hi - 1 if hi != INF else INF)
+        if s.kind == "parallel" and self.parallel_depth == 0:
+            self.emit(depth, "#pragma omp parallel for schedule(static)")
+        elif s.kind == "vectorized":
+            self.emit(depth, "#pragma omp simd")
+        elif s.kind == "unrolled":
+            self.emit(depth, "#pragma GCC unroll 8")
+        self.emit(depth, f"for (int64_t {v} = 0; {v} < {ext}; ++{v}) {{")
+        self.parallel_depth += s.kind == "parallel"
+        self.loop_depth += 1
+        self.stmt(s.body, depth + 1)
+        self.loop_depth -= 1
+        self.parallel_depth -= s.kind == "parallel"
+        self.emit(depth, "}")
+
+    def store(self, s: Store, depth):
+        b = s.buffer
+        value = self.p(s.value)
+        d = dtypes.dtype(b.dtype)
+        if d.c_storage != d.c_compute:
+            value = f"({d.c_storage})({value})"
+        self.emit(depth, f"{self.namer(b, b.name)}[{self.p(s.index)}] = {value};")
+
+    def allocate(self, s: Allocate, depth):
+        b = s.buffer
+        name = self.namer(b, b.name)
+        t = dtypes.dtype(b.dtype).c_storage
+        size = s.size
+        nbytes = size.value * b.elem_bytes if isinstance(size, Const) else None
+        if nbytes is not None and nbytes <= STACK_LIMIT:
+            self.emit(depth, f"{t} {name}[{size.value}] __attribute__((aligned({ALIGN})));")
+            self.stmt(s.body, depth)
+            return
+        self.needs_alloc = True
+        nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
+        if self.loop_depth:  # freed at the end of its scope, every iteration
+            self.emit(depth, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die((size_t)({nb}));")
+            self.stmt(s.body, depth)
+            self.emit(depth, f"free({name});")
+            return
+        # function level: declared NULL up front, freed once at the single exit
+        self.cleanups.append(f"{t}* restrict {name} = NULL;")
+        self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t)({nb}));")
+        self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
+        self.frees.append(name)
+        self.stmt(s.body, depth)
+
+    def if_(self, s: IfThenElse, depth):
+        self.emit(depth, f"if ({self.p(s.cond)}) {{")
+        self.stmt(s.then, depth + 1)
+        if s.else_ is not None:
+            self.emit(depth, "} else {")
+            self.stmt(s.else_, depth + 1)
+        self.emit(depth, "}")
+
+    def generate(self) -> str:
+        f = self.func
+        written = {id(s.buffer) for s in walk_stmts(f.body) if isinstance(s, Store)}
+        params = []
+        for b in f.params:
+            t = dtypes.dtype(b.dtype).c_storage
+            const = "" if id(b) in written else "const "
+            params.append(f"{const}{t}* restrict {self.namer(b, b.name)}")
+        for v in f.size_vars:
+            params.append(f"int64_t {self.namer(v, v.name)}")
+        fname = self.namer(f, f.name)
+        self.stmt(f.body, 1)
+        body = self.lines
+        head = [f"int32_t {fname}({', '.join(params) or 'void'}) {{"]
+        if self.frees:
+            head.append("  int32_t status = 0;")
+            head.extend("  " + d for d in self.cleanups)
+        out = [
+            f"// generated by pypto {_version} for target {self.target.name}",
+            "#include <stdint.h>",
+            "#include <stdio.h>",
+            "#include <stdlib.h>",
+            "#include <math.h>",
+        ]
+        if any(isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(f.body)):
+            out.append("#include <omp.h>")
+        out.append("")
+        out.extend(self.p.helpers.values())
+        if self.needs_alloc:
+            out.append(_ALLOC)
+        if self.p.helpers or self.needs_alloc:
+            out.append("")
+        out.extend(head)
+        out.extend(body)
+        if self.frees:
+            out.append("pt_exit:")
+            for name in reversed(self.frees):
+                out.append(f"  free({name});")
+            out.append("  return status;")
+        else:
+            out.append("  return 0;")
+        out.append("}")
+        self.fname = fname
+        return "\n".join(out) + "\n"
+
+
+def codegen(func: LoweredFunc, target: Target) -> tuple[str, str]:
+    """C source for ``func`` and the C name of its entry point."""
+    g = CodeGen(func, target)
+    src = g.generate()
+    return src, g.fname

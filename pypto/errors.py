@@ -1,0 +1,28 @@
+"""The errors pypto raises on purpose."""
+
+from __future__ import annotations
+
+
+class PyptoError(Exception):
+    """Base of pypto's own errors."""
+
+
+class ScheduleError(PyptoError, ValueError):
+    """A schedule primitive that is malformed or would change the result."""
+
+
+class BuildError(PyptoError, RuntimeError):
+    """The C compiler rejected generated code; carries its stderr and the kept source."""
+
+    def __init__(self, message: str, stderr: str = "", source_path: str | None = None):
+        super().__init__(message)
+        self.stderr = stderr
+        self.source_path = source_path
+
+    def __str__(self):
+        text = super().__str__()
+        if self.source_path:
+            text += f"\nsource kept at: {self.source_path}"
+        if self.stderr:
+            text += f"\ncompiler output:\n{self.stderr.strip()}"
+        return text

@@ -1,0 +1,461 @@
+"""Expression nodes: small immutable records with Python operators.
+
+Nodes are frozen slotted dataclasses compared by identity (``==`` builds a
+comparison node, as in TVM). Structural equality goes through ``skey``.
+Python numbers adapt to the dtype of the other operand; two different
+dtypes need an explicit ``pt.cast`` (integers of different widths widen).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from . import dtypes
+from .dtypes import INDEX
+
+
+class ExprOp:
+    """Operator overloading shared by expressions and iteration variables."""
+
+    __slots__ = ()
+
+    def __add__(self, o):
+        return binary("add", self, o)
+
+    def __radd__(self, o):
+        return binary("add", o, self)
+
+    def __sub__(self, o):
+        return binary("sub", self, o)
+
+    def __rsub__(self, o):
+        return binary("sub", o, self)
+
+    def __mul__(self, o):
+        return binary("mul", self, o)
+
+    def __rmul__(self, o):
+        return binary("mul", o, self)
+
+    def __truediv__(self, o):
+        return binary("div", self, o)
+
+    def __rtruediv__(self, o):
+        return binary("div", o, self)
+
+    def __floordiv__(self, o):
+        return binary("floordiv", self, o)
+
+    def __rfloordiv__(self, o):
+        return binary("floordiv", o, self)
+
+    def __mod__(self, o):
+        return binary("mod", self, o)
+
+    def __rmod__(self, o):
+        return binary("mod", o, self)
+
+    def __neg__(self):
+        e = as_expr(self)
+        return binary("sub", Const(0, e.dtype), e)
+
+    def __lt__(self, o):
+        return compare("lt", self, o)
+
+    def __le__(self, o):
+        return compare("le", self, o)
+
+    def __gt__(self, o):
+        return compare("gt", self, o)
+
+    def __ge__(self, o):
+        return compare("ge", self, o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        return compare("eq", self, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return compare("ne", self, o)
+
+    def __and__(self, o):
+        return binary("and", self, o)
+
+    def __or__(self, o):
+        return binary("or", self, o)
+
+    def __invert__(self):
+        return Not(as_expr(self), "bool")
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise TypeError(
+            f"the truth value of a symbolic expression ({self}) is unknown; "
+            "use pt.select(cond, a, b) instead of Python's if/and/or"
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Expr(ExprOp):
+    def __str__(self) -> str:
+        from .printer import expr_str
+
+        return expr_str(self)
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Var(Expr):
+    name: str
+    dtype: str = INDEX
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Const(Expr):
+    value: int | float
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Binary(Expr):
+    op: str  # add sub mul div floordiv mod min max and or
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Cmp(Expr):
+    op: str  # lt le gt ge eq ne
+    a: Expr
+    b: Expr
+    dtype: str = "bool"
+
+    def __bool__(self):
+        # Lets ``x in [vars]`` and ``==`` on identical nodes work, like TVM.
+        if self.op == "eq":
+            return self.a is self.b
+        if self.op == "ne":
+            return self.a is not self.b
+        return Expr.__bool__(self)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Not(Expr):
+    a: Expr
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Select(Expr):
+    cond: Expr
+    t: Expr
+    f: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Cast(Expr):
+    value: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Call(Expr):
+    name: str  # a key of MATH
+    args: tuple
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class TensorRead(Expr):
+    tensor: Any  # pypto.tensor.Tensor
+    indices: tuple
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Reduce(Expr):
+    combiner: Any  # pypto.tensor.CommReducer
+    source: Expr
+    axes: tuple  # IterVars
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Load(Expr):
+    """A read of a flat buffer in loop IR (``buffer`` is a loop_ir.Buffer)."""
+
+    buffer: Any
+    index: Expr
+    dtype: str
+
+
+# ---------------------------------------------------------------- conversion
+
+
+def const(value, dtype: str = None) -> Const:
+    """``pt.const(v, dtype)``: a typed constant (dtype guessed from ``v`` if omitted)."""
+    if dtype is None:
+        dtype = "float32" if isinstance(value, float) else "int32"
+    d = dtypes.dtype(dtype)
+    if d.is_float:
+        value = float(value)
+    elif isinstance(value, float) and not value.is_integer():
+        raise TypeError(f"constant {value} is not an integer but dtype is {dtype}")
+    else:
+        value = int(value)
+    return Const(value, d.name)
+
+
+def as_expr(x, like: str | None = None) -> Expr:
+    """Turn Python numbers and IterVars into expressions; ``like`` types literals."""
+    if isinstance(x, Expr):
+        return x
+    var = getattr(x, "var", None)
+    if isinstance(var, Var):  # an IterVar
+        return var
+    if isinstance(x, bool):
+        return Const(int(x), "bool")
+    if isinstance(x, int):
+        if like is not None and dtypes.dtype(like).kind != "bool":
+            return const(x, like)
+        return Const(x, INDEX)
+    if isinstance(x, float):
+        if like is not None and not dtypes.dtype(like).is_float:
+            raise TypeError(f"float literal {x} mixed with a {like} expression; use pt.cast")
+        return const(x, like or "float32")
+    raise TypeError(f"cannot use {type(x).__name__} {x!r} in an expression")
+
+
+def _unify(a, b) -> tuple[Expr, Expr, str]:
+    if not isinstance(a, ExprOp):
+        b = as_expr(b)
+        a = as_expr(a, b.dtype)
+    else:
+        a = as_expr(a)
+        b = as_expr(b, a.dtype)
+    if a.dtype == b.dtype:
+        return a, b, a.dtype
+    da, db = dtypes.dtype(a.dtype), dtypes.dtype(b.dtype)
+    if da.is_int and db.is_int:  # widen integers (index arithmetic mixes widths)
+        return a, b, (a.dtype if da.bits >= db.bits else b.dtype)
+    if da.kind == "bool" and db.kind == "bool":
+        return a, b, "bool"
+    raise TypeError(f"mixed dtypes {a.dtype} and {b.dtype} in ({a}, {b}); use pt.cast to convert")
+
+
+def binary(op: str, a, b) -> Expr:
+    a, b, dt = _unify(a, b)
+    if op == "div" and not dtypes.dtype(dt).is_float:
+        raise TypeError(f"'/' on integer expressions ({a} / {b}); use '//' for floor division")
+    if op in ("and", "or"):
+        if a.dtype != "bool" or b.dtype != "bool":
+            raise TypeError(f"'&' and '|' need boolean operands, got {a.dtype} and {b.dtype}")
+    return Binary(op, a, b, dt)
+
+
+def compare(op: str, a, b) -> Cmp:
+    a, b, _ = _unify(a, b)
+    return Cmp(op, a, b)
+
+
+def select(cond, t, f) -> Expr:
+    """``pt.select(cond, a, b)``: ``a`` where ``cond`` holds, else ``b``."""
+    cond = as_expr(cond)
+    if cond.dtype != "bool":
+        raise TypeError(f"select condition must be boolean, got {cond.dtype}")
+    t, f, dt = _unify(t, f)
+    return Select(cond, t, f, dt)
+
+
+if_then_else = select
+
+
+def cast(dtype: str, x) -> Expr:
+    """``pt.cast(dtype, x)``: convert ``x`` to ``dtype``."""
+    dt = dtypes.check(dtype)
+    x = as_expr(x)
+    return x if x.dtype == dt else Cast(x, dt)
+
+
+def minimum(a, b) -> Expr:
+    return binary("min", a, b)
+
+
+def maximum(a, b) -> Expr:
+    return binary("max", a, b)
+
+
+# math functions: name -> (number of arguments, needs a float operand)
+MATH = {
+    "exp": (1, True),
+    "log": (1, True),
+    "sqrt": (1, True),
+    "rsqrt": (1, True),
+    "tanh": (1, True),
+    "erf": (1, True),
+    "sigmoid": (1, True),
+    "floor": (1, True),
+    "ceil": (1, True),
+    "abs": (1, False),
+    "pow": (2, True),
+}
+
+
+def call(name: str, *args) -> Call:
+    nargs, needs_float = MATH[name]
+    if len(args) != nargs:
+        raise TypeError(f"pt.{name} takes {nargs} argument(s), got {len(args)}")
+    if nargs == 2:
+        a, b, dt = _unify(args[0], args[1])
+        ops = (a, b)
+    else:
+        ops = (as_expr(args[0], "float32" if isinstance(args[0], float) else None),)
+        dt = ops[0].dtype
+    if needs_float and not dtypes.dtype(dt).is_float:
+        raise TypeError(f"pt.{name} needs a float operand, got {dt}; use pt.cast")
+    return Call(name, ops, dt)
+
+
+def _math(name: str) -> Callable:
+    def fn(*args):
+        return call(name, *args)
+
+    fn.__name__ = name
+    fn.__doc__ = f"``pt.{name}``: elementwise {name}."
+    return fn
+
+
+exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power = (
+    _math(n)
+    for n in (
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "tanh",
+        "erf",
+        "sigmoid",
+        "floor",
+        "ceil",
+        "abs",
+        "pow",
+    )
+)
+
+
+# ---------------------------------------------------------------- traversal
+
+
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(t: type) -> tuple[str, ...]:
+    """The fields of a node type that hold sub-expressions (cached per type)."""
+    cf = _CHILD_FIELDS.get(t)
+    if cf is None:
+        skip = {"dtype", "op", "name", "value", "tensor", "combiner", "axes", "buffer"}
+        cf = tuple(f.name for f in fields(t) if f.name not in skip)
+        _CHILD_FIELDS[t] = cf
+    return cf
+
+
+def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """Rebuild ``e`` with ``fn`` applied to each direct sub-expression."""
+    changed = False
+    vals = {}
+    for name in child_fields(type(e)):
+        v = getattr(e, name)
+        if isinstance(v, tuple):
+            nv = tuple(fn(x) for x in v)
+            if any(x is not y for x, y in zip(nv, v)):
+                changed = True
+        else:
+            nv = fn(v)
+            changed |= nv is not v
+        vals[name] = nv
+    if not changed:
+        return e
+    kw = {f.name: getattr(e, f.name) for f in fields(e)}
+    kw.update(vals)
+    return type(e)(**kw)
+
+
+def children(e: Expr):
+    for name in child_fields(type(e)):
+        v = getattr(e, name)
+        if isinstance(v, tuple):
+            yield from v
+        else:
+            yield v
+
+
+def rewrite(e: Expr, rule: Callable[[Expr], Expr | None]) -> Expr:
+    """Bottom-up rewrite: children first, then ``rule`` (None keeps the node)."""
+
+    def go(x):
+        x = map_children(x, go)
+        r = rule(x)
+        return x if r is None else r
+
+    return go(e)
+
+
+def substitute(e: Expr, mapping: dict) -> Expr:
+    """Replace Vars (by identity) with expressions."""
+    if not mapping:
+        return e
+
+    def go(x):
+        if isinstance(x, Var):
+            return mapping.get(x, x)
+        return map_children(x, go)
+
+    return go(e)
+
+
+def walk(e: Expr):
+    """Pre-order iteration over ``e`` and its sub-expressions."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
+
+
+def free_vars(e: Expr) -> set:
+    return {x for x in walk(e) if isinstance(x, Var)}
+
+
+def skey(e: Expr):
+    """A hashable structural key: equal keys mean equal expressions."""
+    if isinstance(e, Var):
+        return ("v", id(e))
+    if isinstance(e, Const):
+        return ("c", e.value, e.dtype)
+    if isinstance(e, Load):
+        return ("ld", id(e.buffer), skey(e.index))
+    if isinstance(e, TensorRead):
+        return ("tr", id(e.tensor), tuple(skey(i) for i in e.indices))
+    head = (type(e).__name__, getattr(e, "op", None), getattr(e, "name", None), e.dtype)
+    return head + tuple(skey(c) for c in children(e))
+
+
+def is_const(e, value=None) -> bool:
+    return isinstance(e, Const) and (value is None or e.value == value)
+
+
+def identity_value(kind: str, dtype: str):
+    """+inf/-inf (or the integer limits) for max/min reductions."""
+    d = dtypes.dtype(dtype)
+    if d.is_float:
+        return math.inf if kind == "max" else -math.inf
+    import numpy as np
+
+    info = np.iinfo(d.numpy)
+    return int(info.max) if kind == "max" else int(info.min)

@@ -1,0 +1,245 @@
+"""Loop IR: what ``pt.lower`` returns and the C generator consumes.
+
+Statements are immutable records: ``For`` (kind serial | parallel |
+vectorized | unrolled), ``Store`` into a flat buffer, ``Allocate`` (a
+buffer living for the scope of its body), ``IfThenElse`` and ``Seq``.
+Every loop starts at 0; buffers are indexed with one flat expression.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import dtypes
+from .expr import Expr, Var, children
+from .printer import Printer
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Buffer:
+    name: str
+    dtype: str
+    shape: tuple  # of Expr
+    scope: str  # "param" | "global" | "local"
+
+    @property
+    def elem_bytes(self) -> int:
+        return dtypes.dtype(self.dtype).bytes
+
+
+class Stmt:
+    __slots__ = ()
+
+    def __str__(self):
+        return IRPrinter().stmt(self)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class For(Stmt):
+    var: Var
+    extent: Expr
+    kind: str
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Allocate(Stmt):
+    buffer: Buffer
+    size: Expr  # number of elements
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    else_: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Seq(Stmt):
+    stmts: tuple
+
+
+def seq(*stmts) -> Stmt:
+    """A flat Seq of the non-empty statements (a single one is returned as is)."""
+    out = []
+    for s in stmts:
+        if s is None:
+            continue
+        if isinstance(s, Seq):
+            out.extend(s.stmts)
+        else:
+            out.append(s)
+    if len(out) == 1:
+        return out[0]
+    return Seq(tuple(out))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LoweredFunc:
+    """A lowered kernel: buffer parameters, size parameters and a body."""
+
+    name: str
+    params: tuple  # Buffers, in argument order
+    size_vars: tuple  # Vars bound from argument shapes
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+    tensors: tuple = ()  # the Tensors behind params (for argument checks)
+
+    def __str__(self):
+        return IRPrinter().func(self)
+
+    __repr__ = __str__
+
+
+# ---------------------------------------------------------------- traversal
+
+
+def stmt_children(s: Stmt):
+    if isinstance(s, (For, Allocate)):
+        return (s.body,)
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.else_ is None else (s.then, s.else_)
+    if isinstance(s, Seq):
+        return s.stmts
+    return ()
+
+
+def walk_stmts(s: Stmt):
+    stack = [s]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(reversed(stmt_children(x)))
+
+
+def stmt_exprs(s: Stmt) -> tuple:
+    if isinstance(s, For):
+        return (s.extent,)
+    if isinstance(s, Store):
+        return (s.index, s.value)
+    if isinstance(s, IfThenElse):
+        return (s.cond,)
+    if isinstance(s, Allocate):
+        return (s.size,)
+    return ()
+
+
+def walk_exprs(e: Expr):
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
+
+
+# ---------------------------------------------------------------- names
+
+
+_IDENT = re.compile(r"[^A-Za-z0-9_]")
+
+
+def c_identifier(name: str) -> str:
+    """Make any string a safe C identifier (hostile names included)."""
+    s = _IDENT.sub("_", name)
+    if not s or s[0].isdigit():
+        s = "v_" + s
+    if s in _C_RESERVED or s.startswith(("__", "pt_")):
+        s = "v_" + s
+    return s
+
+
+_C_RESERVED = frozenset(
+    """auto break case char const continue default do double else enum extern float for goto
+    if inline int long register restrict return short signed sizeof static struct switch
+    typedef union unsigned void volatile while _Bool _Complex _Imaginary main exp log sqrt
+    tanh erf floor ceil pow fabs expf logf sqrtf tanhf erff floorf ceilf powf fabsf malloc
+    free int8_t int32_t int64_t uint8_t size_t omp_get_num_threads""".split()
+)
+
+
+class Namer:
+    """Unique, readable identifiers per object (two loops named ``i`` get ``i``, ``i_1``)."""
+
+    def __init__(self, taken=()):
+        self.names: dict[int, str] = {}
+        self.used = set(taken)
+
+    def __call__(self, obj: Any, hint: str) -> str:
+        key = id(obj)
+        if key in self.names:
+            return self.names[key]
+        base = c_identifier(hint)
+        name, n = base, 1
+        while name in self.used:
+            name = f"{base}_{n}"
+            n += 1
+        self.used.add(name)
+        self.names[key] = name
+        return name
+
+
+# ---------------------------------------------------------------- printing
+
+
+class IRPrinter(Printer):
+    """Readable C-like text of loop IR, loop kinds shown."""
+
+    def __init__(self):
+        super().__init__()
+        self.namer = Namer()
+
+    def var(self, e):
+        return self.namer(e, e.name), 10
+
+    def load(self, e):
+        return f"{self.namer(e.buffer, e.buffer.name)}[{self(e.index)}]", 10
+
+    def func(self, f: LoweredFunc) -> str:
+        params = [
+            f"{self.namer(b, b.name)}: {b.dtype}[{', '.join(self(d) for d in b.shape)}]"
+            for b in f.params
+        ]
+        params += [f"{self.namer(v, v.name)}: {v.dtype}" for v in f.size_vars]
+        head = f"func {f.name}({', '.join(params)}) {{\n"
+        return head + self.stmt(f.body, 1) + "}\n"
+
+    def stmt(self, s: Stmt, depth: int = 0) -> str:
+        pad = "  " * depth
+        if isinstance(s, Seq):
+            return "".join(self.stmt(x, depth) for x in s.stmts)
+        if isinstance(s, For):
+            v = self.namer(s.var, s.var.name)
+            kind = "" if s.kind == "serial" else s.kind + " "
+            return (
+                f"{pad}{kind}for ({v}, 0, {self(s.extent)}) {{\n"
+                f"{self.stmt(s.body, depth + 1)}{pad}}}\n"
+            )
+        if isinstance(s, Store):
+            return (
+                f"{pad}{self.namer(s.buffer, s.buffer.name)}[{self(s.index)}] = {self(s.value)}\n"
+            )
+        if isinstance(s, Allocate):
+            b = s.buffer
+            return (
+                f"{pad}alloc {self.namer(b, b.name)}: {b.dtype}[{self(s.size)}] {b.scope}\n"
+                f"{self.stmt(s.body, depth)}"
+            )
+        if isinstance(s, IfThenElse):
+            out = f"{pad}if ({self(s.cond)}) {{\n{self.stmt(s.then, depth + 1)}{pad}}}"
+            if s.else_ is not None:
+                out += f" else {{\n{self.stmt(s.else_, depth + 1)}{pad}}}"
+            return out + "\n"
+        raise TypeError(f"unknown statement {type(s).__name__}")

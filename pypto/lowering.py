@@ -1,0 +1,497 @@
+"""Lowering: a schedule becomes a loop nest (bound inference and loop construction).
+
+For each stage, in the order the attach tree needs:
+
+1. its domain: the whole tensor at the root, or, under ``compute_at``, the
+   region its consumers read during one iteration of the attach loop
+   (indices relaxed over the inner loops by interval arithmetic, clamped
+   to the tensor);
+2. its loops: leaf extents from the split/fuse relations, root indices as
+   expressions of the leaves, and a guard for each split that may overrun;
+3. its statements: ``init`` and ``update`` for reductions, the producers
+   attached at each loop placed at the top of that loop's body.
+
+Cleanup passes (simplify, guards into loop bounds, unrolling) follow in
+``passes``.
+"""
+
+from __future__ import annotations
+
+from . import passes
+from .errors import ScheduleError
+from .expr import Binary, Cmp, Const, Expr, Load, Reduce, TensorRead, Var, map_children, substitute
+from .legality import check_schedule
+from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
+from .schedule import Schedule, Split, Stage
+from .simplify import INF, Lin, bounds, simplify
+from .tensor import IterVar, Tensor
+
+STACK_LIMIT = 32 * 1024  # bytes; larger local buffers go on the heap
+
+
+def _ceildiv(a: Expr, b: Expr) -> Expr:
+    return Binary(
+        "floordiv",
+        Binary("add", a, Binary("sub", b, Const(1, "int64"), "int64"), "int64"),
+        b,
+        "int64",
+    )
+
+
+def _flat(indices, shape) -> Expr:
+    out = None
+    for i, s in zip(indices, shape):
+        out = i if out is None else Binary("add", Binary("mul", out, s, "int64"), i, "int64")
+    return out if out is not None else Const(0, "int64")
+
+
+def _and(conds):
+    out = None
+    for c in conds:
+        out = c if out is None else Binary("and", out, c, "bool")
+    return out
+
+
+class StageNest:
+    """What lowering learns about one stage: its region, loops and buffer."""
+
+    def __init__(self, stage: Stage):
+        self.stage = stage
+        self.region = None  # [(min, extent)] per output dimension
+        self.prefix = []  # enclosing leaves [(IterVar, extent)] of the attach point
+        self.leaf_ext = {}  # IterVar -> extent
+        self.root_value = {}  # root IterVar -> Expr of leaves
+        self.guards = {}  # leaf position -> [(cond, is_reduce)]
+        self.buffer = None
+        self.offsets = None  # per dimension, subtracted from indices (local buffers)
+        self.local = False
+
+    @property
+    def context(self):
+        return self.prefix + [(iv, self.leaf_ext[iv]) for iv in self.stage.leaf_iter_vars]
+
+
+class Lowering:
+    def __init__(self, sch: Schedule, args, name: str):
+        self.sch = sch
+        self.name = name
+        self.ranges = {}
+        self.nests: dict[Stage, StageNest] = {}
+        self.bodies: dict[Stage, Expr] = {}
+        self.in_progress: set = set()
+        for st in sch.stages:  # sizes are never negative
+            for d in st.op.shape:
+                for v in _vars(d):
+                    self.ranges[v] = (0, INF)
+        self.args = self._check_args(args)
+        self._inline_bodies()
+        self.consumers = self._consumers()
+
+    # ------------------------------------------------------------ set-up
+
+    def stage_of(self, t: Tensor) -> Stage:
+        return self.sch.stage_map[t.op]
+
+    def _check_args(self, args) -> list:
+        if not isinstance(args, (list, tuple)):
+            raise TypeError("args must be a list of tensors")
+        seen = set()
+        for a in args:
+            if not isinstance(a, Tensor):
+                raise TypeError(f"args must be tensors, got {a!r}")
+            if a.op not in self.sch.stage_map:
+                raise ScheduleError(f"argument {a.name} is not part of this schedule")
+            st = self.stage_of(a)
+            if st.inline:
+                raise ScheduleError(
+                    f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
+                )
+            if st in seen:
+                raise ScheduleError(f"argument {a.name} is passed twice")
+            seen.add(st)
+        for op in self.sch.outputs:
+            if self.sch.stage_map[op] not in seen:
+                raise ScheduleError(f"output {op.name} is not among the arguments")
+        for st in self.sch.stages:
+            if st.is_placeholder and st not in seen and self._is_read(st):
+                raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
+        return list(args)
+
+    def _is_read(self, st: Stage) -> bool:
+        return any(
+            t.op in (st.op, st.origin_op)
+            for o in self.sch.stages
+            if not o.is_placeholder
+            for t in o.op.input_tensors
+        )
+
+    def _inline_bodies(self):
+        def expand(e):
+            e = map_children(e, expand)
+            if isinstance(e, TensorRead):
+                st = self.stage_of(e.tensor)
+                if st.inline:
+                    body = self.bodies[st]
+                    return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, e.indices)})
+            return e
+
+        for st in self.sch.stages:
+            if st.is_placeholder:
+                continue
+            body = st.op.body
+            if isinstance(body, Reduce):
+                body = Reduce(body.combiner, expand(body.source), body.axes, body.dtype)
+            else:
+                body = expand(body)
+            self.bodies[st] = body
+
+    def _consumers(self) -> dict:
+        cons = {st: [] for st in self.sch.stages}
+        for st in self.sch.stages:
+            if st.is_placeholder or st.inline:
+                continue
+            for e in _reads(self.bodies[st]):
+                p = self.stage_of(e.tensor)
+                if st not in cons[p]:
+                    cons[p].append(st)
+        return cons
+
+    # ------------------------------------------------------------ domains and loops
+
+    def nest(self, st: Stage) -> StageNest:
+        n = self.nests.get(st)
+        if n is not None:
+            return n
+        if st in self.in_progress:
+            raise ScheduleError(
+                f"compute_at: stage '{st.name}' is attached inside its own consumer chain (a cycle)"
+            )
+        self.in_progress.add(st)
+        n = StageNest(st)
+        self._domain(n)
+        self._loops(n)
+        self.in_progress.discard(st)
+        self.nests[st] = n
+        return n
+
+    def _domain(self, n: StageNest):
+        st = n.stage
+        shape = st.op.shape
+        if st.attach is None:
+            n.region = [(Const(0, "int64"), s) for s in shape]
+            return
+        q, L = st.attach
+        if q.inline:
+            raise ScheduleError(f"compute_at on stage '{st.name}': target '{q.name}' is inlined")
+        qn = self.nest(q)
+        if L not in q.leaf_iter_vars:
+            raise ScheduleError(
+                f"compute_at on stage '{st.name}': loop {L.name} is no longer a "
+                f"loop of '{q.name}' (it was split or fused after compute_at)"
+            )
+        ctx = qn.context
+        pos = [iv for iv, _ in ctx].index(L)
+        n.prefix = ctx[: pos + 1]
+        prefix_ids = [id(iv) for iv, _ in n.prefix]
+        lo = [None] * len(shape)
+        hi = [None] * len(shape)
+        consumers = self.consumers[st]
+        if not consumers:
+            raise ScheduleError(f"compute_at on stage '{st.name}': nothing reads it")
+        for c in consumers:
+            cn = self.nest(c)
+            cctx = cn.context
+            if [id(iv) for iv, _ in cctx[: len(prefix_ids)]] != prefix_ids:
+                raise ScheduleError(
+                    f"compute_at on stage '{st.name}': its consumer '{c.name}' runs outside "
+                    f"loop {L.name} of '{q.name}', so the values would not be ready"
+                )
+            relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
+            for read in _reads(self.bodies[c]):
+                if self.stage_of(read.tensor) is not st:
+                    continue
+                for d, idx in enumerate(read.indices):
+                    idx = simplify(self.in_leaves(cn, idx), self.ranges)
+                    r = _relax(idx, relaxed, self.ranges)
+                    if r is None:  # not analysable: the whole dimension
+                        r = (Const(0, "int64"), Binary("sub", shape[d], Const(1, "int64"), "int64"))
+                    lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], "int64")
+                    hi[d] = r[1] if hi[d] is None else Binary("max", hi[d], r[1], "int64")
+        region = []
+        for d, s in enumerate(shape):
+            a = simplify(Binary("max", lo[d], Const(0, "int64"), "int64"), self.ranges)
+            b = simplify(
+                Binary("min", hi[d], Binary("sub", s, Const(1, "int64"), "int64"), "int64"),
+                self.ranges,
+            )
+            region.append(
+                (
+                    a,
+                    simplify(
+                        Binary("add", Binary("sub", b, a, "int64"), Const(1, "int64"), "int64"),
+                        self.ranges,
+                    ),
+                )
+            )
+        n.region = region
+
+    def _loops(self, n: StageNest):
+        st = n.stage
+        ext = {}
+        dom_min = {}
+        spatial = list(st.op.axis)
+        for iv, (m, e) in zip(spatial, n.region):
+            ext[iv], dom_min[iv] = e, m
+        for iv in st.op.reduce_axis:
+            ext[iv], dom_min[iv] = iv.extent, iv.dom_min
+        for rel in st.relations:
+            if isinstance(rel, Split):
+                pe = ext[rel.parent]
+                if rel.factor is not None:
+                    ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
+                else:
+                    ext[rel.outer], ext[rel.inner] = rel.nparts, _ceildiv(pe, rel.nparts)
+            else:
+                ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
+        for iv in list(ext):
+            ext[iv] = simplify(ext[iv], self.ranges)
+        for iv in st.leaf_iter_vars:
+            hi = bounds(ext[iv], self.ranges)[1]
+            self.ranges[iv.var] = (0, hi - 1 if hi != INF else INF)
+        n.leaf_ext = {iv: ext[iv] for iv in st.leaf_iter_vars}
+        # values of every iteration variable in terms of the leaves
+        val = {iv: iv.var for iv in st.leaf_iter_vars}
+        conds = []
+        for rel in reversed(st.relations):
+            if isinstance(rel, Split):
+                v = simplify(val[rel.outer] * ext[rel.inner] + val[rel.inner], self.ranges)
+                val[rel.parent] = v
+                total = simplify(ext[rel.outer] * ext[rel.inner] - ext[rel.parent], self.ranges)
+                if not (isinstance(total, Const) and total.value == 0):
+                    conds.append((Cmp("lt", v, ext[rel.parent]), rel.parent.kind == "reduce"))
+            else:
+                f, inner_ext = val[rel.fused], ext[rel.inner]
+                val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
+                val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
+        n.root_value = {
+            iv: simplify(dom_min[iv] + val[iv], self.ranges) for iv in st.root_iter_vars
+        }
+        pos = {iv.var: p for p, iv in enumerate(st.leaf_iter_vars)}
+        for cond, is_red in conds:
+            c = simplify(cond, self.ranges)
+            if isinstance(c, Const) and c.value:
+                continue
+            deepest = max((pos[v] for v in _vars(c) if v in pos), default=0)
+            n.guards.setdefault(deepest, []).append((c, is_red))
+
+    def in_leaves(self, n: StageNest, e: Expr) -> Expr:
+        """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
+        return substitute(e, {iv.var: v for iv, v in n.root_value.items()})
+
+    # ------------------------------------------------------------ buffers
+
+    def _buffers(self):
+        params = []
+        for t in self.args:
+            st = self.stage_of(t)
+            b = Buffer(t.name, t.dtype, tuple(t.shape), "param")
+            params.append(b)
+            if st.is_placeholder:
+                self.placeholder_buf[st] = b
+            else:
+                self.nest(st).buffer = b
+        for st in self.sch.stages:
+            if st.is_placeholder or st.inline:
+                continue
+            n = self.nest(st)
+            if n.buffer is not None:
+                continue
+            sizes = [bounds(e, self.ranges)[1] for _, e in n.region]
+            if st.attach is not None and all(s != INF for s in sizes):
+                shape = tuple(Const(max(int(s), 1), "int64") for s in sizes)
+                n.local = True
+                n.offsets = [m for m, _ in n.region]
+            else:
+                shape = tuple(st.op.shape)
+            scope = "local" if n.local else "global"
+            n.buffer = Buffer(st.name, st.op.dtype, shape, scope)
+        return params
+
+    def buffer_index(self, st: Stage, indices) -> tuple[Buffer, Expr]:
+        if st.is_placeholder:
+            b = self.placeholder_buf.get(st)
+            if b is None:
+                raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
+            return b, _flat(indices, b.shape)
+        n = self.nests[st]
+        if n.offsets is not None:
+            indices = [Binary("sub", i, o, "int64") for i, o in zip(indices, n.offsets)]
+        return n.buffer, _flat(indices, n.buffer.shape)
+
+    # ------------------------------------------------------------ statements
+
+    def lower_expr(self, n: StageNest, e: Expr) -> Expr:
+        def go(x):
+            x = map_children(x, go)
+            if isinstance(x, TensorRead):
+                buf, idx = self.buffer_index(self.stage_of(x.tensor), x.indices)
+                return Load(buf, idx, x.dtype)
+            return x
+
+        return simplify(go(self.in_leaves(n, e)), self.ranges)
+
+    def stage_stmt(self, st: Stage):
+        n = self.nests[st]
+        body = self.bodies[st]
+        buf, idx = self.buffer_index(st, [iv.var for iv in st.op.axis])
+        idx = simplify(self.in_leaves(n, idx), self.ranges)
+        leaves = st.leaf_iter_vars
+        if not isinstance(body, Reduce):
+            store = Store(buf, idx, self.lower_expr(n, body))
+            return self._nest(n, range(len(leaves)), store, with_reduce=True, attached=True)
+        ident = body.combiner.identity(body.dtype)
+        src = self.lower_expr(n, body.source)
+        update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
+        init = Store(buf, idx, ident)
+        p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+        later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
+        init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
+        upd_nest = self._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
+        return self._nest(n, range(p), seq(init_nest, upd_nest), with_reduce=True, attached=True)
+
+    def _nest(self, n: StageNest, positions, inner, with_reduce: bool, attached: bool):
+        st = n.stage
+        s = inner
+        for p in reversed(list(positions)):
+            iv = st.leaf_iter_vars[p]
+            if attached:
+                s = self._with_attached(st, iv, s)
+            conds = [c for c, red in n.guards.get(p, ()) if with_reduce or not red]
+            if conds:
+                s = IfThenElse(_and(conds), s)
+            s = For(iv.var, n.leaf_ext[iv], st.attrs.get(iv, "serial"), s)
+        return s
+
+    def _with_attached(self, st: Stage, iv: IterVar, body):
+        inner = [
+            a
+            for a in self.sch.stages
+            if a.attach is not None and a.attach[0] is st and a.attach[1] is iv and not a.inline
+        ]
+        if not inner:
+            return body
+        s = seq(*[self.stage_stmt(a) for a in inner], body)
+        for a in reversed(inner):
+            n = self.nests[a]
+            if n.local:
+                s = _allocate(n.buffer, s)
+        return s
+
+    def run(self) -> LoweredFunc:
+        self.placeholder_buf = {}
+        for st in self.sch.stages:
+            if not st.is_placeholder and not st.inline:
+                self.nest(st)
+        params = self._buffers()
+        roots = [
+            st
+            for st in self.sch.stages
+            if not st.is_placeholder and not st.inline and st.attach is None
+        ]
+        body = seq(*[self.stage_stmt(st) for st in roots])
+        for st in reversed(roots):
+            b = self.nests[st].buffer
+            if b.scope != "param":
+                body = _allocate(b, body)
+        for st in self.sch.stages:  # attached stages whose region is not bounded
+            n = self.nests.get(st)
+            if (
+                n is not None
+                and st.attach is not None
+                and not n.local
+                and n.buffer.scope != "param"
+            ):
+                body = _allocate(n.buffer, body)
+        size_vars = []
+        for b in params:
+            for d in b.shape:
+                for v in _vars(d):
+                    if v not in size_vars:
+                        size_vars.append(v)
+        func = LoweredFunc(
+            self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args)
+        )
+        return passes.finalize(func)
+
+
+def _allocate(buf: Buffer, body):
+    size = Const(1, "int64")
+    for d in buf.shape:
+        size = Binary("mul", size, d, "int64")
+    return Allocate(buf, simplify(size), body)
+
+
+def _reads(e: Expr):
+    from .expr import walk
+
+    return [x for x in walk(e) if isinstance(x, TensorRead)]
+
+
+def _vars(e: Expr):
+    from .expr import walk
+
+    return [x for x in walk(e) if isinstance(x, Var)]
+
+
+def _relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
+    """Symbolic (lo, hi) of ``e`` as the ``relaxed`` variables sweep ``[0, extent)``."""
+    if not any(v in relaxed for v in _vars(e)):
+        return (e, e)
+    if isinstance(e, (Load, TensorRead)):
+        return None
+    lin = Lin.of(e)
+    lo = Lin({}, lin.const, "int64")
+    hi = Lin({}, lin.const, "int64")
+    for atom, c in lin.terms.values():
+        if not any(v in relaxed for v in _vars(atom)):
+            a = (atom, atom)
+        elif isinstance(atom, Var):
+            a = (Const(0, "int64"), Binary("sub", relaxed[atom], Const(1, "int64"), "int64"))
+        elif isinstance(atom, Binary) and atom.op in ("floordiv", "min", "max"):
+            ra = _relax(atom.a, relaxed, ranges)
+            rb = _relax(atom.b, relaxed, ranges)
+            if ra is None or rb is None:
+                return None
+            if atom.op == "floordiv":
+                if not (isinstance(atom.b, Const) and atom.b.value > 0):
+                    return None
+                a = (
+                    Binary("floordiv", ra[0], atom.b, "int64"),
+                    Binary("floordiv", ra[1], atom.b, "int64"),
+                )
+            else:
+                a = (Binary(atom.op, ra[0], rb[0], "int64"), Binary(atom.op, ra[1], rb[1], "int64"))
+        elif (
+            isinstance(atom, Binary)
+            and atom.op == "mod"
+            and isinstance(atom.b, Const)
+            and atom.b.value > 0
+        ):
+            a = (Const(0, "int64"), Const(atom.b.value - 1, "int64"))
+        else:
+            return None
+        if c > 0:
+            lo = lo.plus(Lin.of(a[0]).scale(c, "int64"), 1, "int64")
+            hi = hi.plus(Lin.of(a[1]).scale(c, "int64"), 1, "int64")
+        else:
+            lo = lo.plus(Lin.of(a[1]).scale(c, "int64"), 1, "int64")
+            hi = hi.plus(Lin.of(a[0]).scale(c, "int64"), 1, "int64")
+    return simplify(lo.to_expr(), ranges), simplify(hi.to_expr(), ranges)
+
+
+def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
+    """``pt.lower(s, args, name)``: the loop IR of a schedule (``print`` it to read it)."""
+    if not isinstance(sch, Schedule):
+        raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
+    check_schedule(sch)
+    return Lowering(sch, args, name).run()

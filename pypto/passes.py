@@ -1,0 +1,168 @@
+"""Clean-up passes over loop IR, run at the end of lowering.
+
+- ``simplify_stmt``: simplify every expression with the ranges of enclosing
+  loops; drop loops of extent 0, unwrap loops of extent 1, fold decided ifs.
+- ``guards_to_bounds``: a loop whose whole body is ``if (v < e)`` gets
+  ``e`` folded into its extent:
+
+      for (v, 0, 32) { if (io*32 + v < n) S }  ->  for (v, 0, min(32, n - io*32)) S
+
+- ``unroll``: a loop marked unrolled with a constant extent becomes copies
+  of its body, each with the loop variable replaced by a constant.
+"""
+
+from __future__ import annotations
+
+from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute
+from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store, seq
+from .simplify import INF, Lin, bounds, simplify
+
+MAX_UNROLL = 64
+
+
+def map_exprs(s, f):
+    """Rebuild statement ``s`` with ``f`` applied to each of its expressions."""
+    if isinstance(s, Seq):
+        return seq(*[map_exprs(x, f) for x in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, f(s.extent), s.kind, map_exprs(s.body, f))
+    if isinstance(s, Store):
+        return Store(s.buffer, f(s.index), f(s.value))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, f(s.size), map_exprs(s.body, f))
+    if isinstance(s, IfThenElse):
+        e = None if s.else_ is None else map_exprs(s.else_, f)
+        return IfThenElse(f(s.cond), map_exprs(s.then, f), e)
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def subst_stmt(s, mapping: dict):
+    return map_exprs(s, lambda e: substitute(e, mapping))
+
+
+def simplify_stmt(s, ranges: dict):
+    if s is None:
+        return None
+    if isinstance(s, Seq):
+        return seq(*[simplify_stmt(x, ranges) for x in s.stmts]) if s.stmts else None
+    if isinstance(s, For):
+        ext = simplify(s.extent, ranges)
+        if isinstance(ext, Const) and ext.value <= 0:
+            return None
+        if isinstance(ext, Const) and ext.value == 1:
+            return simplify_stmt(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}), ranges)
+        hi = bounds(ext, ranges)[1]
+        inner = dict(ranges)
+        inner[s.var] = (0, hi - 1 if hi != INF else INF)
+        body = simplify_stmt(s.body, inner)
+        return None if body is None else For(s.var, ext, s.kind, body)
+    if isinstance(s, Store):
+        return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
+    if isinstance(s, Allocate):
+        body = simplify_stmt(s.body, ranges)
+        return None if body is None else Allocate(s.buffer, simplify(s.size, ranges), body)
+    if isinstance(s, IfThenElse):
+        c = simplify(s.cond, ranges)
+        if isinstance(c, Const):
+            return simplify_stmt(s.then if c.value else s.else_, ranges)
+        then = simplify_stmt(s.then, ranges)
+        els = simplify_stmt(s.else_, ranges)
+        if then is None and els is None:
+            return None
+        if then is None:
+            return IfThenElse(Not(c), els)
+        return IfThenElse(c, then, els)
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def _conjuncts(c: Expr):
+    if isinstance(c, Binary) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _bound_on(cond: Expr, v: Var):
+    """If ``cond`` is ``a*v + rest < c`` (a > 0, rest free of v), the bound ``v < e``."""
+    if not (isinstance(cond, Cmp) and cond.op in ("lt", "le") and isinstance(cond.b, Const)):
+        return None
+    lin = Lin.of(cond.a)
+    term = lin.terms.get(("v", id(v)))
+    if term is None or term[1] <= 0:
+        return None
+    a = term[1]
+    rest = Lin({k: t for k, t in lin.terms.items() if t[0] is not v}, lin.const, "int64")
+    if any(v is x for x in _walk_vars(rest.to_expr())):
+        return None
+    limit = cond.b.value + (1 if cond.op == "le" else 0)
+    num = Lin({}, limit, "int64").plus(rest, -1, "int64").to_expr()
+    if a == 1:
+        return num
+    return Binary(
+        "floordiv", Binary("add", num, Const(a - 1, "int64"), "int64"), Const(a, "int64"), "int64"
+    )
+
+
+def _walk_vars(e):
+    from .expr import walk
+
+    return [x for x in walk(e) if isinstance(x, Var)]
+
+
+def guards_to_bounds(s):
+    if s is None:
+        return None
+    if isinstance(s, Seq):
+        return seq(*[guards_to_bounds(x) for x in s.stmts])
+    if isinstance(s, For):
+        body = guards_to_bounds(s.body)
+        ext = s.extent
+        if isinstance(body, IfThenElse) and body.else_ is None:
+            keep = []
+            for c in _conjuncts(body.cond):
+                b = _bound_on(c, s.var)
+                if b is None:
+                    keep.append(c)
+                else:
+                    ext = Binary("min", ext, b, "int64")
+            if len(keep) < len(_conjuncts(body.cond)):
+                cond = None
+                for c in keep:
+                    cond = c if cond is None else Binary("and", cond, c, "bool")
+                body = body.then if cond is None else IfThenElse(cond, body.then)
+        return For(s.var, ext, s.kind, body)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, s.size, guards_to_bounds(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, guards_to_bounds(s.then), guards_to_bounds(s.else_))
+    return s
+
+
+def unroll(s, ranges: dict):
+    if s is None:
+        return None
+    if isinstance(s, Seq):
+        return seq(*[unroll(x, ranges) for x in s.stmts])
+    if isinstance(s, For):
+        body = unroll(s.body, ranges)
+        if s.kind == "unrolled" and isinstance(s.extent, Const) and s.extent.value <= MAX_UNROLL:
+            copies = [
+                simplify_stmt(subst_stmt(body, {s.var: Const(i, s.var.dtype)}), ranges)
+                for i in range(s.extent.value)
+            ]
+            return seq(*copies)
+        return For(s.var, s.extent, s.kind, body)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, s.size, unroll(s.body, ranges))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, unroll(s.then, ranges), unroll(s.else_, ranges))
+    return s
+
+
+def finalize(func: LoweredFunc) -> LoweredFunc:
+    ranges = {v: (0, INF) for v in func.size_vars}
+    body = simplify_stmt(func.body, ranges)
+    body = simplify_stmt(guards_to_bounds(body), ranges)
+    body = unroll(body, ranges)
+    if body is None:
+        body = Seq(())
+    return LoweredFunc(func.name, func.params, func.size_vars, body, func.attrs, func.tensors)

@@ -1,0 +1,117 @@
+"""Readable text for expressions: infix with minimal parentheses.
+
+The C code generator reuses this printer and overrides the rules that differ
+(literals, math calls, floor division); see ``codegen_c``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .expr import (
+    Binary,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Load,
+    Not,
+    Reduce,
+    Select,
+    TensorRead,
+    Var,
+)
+
+# precedence: higher binds tighter
+INFIX = {
+    "or": ("||", 1),
+    "and": ("&&", 2),
+    "eq": ("==", 3),
+    "ne": ("!=", 3),
+    "lt": ("<", 4),
+    "le": ("<=", 4),
+    "gt": (">", 4),
+    "ge": (">=", 4),
+    "add": ("+", 5),
+    "sub": ("-", 5),
+    "mul": ("*", 6),
+    "div": ("/", 6),
+    "floordiv": ("//", 6),
+    "mod": ("%", 6),
+}
+ATOM = 10
+
+
+class Printer:
+    """Expression printer driven by a node-type -> method table."""
+
+    def __init__(self):
+        self.rules = {
+            Var: self.var,
+            Const: self.const,
+            Binary: self.binary,
+            Cmp: self.binary,
+            Not: self.not_,
+            Select: self.select,
+            Cast: self.cast,
+            Call: self.call,
+            TensorRead: self.tensor_read,
+            Reduce: self.reduce,
+            Load: self.load,
+        }
+
+    def __call__(self, e) -> str:
+        return self.p(e)[0]
+
+    def p(self, e) -> tuple[str, int]:
+        return self.rules[type(e)](e)
+
+    def wrap(self, e, prec: int, right: bool = False) -> str:
+        s, q = self.p(e)
+        return f"({s})" if q < prec or (right and q == prec) else s
+
+    def var(self, e):
+        return e.name, ATOM
+
+    def const(self, e):
+        v = e.value
+        if isinstance(v, float):
+            if math.isinf(v):
+                return ("inf" if v > 0 else "-inf"), ATOM
+            return repr(v), ATOM
+        return str(v), ATOM
+
+    def binary(self, e):
+        if e.op in ("min", "max"):
+            return f"{e.op}({self(e.a)}, {self(e.b)})", ATOM
+        sym, prec = INFIX[e.op]
+        return f"{self.wrap(e.a, prec)} {sym} {self.wrap(e.b, prec, right=True)}", prec
+
+    def not_(self, e):
+        return f"!{self.wrap(e.a, ATOM)}", ATOM
+
+    def select(self, e):
+        return f"select({self(e.cond)}, {self(e.t)}, {self(e.f)})", ATOM
+
+    def cast(self, e):
+        return f"{e.dtype}({self(e.value)})", ATOM
+
+    def call(self, e):
+        return f"{e.name}({', '.join(self(a) for a in e.args)})", ATOM
+
+    def tensor_read(self, e):
+        return f"{e.tensor.name}[{', '.join(self(i) for i in e.indices)}]", ATOM
+
+    def reduce(self, e):
+        axes = ", ".join(a.name for a in e.axes)
+        return f"{e.combiner.name}({self(e.source)}, axis=[{axes}])", ATOM
+
+    def load(self, e):
+        return f"{e.buffer.name}[{self(e.index)}]", ATOM
+
+
+_default = Printer()
+
+
+def expr_str(e) -> str:
+    return _default(e)

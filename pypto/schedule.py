@@ -1,0 +1,418 @@
+"""Schedules: how to compute. A Stage per operation, primitives that reshape its loops.
+
+Every primitive also appends a Step record (plain JSON data) to
+``Schedule.steps``, so a schedule can be stored, diffed and replayed.
+Loop variables created by primitives get their extents at lowering, when
+the region each stage must compute is known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ScheduleError
+from .expr import Const, Expr, Reduce, TensorRead, Var, as_expr, map_children, substitute
+from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, collect_ops
+
+ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Split:
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: Expr | None
+    nparts: Expr | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Fuse:
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+def _as_op(x) -> Operation:
+    if isinstance(x, Tensor):
+        return x.op
+    if isinstance(x, Operation):
+        return x
+    raise TypeError(f"expected a Tensor or an operation, got {type(x).__name__}")
+
+
+class Stage:
+    """The schedule of one operation: its loop nest and where it is computed."""
+
+    def __init__(self, sch: Schedule, op: Operation):
+        self.schedule = sch
+        self.op = op
+        self.origin_op = op
+        self.relations: list = []
+        self.attrs: dict[IterVar, str] = {}  # leaf -> loop kind
+        self.attach: tuple | None = None  # (stage, ivar) for compute_at
+        self.inline = False
+        self.scope = "global"
+        self._reset_leaves()
+
+    def _reset_leaves(self):
+        op = self.op
+        self.root_iter_vars = (
+            list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
+        )
+        self.leaf_iter_vars = list(self.root_iter_vars)
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def is_placeholder(self) -> bool:
+        return isinstance(self.op, PlaceholderOp)
+
+    def __repr__(self):
+        return f"stage({self.name})"
+
+    # ------------------------------------------------------------ helpers
+
+    def _err(self, prim: str, msg: str) -> ScheduleError:
+        return ScheduleError(f"{prim} on stage '{self.name}': {msg}")
+
+    def _leaf(self, iv, prim: str) -> IterVar:
+        if self.is_placeholder:
+            raise self._err(prim, "a placeholder has no loops to schedule")
+        if not isinstance(iv, IterVar):
+            raise self._err(prim, f"expected a loop variable (IterVar), got {iv!r}")
+        if iv not in self.leaf_iter_vars:
+            where = "was split or fused already" if self._known(iv) else "belongs to another stage"
+            raise self._err(
+                prim,
+                f"loop {iv.name} is not a current loop of this stage ({where}); "
+                f"current loops: {', '.join(v.name for v in self.leaf_iter_vars)}",
+            )
+        return iv
+
+    def _known(self, iv) -> bool:
+        if iv in self.root_iter_vars:
+            return True
+        for r in self.relations:
+            if iv in ((r.outer, r.inner) if isinstance(r, Split) else (r.fused,)):
+                return True
+        return False
+
+    def _new_iv(self, name: str, kind: str) -> IterVar:
+        taken = {v.name for v in self.root_iter_vars}
+        for r in self.relations:
+            taken.update(
+                v.name for v in ((r.outer, r.inner) if isinstance(r, Split) else (r.fused,))
+            )
+        base, n = name, 1
+        while name in taken:
+            name = f"{base}{n}"
+            n += 1
+        return IterVar(Var(name), Const(0, "int64"), None, kind)
+
+    def _record(self, prim: str, **args):
+        self.schedule.steps.append({"stage": self.name, "prim": prim, **args})
+
+    # ------------------------------------------------------------ primitives
+
+    def split(self, parent: IterVar, factor=None, nparts=None) -> tuple[IterVar, IterVar]:
+        """Split a loop in two.
+
+            for i in 0..n:                for i.outer in 0..ceil(n/f):
+              body(i)          ->           for i.inner in 0..f:
+                                              if i.outer*f + i.inner < n: body(...)
+
+        With ``nparts`` the outer loop gets that extent instead. Guards vanish
+        when ``f`` provably divides ``n``.
+        """
+        self._leaf(parent, "split")
+        if (factor is None) == (nparts is None):
+            raise self._err("split", "give exactly one of factor= or nparts=")
+        amount = as_expr(factor if factor is not None else nparts)
+        if isinstance(amount, Const) and amount.value <= 0:
+            raise self._err("split", f"factor/nparts must be positive, got {amount.value}")
+        outer = self._new_iv(parent.name + ".outer", parent.kind)
+        inner = self._new_iv(parent.name + ".inner", parent.kind)
+        rel = Split(
+            parent,
+            outer,
+            inner,
+            amount if factor is not None else None,
+            amount if nparts is not None else None,
+        )
+        self.relations.append(rel)
+        pos = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
+        if parent in self.attrs:
+            raise self._err(
+                "split",
+                f"loop {parent.name} is already annotated "
+                f"{self.attrs[parent]}; split before annotating",
+            )
+        self._record("split", loop=parent.name, factor=_jsonable(factor), nparts=_jsonable(nparts))
+        return outer, inner
+
+    def tile(self, x_parent, y_parent, x_factor, y_factor):
+        """Split two loops and order them ``x.outer, y.outer, x.inner, y.inner``.
+
+        for i: for j:   ->   for i.outer: for j.outer: for i.inner: for j.inner:
+        """
+        xo, xi = self.split(x_parent, factor=x_factor)
+        yo, yi = self.split(y_parent, factor=y_factor)
+        self.reorder(xo, yo, xi, yi)
+        return xo, yo, xi, yi
+
+    def reorder(self, *ivars):
+        """Put the given loops in this order, in the positions they occupy.
+
+        for i: for j: for k:   reorder(k, i)  ->  for k: for j: for i:
+        """
+        if len(ivars) == 1 and isinstance(ivars[0], (list, tuple)):
+            ivars = tuple(ivars[0])
+        for iv in ivars:
+            self._leaf(iv, "reorder")
+        if len(set(map(id, ivars))) != len(ivars):
+            raise self._err("reorder", "a loop is named twice")
+        pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
+        for p, iv in zip(pos, ivars):
+            self.leaf_iter_vars[p] = iv
+        self._record("reorder", loops=[iv.name for iv in ivars])
+
+    def fuse(self, *ivars) -> IterVar:
+        """Fuse adjacent loops into one.
+
+        for i in 0..n: for j in 0..m:   ->   for f in 0..n*m: i = f // m; j = f % m
+        """
+        if len(ivars) == 1 and isinstance(ivars[0], (list, tuple)):
+            ivars = tuple(ivars[0])
+        if len(ivars) < 2:
+            if len(ivars) == 1:
+                return self._leaf(ivars[0], "fuse")
+            raise self._err("fuse", "needs at least one loop")
+        for iv in ivars:
+            self._leaf(iv, "fuse")
+        pos = [self.leaf_iter_vars.index(iv) for iv in ivars]
+        if pos != list(range(pos[0], pos[0] + len(pos))):
+            raise self._err(
+                "fuse",
+                "loops "
+                + ", ".join(iv.name for iv in ivars)
+                + " are not adjacent and in order (outer first)",
+            )
+        kinds = {iv.kind for iv in ivars}
+        if len(kinds) > 1:
+            raise self._err("fuse", "cannot fuse a reduction loop with a spatial loop")
+        for iv in ivars:
+            if iv in self.attrs:
+                raise self._err("fuse", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+        names = [iv.name for iv in ivars]
+        fused = ivars[0]
+        for iv in ivars[1:]:
+            new = self._new_iv(f"{fused.name}.{iv.name}.fused", iv.kind)
+            self.relations.append(Fuse(fused, iv, new))
+            fused = new
+        self.leaf_iter_vars[pos[0] : pos[-1] + 1] = [fused]
+        self._record("fuse", loops=names)
+        return fused
+
+    def _annotate(self, iv, prim: str):
+        self._leaf(iv, prim)
+        kind = ANNOTATIONS[prim]
+        if iv in self.attrs and self.attrs[iv] != kind:
+            raise self._err(prim, f"loop {iv.name} is already {self.attrs[iv]}")
+        self.attrs[iv] = kind
+        self._record(prim, loop=iv.name)
+
+    def parallel(self, iv):
+        """Run a loop's iterations on several threads (OpenMP, static schedule)."""
+        self._annotate(iv, "parallel")
+
+    def vectorize(self, iv):
+        """Run a loop's iterations as SIMD lanes (best on an inner loop of constant extent)."""
+        self._annotate(iv, "vectorize")
+
+    def unroll(self, iv):
+        """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
+        self._annotate(iv, "unroll")
+
+    def compute_at(self, parent: Stage, ivar: IterVar):
+        """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
+
+        for i: B[i] = f(A[i])          for io:
+        for io: for ii:          ->       for i in region(io): B[i] = f(A[i])
+          C[..] = g(B[..])                for ii: C[..] = g(B[..])
+        """
+        if not isinstance(parent, Stage):
+            raise self._err("compute_at", f"expected a stage (s[T]), got {parent!r}")
+        if parent is self:
+            raise self._err("compute_at", "cannot attach a stage to itself")
+        if self.is_placeholder:
+            raise self._err("compute_at", "a placeholder is not computed")
+        if self.origin_op in self.schedule.outputs:
+            raise self._err("compute_at", "an output is computed at the root")
+        parent._leaf(ivar, "compute_at")
+        self.attach, self.inline = (parent, ivar), False
+        self._record("compute_at", parent=parent.name, loop=ivar.name)
+
+    def compute_inline(self):
+        """Substitute this elementwise stage into its consumers; it gets no buffer.
+
+        B[i] = A[i] + 1; C[i] = B[i] * 2   ->   C[i] = (A[i] + 1) * 2
+        """
+        if self.is_placeholder:
+            raise self._err("compute_inline", "a placeholder cannot be inlined")
+        if isinstance(self.op.body, Reduce):
+            raise self._err("compute_inline", "a reduction cannot be inlined; use compute_at")
+        if self.origin_op in self.schedule.outputs:
+            raise self._err("compute_inline", "an output cannot be inlined")
+        self.inline, self.attach = True, None
+        self._record("compute_inline")
+
+
+def _jsonable(x):
+    if x is None or isinstance(x, (int, float, str)):
+        return x
+    return str(x)
+
+
+class Schedule:
+    """Stages of all operations reachable from the outputs, producers first."""
+
+    def __init__(self, outputs):
+        outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+        self.outputs = [_as_op(o) for o in outs]
+        self.stages: list[Stage] = []
+        self.stage_map: dict[Operation, Stage] = {}
+        self.steps: list[dict] = []
+        for op in collect_ops(self.outputs):
+            st = Stage(self, op)
+            self.stages.append(st)
+            self.stage_map[op] = st
+
+    def __getitem__(self, x) -> Stage:
+        op = _as_op(x)
+        try:
+            return self.stage_map[op]
+        except KeyError:
+            raise KeyError(f"{op.name} is not part of this schedule") from None
+
+    def __repr__(self):
+        return f"Schedule({', '.join(st.name for st in self.stages)})"
+
+    def explain(self) -> str:
+        from .explain import explain
+
+        return explain(self)
+
+    def _insert_before(self, new: Stage, before: list[Stage]):
+        pos = min(self.stages.index(b) for b in before)
+        self.stages.insert(pos, new)
+        self.stage_map[new.op] = new
+
+    def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
+        """Copy ``tensor`` into a new stage read by ``readers`` instead (packing).
+
+            C = f(A[i, k])   ->   A.local[i, k] = A[i, k];  C = f(A.local[i, k])
+
+        Attach the copy with compute_at to copy just the tile a loop needs,
+        laid out contiguously.
+        """
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"cache_read: expected a Tensor, got {tensor!r}")
+        readers = readers if isinstance(readers, (list, tuple)) else [readers]
+        rstages = [self[r] for r in readers]
+        for st in rstages:
+            if tensor not in {t for t in st.op.input_tensors}:
+                raise ScheduleError(f"cache_read: stage '{st.name}' does not read {tensor.name}")
+        name = f"{tensor.name}.{scope}"
+        if any(st.name == name for st in self.stages):
+            name = f"{name}{len(self.stages)}"
+        cache = _copy_op(name, tensor)
+        for st in rstages:  # axes are kept, so earlier steps on readers stay valid
+            st.op = _replace_reads(st.op, {tensor: cache})
+            self.stage_map[st.op] = st
+        cst = Stage(self, cache.op)
+        cst.scope = scope
+        self._insert_before(cst, rstages)
+        self.steps.append(
+            {
+                "prim": "cache_read",
+                "tensor": tensor.name,
+                "scope": scope,
+                "readers": [st.name for st in rstages],
+            }
+        )
+        return cache
+
+    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+        """Compute ``tensor`` into a new stage, then copy it out (accumulate locally).
+
+            C[i, j] = sum(..., k)   ->   C.local[i, j] = sum(..., k);  C[i, j] = C.local[i, j]
+
+        ``s[C]`` keeps ``C.op.axis``; the new stage has fresh axes
+        (``s[CL].op.axis``, ``s[CL].op.reduce_axis``).
+        """
+        st = self[tensor]
+        if st.is_placeholder:
+            raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
+        if st.relations or st.attrs or st.attach or st.inline:
+            raise ScheduleError(
+                f"cache_write on stage '{st.name}': call it before scheduling the stage"
+            )
+        op = st.op
+        axis = tuple(
+            IterVar(Var(iv.name + ".c"), iv.dom_min, iv.extent, "spatial") for iv in op.axis
+        )
+        raxis = tuple(
+            IterVar(Var(iv.name), iv.dom_min, iv.extent, "reduce") for iv in op.reduce_axis
+        )
+        mapping = {old.var: new.var for old, new in zip(op.axis + op.reduce_axis, axis + raxis)}
+        body = op.body
+        if isinstance(body, Reduce):
+            body = Reduce(body.combiner, substitute(body.source, mapping), raxis, body.dtype)
+        else:
+            body = substitute(body, mapping)
+        name = f"{op.name}.{scope}"
+        cache = ComputeOp(name, axis, body, op.dtype, raxis if op.reduce_axis else ())
+        copy = ComputeOp(
+            op.name, op.axis, cache.output(0)[tuple(iv.var for iv in op.axis)], op.dtype
+        )
+        st.op = copy
+        st._reset_leaves()
+        self.stage_map[copy] = st
+        cst = Stage(self, cache)
+        cst.scope = scope
+        self._insert_before(cst, [st])
+        self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
+        return cache.output(0)
+
+
+def _copy_op(name: str, tensor: Tensor) -> Tensor:
+    axis = tuple(
+        IterVar(Var(f"ax{d}"), Const(0, "int64"), ext, "spatial")
+        for d, ext in enumerate(tensor.shape)
+    )
+    body = tensor[tuple(iv.var for iv in axis)]
+    return ComputeOp(name, axis, body, tensor.dtype).output(0)
+
+
+def _replace_reads(op: ComputeOp, mapping: dict) -> ComputeOp:
+    def go(e):
+        e = map_children(e, go)
+        if isinstance(e, TensorRead) and e.tensor in mapping:
+            return mapping[e.tensor][e.indices]
+        return e
+
+    body = op.body
+    if isinstance(body, Reduce):
+        body = Reduce(body.combiner, go(body.source), body.axes, body.dtype)
+    else:
+        body = go(body)
+    return ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis)
+
+
+def create_schedule(outputs) -> Schedule:
+    """``pt.create_schedule(op_or_tensor_or_list)``: the default (naive) schedule."""
+    return Schedule(outputs)

@@ -1,0 +1,310 @@
+"""Tensors and the operations that define them: placeholder, compute, reductions.
+
+    A = pt.placeholder((n, 64), "float32", name="A")
+    k = pt.reduce_axis((0, 64), name="k")
+    C = pt.compute((n, 32), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+
+A Tensor is the output of an operation; ``C.op.axis`` and ``C.op.reduce_axis``
+are the iteration variables a schedule transforms.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from . import dtypes
+from .dtypes import INDEX
+from .expr import (
+    Const,
+    Expr,
+    ExprOp,
+    Reduce,
+    TensorRead,
+    Var,
+    as_expr,
+    binary,
+    identity_value,
+    walk,
+)
+
+
+def var(name: str = "n", dtype: str = INDEX) -> Var:
+    """``pt.var(name)``: a symbolic size, bound at call time from array shapes."""
+    if dtypes.dtype(dtype).kind not in ("int", "uint"):
+        raise TypeError(f"pt.var needs an integer dtype, got {dtype}")
+    return Var(str(name), dtypes.check(dtype))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IterVar(ExprOp):
+    """A loop variable with its domain ``[dom_min, dom_min + extent)``."""
+
+    var: Var
+    dom_min: Expr
+    extent: Expr
+    kind: str  # "spatial" | "reduce"
+
+    @property
+    def name(self) -> str:
+        return self.var.name
+
+    @property
+    def dtype(self) -> str:
+        return self.var.dtype
+
+    @property
+    def dom(self) -> tuple[Expr, Expr]:
+        return (self.dom_min, self.extent)
+
+    def __str__(self):
+        return self.var.name
+
+    __repr__ = __str__
+
+
+def _extent(x, what: str) -> Expr:
+    e = as_expr(x)
+    if not dtypes.dtype(e.dtype).is_int:
+        raise TypeError(f"{what} must be an integer, got {e} of dtype {e.dtype}")
+    if isinstance(e, Const) and e.value < 0:
+        raise ValueError(f"{what} must be non-negative, got {e.value}")
+    return e
+
+
+def reduce_axis(dom, name: str = "k") -> IterVar:
+    """``pt.reduce_axis((lo, hi), name)``: a reduction variable over ``[lo, hi)``."""
+    if not isinstance(dom, (tuple, list)) or len(dom) != 2:
+        raise TypeError(f"reduce_axis takes a (min, max) pair, got {dom!r}")
+    lo, hi = _extent(dom[0], "reduce_axis min"), _extent(dom[1], "reduce_axis max")
+    ext = binary("sub", hi, lo) if not (isinstance(lo, Const) and lo.value == 0) else hi
+    if isinstance(lo, Const) and isinstance(hi, Const):
+        if hi.value < lo.value:
+            raise ValueError(f"reduce_axis {name!r}: empty range ({lo.value}, {hi.value})")
+        ext = Const(hi.value - lo.value, INDEX)
+    return IterVar(Var(str(name)), lo, ext, "reduce")
+
+
+class Operation:
+    """Base of operations; ``op.output(0)`` is the tensor it defines."""
+
+    name: str
+    shape: tuple
+    dtype: str
+
+    def output(self, index: int = 0) -> Tensor:
+        if index != 0:
+            raise IndexError(f"operation {self.name!r} has a single output")
+        return self._out
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        return []
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class PlaceholderOp(Operation):
+    def __init__(self, name, shape, dtype):
+        self.name, self.shape, self.dtype = name, shape, dtype
+        self._out = Tensor(self)
+
+
+class ComputeOp(Operation):
+    """``out[axis] = body``; ``body`` may be a Reduce over ``reduce_axis``."""
+
+    def __init__(self, name, axis, body, dtype, reduce_axis=()):
+        self.name = name
+        self.axis = tuple(axis)
+        self.reduce_axis = tuple(reduce_axis)
+        self.body = body
+        self.dtype = dtype
+        self.shape = tuple(iv.extent for iv in self.axis)
+        self._out = Tensor(self)
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        seen, out = set(), []
+        for e in walk(self.body):
+            if isinstance(e, TensorRead) and id(e.tensor) not in seen:
+                seen.add(id(e.tensor))
+                out.append(e.tensor)
+        return out
+
+
+class Tensor:
+    """A multi-dimensional array value; index it to read: ``A[i, k]``."""
+
+    __slots__ = ("op",)
+
+    def __init__(self, op: Operation):
+        self.op = op
+
+    @property
+    def shape(self) -> tuple:
+        return self.op.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.op.dtype
+
+    @property
+    def name(self) -> str:
+        return self.op.name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.op.shape)
+
+    def __getitem__(self, idx) -> TensorRead:
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) != self.ndim:
+            raise IndexError(f"{self.name} has {self.ndim} dimension(s), indexed with {len(idx)}")
+        ind = tuple(as_expr(i) for i in idx)
+        for i in ind:
+            if not dtypes.dtype(i.dtype).is_int:
+                raise TypeError(f"index {i} of {self.name} is {i.dtype}, not an integer")
+        return TensorRead(self, ind, self.dtype)
+
+    def __repr__(self):
+        dims = ", ".join(str(d) for d in self.shape)
+        return f"Tensor({self.name}, ({dims}), {self.dtype})"
+
+
+def _shape(shape) -> tuple:
+    if isinstance(shape, (int, Expr)):
+        shape = (shape,)
+    return tuple(_extent(s, "a dimension") for s in shape)
+
+
+def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Tensor:
+    """``pt.placeholder(shape, dtype, name)``: an input buffer."""
+    return PlaceholderOp(str(name), _shape(shape), dtypes.check(dtype)).output(0)
+
+
+_AXIS_NAMES = "ijlmnopqrstuvwxyz"
+
+
+def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None) -> Tensor:
+    """``pt.compute(shape, lambda i, j: ..., name)``: define each element.
+
+    The body may be a reduction (``pt.sum(..., axis=k)``) at its top level.
+    """
+    shape = _shape(shape)
+    params = list(inspect.signature(fcompute).parameters.values())
+    if len(params) == 1 and params[0].kind == inspect.Parameter.VAR_POSITIONAL:
+        names = [f"i{d}" for d in range(len(shape))]
+    else:
+        names = [p.name for p in params]
+        if len(names) != len(shape):
+            raise TypeError(
+                f"compute {name!r}: lambda takes {len(names)} argument(s) but shape has "
+                f"{len(shape)} dimension(s)"
+            )
+    axis = tuple(IterVar(Var(n), Const(0, INDEX), s, "spatial") for n, s in zip(names, shape))
+    body = as_expr(fcompute(*[iv.var for iv in axis]))
+    if dtype is not None:
+        body_dtype = dtypes.check(dtype)
+        if body.dtype != body_dtype:
+            raise TypeError(f"compute {name!r}: body is {body.dtype}, not {body_dtype}")
+    reduce_axes = ()
+    for e in walk(body):
+        if isinstance(e, Reduce) and e is not body:
+            raise TypeError(
+                f"compute {name!r}: a reduction must be the whole body; "
+                "compute it as its own tensor first"
+            )
+    if isinstance(body, Reduce):
+        reduce_axes = body.axes
+    return ComputeOp(str(name), axis, body, body.dtype, reduce_axes).output(0)
+
+
+# ---------------------------------------------------------------- reductions
+
+
+class CommReducer:
+    """A commutative, associative combiner with an identity element."""
+
+    def __init__(self, combine: Callable, identity: Callable, name: str):
+        self.combine = combine  # (Expr, Expr) -> Expr
+        self.identity = identity  # dtype -> Const
+        self.name = name
+
+    def __call__(self, expr, axis, where=None) -> Reduce:
+        if where is not None:
+            raise NotImplementedError("reductions with where= are not supported yet")
+        expr = as_expr(expr)
+        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+        for a in axes:
+            if not isinstance(a, IterVar) or a.kind != "reduce":
+                raise TypeError(f"{self.name}: axis must be pt.reduce_axis, got {a!r}")
+        return Reduce(self, expr, axes, expr.dtype)
+
+    def __repr__(self):
+        return f"CommReducer({self.name})"
+
+
+def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> CommReducer:
+    """``pt.comm_reducer(lambda x, y: ..., lambda dtype: pt.const(...))``.
+
+    Returns a reducer used like ``pt.sum``: ``myred(expr, axis=k)``.
+    """
+    return CommReducer(lambda x, y: as_expr(fcombine(x, y)), fidentity, name)
+
+
+_sum = CommReducer(lambda x, y: binary("add", x, y), lambda dt: Const(0, dt), "sum")
+_max = CommReducer(
+    lambda x, y: binary("max", x, y), lambda dt: Const(identity_value("min", dt), dt), "max"
+)
+_min = CommReducer(
+    lambda x, y: binary("min", x, y), lambda dt: Const(identity_value("max", dt), dt), "min"
+)
+
+
+def _is_axis(a) -> bool:
+    if isinstance(a, IterVar):
+        return True
+    return isinstance(a, (list, tuple)) and len(a) > 0 and all(isinstance(x, IterVar) for x in a)
+
+
+def sum(expr, axis, where=None) -> Reduce:  # noqa: A001 - mirrors te.sum
+    """``pt.sum(expr, axis=k)`` (``axis`` may be a list of reduce axes)."""
+    return _sum(expr, axis, where)
+
+
+def max(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
+    """``pt.max(a, b)`` elementwise, or ``pt.max(expr, axis=k)`` a reduction."""
+    if axis is None and b is not None and _is_axis(b):
+        axis, b = b, None
+    if axis is not None:
+        return _max(a, axis, where)
+    return binary("max", a, b)
+
+
+def min(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
+    """``pt.min(a, b)`` elementwise, or ``pt.min(expr, axis=k)`` a reduction."""
+    if axis is None and b is not None and _is_axis(b):
+        axis, b = b, None
+    if axis is not None:
+        return _min(a, axis, where)
+    return binary("min", a, b)
+
+
+def collect_ops(outputs: Sequence) -> list[Operation]:
+    """All operations reachable from ``outputs``, producers before consumers."""
+    order, seen = [], set()
+
+    def visit(op):
+        if id(op) in seen:
+            return
+        seen.add(id(op))
+        for t in op.input_tensors:
+            visit(t.op)
+        order.append(op)
+
+    for o in outputs:
+        visit(o)
+    return order
