@@ -84,6 +84,10 @@ class Lin:
         dt = self.dtype
         items = sorted(self.terms.values(), key=lambda ac: (ac[1] < 0, -abs(ac[1])))
         out = None
+        if items and items[0][1] < 0 and self.const > 0:  # 1024 - i*6, not 0 - i*6 + 1024
+            out, self_const = Const(self.const, dt), 0
+        else:
+            self_const = self.const
         for atom, c in items:
             mag = abs(c)
             t = atom if mag == 1 else Binary("mul", atom, Const(mag, dt), dt)
@@ -93,8 +97,8 @@ class Lin:
                 out = Binary("add" if c > 0 else "sub", out, t, dt)
         if out is None:
             return Const(self.const, dt)
-        if self.const:
-            out = Binary("add" if self.const > 0 else "sub", out, Const(abs(self.const), dt), dt)
+        if self_const:
+            out = Binary("add" if self_const > 0 else "sub", out, Const(abs(self_const), dt), dt)
         return out
 
 
