@@ -23,7 +23,7 @@ from .expr import Binary, Cmp, Const, Expr, Load, Reduce, TensorRead, Var, map_c
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
 from .schedule import Schedule, Split, Stage
-from .simplify import INF, Lin, bounds, simplify
+from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 
 STACK_LIMIT = 32 * 1024  # bytes; larger local buffers go on the heap
@@ -75,7 +75,7 @@ class Lowering:
     def __init__(self, sch: Schedule, args, name: str):
         self.sch = sch
         self.name = name
-        self.ranges = {}
+        self.ranges = Ranges()
         self.nests: dict[Stage, StageNest] = {}
         self.bodies: dict[Stage, Expr] = {}
         self.in_progress: set = set()
@@ -258,6 +258,8 @@ class Lowering:
         for iv in st.leaf_iter_vars:
             hi = bounds(ext[iv], self.ranges)[1]
             self.ranges[iv.var] = (0, hi - 1 if hi != INF else INF)
+            if hi == INF:
+                self.ranges.extents[iv.var] = ext[iv]
         n.leaf_ext = {iv: ext[iv] for iv in st.leaf_iter_vars}
         # values of every iteration variable in terms of the leaves
         val = {iv: iv.var for iv in st.leaf_iter_vars}
@@ -306,7 +308,7 @@ class Lowering:
             n = self.nest(st)
             if n.buffer is not None:
                 continue
-            sizes = [bounds(e, self.ranges)[1] for _, e in n.region]
+            sizes = [upper_bound(e, self.ranges) for _, e in n.region]
             if st.attach is not None and all(s != INF for s in sizes):
                 shape = tuple(Const(max(int(s), 1), "int64") for s in sizes)
                 n.local = True

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute
 from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store, seq
-from .simplify import INF, Lin, bounds, simplify
+from .simplify import INF, Lin, Ranges, simplify
 
 MAX_UNROLL = 64
 
@@ -51,10 +51,7 @@ def simplify_stmt(s, ranges: dict):
             return None
         if isinstance(ext, Const) and ext.value == 1:
             return simplify_stmt(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}), ranges)
-        hi = bounds(ext, ranges)[1]
-        inner = dict(ranges)
-        inner[s.var] = (0, hi - 1 if hi != INF else INF)
-        body = simplify_stmt(s.body, inner)
+        body = simplify_stmt(s.body, ranges.child(s.var, ext))
         return None if body is None else For(s.var, ext, s.kind, body)
     if isinstance(s, Store):
         return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
@@ -159,7 +156,7 @@ def unroll(s, ranges: dict):
 
 
 def finalize(func: LoweredFunc) -> LoweredFunc:
-    ranges = {v: (0, INF) for v in func.size_vars}
+    ranges = Ranges({v: (0, INF) for v in func.size_vars})
     body = simplify_stmt(func.body, ranges)
     body = simplify_stmt(guards_to_bounds(body), ranges)
     body = unroll(body, ranges)

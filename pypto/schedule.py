@@ -301,11 +301,6 @@ class Schedule:
     def __repr__(self):
         return f"Schedule({', '.join(st.name for st in self.stages)})"
 
-    def explain(self) -> str:
-        from .explain import explain
-
-        return explain(self)
-
     def _insert_before(self, new: Stage, before: list[Stage]):
         pos = min(self.stages.index(b) for b in before)
         self.stages.insert(pos, new)

@@ -29,7 +29,25 @@ from .expr import (
 )
 
 INF = math.inf
-Ranges = dict  # Var -> (lo, hi) inclusive, python numbers (+-inf when unknown)
+
+
+class Ranges(dict):
+    """Var -> inclusive (lo, hi) python numbers (+-inf when unknown); ``extents``
+    holds the symbolic extent of loop variables whose bound is not a number."""
+
+    def __init__(self, *a, extents=None, **kw):
+        super().__init__(*a, **kw)
+        self.extents = dict(extents or {})
+
+    def child(self, var=None, extent=None) -> Ranges:
+        """A copy with ``var`` ranging over ``[0, extent)``."""
+        r = Ranges(self, extents=self.extents)
+        if var is not None:
+            hi = bounds(extent, self)[1]
+            r[var] = (0, hi - 1 if hi != INF else INF)
+            if hi == INF:
+                r.extents[var] = extent
+        return r
 
 
 def _is_int(e: Expr) -> bool:
@@ -247,7 +265,29 @@ class Simplifier:
         return rule(e) if rule else e
 
     def bounds(self, e):
-        return bounds(e, self.ranges)
+        lo, hi = bounds(e, self.ranges)
+        extents = getattr(self.ranges, "extents", None)
+        if extents and (lo == -INF or hi == INF):
+            slo, shi = self.symbolic_bounds(Lin.of(e), extents)
+            lo, hi = max(lo, slo), min(hi, shi)
+        return lo, hi
+
+    def symbolic_bounds(self, lin: Lin, extents: dict) -> tuple:
+        """Bounds found by putting loop variables at 0 or ``extent - 1`` symbolically,
+        so that ``n - i`` is at least 1 inside ``for (i, 0, n)``."""
+        out = []
+        for want_low in (True, False):
+            acc = Lin({}, lin.const, lin.dtype)
+            for atom, c in lin.terms.values():
+                ext = extents.get(atom) if isinstance(atom, Var) else None
+                if ext is not None and (c > 0) != want_low:
+                    acc = acc.plus(Lin.of(ext).scale(c, lin.dtype), 1, lin.dtype)
+                    acc = acc.plus(Lin({}, -c, lin.dtype), 1, lin.dtype)
+                elif ext is None:
+                    acc = acc.plus(Lin({skey(atom): [atom, c]}, 0, lin.dtype), 1, lin.dtype)
+            b = bounds(acc.to_expr(), self.ranges)
+            out.append(b[0] if want_low else b[1])
+        return tuple(out)
 
     def binary(self, e: Binary) -> Expr:
         a, b, op, dt = e.a, e.b, e.op, e.dtype
@@ -405,7 +445,9 @@ def const_value(e: Expr, ranges: Ranges | None = None):
 
 
 def upper_bound(e: Expr, ranges: Ranges) -> float:
-    return bounds(simplify(e, ranges), ranges)[1]
+    """A numeric upper bound of ``e`` (inf when unknown)."""
+    sim = Simplifier(ranges)
+    return sim.bounds(sim(e))[1]
 
 
 def prove(cond: Expr, ranges: Ranges | None = None) -> bool:
