@@ -1,0 +1,1 @@
+"""Benchmarks: each compares pypto against numpy (and PyTorch where installed) in one run."""

@@ -1,0 +1,57 @@
+"""Shared benchmark helpers: timing medians, thread-count workers, tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def median_seconds(fn, number: int = 3, repeat: int = 7, warmup: int = 2) -> float:
+    """Median over ``repeat`` of the mean time of ``number`` calls, after warm-up."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t0) / number)
+    return float(np.median(times))
+
+
+def run_workers(script: str, threads, extra_args=()) -> dict:
+    """Run ``script --worker`` once per thread count (numpy and OpenMP pinned to it).
+
+    Thread counts of BLAS libraries are fixed when they load, so each count
+    gets its own process; inside it, pypto and the references are measured
+    in the same run.
+    """
+    out = {}
+    for t in threads:
+        env = dict(
+            os.environ, OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), MKL_NUM_THREADS=str(t)
+        )
+        r = subprocess.run(
+            [sys.executable, script, "--worker", *extra_args],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr)
+            raise SystemExit(f"benchmark worker for {t} thread(s) failed")
+        out[t] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def table(headers, rows) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).rjust(w) for h, w in zip(headers, widths))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join([line, sep, *body])

@@ -1,0 +1,21 @@
+import os
+import tempfile
+
+import pytest
+
+# Tests build into a private cache so they measure real compiles and never
+# reuse objects from a developer's ~/.cache/pypto.
+os.environ.setdefault("PYPTO_CACHE_DIR", tempfile.mkdtemp(prefix="pypto-test-cache-"))
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/* from the current output",
+    )
+
+
+@pytest.fixture
+def update_golden(request):
+    return request.config.getoption("--update-golden")
