@@ -60,8 +60,8 @@ def worker(sizes):
         mod(a, b, c)
         np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3 * n)
         number = max(1, int(2e8 / n**3))
-        t_pt = median_seconds(lambda: mod(a, b, c), number=number)
-        t_np = median_seconds(lambda: np.matmul(a, b, out=c), number=number)
+        t_pt = median_seconds(lambda m=mod, a=a, b=b, c=c: m(a, b, c), number=number)
+        t_np = median_seconds(lambda a=a, b=b, c=c: np.matmul(a, b, out=c), number=number)
         out[n] = {"pypto": 2 * n**3 / t_pt / 1e9, "numpy": 2 * n**3 / t_np / 1e9}
     print(json.dumps(out))
 

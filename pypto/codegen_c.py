@@ -205,7 +205,8 @@ class CodeGen:
         self.ranges[s.var] = (0, hi - 1 if hi != INF else INF)
         if s.kind == "parallel" and self.parallel_depth == 0:
             self.emit(depth, "#pragma omp parallel for schedule(static)")
-        elif s.kind == "vectorized":
+        elif s.kind == "vectorized" and not _has_inner_annotated_loop(s.body):
+            # OpenMP forbids a simd or parallel region nested in a simd loop
             self.emit(depth, "#pragma omp simd")
         elif s.kind == "unrolled":
             self.emit(depth, "#pragma GCC unroll 8")
@@ -301,6 +302,10 @@ class CodeGen:
         out.append("}")
         self.fname = fname
         return "\n".join(out) + "\n"
+
+
+def _has_inner_annotated_loop(s) -> bool:
+    return any(isinstance(x, For) and x.kind in ("vectorized", "parallel") for x in walk_stmts(s))
 
 
 def codegen(func: LoweredFunc, target: Target) -> tuple[str, str]:
