@@ -28,7 +28,8 @@ from .printer import ATOM, Printer
 from .simplify import INF, bounds
 from .target import Target
 
-STACK_LIMIT = 32 * 1024  # bytes: larger local buffers are allocated on the heap
+STACK_LIMIT = 4 * 1024  # bytes: larger local buffers go on the heap (a big stack array
+# next to a register tile invites 4K-aliasing stalls)
 ALIGN = 64
 
 # math function -> (float form, double form); {x} is the argument

@@ -26,8 +26,6 @@ from .schedule import Schedule, Split, Stage
 from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 
-STACK_LIMIT = 32 * 1024  # bytes; larger local buffers go on the heap
-
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
     return Binary(

@@ -7,6 +7,14 @@
 
       for (v, 0, 32) { if (io*32 + v < n) S }  ->  for (v, 0, min(32, n - io*32)) S
 
+- ``partition_loops``: an unrolled or vectorized loop of extent
+  ``min(c, e)`` gets a copy with the constant extent ``c``, chosen once where
+  ``e`` becomes known, so full tiles run with constant trip counts:
+
+      for (io, 0, 171) {                     for (io, 0, 171) {
+        for (k, 0, K)                          if (1024 - io*6 >= 6) { ... for (ic, 0, 6) ... }
+          unrolled for (ic, 0, min(6, 1024 - io*6))   else { ... for (ic, 0, 1024 - io*6) ... }
+
 - ``unroll``: a loop marked unrolled with a constant extent becomes copies
   of its body, each with the loop variable replaced by a constant.
 """
@@ -155,10 +163,85 @@ def unroll(s, ranges: dict):
     return s
 
 
+MAX_PARTITIONS = 3  # nested versions per path: code size grows as 2**n
+
+
+def _min_const(e):
+    """``(c, other)`` if ``e`` is ``min(c, other)`` with a constant ``c``."""
+    if isinstance(e, Binary) and e.op == "min":
+        if isinstance(e.a, Const):
+            return e.a.value, e.b
+        if isinstance(e.b, Const):
+            return e.b.value, e.a
+    return None
+
+
+def _partition_candidate(s, bound: set):
+    from .loop_ir import walk_stmts
+
+    for x in walk_stmts(s):
+        if not isinstance(x, For):
+            continue
+        mc = _min_const(x.extent)
+        if mc is None or not set(_walk_vars(mc[1])) <= bound:
+            continue
+        hot = x.kind in ("unrolled", "vectorized") or any(
+            isinstance(y, For) and y.kind in ("unrolled", "vectorized") for y in walk_stmts(x.body)
+        )
+        if hot:
+            return x.extent, mc
+    return None
+
+
+def _replace_extent(s, key, new: Expr):
+    from .expr import skey
+
+    def go(x):
+        if isinstance(x, Seq):
+            return seq(*[go(y) for y in x.stmts])
+        if isinstance(x, For):
+            ext = new if skey(x.extent) == key else x.extent
+            return For(x.var, ext, x.kind, go(x.body))
+        if isinstance(x, Allocate):
+            return Allocate(x.buffer, x.size, go(x.body))
+        if isinstance(x, IfThenElse):
+            return IfThenElse(x.cond, go(x.then), None if x.else_ is None else go(x.else_))
+        return x
+
+    return go(s)
+
+
+def partition_loops(s, bound: set, budget: int = MAX_PARTITIONS):
+    from .expr import skey
+
+    if s is None:
+        return None
+    if budget > 0:
+        cand = _partition_candidate(s, bound)
+        if cand is not None:
+            ext, (c, e) = cand
+            key = skey(ext)
+            full = partition_loops(_replace_extent(s, key, Const(c, "int64")), bound, budget - 1)
+            rest = partition_loops(_replace_extent(s, key, e), bound, budget - 1)
+            return IfThenElse(Cmp("ge", e, Const(c, "int64")), full, rest)
+    if isinstance(s, Seq):
+        return seq(*[partition_loops(x, bound, budget) for x in s.stmts])
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, partition_loops(s.body, bound | {s.var}, budget))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, s.size, partition_loops(s.body, bound, budget))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(
+            s.cond, partition_loops(s.then, bound, budget), partition_loops(s.else_, bound, budget)
+        )
+    return s
+
+
 def finalize(func: LoweredFunc) -> LoweredFunc:
     ranges = Ranges({v: (0, INF) for v in func.size_vars})
     body = simplify_stmt(func.body, ranges)
     body = simplify_stmt(guards_to_bounds(body), ranges)
+    body = simplify_stmt(partition_loops(body, set(func.size_vars)), ranges)
     body = unroll(body, ranges)
     if body is None:
         body = Seq(())

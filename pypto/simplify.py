@@ -399,7 +399,10 @@ class Simplifier:
             # keep comparisons in the canonical form: terms on the left
             rhs = -diff.const
             diff.const = 0
-            return Cmp(e.op, diff.to_expr(), Const(rhs, diff.dtype))
+            op = e.op
+            if diff.terms and all(c < 0 for _, c in diff.terms.values()):
+                diff, rhs, op = diff.scale(-1, diff.dtype), -rhs, _FLIP[op]
+            return Cmp(op, diff.to_expr(), Const(rhs, diff.dtype))
         return e
 
     def select(self, e: Select) -> Expr:
@@ -421,6 +424,8 @@ class Simplifier:
             return v
         return e
 
+
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
 # (lo, hi) of a - b  ->  True/False when the comparison is decided, else None
 _CMP_PROOF = {
