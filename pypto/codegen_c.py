@@ -178,6 +178,7 @@ class CodeGen:
         self.lines: list[str] = []
         self.parallel_depth = 0
         self.loop_depth = 0
+        self.block_body = None  # the statement that is a loop's whole body
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
         self.frees: list[str] = []
         self.needs_alloc = False
@@ -214,6 +215,7 @@ class CodeGen:
         self.emit(depth, f"for (int64_t {v} = 0; {v} < {ext}; ++{v}) {{")
         self.parallel_depth += s.kind == "parallel"
         self.loop_depth += 1
+        self.block_body = s.body
         self.stmt(s.body, depth + 1)
         self.loop_depth -= 1
         self.parallel_depth -= s.kind == "parallel"
@@ -233,23 +235,34 @@ class CodeGen:
         t = dtypes.dtype(b.dtype).c_storage
         size = s.size
         nbytes = size.value * b.elem_bytes if isinstance(size, Const) else None
-        if nbytes is not None and nbytes <= STACK_LIMIT:
-            self.emit(depth, f"{t} {name}[{size.value}] __attribute__((aligned({ALIGN})));")
+        scoped = self.loop_depth > 0 or name in self.frees
+        on_heap = nbytes is None or nbytes > STACK_LIMIT
+        self.needs_alloc |= on_heap
+        if on_heap and not scoped:
+            # function level: declared NULL up front, freed once at the single exit
+            nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
+            self.cleanups.append(f"{t}* restrict {name} = NULL;")
+            self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t)({nb}));")
+            self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
+            self.frees.append(name)
             self.stmt(s.body, depth)
             return
-        self.needs_alloc = True
-        nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
-        if self.loop_depth:  # freed at the end of its scope, every iteration
-            self.emit(depth, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die((size_t)({nb}));")
-            self.stmt(s.body, depth)
-            self.emit(depth, f"free({name});")
-            return
-        # function level: declared NULL up front, freed once at the single exit
-        self.cleanups.append(f"{t}* restrict {name} = NULL;")
-        self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t)({nb}));")
-        self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
-        self.frees.append(name)
-        self.stmt(s.body, depth)
+        # a block of its own unless it is a loop's whole body: unrolled copies of
+        # the enclosing loop would otherwise declare the buffer twice in one scope
+        braces = s is not self.block_body
+        inner = depth + braces
+        if braces:
+            self.emit(depth, "{")
+        if not on_heap:
+            self.emit(inner, f"{t} {name}[{size.value}] __attribute__((aligned({ALIGN})));")
+            self.stmt(s.body, inner)
+        else:
+            nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
+            self.emit(inner, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die((size_t)({nb}));")
+            self.stmt(s.body, inner)
+            self.emit(inner, f"free({name});")
+        if braces:
+            self.emit(depth, "}")
 
     def if_(self, s: IfThenElse, depth):
         self.emit(depth, f"if ({self.p(s.cond)}) {{")

@@ -352,17 +352,24 @@ exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power = (
 # ---------------------------------------------------------------- traversal
 
 
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# the fields of each node type that hold sub-expressions
+CHILD_FIELDS: dict[type, tuple[str, ...]] = {
+    Var: (),
+    Const: (),
+    Binary: ("a", "b"),
+    Cmp: ("a", "b"),
+    Not: ("a",),
+    Select: ("cond", "t", "f"),
+    Cast: ("value",),
+    Call: ("args",),
+    TensorRead: ("indices",),
+    Reduce: ("source",),
+    Load: ("index",),
+}
 
 
 def child_fields(t: type) -> tuple[str, ...]:
-    """The fields of a node type that hold sub-expressions (cached per type)."""
-    cf = _CHILD_FIELDS.get(t)
-    if cf is None:
-        skip = {"dtype", "op", "name", "value", "tensor", "combiner", "axes", "buffer"}
-        cf = tuple(f.name for f in fields(t) if f.name not in skip)
-        _CHILD_FIELDS[t] = cf
-    return cf
+    return CHILD_FIELDS[t]
 
 
 def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
