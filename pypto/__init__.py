@@ -41,6 +41,7 @@ from .tensor import (
     max,
     min,
     placeholder,
+    rdom,
     reduce_axis,
     sum,
     var,
@@ -51,6 +52,6 @@ __all__ = [
     "Schedule", "Stage", "Module", "Target", "__version__",
     "abs", "cast", "ceil", "const", "erf", "exp", "floor", "if_then_else", "log", "pow", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
-    "var", "placeholder", "compute", "reduce_axis", "create_schedule", "lower", "build",
+    "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
     "set_num_threads",
 ]  # fmt: skip

@@ -112,6 +112,7 @@ class Expr(ExprOp):
 class Var(Expr):
     name: str
     dtype: str = INDEX
+    axis: Any = None  # the IterVar this variable iterates, for loop and reduce axes
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

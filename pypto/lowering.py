@@ -76,6 +76,7 @@ class Lowering:
         self.ranges = Ranges()
         self.nests: dict[Stage, StageNest] = {}
         self.bodies: dict[Stage, Expr] = {}
+        self.lhs: dict[Stage, tuple] = {}  # update stages: the indices they write
         self.in_progress: set = set()
         for st in sch.stages:  # sizes are never negative
             for d in st.op.shape:
@@ -136,19 +137,31 @@ class Lowering:
         for st in self.sch.stages:
             if st.is_placeholder:
                 continue
+            if not st.is_update and len(st.origin_op.updates) != st.n_updates:
+                raise ScheduleError(
+                    f"{st.name} was given update definitions after create_schedule; create the "
+                    "schedule once all updates are defined"
+                )
             body = st.op.body
             if isinstance(body, Reduce):
                 body = Reduce(body.combiner, expand(body.source), body.axes, body.dtype)
             else:
                 body = expand(body)
             self.bodies[st] = body
+            if st.is_update:
+                self.lhs[st] = tuple(expand(i) for i in st.op.lhs)
+
+    def reads(self, st: Stage) -> list:
+        """Every tensor read of a stage, the data-dependent indices of an update included."""
+        exprs = [self.bodies[st], *self.lhs.get(st, ())]
+        return [r for e in exprs for r in _reads(e)]
 
     def _consumers(self) -> dict:
         cons = {st: [] for st in self.sch.stages}
         for st in self.sch.stages:
             if st.is_placeholder or st.inline:
                 continue
-            for e in _reads(self.bodies[st]):
+            for e in self.reads(st):
                 p = self.stage_of(e.tensor)
                 if st not in cons[p]:
                     cons[p].append(st)
@@ -205,7 +218,7 @@ class Lowering:
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
-            for read in _reads(self.bodies[c]):
+            for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:
                     continue
                 for d, idx in enumerate(read.indices):
@@ -237,9 +250,12 @@ class Lowering:
         st = n.stage
         ext = {}
         dom_min = {}
-        spatial = list(st.op.axis)
-        for iv, (m, e) in zip(spatial, n.region):
-            ext[iv], dom_min[iv] = e, m
+        if st.is_update:  # an update iterates its whole reduction domain
+            for iv in st.op.axis:
+                ext[iv], dom_min[iv] = iv.extent, iv.dom_min
+        else:
+            for iv, (m, e) in zip(st.op.axis, n.region):
+                ext[iv], dom_min[iv] = e, m
         for iv in st.op.reduce_axis:
             ext[iv], dom_min[iv] = iv.extent, iv.dom_min
         for rel in st.relations:
@@ -301,7 +317,7 @@ class Lowering:
             else:
                 self.nest(st).buffer = b
         for st in self.sch.stages:
-            if st.is_placeholder or st.inline:
+            if st.is_placeholder or st.inline or st.is_update:
                 continue
             n = self.nest(st)
             if n.buffer is not None:
@@ -343,6 +359,12 @@ class Lowering:
     def stage_stmt(self, st: Stage):
         n = self.nests[st]
         body = self.bodies[st]
+        if st.is_update:
+            buf, idx = self.buffer_index(st.target_stage, self.lhs[st])
+            store = Store(buf, self.lower_expr(n, idx), self.lower_expr(n, body))
+            return self._nest(
+                n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
+            )
         buf, idx = self.buffer_index(st, [iv.var for iv in st.op.axis])
         idx = simplify(self.in_leaves(n, idx), self.ranges)
         leaves = st.leaf_iter_vars
@@ -401,7 +423,7 @@ class Lowering:
         body = seq(*[self.stage_stmt(st) for st in roots])
         for st in reversed(roots):
             b = self.nests[st].buffer
-            if b.scope != "param":
+            if b is not None and b.scope != "param":
                 body = _allocate(b, body)
         for st in self.sch.stages:  # attached stages whose region is not bounded
             n = self.nests.get(st)

@@ -11,8 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ScheduleError
-from .expr import Const, Expr, Reduce, TensorRead, Var, as_expr, map_children, substitute
-from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, collect_ops
+from .expr import Const, Expr, Reduce, TensorRead, as_expr, map_children, substitute
+from .tensor import (
+    ComputeOp,
+    IterVar,
+    Operation,
+    PlaceholderOp,
+    Tensor,
+    UpdateOp,
+    collect_ops,
+    make_iter_var,
+)
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
 
@@ -53,6 +62,9 @@ class Stage:
         self.attach: tuple | None = None  # (stage, ivar) for compute_at
         self.inline = False
         self.scope = "global"
+        self.update_stages: list[Stage] = []  # stages of the update definitions
+        self.target_stage: Stage | None = None  # for an update stage: the pure stage
+        self.n_updates = len(getattr(op, "updates", ()))
         self._reset_leaves()
 
     def _reset_leaves(self):
@@ -65,6 +77,19 @@ class Stage:
     @property
     def name(self) -> str:
         return self.op.name
+
+    def update(self, k: int) -> Stage:
+        """The stage of update definition ``k`` (its loops: ``.op.axis``)."""
+        if not 0 <= k < len(self.update_stages):
+            raise IndexError(
+                f"{self.name} has {len(self.update_stages)} update definition(s), "
+                f"asked for update({k})"
+            )
+        return self.update_stages[k]
+
+    @property
+    def is_update(self) -> bool:
+        return self.target_stage is not None
 
     @property
     def is_placeholder(self) -> bool:
@@ -110,7 +135,7 @@ class Stage:
         while name in taken:
             name = f"{base}{n}"
             n += 1
-        return IterVar(Var(name), Const(0, "int64"), None, kind)
+        return make_iter_var(name, Const(0, "int64"), None, kind)
 
     def _record(self, prim: str, **args):
         self.schedule.steps.append({"stage": self.name, "prim": prim, **args})
@@ -252,6 +277,12 @@ class Stage:
             raise self._err("compute_at", "a placeholder is not computed")
         if self.origin_op in self.schedule.outputs:
             raise self._err("compute_at", "an output is computed at the root")
+        if self.update_stages or self.is_update:
+            raise self._err(
+                "compute_at",
+                "a tensor with update definitions is computed at "
+                "the root, its updates in sequence after it",
+            )
         parent._leaf(ivar, "compute_at")
         self.attach, self.inline = (parent, ivar), False
         self._record("compute_at", parent=parent.name, loop=ivar.name)
@@ -265,6 +296,11 @@ class Stage:
             raise self._err("compute_inline", "a placeholder cannot be inlined")
         if isinstance(self.op.body, Reduce):
             raise self._err("compute_inline", "a reduction cannot be inlined; use compute_at")
+        if self.update_stages or self.is_update:
+            raise self._err(
+                "compute_inline",
+                "a tensor with update definitions has a buffer; it cannot be inlined",
+            )
         if self.origin_op in self.schedule.outputs:
             raise self._err("compute_inline", "an output cannot be inlined")
         self.inline, self.attach = True, None
@@ -290,6 +326,11 @@ class Schedule:
             st = Stage(self, op)
             self.stages.append(st)
             self.stage_map[op] = st
+            for k in range(len(getattr(op, "updates", ()))):
+                ust = Stage(self, UpdateOp(op.output(0), k))
+                ust.target_stage = st
+                st.update_stages.append(ust)
+                self.stages.append(ust)
 
     def __getitem__(self, x) -> Stage:
         op = _as_op(x)
@@ -352,16 +393,18 @@ class Schedule:
         st = self[tensor]
         if st.is_placeholder:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
+        if st.update_stages or st.is_update:
+            raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
         if st.relations or st.attrs or st.attach or st.inline:
             raise ScheduleError(
                 f"cache_write on stage '{st.name}': call it before scheduling the stage"
             )
         op = st.op
         axis = tuple(
-            IterVar(Var(iv.name + ".c"), iv.dom_min, iv.extent, "spatial") for iv in op.axis
+            make_iter_var(iv.name + ".c", iv.dom_min, iv.extent, "spatial") for iv in op.axis
         )
         raxis = tuple(
-            IterVar(Var(iv.name), iv.dom_min, iv.extent, "reduce") for iv in op.reduce_axis
+            make_iter_var(iv.name, iv.dom_min, iv.extent, "reduce") for iv in op.reduce_axis
         )
         mapping = {old.var: new.var for old, new in zip(op.axis + op.reduce_axis, axis + raxis)}
         body = op.body
@@ -386,7 +429,7 @@ class Schedule:
 
 def _copy_op(name: str, tensor: Tensor) -> Tensor:
     axis = tuple(
-        IterVar(Var(f"ax{d}"), Const(0, "int64"), ext, "spatial")
+        make_iter_var(f"ax{d}", Const(0, "int64"), ext, "spatial")
         for d, ext in enumerate(tensor.shape)
     )
     body = tensor[tuple(iv.var for iv in axis)]
@@ -405,7 +448,9 @@ def _replace_reads(op: ComputeOp, mapping: dict) -> ComputeOp:
         body = Reduce(body.combiner, go(body.source), body.axes, body.dtype)
     else:
         body = go(body)
-    return ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis)
+    new = ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis)
+    new.updates = op.updates
+    return new
 
 
 def create_schedule(outputs) -> Schedule:

@@ -11,8 +11,10 @@ are the iteration variables a schedule transforms.
 from __future__ import annotations
 
 import inspect
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from . import dtypes
 from .dtypes import INDEX
@@ -45,6 +47,7 @@ class IterVar(ExprOp):
     dom_min: Expr
     extent: Expr
     kind: str  # "spatial" | "reduce"
+    rdom: Any = None  # the RDom a reduce axis belongs to
 
     @property
     def name(self) -> str:
@@ -73,8 +76,55 @@ def _extent(x, what: str) -> Expr:
     return e
 
 
+def make_iter_var(name: str, dom_min, extent, kind: str) -> IterVar:
+    """An IterVar whose Var knows it (``var.axis``), so expressions lead back to axes."""
+    v = Var(str(name))
+    iv = IterVar(v, dom_min, extent, kind)
+    object.__setattr__(v, "axis", iv)
+    return iv
+
+
+class RDom:
+    """Reduce axes iterated together, first outermost; creation order orders RDoms."""
+
+    _count = itertools.count()
+
+    def __init__(self, axes):
+        self.axes = tuple(axes)
+        self.order = next(RDom._count)
+        for a in self.axes:
+            object.__setattr__(a, "rdom", self)
+
+    def __repr__(self):
+        return f"RDom({', '.join(a.name for a in self.axes)})"
+
+
+def rdom(doms, names="r") -> tuple:
+    """``pt.rdom([(lo, hi), ...], names="t i j")``: one multi-dimensional reduction domain.
+
+    An update definition that mentions any of its axes iterates over all of
+    them, in this order (first outermost).
+    """
+    if isinstance(names, str):
+        names = names.replace(",", " ").split()
+    names = list(names)
+    if len(names) == 1 and len(doms) > 1:
+        names = [f"{names[0]}{d}" for d in range(len(doms))]
+    if len(names) != len(doms):
+        raise TypeError(f"rdom: {len(doms)} ranges but {len(names)} names")
+    axes = tuple(_reduce_iv(d, n) for d, n in zip(doms, names))
+    RDom(axes)
+    return axes
+
+
 def reduce_axis(dom, name: str = "k") -> IterVar:
     """``pt.reduce_axis((lo, hi), name)``: a reduction variable over ``[lo, hi)``."""
+    iv = _reduce_iv(dom, name)
+    RDom((iv,))
+    return iv
+
+
+def _reduce_iv(dom, name: str) -> IterVar:
     if not isinstance(dom, (tuple, list)) or len(dom) != 2:
         raise TypeError(f"reduce_axis takes a (min, max) pair, got {dom!r}")
     lo, hi = _extent(dom[0], "reduce_axis min"), _extent(dom[1], "reduce_axis max")
@@ -83,7 +133,7 @@ def reduce_axis(dom, name: str = "k") -> IterVar:
         if hi.value < lo.value:
             raise ValueError(f"reduce_axis {name!r}: empty range ({lo.value}, {hi.value})")
         ext = Const(hi.value - lo.value, INDEX)
-    return IterVar(Var(str(name)), lo, ext, "reduce")
+    return make_iter_var(name, lo, ext, "reduce")
 
 
 class Operation:
@@ -122,16 +172,46 @@ class ComputeOp(Operation):
         self.body = body
         self.dtype = dtype
         self.shape = tuple(iv.extent for iv in self.axis)
+        self.updates: list = []  # (lhs indices, value, axes) appended by Tensor.__setitem__
         self._out = Tensor(self)
 
     @property
     def input_tensors(self) -> list[Tensor]:
-        seen, out = set(), []
-        for e in walk(self.body):
+        """Tensors read by the definition and by its updates (this one included, if read)."""
+        exprs = [self.body] + [e for lhs, val, _ in self.updates for e in (*lhs, val)]
+        return _reads_of(exprs)
+
+
+def _reads_of(exprs) -> list[Tensor]:
+    seen, out = set(), []
+    for root in exprs:
+        for e in walk(root):
             if isinstance(e, TensorRead) and id(e.tensor) not in seen:
                 seen.add(id(e.tensor))
                 out.append(e.tensor)
-        return out
+    return out
+
+
+class UpdateOp(ComputeOp):
+    """Update definition ``k`` of ``target``: ``target[lhs] = body`` over ``axis``."""
+
+    def __init__(self, target: Tensor, k: int):
+        lhs, body, axes = target.op.updates[k]
+        self.name = f"{target.name}.update({k})"
+        self.target = target
+        self.index = k
+        self.lhs = lhs
+        self.axis = axes
+        self.reduce_axis = ()
+        self.body = body
+        self.dtype = target.dtype
+        self.shape = target.shape
+        self.updates = []
+        self._out = target
+
+    @property
+    def input_tensors(self) -> list[Tensor]:
+        return _reads_of([*self.lhs, self.body])
 
 
 class Tensor:
@@ -169,6 +249,48 @@ class Tensor:
                 raise TypeError(f"index {i} of {self.name} is {i.dtype}, not an integer")
         return TensorRead(self, ind, self.dtype)
 
+    def __setitem__(self, idx, value):
+        """An update definition: ``T[r] = T[r - 1] + X[r]`` over reduce axes / rdoms.
+
+        Updates run after the pure definition, one after another, each over
+        the full domain of every rdom it mentions (first axis outermost).
+        """
+        op = self.op
+        if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp):
+            raise TypeError(f"{self.name}: only a tensor defined by pt.compute takes updates")
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) != self.ndim:
+            raise IndexError(f"{self.name} has {self.ndim} dimension(s), indexed with {len(idx)}")
+        lhs = tuple(as_expr(i) for i in idx)
+        val = as_expr(value, self.dtype)
+        if val.dtype != self.dtype:
+            raise TypeError(
+                f"update of {self.name}: value is {val.dtype}, tensor is {self.dtype}; use pt.cast"
+            )
+        groups = {}
+        for e in (*lhs, val):
+            for x in walk(e):
+                if isinstance(x, Reduce):
+                    raise TypeError(
+                        f"update of {self.name}: a reduction inside an update; "
+                        "compute it as its own tensor first"
+                    )
+                if isinstance(x, Var) and x.axis is not None:
+                    if x.axis.kind != "reduce":
+                        raise TypeError(
+                            f"update of {self.name}: {x.name} is a loop variable of "
+                            "a compute; updates range over pt.reduce_axis/pt.rdom"
+                        )
+                    groups[id(x.axis.rdom)] = x.axis.rdom
+        if not groups:
+            raise TypeError(
+                f"update of {self.name}: it needs at least one reduce axis "
+                "(pt.reduce_axis or pt.rdom) to range over"
+            )
+        axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
+        op.updates.append((lhs, val, axes))
+
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
         return f"Tensor({self.name}, ({dims}), {self.dtype})"
@@ -204,7 +326,7 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
                 f"compute {name!r}: lambda takes {len(names)} argument(s) but shape has "
                 f"{len(shape)} dimension(s)"
             )
-    axis = tuple(IterVar(Var(n), Const(0, INDEX), s, "spatial") for n, s in zip(names, shape))
+    axis = tuple(make_iter_var(n, Const(0, INDEX), s, "spatial") for n, s in zip(names, shape))
     body = as_expr(fcompute(*[iv.var for iv in axis]))
     if dtype is not None:
         body_dtype = dtypes.check(dtype)
