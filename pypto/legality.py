@@ -1,27 +1,178 @@
-"""Legality of loop annotations.
+"""Legality of schedules, decided by the dependence analysis in ``poly``.
 
-A loop may run in parallel or as SIMD lanes only if no iteration depends on
-another. For the pure tensor expressions of ``pt.compute`` the only loops
-that carry a dependence are those derived from reduction axes: every
-iteration of ``k`` reads and writes the same ``C[i, j]``.
+Two checks, each raising ``ScheduleError`` with the stage, the primitive,
+the loop, the dependence in source terms and a witness pair from isl:
+
+- ``check_order``: every dependence stays lexicographically positive under
+  the scheduled loop order (split, fuse, reorder, skew);
+- ``check_carried``: a loop marked parallel or vectorized carries no
+  dependence.
+
+Primitives call ``check_stage`` as they are applied, so the error names the
+call that broke the schedule; ``check_schedule`` runs again at lowering,
+on the final schedule, for every stage.
 """
 
 from __future__ import annotations
 
+import islpy as isl
+
 from .errors import ScheduleError
-from .schedule import Schedule
+from .poly import Dependence, GroupModel, witness
+from .schedule import Fuse, Schedule, Skew, Split, Stage
+
+_VERB = {"parallel": "parallel", "vectorized": "vectorize"}
 
 
-def check_schedule(sch: Schedule) -> None:
-    """Raise ScheduleError for a parallel or vectorized loop that carries a dependence."""
+def _pure(stage: Stage) -> Stage:
+    return stage.target_stage or stage
+
+
+def _model(sch: Schedule, stage: Stage, lowering=None) -> GroupModel | None:
+    from .lowering import Lowering
+
+    pure = _pure(stage)
+    if pure.is_placeholder or pure.inline:
+        return None
+    low = lowering or Lowering(sch, None, "check")
+    for st in (pure, *pure.update_stages):
+        low.nest(st)
+    return GroupModel(pure, low.nests)
+
+
+def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
+    """Check one stage right after a primitive (``call`` is how the error names it)."""
+    pure = _pure(stage)
+    needs_order = bool(pure.update_stages)
+    if loop is None and not needs_order:
+        return  # loop order inside a pure definition is free: reductions commute
+    try:
+        m = _model(sch, stage)
+    except ScheduleError:
+        return  # an unfinished schedule (compute_at pending, ...): lowering checks it
+    if m is None:
+        return
+    if needs_order:
+        check_order(m, stage, call)
+    if loop is not None:
+        check_carried(m, stage, loop, call)
+
+
+def check_schedule(sch: Schedule, lowering) -> None:
+    """Check every stage of a finished schedule (called by ``lower``)."""
     for st in sch.stages:
-        for iv, kind in st.attrs.items():
-            if kind in ("parallel", "vectorized") and iv.kind == "reduce":
-                prim = "parallel" if kind == "parallel" else "vectorize"
-                out = st.op.name
-                idx = ", ".join(a.name for a in st.op.axis)
-                raise ScheduleError(
-                    f"{prim}({iv.name}) on stage '{st.name}' would race: {out}[{idx}] is read "
-                    f"and written by every iteration of {iv.name} (a reduction loop); "
-                    "parallelize a spatial loop, or use rfactor"
-                )
+        if st.is_placeholder or st.inline or st.is_update:
+            continue
+        annotated = [
+            (s, iv, k) for s in (st, *st.update_stages) for iv, k in s.attrs.items() if k in _VERB
+        ]
+        if not st.update_stages and not annotated:
+            continue
+        m = _model(sch, st, lowering)
+        if st.update_stages:
+            check_order(m, st, None)
+        for s, iv, kind in annotated:
+            check_carried(m, s, iv, f"{_VERB[kind]}({iv.name})")
+
+
+def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:
+    if not m.affine:
+        strict = [d for d in m.deps if not d.commutative]
+        if strict:
+            where = call or "the schedule"
+            raise ScheduleError(
+                f"{where} on '{stage.name}' cannot be verified: its loop transformations are "
+                "not affine (a split by a symbolic factor?), and the statements of "
+                f"'{m.stage.name}' depend on each other ({describe(strict[0])}); "
+                "use constant split factors"
+            )
+    found = m.violation()
+    if found is None:
+        return
+    d, pairs = found
+    st = d.dst.stage
+    what = call or f"the loop order ({', '.join(iv.name for iv in st.leaf_iter_vars)})"
+    raise ScheduleError(
+        f"{what} on '{st.name}' would break a dependence: {describe(d)}; the source "
+        f"would no longer run first (witness: {witness(pairs, d, m.params)})"
+    )
+
+
+def check_carried(m: GroupModel, stage: Stage, loop, call: str) -> None:
+    if not m.affine:
+        found = _carried_root_level(m, stage, loop)
+    else:
+        found = m.carried(stage, loop)
+    if found is None:
+        return
+    d, pairs = found
+    if d.commutative:
+        out = m.tensor_op.name
+        idx = ", ".join(iv.name for iv in m.stage.op.axis)
+        raise ScheduleError(
+            f"{call} on stage '{stage.name}' would race: {out}[{idx}] is read and written by "
+            f"every iteration of {loop.name} (a reduction; witness: {witness(pairs, d, m.params)})"
+        )
+    raise ScheduleError(
+        f"{call} on '{stage.name}' would race: {describe(d)}, in another iteration of "
+        f"{loop.name} (witness: {witness(pairs, d, m.params)})"
+    )
+
+
+def describe(d: Dependence) -> str:
+    """A dependence in source terms: ``Y[r] reads Y[r - 1], written by Y[r]``."""
+    src, dst = d.src_access.text, d.dst_access.text
+    if d.kind == "RAW":
+        if (
+            d.dst_access.text == d.dst.lhs_text
+            and d.src_access.text == d.src.lhs_text
+            and d.src is d.dst
+            and d.src.reduction
+        ):
+            return f"{dst} accumulates into itself"
+        return f"{d.dst.lhs_text} reads {dst}, written by {d.src.lhs_text}"
+    if d.kind == "WAR":
+        return f"{d.dst.lhs_text} overwrites the element that {d.src.lhs_text} reads as {src}"
+    return f"{d.dst.lhs_text} and {d.src.lhs_text} write the same element"
+
+
+def _root_sources(stage: Stage, leaf) -> set:
+    """The root loop variables a leaf loop is computed from."""
+    parents = {}
+    for r in stage.relations:
+        if isinstance(r, Split):
+            parents[r.outer] = parents[r.inner] = (r.parent,)
+        elif isinstance(r, Fuse):
+            parents[r.fused] = (r.outer, r.inner)
+        elif isinstance(r, Skew):
+            parents[r.skewed] = (r.inner, r.outer)
+    out, todo = set(), [leaf]
+    while todo:
+        iv = todo.pop()
+        if iv in parents:
+            todo.extend(parents[iv])
+        else:
+            out.add(iv)
+    return out
+
+
+def _carried_root_level(m: GroupModel, stage: Stage, leaf):
+    """Without an affine schedule: a loop carries every dependence whose distance may be
+    non-zero along one of the root variables it is computed from (conservative)."""
+    roots = _root_sources(stage, leaf)
+    for d in m.deps:
+        if d.src is not d.dst or d.src.stage is not stage:
+            continue
+        delta = d.rel.deltas()
+        for k, iv in enumerate(d.src.roots):
+            if iv in roots:
+                nonzero = delta.intersect(_dim_nonzero(delta, k))
+                if not nonzero.is_empty():
+                    return d, d.rel
+    return None
+
+
+def _dim_nonzero(s: isl.Set, k: int) -> isl.Set:
+    space = s.get_space()
+    zero = isl.Set.universe(space).fix_val(isl.dim_type.set, k, isl.Val.zero(s.get_ctx()))
+    return isl.Set.universe(space).subtract(zero)

@@ -22,7 +22,7 @@ from .errors import ScheduleError
 from .expr import Binary, Cmp, Const, Expr, Load, Reduce, TensorRead, Var, map_children, substitute
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
-from .schedule import Schedule, Split, Stage
+from .schedule import Fuse, Schedule, Skew, Split, Stage
 from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 
@@ -82,7 +82,7 @@ class Lowering:
             for d in st.op.shape:
                 for v in _vars(d):
                     self.ranges[v] = (0, INF)
-        self.args = self._check_args(args)
+        self.args = self._check_args(args) if args is not None else []
         self._inline_bodies()
         self.consumers = self._consumers()
 
@@ -265,8 +265,10 @@ class Lowering:
                     ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
                 else:
                     ext[rel.outer], ext[rel.inner] = rel.nparts, _ceildiv(pe, rel.nparts)
-            else:
+            elif isinstance(rel, Fuse):
                 ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
+            else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
+                ext[rel.skewed] = ext[rel.inner] + (ext[rel.outer] - 1) * rel.factor
         for iv in list(ext):
             ext[iv] = simplify(ext[iv], self.ranges)
         for iv in st.leaf_iter_vars:
@@ -275,6 +277,7 @@ class Lowering:
             if hi == INF:
                 self.ranges.extents[iv.var] = ext[iv]
         n.leaf_ext = {iv: ext[iv] for iv in st.leaf_iter_vars}
+        n.ext = ext
         # values of every iteration variable in terms of the leaves
         val = {iv: iv.var for iv in st.leaf_iter_vars}
         conds = []
@@ -285,6 +288,12 @@ class Lowering:
                 total = simplify(ext[rel.outer] * ext[rel.inner] - ext[rel.parent], self.ranges)
                 if not (isinstance(total, Const) and total.value == 0):
                     conds.append((Cmp("lt", v, ext[rel.parent]), rel.parent.kind == "reduce"))
+            elif isinstance(rel, Skew):
+                v = simplify(val[rel.skewed] - val[rel.outer] * rel.factor, self.ranges)
+                val[rel.inner] = v
+                red = rel.inner.kind == "reduce"
+                conds.append((Cmp("ge", v, Const(0, "int64")), red))
+                conds.append((Cmp("lt", v, ext[rel.inner]), red))
             else:
                 f, inner_ext = val[rel.fused], ext[rel.inner]
                 val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
@@ -515,5 +524,6 @@ def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
     """``pt.lower(s, args, name)``: the loop IR of a schedule (``print`` it to read it)."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
-    check_schedule(sch)
-    return Lowering(sch, args, name).run()
+    low = Lowering(sch, args, name)
+    check_schedule(sch, low)
+    return low.run()

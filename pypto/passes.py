@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute
 from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store, seq
-from .simplify import INF, Lin, Ranges, simplify
+from .simplify import FLIP, INF, Lin, Ranges, simplify
 
 MAX_UNROLL = 64
 
@@ -87,18 +87,24 @@ def _conjuncts(c: Expr):
 
 
 def _bound_on(cond: Expr, v: Var):
-    """If ``cond`` is ``a*v + rest < c`` (a > 0, rest free of v), the bound ``v < e``."""
-    if not (isinstance(cond, Cmp) and cond.op in ("lt", "le") and isinstance(cond.b, Const)):
+    """If ``cond`` bounds ``v`` from above (``a*v + rest < c``, a > 0, rest free of v,
+    or the same with both sides negated), the exclusive bound ``e`` in ``v < e``."""
+    if not (isinstance(cond, Cmp) and isinstance(cond.b, Const)):
         return None
     lin = Lin.of(cond.a)
     term = lin.terms.get(("v", id(v)))
-    if term is None or term[1] <= 0:
+    if term is None or cond.op in ("eq", "ne"):
         return None
-    a = term[1]
+    op, limit = cond.op, cond.b.value
+    if term[1] < 0:  # -a*v + rest >= c  is  a*v - rest <= -c
+        lin, limit, op = lin.scale(-1, lin.dtype), -limit, FLIP[op]
+    if op not in ("lt", "le"):
+        return None
+    a = lin.terms[("v", id(v))][1]
     rest = Lin({k: t for k, t in lin.terms.items() if t[0] is not v}, lin.const, "int64")
     if any(v is x for x in _walk_vars(rest.to_expr())):
         return None
-    limit = cond.b.value + (1 if cond.op == "le" else 0)
+    limit += 1 if op == "le" else 0
     num = Lin({}, limit, "int64").plus(rest, -1, "int64").to_expr()
     if a == 1:
         return num

@@ -42,6 +42,16 @@ class Fuse:
     fused: IterVar
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Skew:
+    """``skewed = inner + factor * outer``; ``inner`` is ``skewed - factor * outer``."""
+
+    outer: IterVar
+    inner: IterVar
+    skewed: IterVar
+    factor: int
+
+
 def _as_op(x) -> Operation:
     if isinstance(x, Tensor):
         return x.op
@@ -120,17 +130,12 @@ class Stage:
     def _known(self, iv) -> bool:
         if iv in self.root_iter_vars:
             return True
-        for r in self.relations:
-            if iv in ((r.outer, r.inner) if isinstance(r, Split) else (r.fused,)):
-                return True
-        return False
+        return any(iv in _created(r) for r in self.relations)
 
     def _new_iv(self, name: str, kind: str) -> IterVar:
         taken = {v.name for v in self.root_iter_vars}
         for r in self.relations:
-            taken.update(
-                v.name for v in ((r.outer, r.inner) if isinstance(r, Split) else (r.fused,))
-            )
+            taken.update(v.name for v in _created(r))
         base, n = name, 1
         while name in taken:
             name = f"{base}{n}"
@@ -204,6 +209,7 @@ class Stage:
         for p, iv in zip(pos, ivars):
             self.leaf_iter_vars[p] = iv
         self._record("reorder", loops=[iv.name for iv in ivars])
+        self._check(f"reorder({', '.join(iv.name for iv in ivars)})")
 
     def fuse(self, *ivars) -> IterVar:
         """Fuse adjacent loops into one.
@@ -242,6 +248,40 @@ class Stage:
         self._record("fuse", loops=names)
         return fused
 
+    def skew(self, outer: IterVar, inner: IterVar, factor: int = 1) -> tuple[IterVar, IterVar]:
+        """Skew ``inner`` by ``factor`` times ``outer``: ``inner' = inner + factor * outer``.
+
+            for i in 0..n:                 for i in 0..n:
+              for j in 0..m:        ->       for j' in 0..m + f*(n-1):
+                body(i, j)                     if 0 <= j' - f*i < m: body(i, j' - f*i)
+
+        After ``reorder(j', i)`` each j' is a wavefront whose i iterations may be
+        independent (then ``parallel(i)`` is legal). Returns ``(outer, inner')``.
+        """
+        self._leaf(outer, "skew")
+        self._leaf(inner, "skew")
+        if outer is inner:
+            raise self._err("skew", "needs two different loops")
+        if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
+            raise self._err("skew", f"factor must be a positive integer, got {factor!r}")
+        if self.leaf_iter_vars.index(outer) > self.leaf_iter_vars.index(inner):
+            raise self._err("skew", f"loop {outer.name} must enclose {inner.name}")
+        for iv in (outer, inner):
+            if iv in self.attrs:
+                raise self._err("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+        new = self._new_iv(inner.name + ".skew", inner.kind)
+        self.relations.append(Skew(outer, inner, new, factor))
+        self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new
+        self._record("skew", outer=outer.name, inner=inner.name, factor=factor)
+        self._check(f"skew({outer.name}, {inner.name})")
+        return outer, new
+
+    def _check(self, call: str, loop: IterVar | None = None):
+        """Check the stage now, so that an error names the primitive that broke it."""
+        from .legality import check_stage
+
+        check_stage(self.schedule, self, call, loop)
+
     def _annotate(self, iv, prim: str):
         self._leaf(iv, prim)
         kind = ANNOTATIONS[prim]
@@ -249,6 +289,8 @@ class Stage:
             raise self._err(prim, f"loop {iv.name} is already {self.attrs[iv]}")
         self.attrs[iv] = kind
         self._record(prim, loop=iv.name)
+        if prim != "unroll":
+            self._check(f"{prim}({iv.name})", iv)
 
     def parallel(self, iv):
         """Run a loop's iterations on several threads (OpenMP, static schedule)."""
@@ -305,6 +347,15 @@ class Stage:
             raise self._err("compute_inline", "an output cannot be inlined")
         self.inline, self.attach = True, None
         self._record("compute_inline")
+
+
+def _created(r) -> tuple:
+    """The loop variables a relation creates."""
+    if isinstance(r, Split):
+        return (r.outer, r.inner)
+    if isinstance(r, Fuse):
+        return (r.fused,)
+    return (r.skewed,)
 
 
 def _jsonable(x):

@@ -401,7 +401,7 @@ class Simplifier:
             diff.const = 0
             op = e.op
             if diff.terms and all(c < 0 for _, c in diff.terms.values()):
-                diff, rhs, op = diff.scale(-1, diff.dtype), -rhs, _FLIP[op]
+                diff, rhs, op = diff.scale(-1, diff.dtype), -rhs, FLIP[op]
             return Cmp(op, diff.to_expr(), Const(rhs, diff.dtype))
         return e
 
@@ -425,7 +425,7 @@ class Simplifier:
         return e
 
 
-_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
 # (lo, hi) of a - b  ->  True/False when the comparison is decided, else None
 _CMP_PROOF = {
