@@ -10,6 +10,7 @@ mod = pt.build(s, [A, B, C], target="host")
 from ._version import __version__
 from .dtypes import DTYPES
 from .errors import BuildError, PyptoError, ScheduleError
+from .explain import explain
 from .expr import (
     Expr,
     Var,
@@ -53,5 +54,5 @@ __all__ = [
     "abs", "cast", "ceil", "const", "erf", "exp", "floor", "if_then_else", "log", "pow", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
-    "set_num_threads",
+    "set_num_threads", "explain",
 ]  # fmt: skip

@@ -236,7 +236,7 @@ class GroupModel:
             text = f"{self.tensor_op.name}[{', '.join(v.name for v in spatial)}]"
             writes = [(lhs, text)]
             reads = [(lhs, text)] if s.part == "update" else []
-            s.lhs_text = text
+            s.lhs_text = text + (" (init)" if s.part == "init" else "")
             return writes, reads
         lhs = op.lhs
         text = f"{self.tensor_op.name}[{', '.join(str(i) for i in lhs)}]"

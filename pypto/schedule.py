@@ -205,11 +205,12 @@ class Stage:
             self._leaf(iv, "reorder")
         if len(set(map(id, ivars))) != len(ivars):
             raise self._err("reorder", "a loop is named twice")
+        snap = self._snapshot()
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
         for p, iv in zip(pos, ivars):
             self.leaf_iter_vars[p] = iv
         self._record("reorder", loops=[iv.name for iv in ivars])
-        self._check(f"reorder({', '.join(iv.name for iv in ivars)})")
+        self._check(f"reorder({', '.join(iv.name for iv in ivars)})", snap)
 
     def fuse(self, *ivars) -> IterVar:
         """Fuse adjacent loops into one.
@@ -269,28 +270,47 @@ class Stage:
         for iv in (outer, inner):
             if iv in self.attrs:
                 raise self._err("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+        snap = self._snapshot()
         new = self._new_iv(inner.name + ".skew", inner.kind)
         self.relations.append(Skew(outer, inner, new, factor))
         self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new
         self._record("skew", outer=outer.name, inner=inner.name, factor=factor)
-        self._check(f"skew({outer.name}, {inner.name})")
+        self._check(f"skew({outer.name}, {inner.name})", snap)
         return outer, new
 
-    def _check(self, call: str, loop: IterVar | None = None):
-        """Check the stage now, so that an error names the primitive that broke it."""
+    def _snapshot(self) -> tuple:
+        return (
+            list(self.leaf_iter_vars),
+            list(self.relations),
+            dict(self.attrs),
+            len(self.schedule.steps),
+        )
+
+    def _restore(self, snap: tuple):
+        self.leaf_iter_vars, self.relations, self.attrs, n = snap
+        del self.schedule.steps[n:]
+
+    def _check(self, call: str, snap: tuple, loop: IterVar | None = None):
+        """Check the stage now, so that an error names the primitive that broke it;
+        a refused primitive leaves the schedule as it was."""
         from .legality import check_stage
 
-        check_stage(self.schedule, self, call, loop)
+        try:
+            check_stage(self.schedule, self, call, loop)
+        except ScheduleError:
+            self._restore(snap)
+            raise
 
     def _annotate(self, iv, prim: str):
         self._leaf(iv, prim)
         kind = ANNOTATIONS[prim]
         if iv in self.attrs and self.attrs[iv] != kind:
             raise self._err(prim, f"loop {iv.name} is already {self.attrs[iv]}")
+        snap = self._snapshot()
         self.attrs[iv] = kind
         self._record(prim, loop=iv.name)
         if prim != "unroll":
-            self._check(f"{prim}({iv.name})", iv)
+            self._check(f"{prim}({iv.name})", snap, iv)
 
     def parallel(self, iv):
         """Run a loop's iterations on several threads (OpenMP, static schedule)."""
@@ -392,6 +412,13 @@ class Schedule:
 
     def __repr__(self):
         return f"Schedule({', '.join(st.name for st in self.stages)})"
+
+    def explain(self) -> str:
+        """Per stage: the loop nest, the dependences with their distance vectors, and
+        which loops may be parallelized or vectorized. ``print(s.explain())``."""
+        from .explain import explain
+
+        return explain(self)
 
     def _insert_before(self, new: Stage, before: list[Stage]):
         pos = min(self.stages.index(b) for b in before)

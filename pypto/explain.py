@@ -1,0 +1,103 @@
+"""``s.explain()``: per stage, the loop nest, the dependences and what may run in parallel.
+
+stage 'T.update(0)': T[ri, rj] = max(T[ri - 1, rj], T[ri, rj - 1]) + S[ri, rj]
+  loops:
+    rj.skew  0 .. m + n - 3   serial    parallel: no (carries RAW)   vectorize: no
+    ri       0 .. n - 1       parallel  parallel: yes                vectorize: yes
+  dependences (distance over the loops above):
+    RAW  T[ri, rj] reads T[ri - 1, rj], written by T[ri, rj]   distance (1, 1)
+"""
+
+from __future__ import annotations
+
+from .errors import ScheduleError
+from .legality import _carried_root_level, describe
+from .poly import GroupModel
+from .schedule import Schedule, Stage
+
+
+def _definition(st: Stage) -> str:
+    op = st.op
+    if st.is_update:
+        lhs = ", ".join(str(i) for i in op.lhs)
+        return f"{op.target.name}[{lhs}] = {op.body}"
+    if not hasattr(op, "body"):
+        return "placeholder"
+    idx = ", ".join(iv.name for iv in op.axis)
+    return f"{op.name}[{idx}] = {op.body}"
+
+
+def _leaf_distance(m: GroupModel, d, st: Stage) -> str:
+    if d.src.scheduled is None or d.dst.scheduled is None:
+        return "not affine"
+    delta = d.rel.apply_domain(d.src.scheduled).apply_range(d.dst.scheduled).deltas()
+    out = []
+    for iv in st.leaf_iter_vars:
+        if iv not in d.src.leaf_dims or d.src.leaf_dims.get(iv) != d.dst.leaf_dims.get(iv):
+            out.append("-")
+            continue
+        first, stop = d.src.leaf_dims[iv]
+        parts = []
+        for k in range(first, stop):
+            lo, hi = delta.dim_min_val(k), delta.dim_max_val(k)
+            if lo.is_int() and hi.is_int() and lo.to_python() == hi.to_python():
+                parts.append(str(lo.to_python()))
+            elif lo.is_int() and lo.to_python() >= 0:
+                parts.append("+")
+            else:
+                parts.append("*")
+        out.append(parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")")
+    return "(" + ", ".join(out) + ")"
+
+
+def explain(sch: Schedule) -> str:
+    """Text for every stage: loop nest, dependences (distance vectors), legal annotations."""
+    from .lowering import Lowering
+
+    low = Lowering(sch, None, "explain")
+    lines = []
+    models: dict = {}
+    for st in sch.stages:
+        if st.is_placeholder:
+            continue
+        head = f"stage '{st.name}': {_definition(st)}"
+        if st.inline:
+            lines.append(head + "\n  inlined into its consumers\n")
+            continue
+        try:
+            n = low.nest(st)
+        except ScheduleError as e:
+            lines.append(f"{head}\n  cannot lower yet: {e}\n")
+            continue
+        if st.attach is not None:
+            head += f"\n  computed at {st.attach[0].name}.{st.attach[1].name}"
+        pure = st.target_stage or st
+        if pure not in models:
+            for s in (pure, *pure.update_stages):
+                low.nest(s)
+            models[pure] = GroupModel(pure, low.nests)
+        m = models[pure]
+        lines.append(head)
+        lines.append("  loops:")
+        width = max((len(iv.name) for iv in st.leaf_iter_vars), default=0)
+        for iv in st.leaf_iter_vars:
+            found = m.carried(st, iv) if m.affine else _carried_root_level(m, st, iv)
+            ok = "yes" if found is None else f"no (carries {found[0].kind})"
+            kind = st.attrs.get(iv, "serial")
+            lines.append(
+                f"    {iv.name:<{width}}  0 .. {n.leaf_ext[iv]}   {kind:<10}  "
+                f"parallel/vectorize: {ok}"
+            )
+        deps = [d for d in m.deps if d.dst.stage is st]
+        if deps:
+            lines.append("  dependences (distance over the loops above; - where not shared):")
+            for d in deps:
+                if d.src.stage is not st:
+                    where = f"from stage '{d.src.stage.name}', which runs before"
+                else:
+                    where = "distance " + _leaf_distance(m, d, st)
+                lines.append(f"    {d.kind}  {describe(d)}   {where}")
+        else:
+            lines.append("  dependences: none")
+        lines.append("")
+    return "\n".join(lines)
