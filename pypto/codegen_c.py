@@ -78,6 +78,13 @@ static void* pt_alloc_or_die(size_t bytes) {
 }"""
 
 
+_CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t* status) {
+  if (i >= 0 && i < n) return i;
+  __atomic_store_n(status, -2, __ATOMIC_RELAXED);
+  return 0;
+}"""
+
+
 def _ctype(dt: str) -> str:
     return dtypes.dtype(dt).c_compute
 
@@ -88,6 +95,7 @@ class CPrinter(Printer):
         self.namer = namer
         self.ranges = ranges
         self.helpers: dict[str, str] = {}
+        self.checks = False  # data-dependent indices are checked at run time
 
     def helper(self, kind: str, dt: str) -> str:
         t = _ctype(dt)
@@ -152,6 +160,9 @@ class CPrinter(Printer):
 
     def call(self, e):
         args = [self(a) for a in e.args]
+        if e.name == "checked_index":
+            self.checks = True
+            return f"pt_checked_index({args[0]}, {args[1]}, &status)", ATOM
         if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
             f = "llabs" if dtypes.dtype(e.dtype).bits == 64 else "abs"
             return f"{f}({args[0]})", ATOM
@@ -286,7 +297,7 @@ class CodeGen:
         self.stmt(f.body, 1)
         body = self.lines
         head = [f"int32_t {fname}({', '.join(params) or 'void'}) {{"]
-        if self.frees:
+        if self.frees or self.p.checks:
             head.append("  int32_t status = 0;")
             head.extend("  " + d for d in self.cleanups)
         out = [
@@ -302,7 +313,9 @@ class CodeGen:
         out.extend(self.p.helpers.values())
         if self.needs_alloc:
             out.append(_ALLOC)
-        if self.p.helpers or self.needs_alloc:
+        if self.p.checks:
+            out.append(_CHECKED_INDEX)
+        if self.p.helpers or self.needs_alloc or self.p.checks:
             out.append("")
         out.extend(head)
         out.extend(body)
@@ -312,7 +325,7 @@ class CodeGen:
                 out.append(f"  free({name});")
             out.append("  return status;")
         else:
-            out.append("  return 0;")
+            out.append("  return status;" if self.p.checks else "  return 0;")
         out.append("}")
         self.fname = fname
         return "\n".join(out) + "\n"

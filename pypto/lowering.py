@@ -19,7 +19,21 @@ from __future__ import annotations
 
 from . import passes
 from .errors import ScheduleError
-from .expr import Binary, Cmp, Const, Expr, Load, Reduce, TensorRead, Var, map_children, substitute
+from .expr import (
+    Binary,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Load,
+    Reduce,
+    TensorRead,
+    Var,
+    map_children,
+    substitute,
+    walk,
+)
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
 from .schedule import Fuse, Schedule, Skew, Split, Stage
@@ -347,11 +361,11 @@ class Lowering:
             b = self.placeholder_buf.get(st)
             if b is None:
                 raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
-            return b, _flat(indices, b.shape)
+            return b, _flat(_checked(indices, b.shape), b.shape)
         n = self.nests[st]
         if n.offsets is not None:
             indices = [Binary("sub", i, o, "int64") for i, o in zip(indices, n.offsets)]
-        return n.buffer, _flat(indices, n.buffer.shape)
+        return n.buffer, _flat(_checked(indices, n.buffer.shape), n.buffer.shape)
 
     # ------------------------------------------------------------ statements
 
@@ -453,6 +467,17 @@ class Lowering:
             self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args)
         )
         return passes.finalize(func)
+
+
+def _checked(indices, shape) -> list:
+    """Indices computed from data (``H[X[i]]``) are checked at run time: out of range,
+    the kernel touches element 0 instead and reports an error to the caller."""
+    out = []
+    for i, d in zip(indices, shape):
+        if any(isinstance(x, (TensorRead, Load)) for x in walk(i)):
+            i = Call("checked_index", (Cast(i, "int64") if i.dtype != "int64" else i, d), "int64")
+        out.append(i)
+    return out
 
 
 def _allocate(buf: Buffer, body):

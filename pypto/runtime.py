@@ -200,7 +200,7 @@ class Module:
         status = self._c(*cargs)
         del keep
         if status != 0:
-            raise MemoryError(f"{self.name}: could not allocate its temporary buffers")
+            _raise_status(self.name, status)
 
     def time_evaluator(self, number: int = 10, repeat: int = 5, min_repeat_ms: float = 0):
         """A function that times calls: ``.results`` (s per call, per repeat), ``.median``."""
@@ -210,8 +210,9 @@ class Module:
         def evaluate(*args) -> TimeResult:
             cargs, keep = self._prepare(args)
             fn = self._c
-            if fn(*cargs) != 0:  # warm-up
-                raise MemoryError(f"{self.name}: could not allocate its temporary buffers")
+            status = fn(*cargs)  # warm-up
+            if status != 0:
+                _raise_status(self.name, status)
             n = number
             results = []
             for _ in range(repeat):
@@ -228,6 +229,17 @@ class Module:
             return TimeResult(tuple(results))
 
         return evaluate
+
+
+def _raise_status(name: str, status: int):
+    if status == -1:
+        raise MemoryError(f"{name}: could not allocate its temporary buffers")
+    if status == -2:
+        raise IndexError(
+            f"{name}: an index read from data (such as X[i] in H[X[i]]) is out of "
+            "range; the outputs are incomplete"
+        )
+    raise RuntimeError(f"{name}: the kernel failed with status {status}")
 
 
 def _stores(s):
