@@ -271,6 +271,7 @@ class GroupModel:
         n = self.nests[st]
         ext = n.ext
         coords: dict = {}
+        aliases: dict = {}  # leaf -> the leaf whose time dims it shares
         for d, iv in enumerate(s.roots):
             lo, _ = self._root_range(st, n, iv)
             coords[iv] = [f"(i{d} - {pr(lo)})"]
@@ -279,9 +280,22 @@ class GroupModel:
                 if rel.parent not in coords:
                     continue  # a reduce axis split, seen from the init statement
                 f = ext[rel.inner]
-                if not isinstance(f, Const) or len(coords[rel.parent]) != 1:
+                if len(coords[rel.parent]) != 1:
                     raise NonAffine(f"split of {rel.parent.name}")
                 p = coords[rel.parent][0]
+                if not isinstance(f, Const):
+                    # a symbolic factor is not affine, but while outer and inner stay
+                    # adjacent loops they order exactly like the parent: one dim for both
+                    lv = st.leaf_iter_vars
+                    if (
+                        rel.outer in lv
+                        and rel.inner in lv
+                        and lv.index(rel.inner) == lv.index(rel.outer) + 1
+                    ):
+                        coords[rel.outer], coords[rel.inner] = [p], []
+                        aliases[rel.inner] = rel.outer
+                        continue
+                    raise NonAffine(f"split of {rel.parent.name} by {f}")
                 coords[rel.outer] = [f"floor(({p})/{f.value})"]
                 coords[rel.inner] = [f"(({p}) mod {f.value})"]
             elif isinstance(rel, Fuse):
@@ -313,6 +327,9 @@ class GroupModel:
         else:
             for iv in leaves:
                 self._place(s, iv, coords[iv], out)
+        for inner, outer in aliases.items():
+            if outer in s.leaf_dims:
+                s.leaf_dims[inner] = s.leaf_dims[outer]
         return out
 
     def _place(self, s: Statement, iv, c: list, out: list):

@@ -1,0 +1,395 @@
+"""Recurrences and in-place updates: legal schedules match a sequential reference,
+illegal ones are refused with a message naming the loop and the dependence."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+RNG = np.random.default_rng(7)
+
+
+def run(s, args, *arrays):
+    mod = pt.build(s, args)
+    mod(*arrays)
+    return arrays[-1]
+
+
+# ---------------------------------------------------------------- prefix sum
+
+
+def prefix_sum():
+    n = pt.var("n")
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n,), lambda i: X[i], name="Y")
+    r = pt.reduce_axis((1, n), name="r")
+    Y[r] = Y[r - 1] + X[r]
+    return X, Y, r
+
+
+def ref_prefix(x):
+    y = x.copy()
+    for k in range(1, len(x)):
+        y[k] = y[k - 1] + x[k]
+    return y
+
+
+@pytest.mark.parametrize("size", [1, 2, 17, 100])
+def test_prefix_sum_default_schedule(size):
+    X, Y, r = prefix_sum()
+    s = pt.create_schedule(Y.op)
+    x = RNG.random(size, dtype=np.float32)
+    y = run(s, [X, Y], x, np.full(size, np.nan, np.float32))
+    np.testing.assert_array_equal(y, ref_prefix(x))
+
+
+def test_prefix_sum_split_unroll_and_parallel_init():
+    X, Y, r = prefix_sum()
+    s = pt.create_schedule(Y.op)
+    s[Y].parallel(Y.op.axis[0])  # the pure definition has no dependences
+    u = s[Y].update(0)
+    ro, ri = u.split(r, factor=4)
+    u.unroll(ri)
+    x = RNG.random(37, dtype=np.float32)
+    y = run(s, [X, Y], x, np.empty(37, np.float32))
+    np.testing.assert_array_equal(y, ref_prefix(x))
+
+
+@pytest.mark.parametrize("prim", ["parallel", "vectorize"])
+def test_prefix_sum_parallel_refused(prim):
+    X, Y, r = prefix_sum()
+    s = pt.create_schedule(Y.op)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=rf"{prim}\(r\) on 'Y.update\(0\)' would race: Y\[r\] reads "
+        r"Y\[r - 1\], written by Y\[r\].*witness: r=1 -> r=2",
+    ):
+        getattr(s[Y].update(0), prim)(r)
+
+
+def test_prefix_sum_reversed_split_refused_and_schedule_kept():
+    X, Y, r = prefix_sum()
+    s = pt.create_schedule(Y.op)
+    u = s[Y].update(0)
+    ro, ri = u.split(r, factor=4)
+    before = list(u.leaf_iter_vars)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"reorder\(r.inner, r.outer\) on 'Y.update\(0\)' would break a "
+        r"dependence: Y\[r\] reads Y\[r - 1\]",
+    ):
+        u.reorder(ri, ro)
+    assert u.leaf_iter_vars == before  # a refused primitive changes nothing
+    x = RNG.random(10, dtype=np.float32)
+    np.testing.assert_array_equal(run(s, [X, Y], x, np.empty(10, np.float32)), ref_prefix(x))
+
+
+def test_parallel_inner_split_of_recurrence_refused():
+    X, Y, r = prefix_sum()
+    s = pt.create_schedule(Y.op)
+    u = s[Y].update(0)
+    ro, ri = u.split(r, factor=4)
+    with pytest.raises(pt.ScheduleError, match=r"parallel\(r.inner\) on 'Y.update\(0\)'"):
+        u.parallel(ri)
+    with pytest.raises(pt.ScheduleError, match=r"parallel\(r.outer\) on 'Y.update\(0\)'"):
+        u.parallel(ro)
+
+
+# ---------------------------------------------------------------- IIR filter
+
+
+def test_first_order_iir_filter():
+    n = pt.var("n")
+    X = pt.placeholder((n,), "float64", name="X")
+    Y = pt.compute((n,), lambda i: X[i] * 0.5, name="Y")
+    r = pt.reduce_axis((1, n), name="r")
+    Y[r] = Y[r - 1] * 0.9 + X[r] * 0.5
+    s = pt.create_schedule(Y.op)
+    ro, ri = s[Y].update(0).split(r, nparts=3)
+    x = RNG.random(50)
+    y = run(s, [X, Y], x, np.empty(50))
+    ref = x * 0.5
+    for k in range(1, 50):
+        ref[k] = ref[k - 1] * 0.9 + x[k] * 0.5
+    np.testing.assert_allclose(y, ref, rtol=1e-13)  # the C may fuse multiply-adds
+
+
+# ---------------------------------------------------------------- 2-D dynamic programming
+
+
+def dp():
+    n, m = pt.var("n"), pt.var("m")
+    S = pt.placeholder((n, m), "float32", name="S")
+    T = pt.compute((n, m), lambda i, j: S[i, j], name="T")
+    ri, rj = pt.reduce_axis((1, n), name="ri"), pt.reduce_axis((1, m), name="rj")
+    T[ri, rj] = pt.max(pt.max(T[ri - 1, rj], T[ri, rj - 1]), T[ri - 1, rj - 1]) + S[ri, rj]
+    return S, T, ri, rj
+
+
+def ref_dp(sv):
+    t = sv.copy()
+    for a in range(1, t.shape[0]):
+        for b in range(1, t.shape[1]):
+            t[a, b] = max(t[a - 1, b], t[a, b - 1], t[a - 1, b - 1]) + sv[a, b]
+    return t
+
+
+def check_dp(s, S, T, shape=(9, 13)):
+    sv = RNG.random(shape, dtype=np.float32)
+    np.testing.assert_array_equal(run(s, [S, T], sv, np.empty(shape, np.float32)), ref_dp(sv))
+
+
+def test_dp_default_and_interchange():
+    S, T, ri, rj = dp()
+    s = pt.create_schedule(T.op)
+    check_dp(s, S, T)
+    s[T].update(0).reorder(rj, ri)  # distances (1,0), (0,1), (1,1) stay positive
+    check_dp(s, S, T, (7, 4))
+
+
+@pytest.mark.parametrize("loop", ["ri", "rj"])
+def test_dp_parallel_without_skew_refused(loop):
+    S, T, ri, rj = dp()
+    s = pt.create_schedule(T.op)
+    iv = {"ri": ri, "rj": rj}[loop]
+    with pytest.raises(
+        pt.ScheduleError,
+        match=rf"parallel\({loop}\) on 'T.update\(0\)' would race: T\[ri, rj\] "
+        r"reads T\[.*\], written by T\[ri, rj\]",
+    ):
+        s[T].update(0).parallel(iv)
+
+
+def test_dp_skewed_wavefront_is_parallel():
+    S, T, ri, rj = dp()
+    s = pt.create_schedule(T.op)
+    u = s[T].update(0)
+    ni, nj = u.skew(ri, rj, factor=1)
+    u.reorder(nj, ni)
+    u.parallel(ni)
+    assert "parallel for (ri" in str(pt.lower(s, [S, T]))
+    for shape in [(9, 13), (2, 2), (13, 5)]:
+        check_dp(s, S, T, shape)
+
+
+def test_dp_skew_factor_two_tiled():
+    S, T, ri, rj = dp()
+    s = pt.create_schedule(T.op)
+    u = s[T].update(0)
+    ni, nj = u.skew(ri, rj, factor=2)
+    u.reorder(nj, ni)
+    io, ii = u.split(ni, factor=3)
+    u.vectorize(ii)
+    check_dp(s, S, T, (11, 6))
+
+
+def test_dp_reversed_loop_order_via_skew_refused():
+    # T[ri, rj] = T[ri - 1, rj + 1]: distance (1, -1) forbids interchange
+    n, m = 8, 8
+    S = pt.placeholder((n, m), "float32", name="S")
+    T = pt.compute((n, m), lambda i, j: S[i, j], name="T")
+    ri, rj = pt.reduce_axis((1, n), name="ri"), pt.reduce_axis((0, m - 1), name="rj")
+    T[ri, rj] = T[ri - 1, rj + 1] + S[ri, rj]
+    s = pt.create_schedule(T.op)
+    u = s[T].update(0)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"reorder\(rj, ri\) on 'T.update\(0\)' would break a dependence: "
+        r"T\[ri, rj\] reads T\[ri - 1, rj \+ 1\]",
+    ):
+        u.reorder(rj, ri)
+    ni, nj = u.skew(ri, rj, factor=1)  # distance becomes (1, 0): now interchange is legal
+    u.reorder(nj, ni)
+    sv = RNG.random((n, m), dtype=np.float32)
+    ref = sv.copy()
+    for a in range(1, n):
+        for b in range(0, m - 1):
+            ref[a, b] = ref[a - 1, b + 1] + sv[a, b]
+    np.testing.assert_array_equal(run(s, [S, T], sv, np.empty((n, m), np.float32)), ref)
+
+
+# ---------------------------------------------------------------- Gauss-Seidel sweeps
+
+
+def gauss_seidel(steps=3):
+    n = pt.var("n")
+    U0 = pt.placeholder((n, n), "float32", name="U0")
+    U = pt.compute((n, n), lambda i, j: U0[i, j], name="U")
+    t, i, j = pt.rdom([(0, steps), (1, n - 1), (1, n - 1)], names="t i j")
+    U[i, j] = (U[i - 1, j] + U[i + 1, j] + U[i, j - 1] + U[i, j + 1]) * 0.25
+    return U0, U, (t, i, j)
+
+
+def ref_gs(u0, steps=3):
+    u = u0.copy()
+    n = u.shape[0]
+    for _ in range(steps):
+        for a in range(1, n - 1):
+            for b in range(1, n - 1):
+                u[a, b] = (u[a - 1, b] + u[a + 1, b] + u[a, b - 1] + u[a, b + 1]) * np.float32(0.25)
+    return u
+
+
+def test_gauss_seidel_sweeps():
+    U0, U, (t, i, j) = gauss_seidel()
+    s = pt.create_schedule(U.op)
+    u = s[U].update(0)
+    jo, ji = u.split(j, factor=4)
+    u.unroll(ji)
+    u0 = RNG.random((10, 10), dtype=np.float32)
+    np.testing.assert_array_equal(run(s, [U0, U], u0, np.empty((10, 10), np.float32)), ref_gs(u0))
+
+
+def test_gauss_seidel_time_axis_inside_refused():
+    U0, U, (t, i, j) = gauss_seidel()
+    s = pt.create_schedule(U.op)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"reorder\(i, t\) on 'U.update\(0\)' would break a dependence: "
+        r"U\[i, j\] reads U\[i \+ 1, j\], written by U\[i, j\]",
+    ):
+        s[U].update(0).reorder(i, t)
+
+
+@pytest.mark.parametrize("loop", ["t", "i", "j"])
+def test_gauss_seidel_parallel_refused(loop):
+    U0, U, axes = gauss_seidel()
+    s = pt.create_schedule(U.op)
+    iv = dict(zip("tij", axes))[loop]
+    with pytest.raises(
+        pt.ScheduleError, match=rf"parallel\({loop}\) on 'U.update\(0\)' would race"
+    ):
+        s[U].update(0).parallel(iv)
+
+
+def test_gauss_seidel_wavefront():
+    U0, U, (t, i, j) = gauss_seidel(steps=2)
+    s = pt.create_schedule(U.op)
+    u = s[U].update(0)
+    # within a sweep (t fixed): distances (0,1,0), (0,0,1), and across sweeps (1,-1,0), (1,0,-1)
+    ni, nj = u.skew(i, j, factor=1)  # j' = i + j: (0,1,1), (0,0,1), (1,-1,-1), (1,0,-1)
+    u.reorder(t, nj, ni)  # (0,1,1)->(0,1,1), (0,1,0), (1,-1,-1), (1,-1,0)
+    u.parallel(ni)  # nothing is carried by i inside a wavefront j'
+    u0 = RNG.random((9, 9), dtype=np.float32)
+    np.testing.assert_array_equal(
+        run(s, [U0, U], u0, np.empty((9, 9), np.float32)), ref_gs(u0, steps=2)
+    )
+
+
+# ---------------------------------------------------------------- histogram
+
+
+def histogram(bins=8):
+    n = pt.var("n")
+    X = pt.placeholder((n,), "int32", name="X")
+    H = pt.compute((bins,), lambda b: pt.const(0, "int32"), name="H")
+    r = pt.reduce_axis((0, n), name="r")
+    H[X[r]] += 1
+    return X, H, r
+
+
+def test_histogram():
+    X, H, r = histogram()
+    s = pt.create_schedule(H.op)
+    ro, ri = s[H].update(0).split(r, factor=4)
+    x = RNG.integers(0, 8, 99).astype(np.int32)
+    h = run(s, [X, H], x, np.full(8, -1, np.int32))
+    np.testing.assert_array_equal(h, np.bincount(x, minlength=8))
+
+
+def test_histogram_parallel_refused_conservatively():
+    X, H, r = histogram()
+    s = pt.create_schedule(H.op)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"parallel\(r\) on 'H.update\(0\)' would race: H\[X\[r\]\] and "
+        r"H\[X\[r\]\] write the same element",
+    ):
+        s[H].update(0).parallel(r)
+
+
+def test_histogram_out_of_range_data_raises():
+    X, H, r = histogram()
+    mod = pt.build(pt.create_schedule(H.op), [X, H])
+    x = np.array([1, 2, 8], np.int32)
+    with pytest.raises(IndexError, match="index read from data .* is out of range"):
+        mod(x, np.zeros(8, np.int32))
+
+
+# ---------------------------------------------------------------- several updates, consumers
+
+
+def test_two_updates_and_a_consumer():
+    n = 12
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n,), lambda i: X[i], name="Y")
+    r1 = pt.reduce_axis((1, n), name="r1")
+    Y[r1] = Y[r1 - 1] + X[r1]  # prefix sum
+    r2 = pt.reduce_axis((0, n - 1), name="r2")
+    Y[n - 2 - r2] = Y[n - 2 - r2] + Y[n - 1 - r2]  # then a suffix sum over it
+    Z = pt.compute((n,), lambda i: Y[i] * 2.0, name="Z")
+    s = pt.create_schedule(Z.op)
+    s[Z].vectorize(Z.op.axis[0])
+    x = RNG.integers(0, 9, n).astype(np.float32)
+    z = run(s, [X, Z], x, np.empty(n, np.float32))
+    y = np.cumsum(x)
+    y = np.cumsum(y[::-1])[::-1]
+    np.testing.assert_array_equal(z, y * 2)
+    with pytest.raises(pt.ScheduleError, match=r"parallel\(r2\) on 'Y.update\(1\)' would race"):
+        s[Y].update(1).parallel(r2)
+
+
+def test_update_definition_errors():
+    X, Y, r = prefix_sum()
+    with pytest.raises(TypeError, match="needs at least one reduce axis"):
+        Y[0] = Y[0] + 1.0
+    with pytest.raises(TypeError, match="value is float64, tensor is float32"):
+        Y[r] = pt.cast("float64", Y[r - 1])
+    with pytest.raises(TypeError, match="only a tensor defined by pt.compute"):
+        X[r] = X[r - 1]
+    with pytest.raises(TypeError, match="is a loop variable of a compute"):
+        Y[r] = Y[Y.op.axis[0].var]
+    s = pt.create_schedule(Y.op)
+    with pytest.raises(IndexError, match=r"Y has 1 update definition\(s\), asked for update\(1\)"):
+        s[Y].update(1)
+
+
+def test_compute_at_of_updated_tensor_refused():
+    X, Y, r = prefix_sum()
+    Z = pt.compute(Y.shape, lambda i: Y[i] + 1.0, name="Z")
+    s = pt.create_schedule(Z.op)
+    with pytest.raises(
+        pt.ScheduleError, match="a tensor with update definitions is computed at the root"
+    ):
+        s[Y].compute_at(s[Z], Z.op.axis[0])
+
+
+def test_update_added_after_create_schedule_refused():
+    n = 8
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n,), lambda i: X[i], name="Y")
+    s = pt.create_schedule(Y.op)
+    r = pt.reduce_axis((1, n), name="r")
+    Y[r] = Y[r - 1] + X[r]
+    with pytest.raises(pt.ScheduleError, match="given update definitions after create_schedule"):
+        pt.lower(s, [X, Y])
+
+
+# ---------------------------------------------------------------- explain
+
+
+def test_explain_reports_dependences_and_parallel_loops():
+    S, T, ri, rj = dp()
+    s = pt.create_schedule(T.op)
+    u = s[T].update(0)
+    ni, nj = u.skew(ri, rj, factor=1)
+    u.reorder(nj, ni)
+    text = s.explain()
+    assert "stage 'T.update(0)'" in text
+    lines = text.splitlines()
+    skew_line = next(x for x in lines if x.strip().startswith("rj.skew"))
+    ri_line = next(x for x in lines if x.strip().startswith("ri "))
+    assert "parallel/vectorize: no (carries RAW)" in skew_line
+    assert "parallel/vectorize: yes" in ri_line
+    assert "RAW  T[ri, rj] reads T[ri - 1, rj - 1], written by T[ri, rj]   distance (2, 1)" in text
+    assert pt.explain(s) == text
