@@ -1,4 +1,4 @@
-"""Time the compiler's stages for a 6-loop tiled matmul: lower, C generation, cc.
+"""Time the compiler's stages: lower, C generation, cc, and the isl legality check.
 
     python benchmarks/compile_time.py
 
@@ -37,6 +37,35 @@ def tiled_matmul(n=1024):
     return s, [A, B, C]
 
 
+def skewed_dp():
+    n, m = pt.var("n"), pt.var("m")
+    S = pt.placeholder((n, m), "float32", name="S")
+    T = pt.compute((n, m), lambda i, j: S[i, j], name="T")
+    ri, rj = pt.reduce_axis((1, n), name="ri"), pt.reduce_axis((1, m), name="rj")
+    T[ri, rj] = pt.max(pt.max(T[ri - 1, rj], T[ri, rj - 1]), T[ri - 1, rj - 1]) + S[ri, rj]
+    s = pt.create_schedule(T.op)
+    u = s[T].update(0)
+    ni, nj = u.skew(ri, rj, factor=1)
+    u.reorder(nj, ni)
+    u.parallel(ni)
+    return s, [S, T]
+
+
+def legality_ms(make) -> float:
+    """Median time of the whole-schedule legality check (isl) that ``lower`` runs."""
+    from pypto.legality import check_schedule
+    from pypto.lowering import Lowering
+
+    s, args = make()
+    times = []
+    for _ in range(15):
+        low = Lowering(s, args, "check")
+        t0 = time.perf_counter()
+        check_schedule(s, low)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)) * 1e3
+
+
 def main():
     target = pt.Target("host")
     t_lower, t_gen, t_cc = [], [], []
@@ -59,6 +88,9 @@ def main():
     print(f"  schedule + lower : {ms(t_lower)}")
     print(f"  C generation     : {ms(t_gen)}")
     print(f"  C compiler (cc)  : {ms(t_cc)}")
+    print("legality check (isl), medians")
+    print(f"  tiled matmul, parallel + vectorize : {legality_ms(tiled_matmul):.1f} ms")
+    print(f"  skewed 2-D DP, parallel wavefront  : {legality_ms(skewed_dp):.1f} ms")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ the loop, the dependence in source terms and a witness pair from isl:
 - ``check_carried``: a loop marked parallel or vectorized carries no
   dependence.
 
-Primitives call ``check_stage`` as they are applied, so the error names the
-call that broke the schedule; ``check_schedule`` runs again at lowering,
-on the final schedule, for every stage.
+Primitives on stages of tensors with update definitions call ``check_stage``
+as they are applied, so the error names the call that broke the schedule;
+``check_schedule`` runs at lowering, on the final schedule, for every stage
+(annotations of pure definitions are checked there only: their loop order
+is free, so nothing earlier can be wrong).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
     """Check one stage right after a primitive (``call`` is how the error names it)."""
     pure = _pure(stage)
     needs_order = bool(pure.update_stages)
-    if loop is None and not needs_order:
-        return  # loop order inside a pure definition is free: reductions commute
+    if not needs_order:
+        # A pure definition's only dependences are those of a reduction on itself:
+        # its loop order is free (they commute) and lowering checks its annotations.
+        return
     try:
         m = _model(sch, stage)
     except ScheduleError:

@@ -64,6 +64,7 @@ class Dependence:
     rel: isl.Map  # src instance -> dst instance
     src_access: Access
     dst_access: Access
+    parts: tuple = ()  # for a union of dependences: the ones it merges
 
     @property
     def commutative(self) -> bool:
@@ -112,6 +113,7 @@ class GroupModel:
         self.param_ctx: list[str] = []
         self.statements: list[Statement] = []
         self.affine = True
+        self._prefix_cache: dict = {}
         self._build()
         self.deps = self._dependences()
 
@@ -379,7 +381,7 @@ class GroupModel:
 
     def carried(self, stage: Stage, leaf) -> tuple | None:
         """A dependence carried by ``leaf`` of ``stage``, with witness pairs, or None."""
-        for d in self.deps:
+        for d in self._pair_deps(stage):
             if d.src.stage is not stage or d.dst.stage is not stage:
                 continue
             if leaf not in d.src.leaf_dims or leaf not in d.dst.leaf_dims:
@@ -389,12 +391,44 @@ class GroupModel:
             if d.src.scheduled is None or d.dst.scheduled is None:
                 return d, d.rel  # not affine: assume the worst
             first, stop = d.src.leaf_dims[leaf]
-            pairs = d.rel.intersect(_equal_prefix(d.src, d.dst, first)).subtract(
-                _equal_prefix(d.src, d.dst, stop)
+            pairs = d.rel.intersect(self._equal_prefix(d.src, d.dst, first)).subtract(
+                self._equal_prefix(d.src, d.dst, stop)
             )
             if not pairs.is_empty():
-                return d, pairs
+                for part in d.parts or (d,):  # the dependence behind it
+                    sub = pairs.intersect(part.rel)
+                    if not sub.is_empty():
+                        return part, sub
         return None
+
+    def _pair_deps(self, stage: Stage):
+        """Dependences within ``stage``, merged per statement pair (fewer isl calls)."""
+        merged: dict = {}
+        for d in self.deps:
+            if d.src.stage is stage and d.dst.stage is stage:
+                merged.setdefault((d.src.name, d.dst.name), []).append(d)
+        for parts in merged.values():
+            if len(parts) == 1:
+                yield parts[0]
+                continue
+            rel = parts[0].rel
+            for p in parts[1:]:
+                rel = rel.union(p.rel)
+            yield Dependence(
+                parts[0].src,
+                parts[0].dst,
+                parts[0].kind,
+                rel.coalesce(),
+                parts[0].src_access,
+                parts[0].dst_access,
+                tuple(parts),
+            )
+
+    def _equal_prefix(self, a: Statement, b: Statement, n: int) -> isl.Map:
+        key = (a.name, b.name, n)
+        if key not in self._prefix_cache:
+            self._prefix_cache[key] = _equal_prefix(a, b, n)
+        return self._prefix_cache[key]
 
     def distance_text(self, d: Dependence) -> str:
         """The distance vector in the scheduled loops of the stage (``(0, 1)``, ``(0, +)``)."""
