@@ -20,7 +20,9 @@ from __future__ import annotations
 import islpy as isl
 
 from .errors import ScheduleError
-from .poly import Dependence, GroupModel, witness
+from .expr import Var, walk
+from .loop_ir import Namer
+from .poly import Dependence, GroupModel, IslPrinter, NonAffine, witness
 from .schedule import Fuse, Schedule, Skew, Split, Stage
 
 _VERB = {"parallel": "parallel", "vectorized": "vectorize"}
@@ -71,12 +73,61 @@ def check_schedule(sch: Schedule, lowering) -> None:
             (s, iv, k) for s in (st, *st.update_stages) for iv, k in s.attrs.items() if k in _VERB
         ]
         if not st.update_stages and not annotated:
+            check_shared_regions(sch, st, lowering)
             continue
+        check_shared_regions(sch, st, lowering)
         m = _model(sch, st, lowering)
         if st.update_stages:
             check_order(m, st, None)
         for s, iv, kind in annotated:
             check_carried(m, s, iv, f"{_VERB[kind]}({iv.name})")
+
+
+def check_shared_regions(sch: Schedule, st: Stage, lowering) -> None:
+    """A stage attached inside a parallel loop, into a shared full-size buffer, must not
+    have two iterations of that loop compute the same element (a write-write race)."""
+    if st.attach is None or lowering.local_shape(st) is not None:
+        return
+    n = lowering.nest(st)
+    owner = {iv: s for s in sch.stages for iv in s.leaf_iter_vars}
+    par = [k for k, (iv, _) in enumerate(n.prefix) if owner[iv].attrs.get(iv) == "parallel"]
+    if not par:
+        return
+    names = Namer()
+    pvars = [names(iv.var, "l_" + iv.name) for iv, _ in n.prefix]
+    printer_names = {iv.var: nm for (iv, _), nm in zip(n.prefix, pvars)}
+    params = {}
+    exprs = [e for lo_ext in n.region for e in lo_ext] + [ext for _, ext in n.prefix]
+    for v in (x for e in exprs for x in walk(e)):
+        if isinstance(v, Var) and v not in printer_names:
+            params[v] = printer_names[v] = names(v, "p_" + v.name)
+    pr = IslPrinter(printer_names)
+    try:
+        cons = [f"0 <= {p} < {pr(ext)}" for p, (_, ext) in zip(pvars, n.prefix)]
+        outs = [f"e{d}" for d in range(len(n.region))]
+        cons += [f"{pr(lo)} <= e{d} < {pr(lo)} + {pr(ext)}" for d, (lo, ext) in enumerate(n.region)]
+    except NonAffine:
+        return  # not analysable: the region is recomputed per iteration anyway
+    ps = "[" + ", ".join(params.values()) + "]"
+    region = isl.Map(
+        f"{ps} -> {{ [{', '.join(pvars)}] -> [{', '.join(outs)}] : {' and '.join(cons)} }}"
+    )
+    same = region.apply_range(region.reverse())  # iterations computing a common element
+    for k in par:
+        eq = ", ".join(f"{p} = {q}" for p, q in zip(pvars[:k], [v + "'" for v in pvars[:k]]))
+        prime = ", ".join(v + "'" for v in pvars)
+        cond = (eq + " and " if eq else "") + f"{pvars[k]} != {pvars[k]}'"
+        other = isl.Map(f"{ps} -> {{ [{', '.join(pvars)}] -> [{prime}] : {cond} }}")
+        clash = same.intersect(other)
+        if not clash.is_empty():
+            loop = n.prefix[k][0]
+            q, L = st.attach
+            raise ScheduleError(
+                f"compute_at({st.name}, {q.name}.{L.name}) inside parallel loop {loop.name} "
+                f"would race: different iterations of {loop.name} compute overlapping parts of "
+                f"{st.name} into one shared buffer; attach it where its region has a constant "
+                "size (it then gets a private buffer) or do not parallelize that loop"
+            )
 
 
 def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:

@@ -345,8 +345,8 @@ class Lowering:
             n = self.nest(st)
             if n.buffer is not None:
                 continue
-            sizes = [upper_bound(e, self.ranges) for _, e in n.region]
-            if st.attach is not None and all(s != INF for s in sizes):
+            sizes = self.local_shape(st)
+            if sizes is not None:
                 shape = tuple(Const(max(int(s), 1), "int64") for s in sizes)
                 n.local = True
                 n.offsets = [m for m, _ in n.region]
@@ -355,6 +355,14 @@ class Lowering:
             scope = "local" if n.local else "global"
             n.buffer = Buffer(st.name, st.op.dtype, shape, scope)
         return params
+
+    def local_shape(self, st: Stage):
+        """The constant shape of an attached stage's region (its own small buffer), or None
+        when the region is not bounded and the stage writes a shared, full-size buffer."""
+        if st.attach is None or st in {self.stage_of(t) for t in self.args}:
+            return None
+        sizes = [upper_bound(e, self.ranges) for _, e in self.nest(st).region]
+        return None if any(x == INF for x in sizes) else sizes
 
     def buffer_index(self, st: Stage, indices) -> tuple[Buffer, Expr]:
         if st.is_placeholder:

@@ -393,3 +393,50 @@ def test_explain_reports_dependences_and_parallel_loops():
     assert "parallel/vectorize: yes" in ri_line
     assert "RAW  T[ri, rj] reads T[ri - 1, rj - 1], written by T[ri, rj]   distance (2, 1)" in text
     assert pt.explain(s) == text
+
+
+# ---------------------------------------------------------------- compute_at inside parallel loops
+
+
+def _halo(overlap: bool):
+    n, m = pt.var("n"), pt.var("m")
+    A = pt.placeholder((n, m), "float32", name="A")
+    B = pt.compute((n, m), lambda i, j: A[i, j] * 2.0, name="B")
+    if overlap:  # row i needs rows i - 1 and i of B
+        C = pt.compute((n, m), lambda i, j: B[i, j] + B[pt.max(i - 1, 0), j], name="C")
+    else:
+        C = pt.compute((n, m), lambda i, j: B[i, j] + 1.0, name="C")
+    s = pt.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    s[C].parallel(C.op.axis[0])
+    return s, A, C
+
+
+def test_overlapping_regions_in_a_shared_buffer_refused():
+    s, A, C = _halo(overlap=True)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_at\(B, C.i\) inside parallel loop i would race: different "
+        r"iterations of i compute overlapping parts of B",
+    ):
+        pt.lower(s, [A, C])
+
+
+def test_disjoint_regions_in_a_shared_buffer_accepted():
+    s, A, C = _halo(overlap=False)
+    a = RNG.random((5, 7), dtype=np.float32)
+    np.testing.assert_array_equal(run(s, [A, C], a, np.empty((5, 7), np.float32)), a * 2 + 1)
+
+
+def test_overlapping_regions_with_private_buffers_accepted():
+    n, m = 6, 8
+    A = pt.placeholder((n, m), "float32", name="A")
+    B = pt.compute((n, m), lambda i, j: A[i, j] * 2.0, name="B")
+    C = pt.compute((n, m), lambda i, j: B[i, j] + B[pt.max(i - 1, 0), j], name="C")
+    s = pt.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])  # constant 2 x 8 region: a private buffer
+    s[C].parallel(C.op.axis[0])
+    a = RNG.random((n, m), dtype=np.float32)
+    b = a * 2
+    ref = b + b[np.maximum(np.arange(n) - 1, 0)]
+    np.testing.assert_array_equal(run(s, [A, C], a, np.empty((n, m), np.float32)), ref)
