@@ -58,10 +58,11 @@ def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
         return  # an unfinished schedule (compute_at pending, ...): lowering checks it
     if m is None:
         return
-    if needs_order:
-        check_order(m, stage, call)
-    if loop is not None:
-        check_carried(m, stage, loop, call)
+    check_order(m, stage, call)
+    for iv, kind in stage.attrs.items():  # a reorder can make a marked loop carry a dependence
+        if kind in _VERB:
+            what = call if iv is loop else f"{call}, with {_VERB[kind]}({iv.name}),"
+            check_carried(m, stage, iv, what)
 
 
 def check_schedule(sch: Schedule, lowering) -> None:
