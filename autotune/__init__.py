@@ -1,0 +1,27 @@
+"""autotune: templates, config spaces, isolated measurement, tuners and tuning records.
+
+import autotune as at
+task = at.Task("matmul", (1024, 1024, 1024), target="host")
+at.XGBTuner(task).tune(n_trial=200, measure=at.MeasureOption(number=5, repeat=3),
+                       callbacks=[at.log_to_file("tuning_logs/matmul.jsonl"),
+                                  at.progress_bar()])
+with at.apply_history_best("tuning_logs/matmul.jsonl"):
+    s, args = at.get_template("matmul")(1024, 1024, 1024)
+"""
+
+from .callbacks import log_to_file, progress_bar
+from .dispatch import apply_history_best
+from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, measure
+from .records import Record, append_records, best_by_workload, load_records, pick_best
+from .space import Config, ConfigSpace, SpaceError
+from .task import Task, Template, get_template, list_templates, template, workload_key
+from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner
+from .xgb_tuner import XGBTuner
+
+__all__ = [
+    "apply_history_best", "Record", "append_records", "best_by_workload", "load_records",
+    "pick_best", "Config", "ConfigSpace", "SpaceError", "Task", "Template", "get_template",
+    "list_templates", "template", "workload_key", "log_to_file", "progress_bar", "ErrorKind",
+    "MeasureOption", "MeasureResult", "Measurer", "measure", "GATuner", "GridSearchTuner",
+    "MeasureInput", "RandomTuner", "Tuner", "XGBTuner",
+]  # fmt: skip

@@ -1,0 +1,48 @@
+"""Callbacks of the tuning loop: ``cb(tuner, inputs, results)`` after each batch."""
+
+from __future__ import annotations
+
+from .records import append_records
+from .tuners import to_record
+
+
+class log_to_file:  # noqa: N801 - a callback named like AutoTVM's
+    """Append every measurement to a JSON Lines log (whole lines, safe to share)."""
+
+    def __init__(self, path: str):
+        self.path = str(path)
+
+    def __call__(self, tuner, inputs, results):
+        append_records(self.path, [to_record(i, r) for i, r in zip(inputs, results)])
+
+
+class progress_bar:  # noqa: N801
+    """A tqdm bar: trials done, best GFLOP/s so far, errors."""
+
+    def __init__(self, total: int | None = None, desc: str | None = None, **tqdm_kw):
+        self.total, self.desc, self.kw = total, desc, tqdm_kw
+        self.bar = None
+        self.errors = 0
+
+    def start(self, tuner):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(
+            total=self.total,
+            desc=self.desc or tuner.task.name,
+            unit="trial",
+            dynamic_ncols=True,
+            **self.kw,
+        )
+
+    def __call__(self, tuner, inputs, results):
+        if self.bar is None:
+            self.start(tuner)
+        self.errors += sum(1 for r in results if not r.ok)
+        self.bar.update(len(inputs))
+        self.bar.set_postfix_str(f"best {tuner.best_gflops:.1f} GFLOP/s, {self.errors} errors")
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

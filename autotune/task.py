@@ -1,0 +1,158 @@
+"""Templates and tasks.
+
+    @at.template("matmul")
+    def matmul(cfg, M, N, K, dtype="float32"):
+        ...define knobs on cfg, build a schedule...
+        return s, [A, B, C]
+
+    matmul(1024, 1024, 1024)                 # best recorded config (apply_history_best)
+                                             # or the template's default config
+    task = at.Task("matmul", (1024, 1024, 1024), target="host")
+    task.config_space                        # the knobs; task.instantiate(cfg) -> (s, args)
+
+The config is always passed explicitly to the template function; calling
+the template without one consults ``apply_history_best``, the one context.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+
+from pypto.expr import Binary, Call, Cast, Const, Reduce, Select, walk
+from pypto.simplify import simplify
+from pypto.target import as_target
+from pypto.tensor import ComputeOp, collect_ops
+
+from . import dispatch
+from .space import Config, ConfigSpace, SpaceError
+
+_TEMPLATES: dict = {}
+_BUILTINS_LOADED = False
+
+
+class Template:
+    """A registered schedule template: ``f(cfg, *args) -> (schedule, tensors)``."""
+
+    def __init__(self, name: str, func, reference=None):
+        self.name = name
+        self.func = func
+        self.reference = reference  # optional numpy reference: inputs -> outputs
+        self.module = func.__module__
+        self.__doc__ = func.__doc__
+        self._spaces: dict = {}
+
+    def __repr__(self):
+        return f"Template({self.name!r})"
+
+    def space(self, *args) -> ConfigSpace:
+        """The config space for these arguments (the template run once to define knobs)."""
+        key = json.dumps(list(args))
+        if key not in self._spaces:
+            sp = ConfigSpace()
+            self.func(sp, *args)
+            self._spaces[key] = sp
+        return self._spaces[key]
+
+    def instantiate(self, cfg, *args):
+        """``(schedule, tensors)`` for a Config or a dict of knob values."""
+        if not isinstance(cfg, Config):
+            cfg = self.space(*args).config(cfg)
+        return self.func(cfg, *args)
+
+    def __call__(self, *args, target="host"):
+        """The schedule with the best recorded config, else the default config."""
+        space = self.space(*args)
+        values = dispatch.lookup(workload_key(self.name, args), as_target(target).key)
+        cfg = None
+        if values is not None:
+            try:
+                cfg = space.config(values)
+            except SpaceError:
+                cfg = None  # a record from another version of the template
+        return self.func(cfg or space.default_config(), *args)
+
+
+def template(name: str, reference=None):
+    """Register ``f(cfg, *args)`` as template ``name`` (``reference``: numpy inputs->outputs)."""
+
+    def deco(func):
+        t = Template(name, func, reference)
+        _TEMPLATES[name] = t
+        return t
+
+    return deco
+
+
+def _load_builtins():
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module("autotune.templates")
+
+
+def get_template(name: str) -> Template:
+    """A registered template by name (built-in or user-defined)."""
+    _load_builtins()
+    try:
+        return _TEMPLATES[name]
+    except KeyError:
+        raise KeyError(
+            f"no template named {name!r}; known: {', '.join(list_templates())}"
+        ) from None
+
+
+def list_templates() -> list[str]:
+    _load_builtins()
+    return sorted(_TEMPLATES)
+
+
+def workload_key(name: str, args) -> str:
+    """The string that identifies a workload in records: ``["matmul", [1024, 1024, 1024]]``."""
+    return json.dumps([name, list(args)], separators=(",", ":"))
+
+
+def count_flop(tensors) -> float:
+    """Arithmetic operations of one run, counted from the compute definitions."""
+    ops = collect_ops([t.op for t in tensors])
+    total = 0.0
+    for op in ops:
+        if not isinstance(op, ComputeOp):
+            continue
+        body = op.body
+        per = 0
+        for e in walk(body):
+            if isinstance(e, (Binary, Call, Select)) and not isinstance(e, Cast):
+                per += 1
+        if isinstance(body, Reduce):
+            per += 1  # the combine
+        points = 1
+        for iv in (*op.axis, *op.reduce_axis):
+            ext = simplify(iv.extent)
+            if not isinstance(ext, Const):
+                return math.nan  # symbolic sizes: no count
+            points *= ext.value
+        total += per * points
+    return total
+
+
+class Task:
+    """A template applied to concrete arguments, on a target: what a tuner tunes."""
+
+    def __init__(self, name: str, args, target="host"):
+        self.template = get_template(name) if isinstance(name, str) else name
+        self.name = self.template.name
+        self.args = tuple(args)
+        self.target = as_target(target)
+        self.workload_key = workload_key(self.name, self.args)
+        self.config_space = self.template.space(*self.args)
+        s, tensors = self.template.instantiate(self.config_space.default_config(), *self.args)
+        declared = self.config_space.flop
+        self.flop = declared if declared else count_flop(tensors)
+
+    def instantiate(self, cfg):
+        return self.template.instantiate(cfg, *self.args)
+
+    def __repr__(self):
+        return f"Task({self.name}, {self.args}, target={self.target.name})"

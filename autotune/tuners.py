@@ -1,0 +1,256 @@
+"""Tuners: propose configs, learn from measurements; one shared ``tune`` loop.
+
+Protocol: ``next_batch(n)`` returns unmeasured configs, ``update(inputs,
+results)`` takes what was measured. ``tune`` measures batches until the
+trial budget, the space or the patience (``early_stopping``) runs out.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
+from .records import Record
+from .space import Config, SpaceError
+
+
+@dataclass
+class MeasureInput:
+    task: object
+    config: Config
+
+
+def to_record(inp: MeasureInput, res: MeasureResult) -> Record:
+    return Record(
+        workload=inp.task.workload_key,
+        target=inp.task.target.key,
+        config=inp.config.to_json(),
+        costs=list(res.costs),
+        error=res.error.value if res.error is not None else None,
+        error_msg=res.error_msg,
+        flop=inp.task.flop if inp.task.flop == inp.task.flop else 0.0,
+        build_s=res.build_s,
+        run_s=res.run_s,
+        ts=res.ts,
+    )
+
+
+class Tuner:
+    """Base tuner: bookkeeping of visited configs and the best one so far."""
+
+    model_based = False
+    batch_size = 8
+
+    def __init__(self, task, seed: int | None = None):
+        self.task = task
+        self.space = task.config_space
+        self.rng = random.Random(seed)
+        self.visited: set[int] = set()
+        self.best_config: Config | None = None
+        self.best_cost = math.inf
+        self.best_trial = 0
+        self.trials = 0
+        self.history: list[tuple[Config, MeasureResult]] = []
+
+    @property
+    def best_gflops(self) -> float:
+        flop = self.task.flop
+        if not self.best_config or not flop or flop != flop:
+            return 0.0
+        return flop / self.best_cost / 1e9
+
+    def has_next(self) -> bool:
+        return len(self.visited) < len(self.space)
+
+    def next_batch(self, n: int) -> list[Config]:
+        raise NotImplementedError
+
+    def update(self, inputs: list[MeasureInput], results: list[MeasureResult]) -> None:
+        for inp, res in zip(inputs, results):
+            self.visited.add(inp.config.index)
+            self.history.append((inp.config, res))
+            if res.ok:
+                cost = res.cost
+                if cost < self.best_cost:
+                    self.best_cost, self.best_config = cost, inp.config
+                    self.best_trial = len(self.history)
+
+    def load_history(self, records) -> int:
+        """Take earlier records of this task (same workload and target) as measured:
+        they count as visited and inform the search. Returns how many were used."""
+        inputs, results = [], []
+        for r in records:
+            if r.workload != self.task.workload_key or r.target != self.task.target.key:
+                continue
+            try:
+                cfg = self.space.config(r.config)
+            except SpaceError:
+                continue  # a record from another version of the template
+            if cfg.index in self.visited:
+                continue
+            inputs.append(MeasureInput(self.task, cfg))
+            err = (
+                ErrorKind(r.error)
+                if r.error in ErrorKind._value2member_map_
+                else (None if r.error is None else ErrorKind.UNKNOWN)
+            )
+            results.append(
+                MeasureResult(
+                    costs=list(r.costs),
+                    error=err,
+                    error_msg=r.error_msg,
+                    build_s=r.build_s,
+                    run_s=r.run_s,
+                    ts=r.ts,
+                )
+            )
+        if inputs:
+            self.update(inputs, results)
+        return len(inputs)
+
+    def _unvisited_sample(self, tries: int = 64) -> Config | None:
+        n = len(self.space)
+        if len(self.visited) >= n:
+            return None
+        for _ in range(tries):
+            i = self.rng.randrange(n)
+            if i not in self.visited:
+                return self.space.get(i)
+        for i in range(n):  # nearly exhausted: scan
+            if i not in self.visited:
+                return self.space.get(i)
+        return None
+
+    def tune(
+        self,
+        n_trial: int,
+        measure: MeasureOption | None = None,
+        early_stopping: int | None = None,
+        callbacks=(),
+    ) -> Config | None:
+        """Measure up to ``n_trial`` new configs; returns the best config found."""
+        if n_trial < 0:
+            raise ValueError("n_trial must be non-negative")
+        done = 0
+        for cb in callbacks:
+            start = getattr(cb, "start", None)
+            if start:
+                start(self)
+        with Measurer(measure or MeasureOption()) as m:
+            while done < n_trial and self.has_next():
+                configs = self.next_batch(min(self.batch_size, n_trial - done))
+                configs = [c for c in configs if c.index not in self.visited]
+                if not configs:
+                    break
+                results = m.measure(self.task, configs)
+                inputs = [MeasureInput(self.task, c) for c in configs]
+                self.update(inputs, results)
+                self.trials += len(configs)
+                done += len(configs)
+                for cb in callbacks:
+                    cb(self, inputs, results)
+                if (
+                    early_stopping is not None
+                    and len(self.history) - self.best_trial >= early_stopping
+                ):
+                    break
+        for cb in callbacks:
+            close = getattr(cb, "close", None)
+            if close:
+                close()
+        return self.best_config
+
+
+class RandomTuner(Tuner):
+    """Uniform samples without repetition."""
+
+    def next_batch(self, n):
+        out = []
+        seen = set()
+        for _ in range(n):
+            c = self._unvisited_sample()
+            if c is None:
+                break
+            if c.index not in seen:
+                seen.add(c.index)
+                out.append(c)
+        return out
+
+
+class GridSearchTuner(Tuner):
+    """Every config in index order."""
+
+    def __init__(self, task, seed=None):
+        super().__init__(task, seed)
+        self.cursor = 0
+
+    def next_batch(self, n):
+        out = []
+        while len(out) < n and self.cursor < len(self.space):
+            if self.cursor not in self.visited:
+                out.append(self.space.get(self.cursor))
+            self.cursor += 1
+        return out
+
+
+class GATuner(Tuner):
+    """A genetic algorithm: fitness-proportional parents, knob-wise crossover, mutation."""
+
+    def __init__(
+        self, task, seed=None, pop_size: int = 32, elite: int = 4, mutation_prob: float = 0.15
+    ):
+        super().__init__(task, seed)
+        self.pop_size = max(2, min(pop_size, len(self.space)))
+        self.elite = elite
+        self.mutation_prob = mutation_prob
+        self.queue: list[Config] = []
+        self.scores: dict[int, float] = {}
+
+    def update(self, inputs, results):
+        super().update(inputs, results)
+        for inp, res in zip(inputs, results):
+            self.scores[inp.config.index] = 1.0 / res.cost if res.ok else 0.0
+
+    def _offspring(self) -> list[Config]:
+        ranked = sorted(self.scores.items(), key=lambda kv: -kv[1])
+        parents = [self.space.get(i) for i, _ in ranked[: self.pop_size]]
+        weights = [max(s, 1e-12) for _, s in ranked[: self.pop_size]]
+        out, tries = [], 0
+        seen = set(self.visited)
+        while len(out) < self.pop_size and tries < 20 * self.pop_size:
+            tries += 1
+            a, b = self.rng.choices(parents, weights=weights, k=2)
+            vals = {
+                k: (a.values[k] if self.rng.random() < 0.5 else b.values[k])
+                for k in self.space.knobs
+            }
+            for name, knob in self.space.knobs.items():
+                if self.rng.random() < self.mutation_prob:
+                    vals[name] = self.rng.choice(knob.values)
+            c = Config(self.space, vals)
+            if c.index not in seen:
+                seen.add(c.index)
+                out.append(c)
+        return out
+
+    def next_batch(self, n):
+        out = []
+        while len(out) < n:
+            if not self.queue:
+                if len(self.scores) < self.pop_size or not any(self.scores.values()):
+                    c = self._unvisited_sample()
+                    if c is None:
+                        break
+                    self.queue = [c]
+                else:
+                    self.queue = self._offspring() or [
+                        c for c in [self._unvisited_sample()] if c is not None
+                    ]
+                    if not self.queue:
+                        break
+            c = self.queue.pop(0)
+            if c.index not in self.visited and all(c.index != o.index for o in out):
+                out.append(c)
+        return out

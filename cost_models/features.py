@@ -1,0 +1,216 @@
+"""Features of a lowered kernel: a fixed-length vector from its loop IR.
+
+For the statement that does the most work (the hottest store), the loops
+around it are described innermost first, for up to ``LEVELS`` levels:
+
+    log2 extent, loop kind (serial / parallel / vectorized / unrolled), and
+    for up to ``ACCESSES`` buffer accesses (the store first, then loads by
+    how often they repeat): log2 |stride| of that loop, log2 bytes and log2
+    distinct 64-byte lines touched by the loops from that level inward,
+    log2 reuse (iterations per distinct element).
+
+Then whole-kernel features: flops, bytes, arithmetic intensity, parallel
+and vector extents, local buffers, and the target's vector width and
+cache sizes. The layout is versioned (``SCHEMA``): a saved model refuses
+vectors of another schema.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pypto import dtypes
+from pypto.expr import Binary, Call, Load, Select, Var, walk
+from pypto.loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store
+from pypto.simplify import INF, Lin, Ranges, bounds, simplify
+
+SCHEMA = "pypto-features-v1"
+LEVELS = 6
+ACCESSES = 4
+KINDS = ("serial", "parallel", "vectorized", "unrolled")
+LINE = 64
+
+_LEVEL_NAMES = ["log_extent", *[f"kind_{k}" for k in KINDS]] + [
+    f"acc{a}_{f}"
+    for a in range(ACCESSES)
+    for f in ("log_stride", "log_bytes", "log_lines", "log_reuse")
+]
+_GLOBAL_NAMES = [
+    "log_flops",
+    "log_bytes_unique",
+    "arith_intensity",
+    "log_iterations",
+    "n_stores",
+    "log_parallel_extent",
+    "log_vector_extent",
+    "vector_extent_per_lane",
+    "inner_contiguous",
+    "log_unrolled",
+    "n_local_buffers",
+    "log_local_bytes",
+    "n_guards",
+    "depth",
+    "vector_lanes",
+    "log_l1",
+    "log_l2",
+    "log_l3",
+    "cores",
+]
+FEATURE_NAMES = tuple(f"l{lvl}_{n}" for lvl in range(LEVELS) for n in _LEVEL_NAMES) + tuple(
+    _GLOBAL_NAMES
+)
+N_FEATURES = len(FEATURE_NAMES)
+
+
+def _lg(x: float) -> float:
+    return math.log2(x + 1.0) if x > 0 else 0.0
+
+
+class _Walk:
+    """Collects stores with their enclosing loops, and kernel-wide counts."""
+
+    def __init__(self, func: LoweredFunc):
+        self.ranges = Ranges({v: (0, INF) for v in func.size_vars})
+        self.stores = []  # (Store, [loops outer->inner], iterations)
+        self.locals = []
+        self.guards = 0
+        self.go(func.body, [], 1.0)
+
+    def extent(self, e) -> float:
+        hi = bounds(simplify(e, self.ranges), self.ranges)[1]
+        return 1024.0 if hi == INF else float(max(hi, 0))
+
+    def go(self, s, loops, iters):
+        if s is None:
+            return
+        if isinstance(s, Seq):
+            for x in s.stmts:
+                self.go(x, loops, iters)
+        elif isinstance(s, For):
+            ext = self.extent(s.extent)
+            self.ranges = self.ranges.child(s.var, s.extent)
+            self.go(s.body, loops + [(s, ext)], iters * ext)
+        elif isinstance(s, Allocate):
+            self.locals.append(s)
+            self.go(s.body, loops, iters)
+        elif isinstance(s, IfThenElse):
+            self.guards += 1
+            self.go(s.then, loops, iters)
+            self.go(s.else_, loops, iters)
+        elif isinstance(s, Store):
+            self.stores.append((s, loops, iters))
+
+
+def _flops(e) -> int:
+    return sum(
+        1
+        for x in walk(e)
+        if isinstance(x, (Binary, Call, Select)) and dtypes.dtype(x.dtype).is_float
+    )
+
+
+def _access_stats(index, elem: int, loops, level: int):
+    """Stride of loop ``level`` and the footprint of loops ``level``.. (innermost) for one
+    access with flat ``index``."""
+    lin = Lin.of(index)
+    coeff = {}
+    for atom, c in lin.terms.values():
+        if isinstance(atom, Var):
+            coeff[atom] = c
+    inner = loops[level:]
+    var = loops[level][0].var
+    stride = abs(coeff.get(var, 0))
+    span = 1.0
+    lines = 1.0
+    touched = 1.0
+    small_span = 0.0
+    for loop, ext in inner:
+        c = abs(coeff.get(loop.var, 0))
+        if c == 0:
+            continue
+        span += c * (ext - 1)
+        touched *= ext
+        if c * elem >= LINE:
+            lines *= ext
+        else:
+            small_span += c * (ext - 1)
+    lines *= math.ceil((small_span + 1) * elem / LINE)
+    iterations = math.prod(ext for _, ext in inner)
+    nbytes = min(span, touched) * elem
+    reuse = iterations / max(1.0, min(span, touched))
+    return stride, nbytes, lines, reuse
+
+
+def featurize(func: LoweredFunc, target=None) -> np.ndarray:
+    """A ``float32`` vector of ``N_FEATURES`` features (schema ``SCHEMA``)."""
+    w = _Walk(func)
+    out = np.zeros(N_FEATURES, dtype=np.float32)
+    if not w.stores:
+        return out
+    work = [(_flops(s.value) + 1) * it for s, _, it in w.stores]
+    s, loops, iters = w.stores[int(np.argmax(work))]
+    accesses = [(s.index, s.buffer)]
+    loads = [x for x in walk(s.value) if isinstance(x, Load)]
+    seen = set()
+    for ld in loads:
+        key = (id(ld.buffer), str(ld.index))
+        if key not in seen:
+            seen.add(key)
+            accesses.append((ld.index, ld.buffer))
+    accesses = accesses[:ACCESSES]
+    per = len(_LEVEL_NAMES)
+    for lvl in range(min(LEVELS, len(loops))):
+        depth = len(loops) - 1 - lvl  # innermost first
+        loop, ext = loops[depth]
+        base = lvl * per
+        out[base] = _lg(ext)
+        out[base + 1 + KINDS.index(loop.kind)] = 1.0
+        for a, (index, buf) in enumerate(accesses):
+            stride, nbytes, lines, reuse = _access_stats(index, buf.elem_bytes, loops, depth)
+            k = base + 1 + len(KINDS) + 4 * a
+            out[k : k + 4] = (_lg(stride), _lg(nbytes), _lg(lines), _lg(reuse))
+    flops = sum(_flops(st.value) * it for st, _, it in w.stores)
+    unique = 0.0
+    for p in func.params:
+        n = 1.0
+        for d in p.shape:
+            n *= w.extent(d)
+        unique += n * p.elem_bytes
+    par = math.prod(e for lp, e in loops if lp.kind == "parallel")
+    vec = [e for lp, e in loops if lp.kind == "vectorized"]
+    unrolled = math.prod(e for lp, e in loops if lp.kind == "unrolled")
+    lanes = target.vector_lanes(s.buffer.elem_bytes) if target is not None else 8
+    inner_index = Lin.of(s.index)
+    inner_var = loops[-1][0].var if loops else None
+    contiguous = float(
+        inner_var is not None
+        and any(a is inner_var and c == 1 for a, c in inner_index.terms.values())
+    )
+    local_bytes = 0.0
+    for al in w.locals:
+        local_bytes += w.extent(al.size) * al.buffer.elem_bytes
+    g = LEVELS * per
+    out[g:] = (
+        _lg(flops),
+        _lg(unique),
+        flops / max(unique, 1.0),
+        _lg(iters),
+        len(w.stores),
+        _lg(par),
+        _lg(vec[-1] if vec else 0),
+        (vec[-1] / lanes) if vec else 0.0,
+        contiguous,
+        _lg(unrolled if unrolled > 1 else 0),
+        len(w.locals),
+        _lg(local_bytes),
+        w.guards,
+        len(loops),
+        lanes,
+        _lg(getattr(target, "l1d_bytes", 32768) or 0),
+        _lg(getattr(target, "l2_bytes", 0) or 0),
+        _lg(getattr(target, "l3_bytes", 0) or 0),
+        getattr(target, "cores", 1) or 1,
+    )
+    return out

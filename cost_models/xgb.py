@@ -1,0 +1,133 @@
+"""An XGBoost model that ranks candidate kernels from their features.
+
+It sees arrays only: ``fit(X, y)`` with ``y`` the measured throughput
+(higher is better; failed candidates 0), ``predict(X)`` scores (higher is
+better). The default objective ranks (pairwise) within one group; regression
+on the normalized throughput is an option. ``save``/``load`` keep the
+feature schema and refuse a model trained on another one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from .features import N_FEATURES, SCHEMA
+
+OBJECTIVES = {"rank": "rank:pairwise", "reg": "reg:squarederror"}
+
+
+class SchemaError(ValueError):
+    """A saved model or a feature array of another feature schema."""
+
+
+class XGBoostCostModel:
+    """``fit(X, y)`` / ``predict(X)`` on feature arrays, per hardware target."""
+
+    def __init__(self, target="host", objective: str = "rank", num_rounds: int = 300,
+                 seed: int = 0, **params):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
+        self.target = getattr(target, "key", str(target))
+        self.objective = objective
+        self.num_rounds = num_rounds
+        # rank: compare many random pairs per sample ("mean"), not only the top ones, so
+        # the whole order is learned (the tuner anneals over all of it)
+        rank = {"lambdarank_pair_method": "mean", "lambdarank_num_pair_per_sample": 64}
+        self.params = {"max_depth": 6, "eta": 0.1, "subsample": 0.9, "min_child_weight": 1,
+                       "gamma": 0.0, "lambda": 1.0, "nthread": max(1, (os.cpu_count() or 1)),
+                       "seed": seed, "verbosity": 0, **(rank if objective == "rank" else {}),
+                       **params, "objective": OBJECTIVES[objective]}
+        self.booster = None
+        self.schema = SCHEMA
+        self.n_train = 0
+
+    @staticmethod
+    def _check(X) -> np.ndarray:
+        X = np.asarray(X, dtype=np.float32)
+        if X.ndim != 2 or X.shape[1] != N_FEATURES:
+            raise SchemaError(
+                f"expected features of shape (n, {N_FEATURES}) ({SCHEMA}), got {X.shape}"
+            )
+        return X
+
+    def fit(self, X, y, group=None) -> XGBoostCostModel:
+        """Train on rows ``X`` with throughputs ``y``. ``group``: sizes of consecutive row
+        groups (one per workload) ranked separately; labels are scaled per group."""
+        import xgboost as xgb
+
+        X = self._check(X)
+        y = np.asarray(y, dtype=np.float64)
+        if len(X) != len(y) or len(y) == 0:
+            raise ValueError(f"fit needs as many labels as rows, got {len(X)} and {len(y)}")
+        group = list(group) if group is not None else [len(y)]
+        if sum(group) != len(y):
+            raise ValueError(f"group sizes add up to {sum(group)}, not {len(y)} rows")
+        label = np.zeros_like(y)
+        start = 0
+        for g in group:
+            part = y[start:start + g]
+            top = float(np.max(part)) if len(part) and np.max(part) > 0 else 1.0
+            label[start:start + g] = np.clip(part / top, 0.0, 1.0)
+            start += g
+        d = xgb.DMatrix(X, label=label)
+        # exact splits are both faster and finer than histograms on tuning-sized data
+        params = {"tree_method": "exact" if len(y) < 20000 else "hist", **self.params}
+        if self.objective == "rank":
+            d.set_group(group)
+        self.booster = xgb.train(params, d, num_boost_round=self.num_rounds)
+        self.n_train = len(y)
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        import xgboost as xgb
+
+        if self.booster is None:
+            raise RuntimeError("the cost model is not trained yet (call fit or load)")
+        X = self._check(X)
+        return self.booster.predict(xgb.DMatrix(X))
+
+    @property
+    def trained(self) -> bool:
+        return self.booster is not None
+
+    def save(self, path: str) -> None:
+        if self.booster is None:
+            raise RuntimeError("nothing to save: the model is not trained")
+        raw = self.booster.save_raw(raw_format="json").decode()
+        meta = {
+            "schema": self.schema,
+            "n_features": N_FEATURES,
+            "target": self.target,
+            "objective": self.objective,
+            "num_rounds": self.num_rounds,
+            "n_train": self.n_train,
+            "booster": raw,
+        }
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str) -> XGBoostCostModel:
+        import xgboost as xgb
+
+        with open(path) as f:
+            try:
+                meta = json.load(f)
+            except ValueError:
+                raise SchemaError(f"{path} is not a saved pypto cost model") from None
+        if meta.get("schema") != SCHEMA or meta.get("n_features") != N_FEATURES:
+            raise SchemaError(
+                f"{path} was trained on features {meta.get('schema')!r} "
+                f"({meta.get('n_features')} values); this pypto computes {SCHEMA!r} "
+                f"({N_FEATURES} values): retrain it from the tuning logs"
+            )
+        m = cls(meta["target"], objective=meta["objective"], num_rounds=meta["num_rounds"])
+        m.booster = xgb.Booster()
+        m.booster.load_model(bytearray(meta["booster"].encode()))
+        m.n_train = meta.get("n_train", 0)
+        return m

@@ -1,0 +1,99 @@
+"""Cost model: IR features, the XGBoost ranker, saving and schema checks."""
+
+import json
+
+import numpy as np
+import pytest
+
+import cost_models as cm
+import pypto as pt
+
+TARGET = pt.Target("host")
+
+
+def _matmul(tile_i, tile_j, vec=True, par=False, n=64):
+    A = pt.placeholder((n, n), "float32", name="A")
+    B = pt.placeholder((n, n), "float32", name="B")
+    k = pt.reduce_axis((0, n), name="k")
+    C = pt.compute((n, n), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C.op)
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], tile_i, tile_j)
+    s[C].reorder(io, jo, k, ii, ji)
+    if vec:
+        s[C].vectorize(ji)
+    if par:
+        s[C].parallel(io)
+    return pt.lower(s, [A, B, C])
+
+
+def test_features_are_fixed_length_deterministic_and_named():
+    f = _matmul(4, 16)
+    x1, x2 = cm.featurize(f, TARGET), cm.featurize(f, TARGET)
+    assert x1.shape == (cm.N_FEATURES,) and x1.dtype == np.float32
+    assert len(cm.FEATURE_NAMES) == cm.N_FEATURES == len(set(cm.FEATURE_NAMES))
+    np.testing.assert_array_equal(x1, x2)
+    assert np.all(np.isfinite(x1))
+    names = dict(zip(cm.FEATURE_NAMES, x1))
+    assert names["l0_kind_vectorized"] == 1.0
+    assert names["l0_log_extent"] == pytest.approx(np.log2(17))
+    assert names["vector_lanes"] == TARGET.vector_lanes(4)
+
+
+def test_features_see_the_schedule():
+    base = cm.featurize(_matmul(4, 16), TARGET)
+    names = list(cm.FEATURE_NAMES)
+    par = cm.featurize(_matmul(4, 16, par=True), TARGET)
+    assert par[names.index("log_parallel_extent")] > base[names.index("log_parallel_extent")]
+    novec = cm.featurize(_matmul(4, 16, vec=False), TARGET)
+    assert novec[names.index("l0_kind_vectorized")] == 0.0
+    other = cm.featurize(_matmul(8, 8), TARGET)
+    assert not np.array_equal(base, other)
+
+
+def _synthetic(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, cm.N_FEATURES)).astype(np.float32)
+    y = 3.0 * X[:, 5] + X[:, 17] ** 2 + 0.01 * rng.random(n)  # an obvious ranking
+    return X, y
+
+
+def _spearman(a, b):
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return np.corrcoef(ra, rb)[0, 1]
+
+
+@pytest.mark.parametrize("objective", ["rank", "reg"])
+def test_fit_predict_recovers_a_ranking(objective):
+    X, y = _synthetic()
+    model = cm.XGBoostCostModel(TARGET, objective=objective).fit(X[:150], y[:150])
+    assert _spearman(model.predict(X[150:]), y[150:]) > 0.9
+
+
+def test_save_load_round_trip_and_schema_refusal(tmp_path):
+    X, y = _synthetic()
+    model = cm.XGBoostCostModel(TARGET).fit(X, y)
+    path = str(tmp_path / "m.json")
+    model.save(path)
+    again = cm.XGBoostCostModel.load(path)
+    np.testing.assert_allclose(again.predict(X), model.predict(X), rtol=1e-6)
+    meta = json.load(open(path))
+    meta["schema"] = "pypto-features-v0"
+    json.dump(meta, open(path, "w"))
+    with pytest.raises(cm.SchemaError, match="trained on features 'pypto-features-v0'"):
+        cm.XGBoostCostModel.load(path)
+    with pytest.raises(cm.SchemaError, match=rf"expected features of shape \(n, {cm.N_FEATURES}\)"):
+        model.predict(X[:, :10])
+
+
+def test_grouped_fit_ranks_within_each_workload():
+    X, y = _synthetic(300, seed=1)
+    y[100:] *= 1000.0  # a second workload on another scale
+    model = cm.XGBoostCostModel(TARGET).fit(X, y, group=[100, 200])
+    assert _spearman(model.predict(X), y / np.where(np.arange(300) < 100, 1, 1000)) > 0.9
+    with pytest.raises(ValueError, match="group sizes add up to 10"):
+        model.fit(X, y, group=[5, 5])
+
+
+def test_untrained_model_refuses_to_predict():
+    with pytest.raises(RuntimeError, match="not trained"):
+        cm.XGBoostCostModel(TARGET).predict(np.zeros((1, cm.N_FEATURES)))

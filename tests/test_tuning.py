@@ -1,0 +1,257 @@
+"""Autotuning: spaces, tuners, isolated measurement, records, resume, the CLI."""
+
+import json
+import multiprocessing as mp
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+import tuning_templates  # noqa: F401  (registers the test templates)
+
+import autotune as at
+import pypto as pt
+from autotune.cli import main as cli_main
+
+FAST = at.MeasureOption(number=1, repeat=2, timeout=5)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---------------------------------------------------------------- spaces
+
+
+def test_space_indexing_sampling_and_neighbours():
+    space = at.get_template("toy_matmul").space(32, 32, 16)
+    assert len(space) == 4 * 5 * 2  # tile_i in 1..8, tile_j in 1..16 (powers of 2), unroll
+    for i in range(len(space)):
+        cfg = space.get(i)
+        assert cfg.index == i
+        assert space.config(json.loads(json.dumps(cfg.to_json()))) == cfg
+    rng = random.Random(0)
+    cfg = space.sample(rng)
+    for nb in space.neighbours(cfg, rng, n=10):
+        assert sum(nb.values[k] != cfg.values[k] for k in cfg.values) == 1
+    default = space.default_config()
+    assert default.values == {"tile_i": [-1, 4], "tile_j": [-1, 8], "unroll": 1}
+    assert default.is_fallback and default != space.get(0)
+    with pytest.raises(at.SpaceError, match="not one of its values"):
+        space.config({"tile_i": [-1, 3], "tile_j": [-1, 8], "unroll": 1})
+    with pytest.raises(at.SpaceError, match="unknown knobs"):
+        space.config({**default.values, "bogus": 1})
+
+
+def test_split_policies():
+    sp = at.ConfigSpace()
+    sp.define_split("f", 12, num_outputs=2)
+    sp.define_split("p", 12, num_outputs=3, policy="power2", max_factor=4)
+    sp.define_split("c", 12, policy="candidate", candidate=[[-1, 5], [-1, 7]])
+    assert sp.knobs["f"].values == [[-1, f] for f in (1, 2, 3, 4, 6, 12)]
+    assert [-1, 2, 4] in sp.knobs["p"].values and [-1, 4, 4] not in sp.knobs["p"].values
+    assert sp.knobs["c"].values == [[-1, 5], [-1, 7]]
+    with pytest.raises(at.SpaceError, match="extent must be a constant integer"):
+        sp.define_split("s", pt.var("n"))
+
+
+def test_template_without_records_uses_its_default_config():
+    s, args = at.get_template("toy_matmul")(32, 32, 16)
+    assert ["i.outer", "j.outer", "k", "i.inner", "j.inner"] == [
+        iv.name for iv in s[args[-1]].leaf_iter_vars]
+    assert any(st["prim"] == "split" and st["factor"] == 4 for st in s.steps)
+
+
+# ---------------------------------------------------------------- tuners and records
+
+
+@pytest.mark.parametrize("tuner_cls", [at.RandomTuner, at.GridSearchTuner, at.GATuner])
+def test_tuner_writes_records_and_best_rebuilds(tuner_cls, tmp_path):
+    log = tmp_path / "toy.jsonl"
+    task = at.Task("toy_matmul", (32, 32, 16))
+    tuner = tuner_cls(task, seed=3)
+    best = tuner.tune(6, measure=FAST, callbacks=[at.log_to_file(log)])
+    recs = at.load_records(log)
+    assert len(recs) == 6 and all(r.ok for r in recs)
+    assert len({json.dumps(r.config, sort_keys=True) for r in recs}) == 6
+    assert all(r.workload == task.workload_key and r.target == task.target.key for r in recs)
+    assert all(r.flop == 2 * 32 * 32 * 16 for r in recs)
+    fastest = min(recs, key=lambda r: r.cost)
+    assert best.to_json() == fastest.config
+    with at.apply_history_best(str(log)):
+        s, args = at.get_template("toy_matmul")(32, 32, 16)
+    factors = [st["factor"] for st in s.steps if st["prim"] == "split"]
+    assert factors == [fastest.config["tile_i"][1], fastest.config["tile_j"][1]]
+    mod = pt.build(s, args)
+    a, b = np.random.rand(32, 16).astype("f4"), np.random.rand(16, 32).astype("f4")
+    c = np.empty((32, 32), "f4")
+    mod(a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5)
+
+
+def test_xgb_tuner_end_to_end(tmp_path):
+    log = tmp_path / "xgb.jsonl"
+    task = at.Task("toy_matmul", (32, 32, 16))
+    tuner = at.XGBTuner(task, seed=0, plan_size=8, use_pretrained=False)
+    assert tuner.model_based
+    tuner.tune(20, measure=FAST, callbacks=[at.log_to_file(log)])
+    recs = at.load_records(log)
+    assert len(recs) == 20 and all(r.ok for r in recs)
+    assert len({json.dumps(r.config, sort_keys=True) for r in recs}) == 20
+    assert tuner.model.trained  # the later plans came from the fitted model
+
+
+def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
+    log = tmp_path / "bad.jsonl"
+    task = at.Task("misbehaving", (16, 16, 8))
+    tuner = at.GridSearchTuner(task)
+    opt = at.MeasureOption(number=1, repeat=1, timeout=3)
+    best = tuner.tune(len(task.config_space), measure=opt, callbacks=[at.log_to_file(log)])
+    by_mode = {r.config["mode"]: r for r in at.load_records(log)}
+    assert set(by_mode) == {"ok", "segfault", "hang", "wrong", "illegal", "ok_tiled"}
+    assert by_mode["segfault"].error == "RUNTIME_ERROR"
+    assert "SIGSEGV" in by_mode["segfault"].error_msg
+    assert by_mode["hang"].error == "TIMEOUT"
+    assert by_mode["wrong"].error == "WRONG_ANSWER"
+    assert by_mode["illegal"].error == "INSTANTIATION_ERROR"
+    assert "would race" in by_mode["illegal"].error_msg
+    assert by_mode["ok"].ok and by_mode["ok_tiled"].ok
+    assert best.values["mode"] in ("ok", "ok_tiled")
+
+
+def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
+    log = tmp_path / "mixed.jsonl"
+    good = at.Record(workload=at.workload_key("toy_matmul", [32, 32, 16]), target="x86-avx2",
+                     config={"tile_i": [-1, 2], "tile_j": [-1, 4], "unroll": 0},
+                     costs=[1e-4, 2e-4], flop=1.0)
+    other = json.loads(good.to_json())
+    other["v"] = 99
+    lines = [good.to_json(), "{not json", good.to_json()[:40], json.dumps(other), "[1, 2]",
+             good.to_json()]
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=r"skipped 4 corrupt or unknown-version line\(s\)"):
+        recs = at.load_records(str(log))
+    assert len(recs) == 2 and recs[0].config == good.config
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with at.apply_history_best(str(log)):
+            s, _ = at.get_template("toy_matmul")(32, 32, 16, target="x86-avx2")
+    assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [2, 4]
+
+
+def test_writer_terminates_a_partial_last_line(tmp_path):
+    log = tmp_path / "partial.jsonl"
+    rec = at.Record(workload=at.workload_key("toy_matmul", [8, 8, 8]), target="t",
+                    config={"x": 1}, costs=[1.0])
+    log.write_text(rec.to_json() + "\n" + rec.to_json()[:30])  # a writer killed mid-line
+    at.append_records(str(log), [rec])
+    lines = log.read_text().splitlines()
+    assert len(lines) == 3 and lines[2] == rec.to_json()
+    with pytest.warns(UserWarning, match="skipped 1"):
+        assert len(at.load_records(str(log))) == 2
+
+
+def _writer(path, tag, n):
+    rec = at.Record(workload=at.workload_key("w", [tag]), target="t",
+                    config={"pad": "x" * 5000, "tag": tag}, costs=[1.0])
+    for _ in range(n):
+        at.append_records(path, [rec])
+
+
+def test_two_concurrent_writers_leave_only_whole_lines(tmp_path):
+    log = str(tmp_path / "shared.jsonl")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(log, t, 300)) for t in (1, 2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    lines = open(log).read().splitlines()
+    assert len(lines) == 600
+    tags = [json.loads(line)["config"]["tag"] for line in lines]  # every line parses
+    assert tags.count(1) == 300 and tags.count(2) == 300
+
+
+def test_pick_best(tmp_path):
+    src, dst = tmp_path / "all.jsonl", tmp_path / "best.jsonl"
+    w = at.workload_key("toy_matmul", [8, 8, 8])
+    recs = [at.Record(w, "t", {"c": i}, costs=[c]) for i, c in enumerate([3.0, 1.0, 2.0])]
+    recs.append(at.Record(w, "t", {"c": 9}, costs=[], error="TIMEOUT"))
+    at.append_records(str(src), recs)
+    assert at.pick_best(str(src), str(dst)) == 1
+    (only,) = at.load_records(str(dst))
+    assert only.config == {"c": 1}
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def _cli(args, tmp_path, **kw):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.path.dirname(TESTS)]))
+    return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_killed_run_resumes_without_remeasuring(tmp_path):
+    log = tmp_path / "resume.jsonl"
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "32,32,16", "--trials",
+            "14", "--tuner", "random", "--seed", "5", "--number", "1", "--repeat", "1",
+            "--log", str(log), "--no-progress"]
+    p = _cli(args, tmp_path, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if log.exists() and len(log.read_text().splitlines()) >= 5:
+            break
+        if p.poll() is not None:
+            pytest.fail(f"tuning ended early: {p.stderr.read()}")
+        time.sleep(0.05)
+    os.killpg(p.pid, signal.SIGKILL)  # the tuner, its builders and its runner
+    p.wait()
+    first = at.load_records(str(log))
+    assert 5 <= len(first) < 14
+    p = _cli([*args, "--resume"], tmp_path)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert f"resuming: {len(first)} trial(s)" in out
+    recs = at.load_records(str(log))
+    assert len(recs) == 14
+    assert len({json.dumps(r.config, sort_keys=True) for r in recs}) == 14  # none re-measured
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nosuch", "--args", "1"], "no template named 'nosuch'"),
+    (["matmul"], "the following arguments are required: --args"),
+    (["matmul", "--args", "64,64", "--trials", "2"], "--args do not fit template 'matmul'"),
+    (["matmul", "--args", "64,64,64", "--trials", "0"], "--trials must be positive"),
+    (["matmul", "--args", "64,64,64", "--tuner", "magic"], "argument --tuner: invalid choice"),
+    (["matmul", "--args", "64,64,64", "--target", "riscv"], "unknown target 'riscv'"),
+    (["matmul", "--args", "64,,64"], "--args: empty value"),
+    (["best"], "usage: pypto-tune best LOG"),
+    (["best", "/nonexistent/log.jsonl"], "no tuning log at /nonexistent/log.jsonl"),
+    (["list", "extra"], "'list' takes no arguments"),
+    (["toy_matmul", "--import", "no_such_module_xyz", "--args", "1"],
+     "--import no_such_module_xyz"),
+])
+def test_cli_bad_arguments_one_line_and_status_2(argv, message, capsys):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pypto-tune: error:") and message in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_list_and_best(tmp_path, capsys):
+    assert cli_main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("matmul", "batch_matmul", "conv2d_nchw", "depthwise_conv2d_nchw", "softmax",
+                 "layernorm", "rmsnorm", "dense_bias_gelu"):
+        assert name in out
+    log = tmp_path / "b.jsonl"
+    w = at.workload_key("matmul", [8, 8, 8])
+    at.append_records(str(log), [at.Record(w, "x86-avx2", {"a": 1}, costs=[2e-3], flop=1e6),
+                                 at.Record(w, "x86-avx2", {"a": 2}, costs=[1e-3], flop=1e6)])
+    assert cli_main(["best", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "1 ms (1.0 GFLOP/s, of 2 records)" in out and "{'a': 2}" in out

@@ -1,0 +1,58 @@
+"""Templates for the tuning tests (importable by the measurement processes)."""
+
+import ctypes
+import os
+import time
+
+import pypto as pt
+from autotune import template
+
+
+def _mm(M, N, K):
+    A = pt.placeholder((M, K), "float32", name="A")
+    B = pt.placeholder((K, N), "float32", name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C, k
+
+
+@template("toy_matmul", reference=lambda a, b: a @ b)
+def toy_matmul(cfg, M, N, K):
+    """A small tunable matmul: two tile sizes and an unroll choice."""
+    A, B, C, k = _mm(M, N, K)
+    s = pt.create_schedule(C.op)
+    cfg.define_split("tile_i", M, num_outputs=2, policy="power2", max_factor=8, default=[-1, 4])
+    cfg.define_split("tile_j", N, num_outputs=2, policy="power2", max_factor=16, default=[-1, 8])
+    cfg.define_knob("unroll", [0, 1], default=1)
+    io, ii = cfg["tile_i"].apply(s, C, C.op.axis[0])
+    jo, ji = cfg["tile_j"].apply(s, C, C.op.axis[1])
+    s[C].reorder(io, jo, k, ii, ji)
+    s[C].vectorize(ji)
+    if cfg["unroll"].val:
+        s[C].unroll(ii)
+    return s, [A, B, C]
+
+
+@template("misbehaving", reference=lambda a, b: a @ b)
+def misbehaving(cfg, M, N, K):
+    """Candidates that segfault, hang, compute wrong values or are illegal, and good ones."""
+    A, B, C, k = _mm(M, N, K)
+    cfg.define_knob("mode", ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled"],
+                    default="ok")
+    mode = cfg["mode"].val
+    measuring = os.environ.get("PYPTO_MEASURING") == "1"
+    if mode == "segfault" and measuring:
+        ctypes.string_at(0)  # a real SIGSEGV in the measurement process
+    if mode == "hang" and measuring:
+        time.sleep(3600)
+    if mode == "wrong":
+        D = pt.compute((M, N), lambda i, j: C[i, j] * 1.5, name="D")
+        s = pt.create_schedule(D.op)
+        return s, [A, B, D]
+    s = pt.create_schedule(C.op)
+    if mode == "illegal":
+        s[C].parallel(k)  # refused: a reduction loop
+    if mode == "ok_tiled":
+        io, ii = s[C].split(C.op.axis[1], factor=8)
+        s[C].vectorize(ii)
+    return s, [A, B, C]
