@@ -4,6 +4,7 @@
     pypto-tune matmul --args 1024,1024,1024 --trials 200 --resume     # continue a killed run
     pypto-tune best tuning_logs/matmul.jsonl
     pypto-tune list
+    pypto-tune train-model                    # cost_models/pretrained/<target>.json
 
 Bad arguments end with a one-line reason and exit status 2, never a traceback
 (set PYPTO_DEBUG=1 to see one for an unexpected failure).
@@ -64,7 +65,8 @@ def _tune_parser() -> argparse.ArgumentParser:
         description="Tune a pypto template on this machine and "
         "append the measurements to a JSON Lines log.",
         epilog="Other commands: 'pypto-tune best LOG' (best record per workload), "
-        "'pypto-tune list' (templates).",
+        "'pypto-tune list' (templates), 'pypto-tune train-model [LOG ...]' (the shipped "
+        "cost model, from tuning_logs/).",
     )
     p.add_argument("template", help="template name (see 'pypto-tune list')")
     p.add_argument(
@@ -166,6 +168,26 @@ def cmd_best(argv) -> int:
     return 0
 
 
+def cmd_train(argv) -> int:
+    from .pretrain import train
+
+    if any(a.startswith("-") for a in argv):
+        raise UsageError("usage: pypto-tune train-model [LOG ...]")
+    for path in argv:
+        if not os.path.exists(path):
+            raise UsageError(f"no tuning log at {path}")
+    try:
+        done = train(argv or None)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    if not done:
+        print("no target had enough valid records to train a model")
+        return 1
+    for target, rows in done.items():
+        print(f"{target}: trained on {rows} records")
+    return 0
+
+
 def cmd_tune(argv) -> int:
     import autotune as at
     from pypto.target import Target
@@ -226,7 +248,7 @@ def main(argv=None) -> int:
         if not argv or argv[0] in ("-h", "--help"):
             _tune_parser().print_help()
             return 0 if argv else 2
-        cmd = {"list": cmd_list, "best": cmd_best}.get(argv[0])
+        cmd = {"list": cmd_list, "best": cmd_best, "train-model": cmd_train}.get(argv[0])
         return cmd(argv[1:]) if cmd else cmd_tune(argv)
     except UsageError as e:
         print(f"pypto-tune: error: {e}", file=sys.stderr)

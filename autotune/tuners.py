@@ -129,8 +129,12 @@ class Tuner:
         measure: MeasureOption | None = None,
         early_stopping: int | None = None,
         callbacks=(),
+        measurer=None,
     ) -> Config | None:
-        """Measure up to ``n_trial`` new configs; returns the best config found."""
+        """Measure up to ``n_trial`` new configs; returns the best config found.
+
+        ``measurer``: an object with ``measure(task, configs)`` to use instead of a fresh
+        ``Measurer(measure)`` (to share worker processes between tuning runs)."""
         if n_trial < 0:
             raise ValueError("n_trial must be non-negative")
         done = 0
@@ -138,7 +142,9 @@ class Tuner:
             start = getattr(cb, "start", None)
             if start:
                 start(self)
-        with Measurer(measure or MeasureOption()) as m:
+        own = measurer is None
+        m = Measurer(measure or MeasureOption()) if own else measurer
+        try:
             while done < n_trial and self.has_next():
                 configs = self.next_batch(min(self.batch_size, n_trial - done))
                 configs = [c for c in configs if c.index not in self.visited]
@@ -156,6 +162,9 @@ class Tuner:
                     and len(self.history) - self.best_trial >= early_stopping
                 ):
                     break
+        finally:
+            if own:
+                m.close()
         for cb in callbacks:
             close = getattr(cb, "close", None)
             if close:

@@ -55,3 +55,27 @@ def table(headers, rows) -> str:
     sep = "  ".join("-" * w for w in widths)
     body = ["  ".join(str(c).rjust(w) for c, w in zip(r, widths)) for r in rows]
     return "\n".join([line, sep, *body])
+
+
+class CachedMeasurer:
+    """Measures each distinct (workload, config) once and replays that measurement when
+    another tuner or seed asks for it again: equal budgets cost only distinct configs."""
+
+    def __init__(self, measurer):
+        self.m = measurer
+        self.cache: dict = {}
+        self.fresh = 0
+
+    def measure(self, task, configs):
+        import json
+
+        keys = [(task.workload_key, json.dumps(c.to_json(), sort_keys=True)) for c in configs]
+        todo = [(k, c) for k, c in zip(keys, configs) if k not in self.cache]
+        if todo:
+            for (k, _), r in zip(todo, self.m.measure(task, [c for _, c in todo])):
+                self.cache[k] = r
+            self.fresh += len(todo)
+        return [self.cache[k] for k in keys]
+
+    def close(self):
+        self.m.close()

@@ -1,0 +1,68 @@
+"""Train the shipped cost models from tuning logs: one model per target.
+
+    pypto-tune train-model [LOG ...]        # default: every tuning_logs/*.jsonl
+
+Each record's config is instantiated with its template, lowered, and
+featurized; each workload is one ranking group. The models are written to
+``cost_models/pretrained/<target>.json``, which XGBTuner loads by default.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+import cost_models as cm
+from pypto.errors import PyptoError
+from pypto.lowering import Lowering
+
+from .records import load_records
+from .space import SpaceError
+from .task import Task
+
+
+def training_data(records, target_key: str):
+    """Feature rows, throughputs and group sizes (one group per workload)."""
+    by_workload: dict = {}
+    for r in records:
+        if r.target == target_key:
+            by_workload.setdefault(r.workload, []).append(r)
+    X, y, groups = [], [], []
+    for recs in by_workload.values():
+        try:
+            task = Task(recs[0].template, recs[0].args, target=target_key)
+        except (KeyError, TypeError, ValueError, SpaceError, PyptoError):
+            continue  # a template this version does not have, or other arguments
+        rows = 0
+        for r in recs:
+            try:
+                s, args = task.instantiate(task.config_space.config(r.config))
+                X.append(cm.featurize(Lowering(s, args, "c").run(), task.target))
+            except (SpaceError, PyptoError, ValueError, TypeError):
+                continue
+            y.append(r.gflops if r.ok else 0.0)
+            rows += 1
+        if rows:
+            groups.append(rows)
+    return (np.stack(X) if X else np.zeros((0, cm.N_FEATURES))), np.asarray(y), groups
+
+
+def train(paths=None, out_dir: str | None = None) -> dict:
+    """Fit and save one model per target found in the logs; returns {target: rows}."""
+    paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*.jsonl")))
+    if not paths:
+        raise FileNotFoundError("no tuning logs given and none in tuning_logs/")
+    records = load_records(paths)
+    out_dir = out_dir or cm.PRETRAINED_DIR
+    os.makedirs(out_dir, exist_ok=True)
+    done = {}
+    for target in sorted({r.target for r in records}):
+        X, y, groups = training_data(records, target)
+        if len(y) < 8 or not np.any(y > 0):
+            continue
+        model = cm.XGBoostCostModel(target).fit(X, y, group=groups)
+        model.save(os.path.join(out_dir, f"{target}.json"))
+        done[target] = len(y)
+    return done
