@@ -166,8 +166,7 @@ class _Runner:
             arrays, outs = _random_inputs(tensors, rng)
             inputs = [a for i, a in enumerate(arrays) if i not in outs]
             if tpl.reference is not None:
-                ref = tpl.reference(*inputs)
-                ref = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+                ref = tpl.reference_output(inputs, spec["args"])
             else:  # the default config is the reference
                 s, ts = tpl.instantiate(tpl.space(*spec["args"]).default_config(), *spec["args"])
                 mod = pt.build(s, ts, target=spec["target"])

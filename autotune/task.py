@@ -17,6 +17,7 @@ the template without one consults ``apply_history_best``, the one context.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 
@@ -45,6 +46,14 @@ class Template:
 
     def __repr__(self):
         return f"Template({self.name!r})"
+
+    def reference_output(self, inputs, args) -> list:
+        """The numpy reference for these input arrays, as a list of outputs. A reference
+        that declares an ``args`` keyword also gets the template arguments."""
+        kw = {"args": tuple(args)} if "args" in inspect.signature(self.reference).parameters \
+            else {}
+        out = self.reference(*inputs, **kw)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
 
     def space(self, *args) -> ConfigSpace:
         """The config space for these arguments (the template run once to define knobs)."""

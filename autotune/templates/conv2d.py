@@ -1,0 +1,246 @@
+"""2-D convolutions in NCHW: ``conv2d_nchw`` and ``depthwise_conv2d_nchw``.
+
+Direct convolution with a register tile, vectorized along the output width
+(contiguous in NCHW, so input rows are read as vectors when the stride is
+1), in the spirit of TVM's x86 direct-conv schedules:
+
+- the output is ``cache_write``-n: an accumulator tile of ``kb`` output
+  channels x ``hb`` output rows x ``wb`` output columns lives in a local
+  buffer while the whole reduction (input channels, kernel rows, kernel
+  columns, in the order ``reorder_red``) runs over it; each input vector
+  is reused for ``kb`` channels, each broadcast weight for ``hb * wb``
+  outputs;
+- the tile's channels and rows are unrolled, its columns vectorized, and
+  the innermost reduction loop optionally unrolled;
+- zero padding is a separate stage computed once at the root (in parallel,
+  vectorized) or inlined into the convolution as a select; for stride > 1
+  that stage also splits the columns by phase (``x % stride``, ``x //
+  stride``), so vectorized output columns still read consecutive inputs;
+- batch, channel blocks (and row blocks) are fused into the parallel loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pypto as pt
+
+from ..task import template
+from .matmul import vector_lanes
+
+
+def _out_size(x: int, k: int, stride: int, padding: int) -> int:
+    return (x + 2 * padding - k) // stride + 1
+
+
+def _input_stage(cfg, data, N, C, H, W, stride, padding, dtype):
+    """The stage the convolution reads, and how it reads it.
+
+    Returns ``(P, read)``: ``P`` the padded (and, for stride > 1 with
+    ``phase_split``, column-phase-split) copy of ``data`` or None, and
+    ``read(n, c, y, ox, rs)`` the input element of output column ``ox``, kernel
+    column ``rs``, padded row ``y``. Phase split stores column ``x`` at
+    ``[x % stride, x // stride]``, so for a fixed ``rs`` the vectorized output
+    columns read consecutive elements even when the stride is not 1.
+    """
+    p, st = padding, stride
+    zero = pt.const(0.0, dtype)
+    split = stride > 1 and cfg["phase_split"].val == 1
+    if split:
+        Wq = -(-(W + 2 * p) // st)
+
+        def body(n, c, y, ph, xq):
+            x = xq * st + ph
+            return pt.select(
+                (y >= p) & (y < H + p) & (x >= p) & (x < W + p), data[n, c, y - p, x - p], zero
+            )
+
+        P = pt.compute((N, C, H + 2 * p, st, Wq), body, name="pad")
+        return P, lambda n, c, y, ox, rs: P[n, c, y, rs % st, ox + rs // st]
+    if padding > 0:
+        P = pt.compute(
+            (N, C, H + 2 * p, W + 2 * p),
+            lambda n, c, y, x: pt.select(
+                (y >= p) & (y < H + p) & (x >= p) & (x < W + p), data[n, c, y - p, x - p], zero
+            ),
+            name="pad",
+        )
+        return P, lambda n, c, y, ox, rs: P[n, c, y, ox * st + rs]
+    return None, lambda n, c, y, ox, rs: data[n, c, y, ox * st + rs]
+
+
+def _schedule_pad(cfg, s, P):
+    if P is None:
+        return
+    if cfg["pad"].val == "inline":
+        s[P].compute_inline()
+        return
+    axes = P.op.axis
+    nc = s[P].fuse(axes[0], axes[1])
+    s[P].parallel(nc)
+    s[P].vectorize(axes[-1])
+
+
+def _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes):
+    cfg.define_split(
+        "tile_oh",
+        OH,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, 1], [-1, 2], [-1, 4]],
+        default=[-1, 1],
+    )
+    wbs = [max(1, lanes // 2), lanes, 2 * lanes, 3 * lanes]
+    wb_d = 2 * lanes if OW >= 2 * lanes else lanes
+    cfg.define_split(
+        "tile_ow",
+        OW,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, w] for w in wbs],
+        default=[-1, wb_d],
+    )
+    cfg.define_reorder("reorder_red", red_axes, policy="all", default=list(range(len(red_axes))))
+    cfg.define_knob("unroll_red", [0, 1], default=1)
+    if stride > 1:
+        cfg.define_knob("phase_split", [0, 1], default=1)
+    if padding > 0 or stride > 1:
+        # the padded / phase-split input: computed once at the root, or inlined
+        cfg.define_knob("pad", ["root", "inline"], default="root")
+
+
+def _schedule_tile(cfg, s, Out, OL, outer_spatial, kb_loops):
+    """Tile ``Out``'s (oh, ow) axes; ``outer_spatial`` are the loops before them
+    (batch, channel block), ``kb_loops`` the tile's channel loop (or none); the
+    accumulator ``OL`` is computed per tile."""
+    oh, ow = Out.op.axis[2], Out.op.axis[3]
+    oho, ohi = cfg["tile_oh"].apply(s, Out, oh)
+    owo, owi = cfg["tile_ow"].apply(s, Out, ow)
+    s[Out].reorder(*outer_spatial, oho, owo, *kb_loops, ohi, owi)
+    par = cfg["par"].val
+    fused = s[Out].fuse(*outer_spatial, oho) if par == "with_rows" else s[Out].fuse(*outer_spatial)
+    s[Out].parallel(fused)
+    s[Out].vectorize(owi)
+    for lp in kb_loops:
+        s[Out].unroll(lp)
+    s[Out].unroll(ohi)
+    s[OL].compute_at(s[Out], owo)
+    # the accumulator: the reduction outside, the tile inside
+    axes = s[OL].op.axis
+    red = list(s[OL].op.reduce_axis)
+    order = cfg["reorder_red"].apply(s, OL, red)
+    tile = [axes[1], axes[2], axes[3]]  # (channel, row, col) of the tile
+    s[OL].reorder(*order, *tile)
+    if cfg["unroll_red"].val:
+        s[OL].unroll(order[-1])
+    s[OL].unroll(tile[0])
+    s[OL].unroll(tile[1])
+    s[OL].vectorize(tile[2])
+
+
+# ----------------------------------------------------------------- conv2d
+
+
+def _conv_ref(data, weight, stride=1, padding=0, groups=1):
+    d = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    w = weight.astype(np.float64)
+    N, C, H, W = d.shape
+    K, Cg, R, S = w.shape
+    OH = (H - R) // stride + 1
+    OW = (W - S) // stride + 1
+    out = np.zeros((N, K, OH, OW))
+    for r in range(R):
+        for q in range(S):
+            patch = d[:, :, r::stride, q::stride][:, :, :OH, :OW]
+            if groups == 1:
+                out += np.einsum("nchw,kc->nkhw", patch, w[:, :, r, q])
+            else:  # depthwise: one input channel per output channel
+                out += patch * w[:, 0, r, q][None, :, None, None]
+    return out.astype(data.dtype)
+
+
+def conv2d_reference(data, weight, *, args=()):
+    """NCHW convolution in float64 (weights K x C x R x S); ``args`` as the template's."""
+    stride = args[7] if len(args) > 7 else 1
+    padding = args[8] if len(args) > 8 else 0
+    return _conv_ref(data, weight, stride, padding)
+
+
+def depthwise_conv2d_reference(data, weight, *, args=()):
+    """Depthwise NCHW convolution in float64 (weights C x 1 x R x S)."""
+    stride = args[6] if len(args) > 6 else 1
+    padding = args[7] if len(args) > 7 else 0
+    return _conv_ref(data, weight, stride, padding, groups=0)
+
+
+@template("conv2d_nchw", reference=conv2d_reference)
+def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
+    """out[n, k, y, x] = sum_{c,r,s} padded[n, c, y*stride + r, x*stride + s] * weight[k, c, r, s].
+
+    ``data`` is N x C x H x W, ``weight`` K x C x R x S, zero padding ``padding`` on
+    each side; the output is N x K x OH x OW.
+    """
+    OH, OW = _out_size(H, R, stride, padding), _out_size(W, S, stride, padding)
+    lanes = vector_lanes(dtype)
+    data = pt.placeholder((N, C, H, W), dtype, name="data")
+    weight = pt.placeholder((K, C, R, S), dtype, name="weight")
+    rc = pt.reduce_axis((0, C), name="rc")
+    rr = pt.reduce_axis((0, R), name="rr")
+    rs = pt.reduce_axis((0, S), name="rs")
+    cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
+    cfg.define_split(
+        "tile_k",
+        K,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, 1], [-1, 2], [-1, 4], [-1, 8]],
+        default=[-1, 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1],
+    )
+    _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rc, rr, rs])
+    P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype)
+    out = pt.compute(
+        (N, K, OH, OW),
+        lambda n, k, y, x: pt.sum(
+            read(n, rc, y * stride + rr, x, rs) * weight[k, rc, rr, rs], axis=[rc, rr, rs]
+        ),
+        name="conv",
+    )
+    cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
+    s = pt.create_schedule(out.op)
+    OL = s.cache_write(out, "local")
+    _schedule_pad(cfg, s, P)
+    n, k = out.op.axis[0], out.op.axis[1]
+    ko, ki = cfg["tile_k"].apply(s, out, k)
+    _schedule_tile(cfg, s, out, OL, [n, ko], [ki])
+    return s, [data, weight, out]
+
+
+@template("depthwise_conv2d_nchw", reference=depthwise_conv2d_reference)
+def depthwise_conv2d_nchw(cfg, N, C, H, W, R, S, stride=1, padding=0, dtype="float32"):
+    """out[n, c, y, x] = sum_{r, s} padded[n, c, y*stride + r, x*stride + s] * weight[c, 0, r, s].
+
+    ``data`` is N x C x H x W, ``weight`` C x 1 x R x S; the output is N x C x OH x OW.
+    """
+    OH, OW = _out_size(H, R, stride, padding), _out_size(W, S, stride, padding)
+    lanes = vector_lanes(dtype)
+    data = pt.placeholder((N, C, H, W), dtype, name="data")
+    weight = pt.placeholder((C, 1, R, S), dtype, name="weight")
+    rr = pt.reduce_axis((0, R), name="rr")
+    rs = pt.reduce_axis((0, S), name="rs")
+    cfg.add_flop(2.0 * N * C * OH * OW * R * S)
+    _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rr, rs])
+    P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype)
+    out = pt.compute(
+        (N, C, OH, OW),
+        lambda n, c, y, x: pt.sum(
+            read(n, c, y * stride + rr, x, rs) * weight[c, 0, rr, rs], axis=[rr, rs]
+        ),
+        name="dwconv",
+    )
+    cfg.define_knob("par", ["batch_channels", "with_rows"], default="batch_channels")
+    s = pt.create_schedule(out.op)
+    OL = s.cache_write(out, "local")
+    _schedule_pad(cfg, s, P)
+    n, c = out.op.axis[0], out.op.axis[1]
+    _schedule_tile(cfg, s, out, OL, [n, c], [])
+    return s, [data, weight, out]

@@ -1,0 +1,183 @@
+"""Matrix multiplication templates: ``matmul`` (C = A @ B) and ``batch_matmul``.
+
+The schedule is the classic CPU GEMM micro-kernel, in the style of TVM's
+x86 dense/batch_matmul schedules:
+
+- an ``mr x nr`` register tile of C accumulated in a local buffer
+  (``cache_write``), the reduction loop outermost inside the tile so every
+  step is ``mr`` broadcasts of A times ``nr / lanes`` vectors of B;
+- B packed per ``nr``-column panel into a contiguous ``K x nr`` block
+  (``cache_read`` + ``compute_at``), so the micro-kernel streams it;
+- optionally rows blocked (``block_i`` row tiles per block) so a block of A
+  stays in cache while it meets every column panel;
+- tile rows unrolled, tile columns vectorized, the reduction optionally
+  unrolled, an outer spatial loop parallel.
+
+Every point of the space is a legal schedule (reductions are never
+vectorized or parallel). The defaults (a 6 x 2-vector tile, B packed, column
+panels in parallel, no row blocking unless A is large next to the last-level
+cache) come from the host target's vector width and cache sizes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pypto as pt
+
+from ..task import template
+
+
+def vector_lanes(dtype: str = "float32", target="host") -> int:
+    """SIMD lanes of the target for ``dtype`` (8 for float32 on AVX2, 16 on AVX-512)."""
+    t = target if isinstance(target, pt.Target) else pt.Target(target)
+    # float16 is a storage type: arithmetic (and so the vectors) are float32
+    size = 4 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
+    return t.vector_lanes(size)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def define_gemm_knobs(
+    cfg, M: int, N: int, lanes: int, prefix: str = "", pack_options=(0, 1), a_bytes: int = 0
+):
+    """The knobs shared by the GEMM-like templates (matmul, batch_matmul, dense).
+
+    ``tile_i`` = ``[-1, mr]`` rows of the register tile, ``tile_j`` = ``[-1, nr]``
+    columns (multiples of the vector width), ``block_i`` row tiles per cache block
+    (0: no row blocking), ``pack_b`` B packed per column panel, ``unroll_k`` the
+    reduction unrolled by that factor, ``par`` which loop runs in parallel.
+    ``pack_options`` restricts ``pack_b`` (dense always packs its transposed weights).
+    ``a_bytes`` (the size of A) turns row blocking on by default when A would not
+    stay in the last-level cache while every column panel streams over it.
+    """
+    mrs = [2, 4, 6, 8]
+    nrs = [lanes, 2 * lanes, 3 * lanes, 4 * lanes]
+    # default: 6 x 2 vectors -- 12 accumulators + 2 B vectors + 1 broadcast of A fit
+    # the 16 architectural vector registers of AVX2 / NEON (AVX-512 has 32, where
+    # 6 x 2 vectors of 16 lanes is also the usual choice)
+    mr_d = 6 if M >= 6 else max(m for m in mrs if m <= max(M, 2))
+    nr_d = 2 * lanes if N > lanes else lanes
+    cfg.define_split(
+        prefix + "tile_i",
+        M,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, m] for m in mrs],
+        default=[-1, mr_d],
+    )
+    cfg.define_split(
+        prefix + "tile_j",
+        N,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, n] for n in nrs],
+        default=[-1, nr_d],
+    )
+    block_d = 64 if a_bytes >= pt.Target("host").l3_bytes // 2 else 0
+    cfg.define_knob(prefix + "block_i", [0, 8, 16, 32, 64], default=block_d)
+    cfg.define_knob(prefix + "pack_b", list(pack_options), default=1)
+    cfg.define_knob(prefix + "unroll_k", [1, 2, 4, 8], default=1)
+    cfg.define_knob(prefix + "par", ["panel", "rows"], default="panel")
+
+
+def schedule_gemm(
+    cfg, s, C, CL, M: int, B_tensor=None, batch_axis=None, prefix: str = "", pack=None
+):
+    """Schedule ``C`` (copied out of the accumulator ``CL``) as a blocked GEMM.
+
+    ``C``'s last two axes are (i, j) with ``M`` rows; ``batch_axis`` (if any) is an
+    outer spatial axis, fused with the parallel loop when they are adjacent. When
+    ``pack_b`` is on, B is packed per column panel: ``pack()`` returns the packing
+    stage's tensor (default: ``cache_read(B_tensor)`` for ``CL``). Returns the
+    packed tensor or None.
+    """
+    i, j = C.op.axis[-2], C.op.axis[-1]
+    io, ii = cfg[prefix + "tile_i"].apply(s, C, i)
+    jo, ji = cfg[prefix + "tile_j"].apply(s, C, j)
+    mr = cfg[prefix + "tile_i"].size[-1]
+    block = cfg[prefix + "block_i"].val
+    i0 = None
+    if block and block < _ceil_div(M, mr):
+        i0, io = s[C].split(io, factor=block)
+    rows_par = cfg[prefix + "par"].val == "rows"
+    order = [] if batch_axis is None else [batch_axis]
+    if i0 is not None:
+        order += [i0, jo, io]
+        par_loop = i0 if rows_par else jo
+    elif rows_par:
+        order += [io, jo]
+        par_loop = io
+    else:
+        order += [jo, io]
+        par_loop = jo
+    s[C].reorder(*order, ii, ji)
+    s[C].vectorize(ji)
+    attach_c = order[-1]  # the loop just outside the tile
+    attach_b = jo
+    if batch_axis is not None and order.index(par_loop) == 1:
+        fused = s[C].fuse(batch_axis, par_loop)
+        attach_b = fused if attach_b is par_loop else attach_b
+        attach_c = fused if attach_c is par_loop else attach_c
+        par_loop = fused
+    s[C].parallel(par_loop)
+    # the register tile: k outermost, rows unrolled, columns vectorized
+    s[CL].compute_at(s[C], attach_c)
+    ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
+    (kk,) = s[CL].op.reduce_axis
+    uk = cfg[prefix + "unroll_k"].val
+    if uk > 1:
+        ko, ki = s[CL].split(kk, factor=uk)
+        s[CL].reorder(ko, ki, ic, jc)
+        s[CL].unroll(ki)
+    else:
+        s[CL].reorder(kk, ic, jc)
+    s[CL].unroll(ic)
+    s[CL].vectorize(jc)
+    if not cfg[prefix + "pack_b"].val:
+        return None
+    BP = pack() if pack is not None else s.cache_read(B_tensor, "local", [CL])
+    # once per column panel (per row tile too when rows are outermost unblocked)
+    s[BP].compute_at(s[C], attach_b)
+    s[BP].vectorize(s[BP].op.axis[-1])
+    return BP
+
+
+def _matmul_ref(a, b):
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(a.dtype)
+
+
+@template("matmul", reference=_matmul_ref)
+def matmul(cfg, M, N, K, dtype="float32"):
+    """C[i, j] = sum_k A[i, k] * B[k, j]; A is (M, K), B is (K, N)."""
+    A = pt.placeholder((M, K), dtype, name="A")
+    B = pt.placeholder((K, N), dtype, name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    cfg.add_flop(2.0 * M * N * K)
+    define_gemm_knobs(cfg, M, N, vector_lanes(dtype), a_bytes=M * K * np.dtype(dtype).itemsize)
+    s = pt.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    schedule_gemm(cfg, s, C, CL, M, B)
+    return s, [A, B, C]
+
+
+def _batch_matmul_ref(a, b):
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+
+
+@template("batch_matmul", reference=_batch_matmul_ref)
+def batch_matmul(cfg, B, M, N, K, dtype="float32"):
+    """C[b, i, j] = sum_k A[b, i, k] * Bm[b, k, j] (numpy ``matmul`` semantics)."""
+    A = pt.placeholder((B, M, K), dtype, name="A")
+    Bm = pt.placeholder((B, K, N), dtype, name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((B, M, N), lambda b, i, j: pt.sum(A[b, i, k] * Bm[b, k, j], axis=k), name="C")
+    cfg.add_flop(2.0 * B * M * N * K)
+    define_gemm_knobs(cfg, M, N, vector_lanes(dtype), a_bytes=M * K * np.dtype(dtype).itemsize)
+    s = pt.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])
+    return s, [A, Bm, C]

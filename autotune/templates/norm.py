@@ -1,0 +1,271 @@
+"""Row-wise normalizations over the last axis: ``softmax``, ``layernorm``, ``rmsnorm``.
+
+All three are memory-bound: the schedule reads each row from memory once
+and writes it once. Per row (the parallel loop), every intermediate is
+computed at that row (``compute_at``), so the row stays in L1/L2 between
+the passes, and no full-size temporary exists:
+
+- row reductions (max, sum, sum of squares) are vectorized by a manual
+  rfactor: ``red_lanes`` partial results per row, ``P[i, l] = sum_ko
+  X[i, ko * L + l]`` (the ``l`` loop is spatial, so it is vectorized, and
+  ``L`` independent accumulators hide the add latency), then a short scalar
+  combine of the ``L`` partials and the ragged tail of the row;
+- elementwise passes split the row by ``tile_j`` with the inner loop
+  vectorized and the outer optionally unrolled (``unroll_j``);
+- softmax's exponential is either libm's ``expf`` (a scalar call: gcc
+  does not vectorize it without -ffast-math) or ``exp_nonpositive``, plain
+  vectorizable arithmetic within ~1 ulp (``exp_impl``, default ``poly``),
+  stored per row for the sum and the normalization (``store_exp``).
+
+float32 in and out; the references compute in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pypto as pt
+
+from ..task import template
+from .matmul import vector_lanes
+
+F32 = "float32"
+
+
+def _c(v):
+    return pt.const(v, F32)
+
+
+def exp_nonpositive(y):
+    """``exp(y)`` for ``y <= 0`` in vectorizable arithmetic (within ~1 ulp of expf).
+
+    libm's ``expf`` is a scalar call that gcc does not vectorize without
+    ``-ffast-math``; this form is plain float arithmetic: Cody-Waite reduction
+    ``y = n ln2 + r`` (``|r| <= ln2 / 2``), the Cephes polynomial for ``e^r``, and
+    ``2^n`` assembled exactly from the bits of ``-n`` (the five low bits as
+    ``1 + bit * (2^-k - 1)``, the two high ones by select). ``y`` is clamped at
+    -87 (``exp(-87)`` is near the smallest normal float); NaN is not propagated.
+    """
+    y = pt.max(y, _c(-87.0))
+    n = pt.floor(y * _c(1.4426950408889634) + _c(0.5))
+    r = y - n * _c(0.693359375) - n * _c(-2.12194440e-4)
+    p = _c(1.9875691500e-4)
+    for k in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = p * r + _c(k)
+    e = p * r * r + r + _c(1.0)
+    m = _c(0.0) - n  # 0 <= m <= 126, an integer
+    f = [m] + [pt.floor(m * _c(0.5**b)) for b in range(1, 8)]
+    for b in range(7):
+        bit = f[b] - _c(2.0) * f[b + 1]
+        if b < 5:  # 2^-k - 1 is exact for k <= 16, and 1 + (2^-k - 1) == 2^-k
+            e = e * (bit * _c(2.0 ** -(2**b) - 1.0) + _c(1.0))
+        else:
+            e = e * pt.select(bit > _c(0.5), _c(2.0 ** -(2**b)), _c(1.0))
+    return e
+
+
+def _reducer(kind):
+    return {"sum": pt.sum, "max": pt.max}[kind]
+
+
+def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
+    """``R[i] = kind_j elem(i, j)`` over ``j < cols``; returns ``(R, [stages...])``.
+
+    With ``lanes > 1`` (and a row at least that long) the reduction is split:
+    ``name_p[i, l]`` holds ``lanes`` partial results over full chunks of the row,
+    and ``R`` combines them with the tail ``cols % lanes`` elements in one short loop.
+    """
+    red = _reducer(kind)
+    if lanes <= 1 or cols < lanes:
+        k = pt.reduce_axis((0, cols), name=f"{name}_k")
+        R = pt.compute((rows,), lambda i: red(elem(i, k), axis=k), name=name)
+        return R, [R]
+    nfull, tail = cols // lanes, cols % lanes
+    ko = pt.reduce_axis((0, nfull), name=f"{name}_ko")
+    P = pt.compute(
+        (rows, lanes), lambda i, ln: red(elem(i, ko * lanes + ln), axis=ko), name=f"{name}_p"
+    )
+    q = pt.reduce_axis((0, lanes + tail), name=f"{name}_q")
+    if tail:
+        R = pt.compute(
+            (rows,),
+            lambda i: red(
+                pt.select(q < lanes, P[i, q], elem(i, nfull * lanes - lanes + q)), axis=q
+            ),
+            name=name,
+        )
+    else:
+        R = pt.compute((rows,), lambda i: red(P[i, q], axis=q), name=name)
+    return R, [P, R]
+
+
+def define_row_knobs(cfg, cols: int, lanes: int):
+    """``red_lanes``: partial accumulators of the row reductions (1: a scalar loop);
+    ``unroll_red``: steps of the partial reductions unrolled; ``tile_j``: the vector
+    chunk of elementwise passes; ``unroll_j``: chunks unrolled."""
+    cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=4 * lanes)
+    cfg.define_knob("unroll_red", [1, 2, 4], default=1)
+    cfg.define_split(
+        "tile_j",
+        cols,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, lanes * m] for m in (1, 2, 4, 8)],
+        default=[-1, 4 * lanes],
+    )
+    cfg.define_knob("unroll_j", [1, 2, 4], default=1)
+
+
+def _schedule_elementwise(cfg, s, T):
+    """Split a row-sized elementwise stage's last loop by ``tile_j``; vectorize the
+    inner part, unroll ``unroll_j`` chunks of the outer."""
+    j = s[T].op.axis[-1]
+    jo, ji = cfg["tile_j"].apply(s, T, j)
+    u = cfg["unroll_j"].val
+    if u > 1:
+        jo, jm = s[T].split(jo, factor=u)
+        s[T].unroll(jm)
+    s[T].vectorize(ji)
+
+
+def _schedule_reduction(cfg, s, stages):
+    """Vectorize the spatial lanes of a split row reduction (its partial stage),
+    its reduction loop outside them, unrolled by ``unroll_red``."""
+    if len(stages) == 2:
+        P = stages[0]
+        _, lane = s[P].op.axis
+        (ko,) = s[P].op.reduce_axis
+        u = cfg["unroll_red"].val
+        if u > 1:
+            ko, ku = s[P].split(ko, factor=u)
+            s[P].reorder(ko, ku, lane)
+            s[P].unroll(ku)
+        else:
+            s[P].reorder(ko, lane)
+        s[P].vectorize(lane)
+
+
+def _schedule_rows(cfg, s, Y, row_stages, elementwise):
+    """Parallel over rows of ``Y``; every stage in ``row_stages`` computed per row."""
+    i = Y.op.axis[0]
+    s[Y].parallel(i)
+    for T in row_stages:
+        s[T].compute_at(s[Y], i)
+    for T in elementwise:
+        _schedule_elementwise(cfg, s, T)
+
+
+# ----------------------------------------------------------------- softmax
+
+
+def _softmax_ref(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+@template("softmax", reference=_softmax_ref)
+def softmax(cfg, rows, cols):
+    """Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max X[i, :])."""
+    V = vector_lanes(F32)
+    define_row_knobs(cfg, cols, V)
+    # exp: libm expf (a scalar call) or the vectorizable exp_nonpositive (x - max <= 0);
+    # stored per row (1) or recomputed in the last pass (0)
+    cfg.define_knob("exp_impl", ["libm", "poly"], default="poly")
+    cfg.define_knob("store_exp", [0, 1], default=1)
+    cfg.add_flop(5.0 * rows * cols)
+    L = cfg["red_lanes"].val
+    X = pt.placeholder((rows, cols), F32, name="X")
+    mx, mx_st = row_reduce("max", lambda i, j: X[i, j], rows, cols, L, "mx")
+    exp = exp_nonpositive if cfg["exp_impl"].val == "poly" else pt.exp
+    ex = pt.compute((rows, cols), lambda i, j: exp(X[i, j] - mx[i]), name="ex")
+    sm, sm_st = row_reduce("sum", lambda i, j: ex[i, j], rows, cols, L, "sm")
+    rs = pt.compute((rows,), lambda i: pt.const(1.0, F32) / sm[i], name="rs")
+    Y = pt.compute((rows, cols), lambda i, j: ex[i, j] * rs[i], name="Y")
+    s = pt.create_schedule(Y.op)
+    if cfg["store_exp"].val:
+        _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st, rs], [ex, Y])
+    else:
+        s[ex].compute_inline()
+        _schedule_rows(cfg, s, Y, [*mx_st, *sm_st, rs], [Y])
+    _schedule_reduction(cfg, s, mx_st)
+    _schedule_reduction(cfg, s, sm_st)
+    return s, [X, Y]
+
+
+# ----------------------------------------------------------------- layernorm
+
+
+def _layernorm_ref(x, gamma, beta, eps=1e-5):
+    x = x.astype(np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return ((x - mean) / np.sqrt(var + eps) * gamma + beta).astype(np.float32)
+
+
+def _layernorm_reference(x, gamma, beta, *, args=()):
+    return _layernorm_ref(x, gamma, beta, args[2] if len(args) > 2 else 1e-5)
+
+
+@template("layernorm", reference=_layernorm_reference)
+def layernorm(cfg, rows, cols, eps=1e-5):
+    """Y = (X - mean) / sqrt(var + eps) * gamma + beta over the last axis (two-pass var)."""
+    V = vector_lanes(F32)
+    define_row_knobs(cfg, cols, V)
+    cfg.add_flop(5.0 * rows * cols)
+    L = cfg["red_lanes"].val
+    inv = 1.0 / cols
+    X = pt.placeholder((rows, cols), F32, name="X")
+    gamma = pt.placeholder((cols,), F32, name="gamma")
+    beta = pt.placeholder((cols,), F32, name="beta")
+    sm, sm_st = row_reduce("sum", lambda i, j: X[i, j], rows, cols, L, "sm")
+    mean = pt.compute((rows,), lambda i: sm[i] * pt.const(inv, F32), name="mean")
+
+    def sq(i, j):
+        d = X[i, j] - mean[i]
+        return d * d
+
+    ss, ss_st = row_reduce("sum", sq, rows, cols, L, "ss")
+    rstd = pt.compute(
+        (rows,), lambda i: pt.rsqrt(ss[i] * pt.const(inv, F32) + pt.const(eps, F32)), name="rstd"
+    )
+    Y = pt.compute(
+        (rows, cols), lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="Y"
+    )
+    s = pt.create_schedule(Y.op)
+    _schedule_rows(cfg, s, Y, [*sm_st, mean, *ss_st, rstd], [Y])
+    _schedule_reduction(cfg, s, sm_st)
+    _schedule_reduction(cfg, s, ss_st)
+    return s, [X, gamma, beta, Y]
+
+
+# ----------------------------------------------------------------- rmsnorm
+
+
+def _rmsnorm_reference(x, gamma, *, args=()):
+    eps = args[2] if len(args) > 2 else 1e-6
+    x = x.astype(np.float64)
+    ms = (x * x).mean(axis=-1, keepdims=True)
+    return (x / np.sqrt(ms + eps) * gamma).astype(np.float32)
+
+
+@template("rmsnorm", reference=_rmsnorm_reference)
+def rmsnorm(cfg, rows, cols, eps=1e-6):
+    """Y = X / sqrt(mean(X^2) + eps) * gamma over the last axis."""
+    V = vector_lanes(F32)
+    define_row_knobs(cfg, cols, V)
+    cfg.add_flop(5.0 * rows * cols)
+    L = cfg["red_lanes"].val
+    X = pt.placeholder((rows, cols), F32, name="X")
+    gamma = pt.placeholder((cols,), F32, name="gamma")
+    ss, ss_st = row_reduce("sum", lambda i, j: X[i, j] * X[i, j], rows, cols, L, "ss")
+    r = pt.compute(
+        (rows,),
+        lambda i: pt.rsqrt(ss[i] * pt.const(1.0 / cols, F32) + pt.const(eps, F32)),
+        name="r",
+    )
+    Y = pt.compute((rows, cols), lambda i, j: X[i, j] * r[i] * gamma[j], name="Y")
+    s = pt.create_schedule(Y.op)
+    _schedule_rows(cfg, s, Y, [*ss_st, r], [Y])
+    _schedule_reduction(cfg, s, ss_st)
+    return s, [X, gamma, Y]

@@ -1,0 +1,84 @@
+"""Built-in autotuning templates: default and random configs build and match numpy.
+
+For every template, at small (often non-divisible) sizes: the default config
+builds and matches the template's reference; three random points of the space
+(fixed seed) do too; the space has more than one point and the default is not
+simply its first point.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import autotune
+import pypto as pt
+
+CASES = [
+    ("matmul", (37, 29, 23)),
+    ("matmul", (64, 48, 32)),
+    ("batch_matmul", (3, 13, 21, 17)),
+    ("conv2d_nchw", (1, 3, 11, 10, 5, 3, 3, 2, 1)),  # stride 2, padding 1
+    ("conv2d_nchw", (2, 4, 9, 13, 6, 3, 3, 1, 0)),
+    ("conv2d_nchw", (1, 5, 8, 7, 3, 1, 1, 1, 0)),  # 1x1
+    ("conv2d_nchw", (1, 2, 9, 12, 3, 3, 2, 2, 0)),  # stride 2, no padding, 3x2 kernel
+    ("depthwise_conv2d_nchw", (1, 5, 12, 11, 3, 3, 2, 1)),
+    ("depthwise_conv2d_nchw", (2, 3, 9, 14, 5, 5, 1, 2)),
+    ("softmax", (7, 37)),
+    ("softmax", (5, 64)),
+    ("layernorm", (6, 45)),
+    ("layernorm", (3, 8, 0.5)),  # eps given
+    ("rmsnorm", (9, 50)),
+    ("dense_bias_gelu", (19, 37, 21)),
+]
+
+
+def _shape(t):
+    return tuple(int(d.value) for d in t.shape)
+
+
+def _check(tmpl, cfg, args, seed=0):
+    s, tensors = tmpl.instantiate(cfg, *args)
+    mod = pt.build(s, tensors, name=tmpl.name)
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(_shape(t)).astype(t.dtype) for t in tensors[:-1]]
+    out = np.full(_shape(tensors[-1]), np.nan, tensors[-1].dtype)
+    mod(*inputs, out)
+    (ref,) = tmpl.reference_output(inputs, args)
+    assert ref.shape == out.shape and ref.dtype == out.dtype
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=f"{tmpl.name} {cfg}")
+
+
+@pytest.mark.parametrize("name,args", CASES, ids=[f"{n}{a}" for n, a in CASES])
+def test_template(name, args):
+    tmpl = autotune.get_template(name)
+    space = tmpl.space(*args)
+    assert len(space) > 1
+    default = space.default_config()
+    assert default.values != space.get(0).values
+    _check(tmpl, default, args)
+    rng = random.Random(1234)
+    for _ in range(3):
+        cfg = space.get(rng.randrange(len(space)))
+        _check(tmpl, cfg, args, seed=1)
+
+
+def test_all_templates_registered():
+    names = set(autotune.list_templates())
+    assert {
+        "matmul",
+        "batch_matmul",
+        "conv2d_nchw",
+        "depthwise_conv2d_nchw",
+        "softmax",
+        "layernorm",
+        "rmsnorm",
+        "dense_bias_gelu",
+    } <= names
+
+
+def test_flops_declared():
+    assert autotune.get_template("matmul").space(8, 16, 4).flop == 2 * 8 * 16 * 4
+    assert autotune.get_template("softmax").space(4, 32).flop > 0
