@@ -50,8 +50,7 @@ class Template:
     def reference_output(self, inputs, args) -> list:
         """The numpy reference for these input arrays, as a list of outputs. A reference
         that declares an ``args`` keyword also gets the template arguments."""
-        kw = {"args": tuple(args)} if "args" in inspect.signature(self.reference).parameters \
-            else {}
+        kw = {"args": tuple(args)} if "args" in inspect.signature(self.reference).parameters else {}
         out = self.reference(*inputs, **kw)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 

@@ -22,8 +22,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotune as at  # noqa: E402
 from benchmarks.common import median_seconds, table  # noqa: E402
 
-TUNERS = {"random": at.RandomTuner, "grid": at.GridSearchTuner, "ga": at.GATuner,
-          "xgb": at.XGBTuner}
+TUNERS = {
+    "random": at.RandomTuner,
+    "grid": at.GridSearchTuner,
+    "ga": at.GATuner,
+    "xgb": at.XGBTuner,
+}
 
 
 class Curve:
@@ -60,8 +64,11 @@ def main(argv=None):
         tuner = TUNERS[name](task, seed=0)
         curve = Curve()
         t0 = time.perf_counter()
-        tuner.tune(a.trials, measure=at.MeasureOption(number=3, repeat=3, timeout=10),
-                   callbacks=[curve, at.progress_bar(total=a.trials, desc=name)])
+        tuner.tune(
+            a.trials,
+            measure=at.MeasureOption(number=3, repeat=3, timeout=10),
+            callbacks=[curve, at.progress_bar(total=a.trials, desc=name)],
+        )
         wall = time.perf_counter() - t0
         k = len(curve.best)
         per = wall / max(k, 1)
@@ -69,13 +76,40 @@ def main(argv=None):
         build, run = float(np.mean(curve.build)), float(np.mean(curve.run))
         other = per - build / max(1, os.cpu_count() or 1) - run
         best = curve.best[-1] if k else 0.0
-        rows.append([name, k, f"{per:.2f}", f"{build:.2f}", f"{run:.2f}", f"{other:.2f}",
-                     f"{b64:.1f}", f"{best:.1f}", f"{best / np_gflops:.2f}x"])
+        rows.append(
+            [
+                name,
+                k,
+                f"{per:.2f}",
+                f"{build:.2f}",
+                f"{run:.2f}",
+                f"{other:.2f}",
+                f"{b64:.1f}",
+                f"{best:.1f}",
+                f"{best / np_gflops:.2f}x",
+            ]
+        )
     print(f"matmul {n}^3 on {task.target.name}: numpy {np_gflops:.1f} GFLOP/s (same run)")
-    print(table(["tuner", "trials", "s/trial", "build s", "run s", "other s", "best@64",
-                 "best", "vs numpy"], rows))
-    print("build s: per candidate in a worker process (builds run in parallel); "
-          "other: search, processes, logging")
+    print(
+        table(
+            [
+                "tuner",
+                "trials",
+                "s/trial",
+                "build s",
+                "run s",
+                "other s",
+                "best@64",
+                "best",
+                "vs numpy",
+            ],
+            rows,
+        )
+    )
+    print(
+        "build s: per candidate in a worker process (builds run in parallel); "
+        "other: search, processes, logging"
+    )
 
 
 if __name__ == "__main__":

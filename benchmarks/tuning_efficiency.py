@@ -27,17 +27,25 @@ import cost_models as cm  # noqa: E402
 from benchmarks.common import CachedMeasurer, table  # noqa: E402
 from pypto.lowering import Lowering  # noqa: E402
 
-WORKLOADS = {"matmul 1024^3": ("matmul", (1024, 1024, 1024)),
-             "conv2d resnet18": ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1))}
-TUNERS = {"xgb": lambda t, s: at.XGBTuner(t, seed=s, use_pretrained=False),
-          "ga": lambda t, s: at.GATuner(t, seed=s), "random": lambda t, s: at.RandomTuner(t, s),
-          "grid": lambda t, s: at.GridSearchTuner(t, s)}
+WORKLOADS = {
+    "matmul 1024^3": ("matmul", (1024, 1024, 1024)),
+    "conv2d resnet18": ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1)),
+}
+TUNERS = {
+    "xgb": lambda t, s: at.XGBTuner(t, seed=s, use_pretrained=False),
+    "ga": lambda t, s: at.GATuner(t, seed=s),
+    "random": lambda t, s: at.RandomTuner(t, s),
+    "grid": lambda t, s: at.GridSearchTuner(t, s),
+}
 
 
 def run_curve(tuner, budget, measurer) -> list[float]:
     curve = []
-    tuner.tune(budget, measurer=measurer,
-               callbacks=[lambda tu, inp, res: curve.extend([tu.best_gflops] * len(inp))])
+    tuner.tune(
+        budget,
+        measurer=measurer,
+        callbacks=[lambda tu, inp, res: curve.extend([tu.best_gflops] * len(inp))],
+    )
     return curve
 
 
@@ -85,13 +93,18 @@ def main(argv=None):
             for tname, make in TUNERS.items():
                 for seed in range(a.seeds):
                     runs[(tname, seed)] = run_curve(make(task, seed), a.budget, m)
-                    print(f"{wname} {tname} seed {seed}: best {runs[(tname, seed)][-1]:.1f} "
-                          f"GFLOP/s ({m.fresh} distinct configs measured so far)", flush=True)
+                    print(
+                        f"{wname} {tname} seed {seed}: best {runs[(tname, seed)][-1]:.1f} "
+                        f"GFLOP/s ({m.fresh} distinct configs measured so far)",
+                        flush=True,
+                    )
         finally:
             m.close()
         best = max(c[-1] for c in runs.values())
-        need = {t: float(np.median([trials_to(runs[(t, s)], 0.95 * best)
-                                    for s in range(a.seeds)])) for t in TUNERS}
+        need = {
+            t: float(np.median([trials_to(runs[(t, s)], 0.95 * best) for s in range(a.seeds)]))
+            for t in TUNERS
+        }
         measured = {k[1]: r for k, r in m.cache.items() if k[0] == task.workload_key}
         rho = held_out_rank_correlation(task, measured)
         curves[wname] = runs
@@ -102,8 +115,7 @@ def main(argv=None):
         summary.append([wname, "xgb/random", "", f"{ratio:.2f}"])
         summary.append([wname, "rank corr.", "", f"{rho:.2f}"])
         print(f"{wname}: best {best:.1f} GFLOP/s; {m.fresh} distinct configs", flush=True)
-    print(table(["workload", "tuner", "median best GFLOP/s", "trials to 95% (median)"],
-                summary))
+    print(table(["workload", "tuner", "median best GFLOP/s", "trials to 95% (median)"], summary))
     try:
         import matplotlib
 

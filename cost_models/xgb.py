@@ -26,8 +26,9 @@ class SchemaError(ValueError):
 class XGBoostCostModel:
     """``fit(X, y)`` / ``predict(X)`` on feature arrays, per hardware target."""
 
-    def __init__(self, target="host", objective: str = "rank", num_rounds: int = 300,
-                 seed: int = 0, **params):
+    def __init__(
+        self, target="host", objective: str = "rank", num_rounds: int = 300, seed: int = 0, **params
+    ):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
         self.target = getattr(target, "key", str(target))
@@ -36,10 +37,20 @@ class XGBoostCostModel:
         # rank: compare many random pairs per sample ("mean"), not only the top ones, so
         # the whole order is learned (the tuner anneals over all of it)
         rank = {"lambdarank_pair_method": "mean", "lambdarank_num_pair_per_sample": 64}
-        self.params = {"max_depth": 6, "eta": 0.1, "subsample": 0.9, "min_child_weight": 1,
-                       "gamma": 0.0, "lambda": 1.0, "nthread": max(1, (os.cpu_count() or 1)),
-                       "seed": seed, "verbosity": 0, **(rank if objective == "rank" else {}),
-                       **params, "objective": OBJECTIVES[objective]}
+        self.params = {
+            "max_depth": 6,
+            "eta": 0.1,
+            "subsample": 0.9,
+            "min_child_weight": 1,
+            "gamma": 0.0,
+            "lambda": 1.0,
+            "nthread": max(1, (os.cpu_count() or 1)),
+            "seed": seed,
+            "verbosity": 0,
+            **(rank if objective == "rank" else {}),
+            **params,
+            "objective": OBJECTIVES[objective],
+        }
         self.booster = None
         self.schema = SCHEMA
         self.n_train = 0
@@ -68,9 +79,9 @@ class XGBoostCostModel:
         label = np.zeros_like(y)
         start = 0
         for g in group:
-            part = y[start:start + g]
+            part = y[start : start + g]
             top = float(np.max(part)) if len(part) and np.max(part) > 0 else 1.0
-            label[start:start + g] = np.clip(part / top, 0.0, 1.0)
+            label[start : start + g] = np.clip(part / top, 0.0, 1.0)
             start += g
         d = xgb.DMatrix(X, label=label)
         # exact splits are both faster and finer than histograms on tuning-sized data

@@ -60,7 +60,8 @@ def test_split_policies():
 def test_template_without_records_uses_its_default_config():
     s, args = at.get_template("toy_matmul")(32, 32, 16)
     assert ["i.outer", "j.outer", "k", "i.inner", "j.inner"] == [
-        iv.name for iv in s[args[-1]].leaf_iter_vars]
+        iv.name for iv in s[args[-1]].leaf_iter_vars
+    ]
     assert any(st["prim"] == "split" and st["factor"] == 4 for st in s.steps)
 
 
@@ -123,13 +124,23 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
 
 def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
     log = tmp_path / "mixed.jsonl"
-    good = at.Record(workload=at.workload_key("toy_matmul", [32, 32, 16]), target="x86-avx2",
-                     config={"tile_i": [-1, 2], "tile_j": [-1, 4], "unroll": 0},
-                     costs=[1e-4, 2e-4], flop=1.0)
+    good = at.Record(
+        workload=at.workload_key("toy_matmul", [32, 32, 16]),
+        target="x86-avx2",
+        config={"tile_i": [-1, 2], "tile_j": [-1, 4], "unroll": 0},
+        costs=[1e-4, 2e-4],
+        flop=1.0,
+    )
     other = json.loads(good.to_json())
     other["v"] = 99
-    lines = [good.to_json(), "{not json", good.to_json()[:40], json.dumps(other), "[1, 2]",
-             good.to_json()]
+    lines = [
+        good.to_json(),
+        "{not json",
+        good.to_json()[:40],
+        json.dumps(other),
+        "[1, 2]",
+        good.to_json(),
+    ]
     log.write_text("\n".join(lines) + "\n")
     with pytest.warns(UserWarning, match=r"skipped 4 corrupt or unknown-version line\(s\)"):
         recs = at.load_records(str(log))
@@ -143,8 +154,9 @@ def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
 
 def test_writer_terminates_a_partial_last_line(tmp_path):
     log = tmp_path / "partial.jsonl"
-    rec = at.Record(workload=at.workload_key("toy_matmul", [8, 8, 8]), target="t",
-                    config={"x": 1}, costs=[1.0])
+    rec = at.Record(
+        workload=at.workload_key("toy_matmul", [8, 8, 8]), target="t", config={"x": 1}, costs=[1.0]
+    )
     log.write_text(rec.to_json() + "\n" + rec.to_json()[:30])  # a writer killed mid-line
     at.append_records(str(log), [rec])
     lines = log.read_text().splitlines()
@@ -154,8 +166,12 @@ def test_writer_terminates_a_partial_last_line(tmp_path):
 
 
 def _writer(path, tag, n):
-    rec = at.Record(workload=at.workload_key("w", [tag]), target="t",
-                    config={"pad": "x" * 5000, "tag": tag}, costs=[1.0])
+    rec = at.Record(
+        workload=at.workload_key("w", [tag]),
+        target="t",
+        config={"pad": "x" * 5000, "tag": tag},
+        costs=[1.0],
+    )
     for _ in range(n):
         at.append_records(path, [rec])
 
@@ -191,15 +207,39 @@ def test_pick_best(tmp_path):
 
 def _cli(args, tmp_path, **kw):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.path.dirname(TESTS)]))
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def test_killed_run_resumes_without_remeasuring(tmp_path):
     log = tmp_path / "resume.jsonl"
-    args = ["toy_matmul", "--import", "tuning_templates", "--args", "32,32,16", "--trials",
-            "14", "--tuner", "random", "--seed", "5", "--number", "1", "--repeat", "1",
-            "--log", str(log), "--no-progress"]
+    args = [
+        "toy_matmul",
+        "--import",
+        "tuning_templates",
+        "--args",
+        "32,32,16",
+        "--trials",
+        "14",
+        "--tuner",
+        "random",
+        "--seed",
+        "5",
+        "--number",
+        "1",
+        "--repeat",
+        "1",
+        "--log",
+        str(log),
+        "--no-progress",
+    ]
     p = _cli(args, tmp_path, start_new_session=True)
     deadline = time.time() + 120
     while time.time() < deadline:
@@ -221,20 +261,25 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
     assert len({json.dumps(r.config, sort_keys=True) for r in recs}) == 14  # none re-measured
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["nosuch", "--args", "1"], "no template named 'nosuch'"),
-    (["matmul"], "the following arguments are required: --args"),
-    (["matmul", "--args", "64,64", "--trials", "2"], "--args do not fit template 'matmul'"),
-    (["matmul", "--args", "64,64,64", "--trials", "0"], "--trials must be positive"),
-    (["matmul", "--args", "64,64,64", "--tuner", "magic"], "argument --tuner: invalid choice"),
-    (["matmul", "--args", "64,64,64", "--target", "riscv"], "unknown target 'riscv'"),
-    (["matmul", "--args", "64,,64"], "--args: empty value"),
-    (["best"], "usage: pypto-tune best LOG"),
-    (["best", "/nonexistent/log.jsonl"], "no tuning log at /nonexistent/log.jsonl"),
-    (["list", "extra"], "'list' takes no arguments"),
-    (["toy_matmul", "--import", "no_such_module_xyz", "--args", "1"],
-     "--import no_such_module_xyz"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["nosuch", "--args", "1"], "no template named 'nosuch'"),
+        (["matmul"], "the following arguments are required: --args"),
+        (["matmul", "--args", "64,64", "--trials", "2"], "--args do not fit template 'matmul'"),
+        (["matmul", "--args", "64,64,64", "--trials", "0"], "--trials must be positive"),
+        (["matmul", "--args", "64,64,64", "--tuner", "magic"], "argument --tuner: invalid choice"),
+        (["matmul", "--args", "64,64,64", "--target", "riscv"], "unknown target 'riscv'"),
+        (["matmul", "--args", "64,,64"], "--args: empty value"),
+        (["best"], "usage: pypto-tune best LOG"),
+        (["best", "/nonexistent/log.jsonl"], "no tuning log at /nonexistent/log.jsonl"),
+        (["list", "extra"], "'list' takes no arguments"),
+        (
+            ["toy_matmul", "--import", "no_such_module_xyz", "--args", "1"],
+            "--import no_such_module_xyz",
+        ),
+    ],
+)
 def test_cli_bad_arguments_one_line_and_status_2(argv, message, capsys):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -245,13 +290,26 @@ def test_cli_bad_arguments_one_line_and_status_2(argv, message, capsys):
 def test_cli_list_and_best(tmp_path, capsys):
     assert cli_main(["list"]) == 0
     out = capsys.readouterr().out
-    for name in ("matmul", "batch_matmul", "conv2d_nchw", "depthwise_conv2d_nchw", "softmax",
-                 "layernorm", "rmsnorm", "dense_bias_gelu"):
+    for name in (
+        "matmul",
+        "batch_matmul",
+        "conv2d_nchw",
+        "depthwise_conv2d_nchw",
+        "softmax",
+        "layernorm",
+        "rmsnorm",
+        "dense_bias_gelu",
+    ):
         assert name in out
     log = tmp_path / "b.jsonl"
     w = at.workload_key("matmul", [8, 8, 8])
-    at.append_records(str(log), [at.Record(w, "x86-avx2", {"a": 1}, costs=[2e-3], flop=1e6),
-                                 at.Record(w, "x86-avx2", {"a": 2}, costs=[1e-3], flop=1e6)])
+    at.append_records(
+        str(log),
+        [
+            at.Record(w, "x86-avx2", {"a": 1}, costs=[2e-3], flop=1e6),
+            at.Record(w, "x86-avx2", {"a": 2}, costs=[1e-3], flop=1e6),
+        ],
+    )
     assert cli_main(["best", str(log)]) == 0
     out = capsys.readouterr().out
     assert "1 ms (1.0 GFLOP/s, of 2 records)" in out and "{'a': 2}" in out

@@ -37,8 +37,9 @@ def toy_matmul(cfg, M, N, K):
 def misbehaving(cfg, M, N, K):
     """Candidates that segfault, hang, compute wrong values or are illegal, and good ones."""
     A, B, C, k = _mm(M, N, K)
-    cfg.define_knob("mode", ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled"],
-                    default="ok")
+    cfg.define_knob(
+        "mode", ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled"], default="ok"
+    )
     mode = cfg["mode"].val
     measuring = os.environ.get("PYPTO_MEASURING") == "1"
     if mode == "segfault" and measuring:
