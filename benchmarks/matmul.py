@@ -1,6 +1,9 @@
-"""fp32 matmul: a hand-written pypto schedule against numpy (OpenBLAS), 1 and 2 threads.
+"""fp32 matmul: pypto kernels against numpy (OpenBLAS), 1 and 2 threads.
 
-    python benchmarks/matmul.py [--sizes 512,1024,2048] [--threads 1,2]
+    python benchmarks/matmul.py [--sizes 512,1024,2048] [--threads 1,2] [--log LOG]
+
+Three kernels: a hand-written schedule, the matmul template's default
+config, and its best config from the tuning records (shipped in tuning_logs/).
 
 The schedule: a 6x16 register tile accumulated in a local buffer
 (cache_write), B packed into a contiguous K x 16 panel per column block
@@ -14,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -48,21 +52,43 @@ def matmul_schedule(M: int, N: int, K: int, mr: int = 6, nr: int = 16):
     return s, [A, B, C]
 
 
-def worker(sizes):
+KERNELS = ("hand", "default", "tuned")
+
+
+def kernels(n: int, log: str):
+    """The three pypto kernels compared: the hand schedule above, the matmul template's
+    default config, and its best config in the tuning log (when the log has one)."""
+    import autotune as at
+
+    tpl = at.get_template("matmul")
+    out = {"hand": matmul_schedule(n, n, n), "default": tpl(n, n, n)}
+    if os.path.exists(log):
+        key = (at.workload_key("matmul", [n, n, n]), pt.Target("host").key)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if key in at.best_by_workload(at.load_records(log)):
+                with at.apply_history_best(log):
+                    out["tuned"] = tpl(n, n, n)
+    return out
+
+
+def worker(sizes, log):
     rng = np.random.default_rng(0)
     out = {}
     for n in sizes:
-        s, args = matmul_schedule(n, n, n)
-        mod = pt.build(s, args, name=f"matmul_{n}")
         a = rng.random((n, n), dtype=np.float32)
         b = rng.random((n, n), dtype=np.float32)
         c = np.empty((n, n), np.float32)
-        mod(a, b, c)
-        np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3 * n)
         number = max(1, int(2e8 / n**3))
-        t_pt = median_seconds(lambda m=mod, a=a, b=b, c=c: m(a, b, c), number=number)
         t_np = median_seconds(lambda a=a, b=b, c=c: np.matmul(a, b, out=c), number=number)
-        out[n] = {"pypto": 2 * n**3 / t_pt / 1e9, "numpy": 2 * n**3 / t_np / 1e9}
+        row = {"numpy": 2 * n**3 / t_np / 1e9}
+        for name, (s, args) in kernels(n, log).items():
+            mod = pt.build(s, args, name=f"matmul_{name}_{n}")
+            mod(a, b, c)
+            np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-3 * n)
+            t = median_seconds(lambda m=mod, a=a, b=b, c=c: m(a, b, c), number=number)
+            row[name] = 2 * n**3 / t / 1e9
+        out[n] = row
     print(json.dumps(out))
 
 
@@ -70,6 +96,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="512,1024,2048", help="comma-separated square sizes")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--log", default="tuning_logs/matmul.jsonl",
+                   help="tuning records to take the tuned config from")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     try:
@@ -78,23 +106,18 @@ def main(argv=None):
     except ValueError:
         p.error("--sizes and --threads take comma-separated integers")
     if a.worker:
-        return worker(sizes)
-    res = run_workers(os.path.abspath(__file__), threads, ["--sizes", a.sizes])
+        return worker(sizes, a.log)
+    res = run_workers(os.path.abspath(__file__), threads, ["--sizes", a.sizes, "--log", a.log])
     rows = []
     for t in threads:
         for n in sizes:
             r = res[t][str(n)]
-            rows.append(
-                [
-                    t,
-                    f"{n}^3",
-                    f"{r['pypto']:.1f}",
-                    f"{r['numpy']:.1f}",
-                    f"{r['pypto'] / r['numpy']:.2f}x",
-                ]
-            )
-    print(f"fp32 matmul on {pt.Target('host').name}, GFLOP/s (medians)")
-    print(table(["threads", "size", "pypto", "numpy", "ratio"], rows))
+            cells = [f"{r[k]:.1f} ({r[k] / r['numpy']:.2f}x)" if k in r else "no record"
+                     for k in KERNELS]
+            rows.append([t, f"{n}^3", f"{r['numpy']:.1f}", *cells])
+    print(f"fp32 matmul on {pt.Target('host').name}: GFLOP/s (ratio to numpy), medians")
+    print(table(["threads", "size", "numpy", "hand schedule", "template default",
+                 "tuned (records)"], rows))
 
 
 if __name__ == "__main__":
