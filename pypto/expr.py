@@ -436,8 +436,17 @@ def walk(e: Expr):
         stack.extend(children(x))
 
 
+def vars_of(e: Expr) -> list:
+    """The variables of ``e``, each once, in pre-order."""
+    out = []
+    for x in walk(e):
+        if isinstance(x, Var) and all(x is not y for y in out):
+            out.append(x)
+    return out
+
+
 def free_vars(e: Expr) -> set:
-    return {x for x in walk(e) if isinstance(x, Var)}
+    return set(vars_of(e))
 
 
 def skey(e: Expr):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import dtypes
-from .expr import Expr, Var, children
+from .expr import Expr, Var
 from .printer import Printer
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -123,26 +123,6 @@ def walk_stmts(s: Stmt):
         x = stack.pop()
         yield x
         stack.extend(reversed(stmt_children(x)))
-
-
-def stmt_exprs(s: Stmt) -> tuple:
-    if isinstance(s, For):
-        return (s.extent,)
-    if isinstance(s, Store):
-        return (s.index, s.value)
-    if isinstance(s, IfThenElse):
-        return (s.cond,)
-    if isinstance(s, Allocate):
-        return (s.size,)
-    return ()
-
-
-def walk_exprs(e: Expr):
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        yield x
-        stack.extend(children(x))
 
 
 # ---------------------------------------------------------------- names

@@ -32,6 +32,7 @@ from .expr import (
     Var,
     map_children,
     substitute,
+    vars_of,
     walk,
 )
 from .legality import check_schedule
@@ -94,7 +95,7 @@ class Lowering:
         self.in_progress: set = set()
         for st in sch.stages:  # sizes are never negative
             for d in st.op.shape:
-                for v in _vars(d):
+                for v in vars_of(d):
                     self.ranges[v] = (0, INF)
         self.args = self._check_args(args) if args is not None else []
         self._inline_bodies()
@@ -320,7 +321,7 @@ class Lowering:
             c = simplify(cond, self.ranges)
             if isinstance(c, Const) and c.value:
                 continue
-            deepest = max((pos[v] for v in _vars(c) if v in pos), default=0)
+            deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
             n.guards.setdefault(deepest, []).append((c, is_red))
 
     def in_leaves(self, n: StageNest, e: Expr) -> Expr:
@@ -468,7 +469,7 @@ class Lowering:
         size_vars = []
         for b in params:
             for d in b.shape:
-                for v in _vars(d):
+                for v in vars_of(d):
                     if v not in size_vars:
                         size_vars.append(v)
         func = LoweredFunc(
@@ -501,15 +502,9 @@ def _reads(e: Expr):
     return [x for x in walk(e) if isinstance(x, TensorRead)]
 
 
-def _vars(e: Expr):
-    from .expr import walk
-
-    return [x for x in walk(e) if isinstance(x, Var)]
-
-
 def _relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
     """Symbolic (lo, hi) of ``e`` as the ``relaxed`` variables sweep ``[0, extent)``."""
-    if not any(v in relaxed for v in _vars(e)):
+    if not any(v in relaxed for v in vars_of(e)):
         return (e, e)
     if isinstance(e, (Load, TensorRead)):
         return None
@@ -517,7 +512,7 @@ def _relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
     lo = Lin({}, lin.const, "int64")
     hi = Lin({}, lin.const, "int64")
     for atom, c in lin.terms.values():
-        if not any(v in relaxed for v in _vars(atom)):
+        if not any(v in relaxed for v in vars_of(atom)):
             a = (atom, atom)
         elif isinstance(atom, Var):
             a = (Const(0, "int64"), Binary("sub", relaxed[atom], Const(1, "int64"), "int64"))

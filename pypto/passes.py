@@ -21,7 +21,7 @@
 
 from __future__ import annotations
 
-from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute
+from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute, vars_of
 from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store, seq
 from .simplify import FLIP, INF, Lin, Ranges, simplify
 
@@ -102,7 +102,7 @@ def _bound_on(cond: Expr, v: Var):
         return None
     a = lin.terms[("v", id(v))][1]
     rest = Lin({k: t for k, t in lin.terms.items() if t[0] is not v}, lin.const, "int64")
-    if any(v is x for x in _walk_vars(rest.to_expr())):
+    if any(v is x for x in vars_of(rest.to_expr())):
         return None
     limit += 1 if op == "le" else 0
     num = Lin({}, limit, "int64").plus(rest, -1, "int64").to_expr()
@@ -111,12 +111,6 @@ def _bound_on(cond: Expr, v: Var):
     return Binary(
         "floordiv", Binary("add", num, Const(a - 1, "int64"), "int64"), Const(a, "int64"), "int64"
     )
-
-
-def _walk_vars(e):
-    from .expr import walk
-
-    return [x for x in walk(e) if isinstance(x, Var)]
 
 
 def guards_to_bounds(s):
@@ -189,7 +183,7 @@ def _partition_candidate(s, bound: set):
         if not isinstance(x, For):
             continue
         mc = _min_const(x.extent)
-        if mc is None or not set(_walk_vars(mc[1])) <= bound:
+        if mc is None or not set(vars_of(mc[1])) <= bound:
             continue
         hot = x.kind in ("unrolled", "vectorized") or any(
             isinstance(y, For) and y.kind in ("unrolled", "vectorized") for y in walk_stmts(x.body)
