@@ -207,12 +207,9 @@ class GridSearchTuner(Tuner):
 class GATuner(Tuner):
     """A genetic algorithm: fitness-proportional parents, knob-wise crossover, mutation."""
 
-    def __init__(
-        self, task, seed=None, pop_size: int = 32, elite: int = 4, mutation_prob: float = 0.15
-    ):
+    def __init__(self, task, seed=None, pop_size: int = 32, mutation_prob: float = 0.15):
         super().__init__(task, seed)
         self.pop_size = max(2, min(pop_size, len(self.space)))
-        self.elite = elite
         self.mutation_prob = mutation_prob
         self.queue: list[Config] = []
         self.scores: dict[int, float] = {}
