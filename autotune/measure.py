@@ -46,7 +46,7 @@ class MeasureOption:
     repeat: int = 3  # costs per candidate (records keep all; the median ranks)
     min_repeat_ms: float = 0.0  # grow ``number`` until a repeat lasts this long
     timeout: float = 10.0
-    build_timeout: float = 120.0
+    build_timeout: float = 60.0  # one candidate's lowering + C compile
     n_parallel: int | None = None  # build processes (default: the number of cores)
     flush_cache: bool = False  # evict caches before each repeat
     check_correctness: bool = True
@@ -119,7 +119,7 @@ def _build_worker(spec: dict) -> dict:
     try:
         target = Target(spec["target"])
         src, _ = codegen(func, target)
-        compile_source(src, target.cflags)
+        compile_source(src, target.cflags, timeout=spec["build_timeout"])
     except pt.BuildError as e:
         return {"error": ErrorKind.COMPILE.value, "msg": _short(e)[:4000]}
     except Exception as e:  # noqa: BLE001
@@ -297,7 +297,9 @@ class Measurer:
     def build(self, specs) -> list[dict]:
         pool = self._pool()
         futures = [pool.submit(_build_worker, s) for s in specs]
-        deadline = time.monotonic() + self.option.build_timeout
+        # each compile stops itself at build_timeout; this is the backstop for a stuck worker
+        waves = -(-len(specs) // (self.option.n_parallel or os.cpu_count() or 1))
+        deadline = time.monotonic() + (self.option.build_timeout + 30) * waves
         out = []
         broken = False
         for f in futures:
@@ -410,7 +412,7 @@ class Measurer:
 
     def measure(self, task, configs) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one at a time."""
-        specs = [_spec(task, c) for c in configs]
+        specs = [{**_spec(task, c), "build_timeout": self.option.build_timeout} for c in configs]
         built = self.build(specs)
         results = []
         for spec, b in zip(specs, built):

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import os
 import shlex
+import signal
 import subprocess
 import tempfile
 import time
@@ -69,9 +70,7 @@ def compile_source(source: str, flags, timeout: float = 300.0) -> str:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(so))
     os.close(fd)
     try:
-        r = subprocess.run(
-            [*cc, *flags, src, "-o", tmp, "-lm"], capture_output=True, text=True, timeout=timeout
-        )
+        r = _run_compiler([*cc, *flags, src, "-o", tmp, "-lm"], timeout)
     except subprocess.TimeoutExpired:
         os.unlink(tmp)
         raise BuildError(
@@ -89,6 +88,21 @@ def compile_source(source: str, flags, timeout: float = 300.0) -> str:
         )
     os.replace(tmp, so)
     return so
+
+
+def _run_compiler(cmd: list, timeout: float) -> subprocess.CompletedProcess:
+    """Run the compiler in its own process group, so that a timeout stops the whole
+    driver -> cc1 -> as chain, not only the driver."""
+    p = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def _atomic_write(path: str, text: str):
