@@ -131,7 +131,9 @@ def _schedule_tile(cfg, s, Out, OL, outer_spatial, kb_loops):
     order = cfg["reorder_red"].apply(s, OL, red)
     tile = [axes[1], axes[2], axes[3]]  # (channel, row, col) of the tile
     s[OL].reorder(*order, *tile)
-    if cfg["unroll_red"].val:
+    # unrolling a long reduction (all input channels) around an unrolled tile makes
+    # kilobytes of C that take minutes to compile for no gain: only short ones
+    if cfg["unroll_red"].val and int(order[-1].extent.value) <= 8:
         s[OL].unroll(order[-1])
     s[OL].unroll(tile[0])
     s[OL].unroll(tile[1])
