@@ -104,6 +104,21 @@ def test_xgb_tuner_end_to_end(tmp_path):
     assert tuner.model.trained  # the later plans came from the fitted model
 
 
+def test_xgb_tuner_transfers_from_other_workloads(tmp_path):
+    log = tmp_path / "other.jsonl"
+    at.RandomTuner(at.Task("toy_matmul", (32, 32, 16)), seed=1).tune(
+        10, measure=FAST, callbacks=[at.log_to_file(log)]
+    )
+    tuner = at.XGBTuner(
+        at.Task("toy_matmul", (16, 32, 16)), seed=0, plan_size=8, use_pretrained=False
+    )
+    assert tuner.load_history(at.load_records(log)) == 0  # none of them is this workload
+    assert len(tuner.transfer) == 1 and len(tuner.transfer[0][1]) == 10
+    tuner.tune(4, measure=FAST)
+    assert tuner.model.trained  # the first plan already came from the transferred data
+    assert len(tuner.history) == 4 and all(r.ok for _, r in tuner.history)
+
+
 def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     log = tmp_path / "bad.jsonl"
     task = at.Task("misbehaving", (16, 16, 8))
