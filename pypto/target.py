@@ -135,7 +135,9 @@ def _defaults(name: str) -> dict:
             vector_bits=bits,
             features=_host_features(),
             cores=os.cpu_count() or 1,
-            cflags=BASE_FLAGS + ("-march=native",),
+            # the named target's flags, not -march=native: the host compiles exactly as
+            # the target its tuning records are keyed by
+            cflags=BASE_FLAGS + KNOWN[host][3],  # the named target's flags: records stay valid
             is_host=True,
         )
         vals.update({**_CACHES, **_cache_sizes()})
