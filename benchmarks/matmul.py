@@ -79,7 +79,7 @@ def worker(sizes, log):
         a = rng.random((n, n), dtype=np.float32)
         b = rng.random((n, n), dtype=np.float32)
         c = np.empty((n, n), np.float32)
-        number = max(1, int(2e8 / n**3))
+        number = max(3, int(2e9 / n**3))  # small sizes: enough calls to average out
         t_np = median_seconds(lambda a=a, b=b, c=c: np.matmul(a, b, out=c), number=number)
         row = {"numpy": 2 * n**3 / t_np / 1e9}
         for name, (s, args) in kernels(n, log).items():
