@@ -284,14 +284,6 @@ def cast(dtype: str, x) -> Expr:
     return x if x.dtype == dt else Cast(x, dt)
 
 
-def minimum(a, b) -> Expr:
-    return binary("min", a, b)
-
-
-def maximum(a, b) -> Expr:
-    return binary("max", a, b)
-
-
 # math functions: name -> (number of arguments, needs a float operand)
 MATH = {
     "exp": (1, True),
@@ -461,10 +453,6 @@ def skey(e: Expr):
         return ("tr", id(e.tensor), tuple(skey(i) for i in e.indices))
     head = (type(e).__name__, getattr(e, "op", None), getattr(e, "name", None), e.dtype)
     return head + tuple(skey(c) for c in children(e))
-
-
-def is_const(e, value=None) -> bool:
-    return isinstance(e, Const) and (value is None or e.value == value)
 
 
 def identity_value(kind: str, dtype: str):

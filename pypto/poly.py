@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .expr import Binary, Const, Expr, Load, TensorRead, Var, walk
+from .expr import Binary, Const, Expr, TensorRead, Var, walk
 from .loop_ir import Namer
 from .schedule import Fuse, Skew, Split, Stage
 
@@ -430,22 +430,6 @@ class GroupModel:
             self._prefix_cache[key] = _equal_prefix(a, b, n)
         return self._prefix_cache[key]
 
-    def distance_text(self, d: Dependence) -> str:
-        """The distance vector in the scheduled loops of the stage (``(0, 1)``, ``(0, +)``)."""
-        if d.src.scheduled is None or d.dst.scheduled is None:
-            return "?"
-        delta = d.rel.apply_domain(d.src.scheduled).apply_range(d.dst.scheduled).deltas()
-        out = []
-        for k in range(1, self.time_len):
-            lo, hi = delta.dim_min_val(k), delta.dim_max_val(k)
-            if lo.is_int() and hi.is_int() and lo.to_python() == hi.to_python():
-                out.append(str(lo.to_python()))
-            elif lo.is_int() and lo.to_python() >= 0:
-                out.append("+")
-            else:
-                out.append("*")
-        return "(" + ", ".join(out) + ")"
-
 
 def _equal_prefix(a: Statement, b: Statement, n: int) -> isl.Map:
     """Pairs of instances of ``a`` and ``b`` whose scheduled times agree on the first n dims."""
@@ -475,7 +459,3 @@ def witness(rel: isl.Map, d: Dependence, params: dict) -> str:
         if v.axis is None:  # sizes, not enclosing loop variables
             pvals.append(f"{v.name}={pt.get_coordinate_val(isl.dim_type.param, k).to_python()}")
     return text + (f", with {', '.join(pvals)}" if pvals else "")
-
-
-def has_data_dependent_index(e: Expr) -> bool:
-    return any(isinstance(x, (Load, TensorRead)) for x in walk(e))

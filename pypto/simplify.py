@@ -443,18 +443,7 @@ def simplify(e: Expr, ranges: Ranges | None = None) -> Expr:
     return Simplifier(ranges)(e)
 
 
-def const_value(e: Expr, ranges: Ranges | None = None):
-    """The integer value of ``e`` if it simplifies to a constant, else None."""
-    e = simplify(e, ranges)
-    return e.value if isinstance(e, Const) else None
-
-
 def upper_bound(e: Expr, ranges: Ranges) -> float:
     """A numeric upper bound of ``e`` (inf when unknown)."""
     sim = Simplifier(ranges)
     return sim.bounds(sim(e))[1]
-
-
-def prove(cond: Expr, ranges: Ranges | None = None) -> bool:
-    r = simplify(cond, ranges)
-    return isinstance(r, Const) and bool(r.value)
