@@ -3,8 +3,8 @@
 Each plan: fit the cost model on everything measured so far (plus records of
 other workloads of the same template, ranked in their own groups), run
 parallel simulated-annealing chains over the space on the model's scores,
-and queue the best unvisited configs, with an epsilon share of random ones
-and no duplicates. Before there is enough data to fit, the shipped
+and queue the best unvisited configs, picked for diversity (rank traded
+for knob values not yet in the plan), with an epsilon share of random ones. Before there is enough data to fit, the shipped
 pretrained model for the target (if any) ranks the first plan; without one
 the first batch is random.
 """
@@ -173,15 +173,9 @@ class XGBTuner(Tuner):
         if model is None:  # nothing to learn from yet: explore
             self.plan = [c for c in (self._unvisited_sample() for _ in range(n)) if c is not None]
             return
-        ranked = self._anneal(model)
-        plan, taken = [], set()
         n_random = int(round(self.epsilon * self.plan_size))
-        for c in ranked:
-            if len(plan) >= self.plan_size - n_random:
-                break
-            if c.index not in taken:
-                taken.add(c.index)
-                plan.append(c)
+        plan = _diverse(self._anneal(model), self.plan_size - n_random)
+        taken = {c.index for c in plan}
         while len(plan) < self.plan_size:
             c = self._unvisited_sample()
             if c is None:
@@ -207,6 +201,30 @@ class XGBTuner(Tuner):
             if all(c.index != o.index for o in out):
                 out.append(c)
         return out
+
+
+def _diverse(ranked: list, n: int, pool: int = 3) -> list:
+    """Pick ``n`` of the best ``pool * n`` configs (ranked best first), trading rank for
+    knob values not picked yet, so one plan does not spend itself on near-copies."""
+    cands = []
+    for c in ranked:
+        if all(c.index != o.index for o in cands):
+            cands.append(c)
+        if len(cands) >= pool * n:
+            break
+    picked, covered = [], set()
+    rank = {id(c): k for k, c in enumerate(cands)}
+    while cands and len(picked) < n:
+
+        def gain(c):
+            new = sum((k, repr(v)) not in covered for k, v in c.values.items())
+            return new / max(1, len(c.values)) - rank[id(c)] / len(rank)
+
+        best = max(cands, key=gain)
+        cands.remove(best)
+        picked.append(best)
+        covered.update((k, repr(v)) for k, v in best.values.items())
+    return picked
 
 
 def _quiet_xgboost():
