@@ -4,9 +4,9 @@ Each plan: fit the cost model on everything measured so far (plus records of
 other workloads of the same template, ranked in their own groups), run
 parallel simulated-annealing chains over the space on the model's scores,
 and queue the best unvisited configs, picked for diversity (rank traded
-for knob values not yet in the plan), with an epsilon share of random ones. Before there is enough data to fit, the shipped
-pretrained model for the target (if any) ranks the first plan; without one
-the first batch is random.
+for knob values not yet in the plan), with an epsilon share of random ones.
+Before there is enough data to fit, the shipped pretrained model for the
+target (if any) ranks the first plan; without one the first batch is random.
 """
 
 from __future__ import annotations
