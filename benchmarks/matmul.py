@@ -96,8 +96,11 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="512,1024,2048", help="comma-separated square sizes")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    p.add_argument("--log", default="tuning_logs/matmul.jsonl",
-                   help="tuning records to take the tuned config from")
+    p.add_argument(
+        "--log",
+        default="tuning_logs/matmul.jsonl",
+        help="tuning records to take the tuned config from",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     try:
@@ -112,12 +115,17 @@ def main(argv=None):
     for t in threads:
         for n in sizes:
             r = res[t][str(n)]
-            cells = [f"{r[k]:.1f} ({r[k] / r['numpy']:.2f}x)" if k in r else "no record"
-                     for k in KERNELS]
+            cells = [
+                f"{r[k]:.1f} ({r[k] / r['numpy']:.2f}x)" if k in r else "no record" for k in KERNELS
+            ]
             rows.append([t, f"{n}^3", f"{r['numpy']:.1f}", *cells])
     print(f"fp32 matmul on {pt.Target('host').name}: GFLOP/s (ratio to numpy), medians")
-    print(table(["threads", "size", "numpy", "hand schedule", "template default",
-                 "tuned (records)"], rows))
+    print(
+        table(
+            ["threads", "size", "numpy", "hand schedule", "template default", "tuned (records)"],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":
