@@ -1,6 +1,7 @@
 """XGBTuner: model-based search over a config space (AutoTVM's recipe, IR features).
 
-Each plan: fit the cost model on everything measured so far (plus records of
+Every ``plan_size`` measurements (16: the model refits often while data is scarce):
+fit the cost model on everything measured so far (plus records of
 other workloads of the same template, ranked in their own groups), run
 parallel simulated-annealing chains over the space on the model's scores,
 and queue the best unvisited configs, picked for diversity (rank traded
@@ -33,7 +34,7 @@ class XGBTuner(Tuner):
         self,
         task,
         seed=None,
-        plan_size: int = 64,
+        plan_size: int = 16,
         n_chains: int = 8,
         sa_steps: int = 40,
         epsilon: float = 0.05,
