@@ -19,12 +19,13 @@ import importlib
 import multiprocessing as mp
 import os
 import signal
-import statistics
 import time
 import traceback
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .records import Measured
 
 
 class ErrorKind(enum.StrEnum):
@@ -56,22 +57,13 @@ class MeasureOption:
 
 
 @dataclass
-class MeasureResult:
+class MeasureResult(Measured):
     costs: list = field(default_factory=list)
     error: ErrorKind | None = None
     error_msg: str = ""
     build_s: float = 0.0
     run_s: float = 0.0
     ts: float = field(default_factory=time.time)
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.costs)
-
-    @property
-    def cost(self) -> float:
-        """Median seconds per run (inf for a failed candidate), as records rank them."""
-        return statistics.median(self.costs) if self.ok else float("inf")
 
 
 def _spec(task, cfg) -> dict:

@@ -27,8 +27,22 @@ from pypto import __version__ as PYPTO_VERSION
 FORMAT_VERSION = 1
 
 
+class Measured:
+    """What counts as a valid measurement and its cost, shared by measurement results
+    and records, so a tuner and a log always agree on which config is best."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.costs)
+
+    @property
+    def cost(self) -> float:
+        """Median seconds per run (inf for a failed candidate)."""
+        return statistics.median(self.costs) if self.ok else float("inf")
+
+
 @dataclass
-class Record:
+class Record(Measured):
     workload: str  # workload key: '["matmul",[1024,1024,1024]]'
     target: str
     config: dict
@@ -40,15 +54,6 @@ class Record:
     run_s: float = 0.0
     ts: float = field(default_factory=time.time)
     pypto: str = PYPTO_VERSION
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and bool(self.costs)
-
-    @property
-    def cost(self) -> float:
-        """Median seconds per run (inf for a failed candidate)."""
-        return statistics.median(self.costs) if self.ok else float("inf")
 
     @property
     def gflops(self) -> float:
