@@ -20,6 +20,8 @@ from .expr import (
     const,
     erf,
     exp,
+    fast_erf,
+    fast_exp,
     floor,
     if_then_else,
     log,
@@ -51,7 +53,8 @@ from .tensor import (
 __all__ = [
     "DTYPES", "BuildError", "PyptoError", "ScheduleError", "Expr", "Var", "IterVar", "Tensor",
     "Schedule", "Stage", "Module", "Target", "__version__",
-    "abs", "cast", "ceil", "const", "erf", "exp", "floor", "if_then_else", "log", "pow", "rsqrt",
+    "abs", "cast", "ceil", "const", "erf", "exp", "fast_erf", "fast_exp", "floor", "if_then_else",
+    "log", "pow", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
     "set_num_threads", "explain",

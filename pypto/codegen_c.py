@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from . import dtypes
+from . import dtypes, fastmath
 from ._version import __version__ as _version
 from .expr import Binary, Const
 from .loop_ir import (
@@ -20,6 +20,7 @@ from .loop_ir import (
     IfThenElse,
     LoweredFunc,
     Namer,
+    Prefetch,
     Seq,
     Store,
     walk_stmts,
@@ -166,6 +167,12 @@ class CPrinter(Printer):
         if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
             f = "llabs" if dtypes.dtype(e.dtype).bits == 64 else "abs"
             return f"{f}({args[0]})", ATOM
+        if e.name in fastmath.FORMS:
+            fn, double = fastmath.FORMS[e.name]
+            if _ctype(e.dtype) != "float":
+                return double.format(*args), ATOM
+            self.helpers.setdefault(fn, fastmath.HELPERS[fn])
+            return f"{fn}({args[0]})", ATOM
         form = _MATH[e.name][0 if _ctype(e.dtype) == "float" else 1]
         return form.format(*args), ATOM
 
@@ -197,6 +204,7 @@ class CodeGen:
             Seq: self.seq,
             For: self.for_,
             Store: self.store,
+            Prefetch: self.prefetch,
             Allocate: self.allocate,
             IfThenElse: self.if_,
         }
@@ -239,6 +247,19 @@ class CodeGen:
         if d.c_storage != d.c_compute:
             value = f"({d.c_storage})({value})"
         self.emit(depth, f"{self.namer(b, b.name)}[{self.p(s.index)}] = {value};")
+
+    def prefetch(self, s: Prefetch, depth):
+        # integer address arithmetic: the lines may lie past the buffer (no fault, no UB)
+        b = s.buffer
+        name, index = self.namer(b, b.name), self.p(s.index)
+        base = f"(uintptr_t){name} + (uintptr_t)({index}) * {b.elem_bytes}"
+        rw = int(s.write)
+        if s.lines == 1:
+            self.emit(depth, f"__builtin_prefetch((const void*)({base}), {rw}, 3);")
+            return
+        self.emit(depth, f"for (int64_t pt_line = 0; pt_line < {s.lines}; ++pt_line) {{")
+        self.emit(depth + 1, f"__builtin_prefetch((const void*)({base} + 64 * pt_line), {rw}, 3);")
+        self.emit(depth, "}")
 
     def allocate(self, s: Allocate, depth):
         b = s.buffer

@@ -297,6 +297,8 @@ MATH = {
     "ceil": (1, True),
     "abs": (1, False),
     "pow": (2, True),
+    "fast_exp": (1, True),  # vectorizable float32 forms (pypto/fastmath.py)
+    "fast_erf": (1, True),
 }
 
 
@@ -324,7 +326,7 @@ def _math(name: str) -> Callable:
     return fn
 
 
-exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power = (
+exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power, fast_exp, fast_erf = (
     _math(n)
     for n in (
         "exp",
@@ -338,7 +340,17 @@ exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power = (
         "ceil",
         "abs",
         "pow",
+        "fast_exp",
+        "fast_erf",
     )
+)
+fast_exp.__doc__ = (
+    "``pt.fast_exp``: elementwise exp as vectorizable float32 arithmetic (relative error "
+    "below 3e-7; see pypto/fastmath.py). float64 uses libm."
+)
+fast_erf.__doc__ = (
+    "``pt.fast_erf``: elementwise erf as a vectorizable float32 rational function "
+    "(absolute error below 1e-6). float64 uses libm."
 )
 
 

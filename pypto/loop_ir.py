@@ -2,7 +2,8 @@
 
 Statements are immutable records: ``For`` (kind serial | parallel |
 vectorized | unrolled), ``Store`` into a flat buffer, ``Allocate`` (a
-buffer living for the scope of its body), ``IfThenElse`` and ``Seq``.
+buffer living for the scope of its body), ``IfThenElse``, ``Seq`` and
+``Prefetch`` (a cache hint: ``lines`` cache lines from an element on).
 Every loop starts at 0; buffers are indexed with one flat expression.
 """
 
@@ -65,6 +66,14 @@ class IfThenElse(Stmt):
     cond: Expr
     then: Stmt
     else_: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Prefetch(Stmt):
+    buffer: Buffer
+    index: Expr  # the first element; may lie past the buffer's end (a hint never faults)
+    lines: int  # 64-byte cache lines from there on
+    write: bool = False  # prefetched to be written
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -217,6 +226,10 @@ class IRPrinter(Printer):
                 f"{pad}alloc {self.namer(b, b.name)}: {b.dtype}[{self(s.size)}] {b.scope}\n"
                 f"{self.stmt(s.body, depth)}"
             )
+        if isinstance(s, Prefetch):
+            name = self.namer(s.buffer, s.buffer.name)
+            rw = " for write" if s.write else ""
+            return f"{pad}prefetch {name}[{self(s.index)}] {s.lines} line(s){rw}\n"
         if isinstance(s, IfThenElse):
             out = f"{pad}if ({self(s.cond)}) {{\n{self.stmt(s.then, depth + 1)}{pad}}}"
             if s.else_ is not None:

@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute, vars_of
-from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store, seq
+from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store, seq
 from .simplify import FLIP, INF, Lin, Ranges, simplify
 
 MAX_UNROLL = 64
@@ -36,6 +36,8 @@ def map_exprs(s, f):
         return For(s.var, f(s.extent), s.kind, map_exprs(s.body, f))
     if isinstance(s, Store):
         return Store(s.buffer, f(s.index), f(s.value))
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, f(s.index), s.lines, s.write)
     if isinstance(s, Allocate):
         return Allocate(s.buffer, f(s.size), map_exprs(s.body, f))
     if isinstance(s, IfThenElse):
@@ -63,6 +65,8 @@ def simplify_stmt(s, ranges: dict):
         return None if body is None else For(s.var, ext, s.kind, body)
     if isinstance(s, Store):
         return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
+    if isinstance(s, Prefetch):
+        return Prefetch(s.buffer, simplify(s.index, ranges), s.lines, s.write)
     if isinstance(s, Allocate):
         body = simplify_stmt(s.body, ranges)
         return None if body is None else Allocate(s.buffer, simplify(s.size, ranges), body)

@@ -69,6 +69,7 @@ class Stage:
         self.origin_op = op
         self.relations: list = []
         self.attrs: dict[IterVar, str] = {}  # leaf -> loop kind
+        self.prefetches: list[tuple] = []  # (tensor, leaf, offset), see prefetch()
         self.attach: tuple | None = None  # (stage, ivar) for compute_at
         self.inline = False
         self.scope = "global"
@@ -142,6 +143,23 @@ class Stage:
             n += 1
         return make_iter_var(name, Const(0, "int64"), None, kind)
 
+    def _read_ops(self) -> list:
+        """The operations this stage reads, through stages inlined into it."""
+        out, todo = [], [t.op for t in self.op.input_tensors]
+        while todo:
+            op = todo.pop()
+            if any(op is o for o in out):
+                continue
+            out.append(op)
+            st = self.schedule.stage_map.get(op)
+            if st is not None and st.inline:
+                todo.extend(t.op for t in op.input_tensors)
+        return out
+
+    def _not_prefetched(self, iv: IterVar, prim: str):
+        if any(p[1] is iv for p in self.prefetches):
+            raise self._err(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
+
     def _record(self, prim: str, **args):
         self.schedule.steps.append({"stage": self.name, "prim": prim, **args})
 
@@ -172,15 +190,16 @@ class Stage:
             amount if factor is not None else None,
             amount if nparts is not None else None,
         )
-        self.relations.append(rel)
-        pos = self.leaf_iter_vars.index(parent)
-        self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
         if parent in self.attrs:
             raise self._err(
                 "split",
                 f"loop {parent.name} is already annotated "
                 f"{self.attrs[parent]}; split before annotating",
             )
+        self._not_prefetched(parent, "split")
+        self.relations.append(rel)
+        pos = self.leaf_iter_vars.index(parent)
+        self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
         self._record("split", loop=parent.name, factor=_jsonable(factor), nparts=_jsonable(nparts))
         return outer, inner
 
@@ -239,6 +258,7 @@ class Stage:
         for iv in ivars:
             if iv in self.attrs:
                 raise self._err("fuse", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+            self._not_prefetched(iv, "fuse")
         names = [iv.name for iv in ivars]
         fused = ivars[0]
         for iv in ivars[1:]:
@@ -323,6 +343,31 @@ class Stage:
     def unroll(self, iv):
         """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
         self._annotate(iv, "unroll")
+
+    def prefetch(self, tensor, iv, offset: int):
+        """At the start of each iteration of loop ``iv``, prefetch into cache the elements
+        of ``tensor`` that this stage reads in iteration ``iv + offset`` (as TVM's
+        prefetch), or, for the stage's own output, those it writes there (prefetched
+        for writing). A hint only: results are unchanged, addresses past the end are fine.
+
+            for j:                         for j:
+              for k:              ->         prefetch A[f(j + 2, 0)] .. A[f(j + 2, K-1)]
+                B[j] += A[f(j, k)]            for k: B[j] += A[f(j, k)]
+
+        The elements read in one iteration must span at most 4 KiB (prefetch at an
+        inner loop otherwise).
+        """
+        from .tensor import Tensor
+
+        self._leaf(iv, "prefetch")
+        if not isinstance(tensor, Tensor):
+            raise self._err("prefetch", f"expected a tensor, got {tensor!r}")
+        if tensor.op is not self.op and tensor.op not in self._read_ops():
+            raise self._err("prefetch", f"this stage neither reads nor writes {tensor.name}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset == 0:
+            raise self._err("prefetch", f"offset must be a nonzero int, got {offset!r}")
+        self.prefetches.append((tensor, iv, offset))
+        self._record("prefetch", tensor=tensor.name, loop=iv.name, offset=offset)
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
