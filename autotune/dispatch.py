@@ -19,13 +19,14 @@ def _stack() -> list:
     return _local.stack
 
 
-def lookup(workload: str, target: str):
-    """The knob values chosen for (workload, target) by the innermost context, or None."""
-    for best in reversed(_stack()):
-        values = best.get((workload, target))
-        if values is not None:
+def lookup(workload: str, target: str) -> list:
+    """The recorded knob values for (workload, target) in the innermost context that has
+    any, fastest first (the caller takes the first that fits the template); or []."""
+    for ranked in reversed(_stack()):
+        values = ranked.get((workload, target))
+        if values:
             return values
-    return None
+    return []
 
 
 @contextlib.contextmanager
@@ -34,11 +35,15 @@ def apply_history_best(records):
 
     ``records``: a path to a JSON Lines log, a list of paths, or records
     (as returned by ``load_records``). Corrupt lines are skipped with a warning.
+    Records whose config no longer fits the template (made with another version
+    of it) are passed over, with a warning, for the fastest one that does.
     """
-    from .records import best_by_workload, load_records
+    from .records import load_records
 
-    recs = load_records(records)
-    _stack().append({key: r.config for key, r in best_by_workload(recs).items()})
+    ranked: dict = {}
+    for r in sorted((r for r in load_records(records) if r.ok), key=lambda r: r.cost):
+        ranked.setdefault((r.workload, r.target), []).append(r.config)
+    _stack().append(ranked)
     try:
         yield
     finally:

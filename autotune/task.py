@@ -20,6 +20,7 @@ import importlib
 import inspect
 import json
 import math
+import warnings
 
 from pypto.expr import Binary, Call, Cast, Const, Reduce, Select, walk
 from pypto.simplify import simplify
@@ -72,13 +73,22 @@ class Template:
     def __call__(self, *args, target="host"):
         """The schedule with the best recorded config, else the default config."""
         space = self.space(*args)
-        values = dispatch.lookup(workload_key(self.name, args), as_target(target).key)
-        cfg = None
-        if values is not None:
+        key = workload_key(self.name, args)
+        ranked = dispatch.lookup(key, as_target(target).key)
+        cfg, stale = None, 0
+        for values in ranked:
             try:
                 cfg = space.config(values)
+                break
             except SpaceError:
-                cfg = None  # a record from another version of the template
+                stale += 1  # a record from another version of the template
+        if stale:
+            use = "the best one that does" if cfg is not None else "the default config"
+            warnings.warn(
+                f"{stale} record(s) of {key} do not fit the knobs of template "
+                f"{self.name!r} (made with another version of it); using {use}",
+                stacklevel=2,
+            )
         return self.func(cfg or space.default_config(), *args)
 
 

@@ -92,6 +92,30 @@ def test_tuner_writes_records_and_best_rebuilds(tuner_cls, tmp_path):
     np.testing.assert_allclose(c, a @ b, rtol=1e-5)
 
 
+def test_records_of_another_template_version_are_passed_over(tmp_path):
+    """The fastest record lacks a knob the template has now: the fastest record that
+    fits is used, with a warning naming the workload; none fits: the default."""
+    task = at.Task("toy_matmul", (32, 32, 16))
+    good = {"tile_i": [-1, 2], "tile_j": [-1, 16], "unroll": 0}
+    stale = {"tile_i": [-1, 8], "tile_j": [-1, 4]}  # made before the "unroll" knob
+
+    def rec(cfg, cost):
+        return at.Record(task.workload_key, task.target.key, cfg, costs=[cost], flop=1.0)
+
+    log = str(tmp_path / "mixed.jsonl")
+    at.append_records(log, [rec(stale, 1e-6), rec(good, 1e-3)])
+    with at.apply_history_best(log):
+        with pytest.warns(UserWarning, match=r"1 record\(s\) of .*toy_matmul.*best one that does"):
+            s, _ = at.get_template("toy_matmul")(32, 32, 16)
+    assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [2, 16]
+    only_stale = str(tmp_path / "stale.jsonl")
+    at.append_records(only_stale, [rec(stale, 1e-6)])
+    with at.apply_history_best(only_stale):
+        with pytest.warns(UserWarning, match="using the default config"):
+            s, _ = at.get_template("toy_matmul")(32, 32, 16)
+    assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [4, 8]
+
+
 def test_xgb_tuner_end_to_end(tmp_path):
     log = tmp_path / "xgb.jsonl"
     task = at.Task("toy_matmul", (32, 32, 16))
