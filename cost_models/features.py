@@ -10,8 +10,8 @@ around it are described innermost first, for up to ``LEVELS`` levels:
     log2 reuse (iterations per distinct element).
 
 Then whole-kernel features: flops, bytes, arithmetic intensity, parallel
-and vector extents, local buffers, and the target's vector width and
-cache sizes. The layout is versioned (``SCHEMA``): a saved model refuses
+and vector extents, local buffers, prefetches, and the target's vector
+width and cache sizes. The layout is versioned (``SCHEMA``): a saved model refuses
 vectors of another schema.
 """
 
@@ -23,10 +23,10 @@ import numpy as np
 
 from pypto import dtypes
 from pypto.expr import Binary, Call, Load, Select, Var, walk
-from pypto.loop_ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Store
+from pypto.loop_ir import Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
 from pypto.simplify import INF, Lin, Ranges, bounds, simplify
 
-SCHEMA = "pypto-features-v1"
+SCHEMA = "pypto-features-v2"
 LEVELS = 6
 ACCESSES = 4
 KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -57,6 +57,8 @@ _GLOBAL_NAMES = [
     "log_l2",
     "log_l3",
     "cores",
+    "n_prefetches",
+    "log_prefetch_bytes",
 ]
 FEATURE_NAMES = tuple(f"l{lvl}_{n}" for lvl in range(LEVELS) for n in _LEVEL_NAMES) + tuple(
     _GLOBAL_NAMES
@@ -76,6 +78,7 @@ class _Walk:
         self.stores = []  # (Store, [loops outer->inner], iterations)
         self.locals = []
         self.guards = 0
+        self.prefetches = []  # (Prefetch, executions)
         self.go(func.body, [], 1.0)
 
     def extent(self, e) -> float:
@@ -101,6 +104,8 @@ class _Walk:
             self.go(s.else_, loops, iters)
         elif isinstance(s, Store):
             self.stores.append((s, loops, iters))
+        elif isinstance(s, Prefetch):
+            self.prefetches.append((s, iters))
 
 
 def _flops(e) -> int:
@@ -212,5 +217,7 @@ def featurize(func: LoweredFunc, target=None) -> np.ndarray:
         _lg(getattr(target, "l2_bytes", 0) or 0),
         _lg(getattr(target, "l3_bytes", 0) or 0),
         getattr(target, "cores", 1) or 1,
+        len(w.prefetches),
+        _lg(sum(p.lines * LINE * it for p, it in w.prefetches)),
     )
     return out
