@@ -1,22 +1,28 @@
 """2-D convolutions in NCHW: ``conv2d_nchw`` and ``depthwise_conv2d_nchw``.
 
-Direct convolution with a register tile, vectorized along the output width
-(contiguous in NCHW, so input rows are read as vectors when the stride is
-1), in the spirit of TVM's x86 direct-conv schedules:
+Direct convolutions with a register tile accumulated in a local buffer
+while the whole reduction (input channels, kernel rows, kernel columns, in
+the order ``reorder_red``) runs over it, in the spirit of TVM's x86
+schedules. Two ways to fill the vector lanes:
 
-- the output is ``cache_write``-n: an accumulator tile of ``kb`` output
-  channels x ``hb`` output rows x ``wb`` output columns lives in a local
-  buffer while the whole reduction (input channels, kernel rows, kernel
-  columns, in the order ``reorder_red``) runs over it; each input vector
-  is reused for ``kb`` channels, each broadcast weight for ``hb * wb``
-  outputs;
-- the tile's channels and rows are unrolled, its columns vectorized, and
-  the innermost reduction loop optionally unrolled;
-- zero padding is a separate stage computed once at the root (in parallel,
-  vectorized) or inlined into the convolution as a select; for stride > 1
-  that stage also splits the columns by phase (``x % stride``, ``x //
-  stride``), so vectorized output columns still read consecutive inputs;
-- batch, channel blocks (and row blocks) are fused into the parallel loop.
+- **output channels** (conv2d, when whole vectors of channels divide K; see
+  ``_conv_vec_k``): the GEMM micro-kernel -- a tile of ``wb`` columns x
+  ``hb`` rows x ``kb`` channels, per reduction step ``kb / lanes`` vector
+  loads of weights packed channels-innermost and ``hb * wb`` broadcast
+  input pixels; the output tile is copied back to NCHW. Any stride reads
+  the same way.
+- **output columns** (depthwise, and conv2d otherwise; contiguous in NCHW,
+  so input rows are read as vectors when the stride is 1): a tile of
+  ``kb`` channels x ``hb`` rows x ``wb`` columns, each input vector reused
+  for ``kb`` channels, each broadcast weight (packed so the ``kb`` of a
+  step share a cache line) for ``hb * wb`` outputs. For stride > 1 the
+  padded input is split by column phase (``x % stride``, ``x // stride``)
+  so vectorized columns still read consecutive inputs.
+
+In both, the tile's rows and columns (or channels) are unrolled; zero
+padding is a separate stage computed once at the root (in parallel,
+vectorized) or inlined into the convolution as a select; batch, channel
+blocks (and row blocks) are fused into the parallel loop.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def _out_size(x: int, k: int, stride: int, padding: int) -> int:
     return (x + 2 * padding - k) // stride + 1
 
 
-def _input_stage(cfg, data, N, C, H, W, stride, padding, dtype):
+def _input_stage(cfg, data, N, C, H, W, stride, padding, dtype, phase_split=True):
     """The stage the convolution reads, and how it reads it.
 
     Returns ``(P, read)``: ``P`` the padded (and, for stride > 1 with
@@ -45,7 +51,7 @@ def _input_stage(cfg, data, N, C, H, W, stride, padding, dtype):
     """
     p, st = padding, stride
     zero = pt.const(0.0, dtype)
-    split = stride > 1 and cfg["phase_split"].val == 1
+    split = phase_split and stride > 1 and cfg["phase_split"].val == 1
     if split:
         Wq = -(-(W + 2 * p) // st)
 
@@ -180,7 +186,9 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     """out[n, k, y, x] = sum_{c,r,s} padded[n, c, y*stride + r, x*stride + s] * weight[k, c, r, s].
 
     ``data`` is N x C x H x W, ``weight`` K x C x R x S, zero padding ``padding`` on
-    each side; the output is N x K x OH x OW.
+    each side; the output is N x K x OH x OW. When whole vectors of output channels
+    divide K, they are vectorized (``_conv_vec_k``); otherwise output columns are
+    (the schedule of the module docstring).
     """
     OH, OW = _out_size(H, R, stride, padding), _out_size(W, S, stride, padding)
     lanes = vector_lanes(dtype)
@@ -190,6 +198,12 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     rr = pt.reduce_axis((0, R), name="rr")
     rs = pt.reduce_axis((0, S), name="rs")
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
+    cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
+    if K % lanes == 0:  # whole vectors of output channels
+        _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, [rc, rr, rs])
+        # pixels are broadcast one at a time: no column phases to split for a stride
+        P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
+        return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride)
     cfg.define_split(
         "tile_k",
         K,
@@ -199,21 +213,126 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
         default=[-1, 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1],
     )
     _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rc, rr, rs])
+    # weights packed per tile of kb output channels, those innermost: the kb weights a
+    # reduction step broadcasts share one cache line instead of touching kb lines
+    cfg.define_knob("pack_w", [0, 1], default=1)
     P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype)
+    kb = cfg["tile_k"].size[-1]
+    WP = _packed_weights(weight, kb) if cfg["pack_w"].val else None
+
+    def w(k, c, r, q):
+        return weight[k, c, r, q] if WP is None else WP[k // kb, c, r, q, k % kb]
+
     out = pt.compute(
         (N, K, OH, OW),
         lambda n, k, y, x: pt.sum(
-            read(n, rc, y * stride + rr, x, rs) * weight[k, rc, rr, rs], axis=[rc, rr, rs]
+            read(n, rc, y * stride + rr, x, rs) * w(k, rc, rr, rs), axis=[rc, rr, rs]
         ),
         name="conv",
     )
-    cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
     s = pt.create_schedule(out.op)
     OL = s.cache_write(out, "local")
     _schedule_pad(cfg, s, P)
+    _schedule_packed(s, WP)
     n, k = out.op.axis[0], out.op.axis[1]
     ko, ki = cfg["tile_k"].apply(s, out, k)
     _schedule_tile(cfg, s, out, OL, [n, ko], [ki])
+    return s, [data, weight, out]
+
+
+def _packed_weights(weight, kb: int):
+    """``WP[ko, c, r, s, ki] = weight[ko * kb + ki, c, r, s]`` (the last tile repeats
+    channel K - 1 when kb does not divide K; those lanes are never stored)."""
+    K, C, R, S = (int(d.value) for d in weight.shape)
+    return pt.compute(
+        (-(-K // kb), C, R, S, kb),
+        lambda ko, c, r, q, ki: weight[pt.min(ko * kb + ki, K - 1), c, r, q],
+        name="weight_packed",
+    )
+
+
+def _schedule_packed(s, WP):
+    if WP is not None:  # once per call, at the root
+        s[WP].parallel(s[WP].fuse(*WP.op.axis[:2]))
+        s[WP].vectorize(WP.op.axis[-1])
+
+
+def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes):
+    """Knobs of the ``vec_k`` schedule: ``vk_k`` output channels per tile (whole
+    vectors dividing K), ``vk_w`` / ``vk_h`` output columns / rows per tile (at most
+    8 x 2: the accumulators must fit the vector registers), the reduction order,
+    and the padded input at the root or inlined."""
+    kbs = [m * lanes for m in (1, 2, 4) if K % (m * lanes) == 0]
+    cfg.define_split(
+        "vk_k",
+        K,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, k] for k in kbs],
+        default=[-1, 2 * lanes if 2 * lanes in kbs else kbs[0]],
+    )
+    ws = [w for w in range(1, 9) if w <= OW]
+    cfg.define_split(
+        "vk_w",
+        OW,
+        num_outputs=2,
+        policy="candidate",
+        candidate=[[-1, w] for w in ws],
+        default=[-1, 4 if OW >= 4 else ws[-1]],
+    )
+    cfg.define_split(
+        "vk_h", OH, num_outputs=2, policy="candidate", candidate=[[-1, 1], [-1, 2]], default=[-1, 1]
+    )
+    cfg.define_reorder("reorder_red", red_axes, policy="all", default=list(range(len(red_axes))))
+    if padding > 0 or stride > 1:
+        cfg.define_knob("pad", ["root", "inline"], default="root")
+
+
+def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
+    """Output channels vectorized: the GEMM micro-kernel on a convolution.
+
+    The accumulator ``acc[n, y, x, k]`` (channels innermost) is computed per tile of
+    ``hb`` rows x ``wb`` columns x ``kb`` channels inside the output's tile loop; per
+    reduction step (c, r, s) that is ``kb / lanes`` vector loads of the packed
+    weights ``WP[ko, c, r, s, 0:kb]`` and ``hb * wb`` broadcast input pixels. The
+    output copies the tile back to NCHW:
+
+        parallel for n, ko (, yo):  for yo: for xo:
+          acc[hb][wb][kb] = 0
+          for c, r, s (reorder_red): for y in hb: for x in wb: for k in kb (vector):
+            acc[y][x][k] += pad[n, c, y*st + r, x*st + s] * WP[ko, c, r, s, k]
+          out[n, ko*kb + k, yo*hb + y, xo*wb + x] = acc[y][x][k]
+    """
+    rc, rr, rs = red
+    N, K, OH, OW = shape
+    kb = cfg["vk_k"].size[-1]
+    WP = _packed_weights(weight, kb)
+    acc = pt.compute(
+        (N, OH, OW, K),
+        lambda n, y, x, k: pt.sum(
+            read(n, rc, y * stride + rr, x, rs) * WP[k // kb, rc, rr, rs, k % kb],
+            axis=[rc, rr, rs],
+        ),
+        name="acc",
+    )
+    out = pt.compute((N, K, OH, OW), lambda n, k, y, x: acc[n, y, x, k], name="conv")
+    s = pt.create_schedule(out.op)
+    _schedule_pad(cfg, s, P)
+    _schedule_packed(s, WP)
+    n, k, y, x = out.op.axis
+    ko, ki = cfg["vk_k"].apply(s, out, k)
+    yo, yi = cfg["vk_h"].apply(s, out, y)
+    xo, xi = cfg["vk_w"].apply(s, out, x)
+    s[out].reorder(n, ko, yo, xo, ki, yi, xi)
+    rows = cfg["par"].val == "with_rows"
+    s[out].parallel(s[out].fuse(n, ko, yo) if rows else s[out].fuse(n, ko))
+    s[acc].compute_at(s[out], xo)
+    an, ay, ax, ak = acc.op.axis
+    order = cfg["reorder_red"].apply(s, acc, list(s[acc].op.reduce_axis))
+    s[acc].reorder(an, *order, ay, ax, ak)
+    s[acc].unroll(ay)
+    s[acc].unroll(ax)
+    s[acc].vectorize(ak)
     return s, [data, weight, out]
 
 

@@ -25,45 +25,14 @@ from ..task import template
 from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm, vector_lanes
 
 F32 = "float32"
-_ERF_NUM = (
-    -1.60960333262415e-02,
-    -2.95459980854025e-03,
-    -7.34990630326855e-04,
-    -5.69250639462346e-05,
-    -2.10102402082508e-06,
-    2.77068142495902e-08,
-    -2.72614225801306e-10,
-)  # odd powers x^1 .. x^13
-_ERF_DEN = (
-    -1.42647390514189e-02,
-    -7.37332916720468e-03,
-    -1.68282697438203e-03,
-    -2.13374055278905e-04,
-    -1.45660718464996e-05,
-)  # even powers x^0 .. x^8
 
 
 def _c(v):
     return pt.const(v, F32)
 
 
-def erf_rational(x):
-    """``erf(x)`` as a rational function of ``x`` clamped to [-4, 4] (the float32
-    form used by Eigen and XLA; absolute error below 5e-7). Unlike libm's ``erff``
-    it is plain arithmetic, so gcc vectorizes it."""
-    x = pt.min(pt.max(x, _c(-4.0)), _c(4.0))
-    x2 = x * x
-    p = _c(_ERF_NUM[-1])
-    for a in reversed(_ERF_NUM[:-1]):
-        p = p * x2 + _c(a)
-    q = _c(_ERF_DEN[-1])
-    for b in reversed(_ERF_DEN[:-1]):
-        q = q * x2 + _c(b)
-    return x * p / q
-
-
 def gelu(x, impl: str = "libm"):
-    erf = pt.erf if impl == "libm" else erf_rational
+    erf = pt.erf if impl == "libm" else pt.fast_erf
     return _c(0.5) * x * (_c(1.0) + erf(x * _c(1.0 / math.sqrt(2.0))))
 
 
@@ -82,7 +51,7 @@ def dense_bias_gelu(cfg, M, N, K):
     # W is (N, K): unpacked, the vectorized column loop would gather with stride K
     # (two orders of magnitude slower), so the weights are always packed
     define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=4 * M * K)
-    # erf: libm's erff (a scalar call per output) or a vectorizable rational form
+    # erf: libm's erff (a scalar call per output) or the vectorizable rational pt.fast_erf
     cfg.define_knob("erf_impl", ["libm", "rational"], default="rational")
     cfg.add_flop(2.0 * M * N * K)
     X = pt.placeholder((M, K), F32, name="X")

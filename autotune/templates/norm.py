@@ -12,9 +12,14 @@ the passes, and no full-size temporary exists:
   combine of the ``L`` partials and the ragged tail of the row;
 - elementwise passes split the row by ``tile_j`` with the inner loop
   vectorized and the outer optionally unrolled (``unroll_j``);
+- the rows are read from memory by the first pass and from cache by the
+  later ones, so with ``prefetch`` on, the first elementwise pass prefetches
+  the next row of X (``s[T].prefetch(X, jo, chunks per row)``) and the last
+  one the next row of Y for writing (``s[Y].prefetch(Y, jo, ...)``): memory
+  traffic overlaps the arithmetic instead of stalling the passes;
 - softmax's exponential is either libm's ``expf`` (a scalar call: gcc
-  does not vectorize it without -ffast-math) or ``exp_nonpositive``, plain
-  vectorizable arithmetic within ~1 ulp (``exp_impl``, default ``poly``),
+  does not vectorize it without -ffast-math) or ``pt.fast_exp``, a
+  vectorizable polynomial within ~2 ulp (``exp_impl``, default ``poly``),
   stored per row for the sum and the normalization (``store_exp``).
 
 float32 in and out; the references compute in float64.
@@ -30,38 +35,6 @@ from ..task import template
 from .matmul import vector_lanes
 
 F32 = "float32"
-
-
-def _c(v):
-    return pt.const(v, F32)
-
-
-def exp_nonpositive(y):
-    """``exp(y)`` for ``y <= 0`` in vectorizable arithmetic (within ~1 ulp of expf).
-
-    libm's ``expf`` is a scalar call that gcc does not vectorize without
-    ``-ffast-math``; this form is plain float arithmetic: Cody-Waite reduction
-    ``y = n ln2 + r`` (``|r| <= ln2 / 2``), the Cephes polynomial for ``e^r``, and
-    ``2^n`` assembled exactly from the bits of ``-n`` (the five low bits as
-    ``1 + bit * (2^-k - 1)``, the two high ones by select). ``y`` is clamped at
-    -87 (``exp(-87)`` is near the smallest normal float); NaN is not propagated.
-    """
-    y = pt.max(y, _c(-87.0))
-    n = pt.floor(y * _c(1.4426950408889634) + _c(0.5))
-    r = y - n * _c(0.693359375) - n * _c(-2.12194440e-4)
-    p = _c(1.9875691500e-4)
-    for k in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-        p = p * r + _c(k)
-    e = p * r * r + r + _c(1.0)
-    m = _c(0.0) - n  # 0 <= m <= 126, an integer
-    f = [m] + [pt.floor(m * _c(0.5**b)) for b in range(1, 8)]
-    for b in range(7):
-        bit = f[b] - _c(2.0) * f[b + 1]
-        if b < 5:  # 2^-k - 1 is exact for k <= 16, and 1 + (2^-k - 1) == 2^-k
-            e = e * (bit * _c(2.0 ** -(2**b) - 1.0) + _c(1.0))
-        else:
-            e = e * pt.select(bit > _c(0.5), _c(2.0 ** -(2**b)), _c(1.0))
-    return e
 
 
 def _reducer(kind):
@@ -102,7 +75,8 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
 def define_row_knobs(cfg, cols: int, lanes: int):
     """``red_lanes``: partial accumulators of the row reductions (1: a scalar loop);
     ``unroll_red``: steps of the partial reductions unrolled; ``tile_j``: the vector
-    chunk of elementwise passes; ``unroll_j``: chunks unrolled."""
+    chunk of elementwise passes; ``unroll_j``: chunks unrolled; ``prefetch``: the
+    next row prefetched during an elementwise pass."""
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=4 * lanes)
     cfg.define_knob("unroll_red", [1, 2, 4], default=1)
     cfg.define_split(
@@ -114,11 +88,14 @@ def define_row_knobs(cfg, cols: int, lanes: int):
         default=[-1, 4 * lanes],
     )
     cfg.define_knob("unroll_j", [1, 2, 4], default=1)
+    cfg.define_knob("prefetch", [0, 1], default=1)
 
 
-def _schedule_elementwise(cfg, s, T):
+def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False):
     """Split a row-sized elementwise stage's last loop by ``tile_j``; vectorize the
-    inner part, unroll ``unroll_j`` chunks of the outer."""
+    inner part, unroll ``unroll_j`` chunks of the outer. With ``prefetch`` on, each
+    chunk prefetches the same chunk of the next row of ``X`` (if given) and, for the
+    ``output``, of its own next row (for writing)."""
     j = s[T].op.axis[-1]
     jo, ji = cfg["tile_j"].apply(s, T, j)
     u = cfg["unroll_j"].val
@@ -126,6 +103,12 @@ def _schedule_elementwise(cfg, s, T):
         jo, jm = s[T].split(jo, factor=u)
         s[T].unroll(jm)
     s[T].vectorize(ji)
+    if cfg["prefetch"].val:
+        per_row = -(-cols // (cfg["tile_j"].size[-1] * u))  # chunks: the offset of a row
+        for t in [X] if X is not None else []:
+            s[T].prefetch(t, jo, per_row)
+        if output:
+            s[T].prefetch(T, jo, per_row)  # for writing: the store misses overlap
 
 
 def _schedule_reduction(cfg, s, stages):
@@ -145,14 +128,15 @@ def _schedule_reduction(cfg, s, stages):
         s[P].vectorize(lane)
 
 
-def _schedule_rows(cfg, s, Y, row_stages, elementwise):
-    """Parallel over rows of ``Y``; every stage in ``row_stages`` computed per row."""
+def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
+    """Parallel over rows of ``Y``; every stage in ``row_stages`` computed per row; the
+    first elementwise stage prefetches the next row of ``X``, ``Y`` its own next row."""
     i = Y.op.axis[0]
     s[Y].parallel(i)
     for T in row_stages:
         s[T].compute_at(s[Y], i)
-    for T in elementwise:
-        _schedule_elementwise(cfg, s, T)
+    for k, T in enumerate(elementwise):
+        _schedule_elementwise(cfg, s, T, cols, X if k == 0 else None, T is Y)
 
 
 # ----------------------------------------------------------------- softmax
@@ -169,7 +153,7 @@ def softmax(cfg, rows, cols):
     """Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max X[i, :])."""
     V = vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
-    # exp: libm expf (a scalar call) or the vectorizable exp_nonpositive (x - max <= 0);
+    # exp: libm expf (a scalar call) or the vectorizable polynomial pt.fast_exp;
     # stored per row (1) or recomputed in the last pass (0)
     cfg.define_knob("exp_impl", ["libm", "poly"], default="poly")
     cfg.define_knob("store_exp", [0, 1], default=1)
@@ -177,17 +161,17 @@ def softmax(cfg, rows, cols):
     L = cfg["red_lanes"].val
     X = pt.placeholder((rows, cols), F32, name="X")
     mx, mx_st = row_reduce("max", lambda i, j: X[i, j], rows, cols, L, "mx")
-    exp = exp_nonpositive if cfg["exp_impl"].val == "poly" else pt.exp
+    exp = pt.fast_exp if cfg["exp_impl"].val == "poly" else pt.exp
     ex = pt.compute((rows, cols), lambda i, j: exp(X[i, j] - mx[i]), name="ex")
     sm, sm_st = row_reduce("sum", lambda i, j: ex[i, j], rows, cols, L, "sm")
     rs = pt.compute((rows,), lambda i: pt.const(1.0, F32) / sm[i], name="rs")
     Y = pt.compute((rows, cols), lambda i, j: ex[i, j] * rs[i], name="Y")
     s = pt.create_schedule(Y.op)
     if cfg["store_exp"].val:
-        _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st, rs], [ex, Y])
+        _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st, rs], [ex, Y], X, cols)
     else:
         s[ex].compute_inline()
-        _schedule_rows(cfg, s, Y, [*mx_st, *sm_st, rs], [Y])
+        _schedule_rows(cfg, s, Y, [*mx_st, *sm_st, rs], [Y], X, cols)
     _schedule_reduction(cfg, s, mx_st)
     _schedule_reduction(cfg, s, sm_st)
     return s, [X, Y]
@@ -233,7 +217,7 @@ def layernorm(cfg, rows, cols, eps=1e-5):
         (rows, cols), lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="Y"
     )
     s = pt.create_schedule(Y.op)
-    _schedule_rows(cfg, s, Y, [*sm_st, mean, *ss_st, rstd], [Y])
+    _schedule_rows(cfg, s, Y, [*sm_st, mean, *ss_st, rstd], [Y], X, cols)
     _schedule_reduction(cfg, s, sm_st)
     _schedule_reduction(cfg, s, ss_st)
     return s, [X, gamma, beta, Y]
@@ -266,6 +250,6 @@ def rmsnorm(cfg, rows, cols, eps=1e-6):
     )
     Y = pt.compute((rows, cols), lambda i, j: X[i, j] * r[i] * gamma[j], name="Y")
     s = pt.create_schedule(Y.op)
-    _schedule_rows(cfg, s, Y, [*ss_st, r], [Y])
+    _schedule_rows(cfg, s, Y, [*ss_st, r], [Y], X, cols)
     _schedule_reduction(cfg, s, ss_st)
     return s, [X, gamma, Y]
