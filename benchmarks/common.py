@@ -36,14 +36,14 @@ def run_workers(script: str, threads, extra_args=()) -> dict:
         env = dict(
             os.environ, OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), MKL_NUM_THREADS=str(t)
         )
+        # stderr passes through: progress and failures show as they happen
         r = subprocess.run(
             [sys.executable, script, "--worker", *extra_args],
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
             text=True,
         )
         if r.returncode != 0:
-            sys.stderr.write(r.stderr)
             raise SystemExit(f"benchmark worker for {t} thread(s) failed")
         out[t] = json.loads(r.stdout.strip().splitlines()[-1])
     return out

@@ -1,0 +1,172 @@
+"""Every kernel of the suite against numpy, PyTorch and the machine's peak.
+
+    python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--json results.json]
+
+For each thread count a fresh worker process (numpy, OpenMP, MKL and torch
+pinned to that count) builds each kernel from its built-in template with
+the best config of the shipped tuning records (tuning_logs/), checks its
+output against the template's float64 reference, and times it together with
+its references: each in two blocks of timed rounds (forward, then reverse
+order, with a pause and a warm-up before each block), the figure is the
+median round. The tuned figures are measured here, in this process, not
+taken from the tuner's records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import run_workers, table  # noqa: E402
+from benchmarks.kernels import Kernel, all_kernels  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOGS = os.path.join(ROOT, "tuning_logs")
+REFS = ("numpy", "torch", "torch.compile")
+
+
+def block_medians(fns: dict, rounds: int = 8, round_s: float = 0.15) -> dict:
+    """Median seconds per call of each function over ``rounds`` timed rounds.
+
+    Each function runs in two blocks of rounds, in forward then reverse order, so slow
+    drift on a shared machine hits every function alike. Before each block: a pause
+    (the thread pools of the previous library -- OpenBLAS, torch's OpenMP -- spin for
+    a while after their last call and would steal the cores) and a warm-up call.
+    """
+    number = {}
+    for name, fn in fns.items():
+        fn()  # first call: compilation for torch.compile, page faults for everyone
+        t0 = time.perf_counter()
+        fn()
+        number[name] = max(1, int(round_s / max(time.perf_counter() - t0, 1e-6)))
+    times = {name: [] for name in fns}
+    order = list(fns)
+    for block in (order, order[::-1]):
+        for name in block:
+            time.sleep(PAUSE_S)
+            fns[name]()
+            for _ in range(rounds // 2):
+                t0 = time.perf_counter()
+                for _ in range(number[name]):
+                    fns[name]()
+                times[name].append((time.perf_counter() - t0) / number[name])
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+PAUSE_S = 0.3  # longer than the spin time of the usual OpenMP runtimes (200 ms)
+
+
+def _pypto_kernel(k: Kernel, arrays):
+    import autotune as at
+    import pypto as pt
+
+    tpl = at.get_template(k.template)
+    log = os.path.join(LOGS, f"{k.template}.jsonl")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with at.apply_history_best(log if os.path.exists(log) else []):
+            s, tensors = tpl(*k.args)
+    mod = pt.build(s, tensors, name=k.template)
+    mod(*arrays)
+    want = tpl.reference_output(arrays[:-1], k.args)[0]
+    np.testing.assert_allclose(arrays[-1], want, rtol=k.rtol, atol=k.rtol * np.abs(want).max())
+    return lambda: mod(*arrays)
+
+
+def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.set_num_threads(threads)
+    ts = [torch.from_numpy(a) for a in arrays]  # shares memory: same inputs and output
+    fns = {}
+    if k.torch is not None:
+        eager = k.torch(torch)
+        fns["torch"] = lambda: eager(*ts)
+    if with_compile and k.compiled is not None:
+        comp = torch.compile(k.compiled(torch), dynamic=False)
+        fns["torch.compile"] = lambda: comp(*ts)
+    return fns
+
+
+def worker(names, threads: int, with_compile: bool):
+    rng = np.random.default_rng(0)
+    out = {}
+    for k in all_kernels():
+        if names and not any(n in k.label for n in names):
+            continue
+        arrays = [rng.standard_normal(sh, dtype=np.float32) for sh in k.shapes]
+        fns = {"pypto": _pypto_kernel(k, arrays)}
+        if k.numpy is not None:
+            fns["numpy"] = lambda f=k.numpy, a=arrays: f(*a)
+        fns.update(_torch_fns(k, arrays, threads, with_compile))
+        secs = block_medians(fns)
+        out[k.label] = {"unit": k.unit, **{n: k.work / t / 1e9 for n, t in secs.items()}}
+        print(f"[{threads} thread(s)] {k.label}: done", file=sys.stderr, flush=True)
+    print(json.dumps(out))
+
+
+def report(results: dict, peaks: dict) -> str:
+    rows = []
+    for t, res in results.items():
+        for label, r in res.items():
+            mem = r["unit"] == "GB/s"
+            peak = peaks[t]["triad_gbps" if mem else "fma_gflops"]
+            cells = [t, label, r["unit"], f"{r['pypto']:.1f}", f"{r['pypto'] / peak:.0%}"]
+            for ref in REFS:
+                v = r.get(ref)
+                cells.append(f"{v:.1f} ({r['pypto'] / v:.2f}x)" if v else "-")
+            rows.append(cells)
+    head = ["threads", "kernel", "unit", "pypto", "of peak"]
+    return table(head + [f"{ref} (pypto/ref)" for ref in REFS], rows)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0], epilog=__doc__
+    )
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument("--only", default="", help="comma-separated substrings of kernel names")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow start)")
+    p.add_argument("--json", default="", help="also write the figures to this file")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    names = [n for n in a.only.split(",") if n]
+    try:
+        threads = [int(x) for x in a.threads.split(",")]
+    except ValueError:
+        p.error("--threads takes comma-separated integers")
+    if a.worker:
+        return worker(names, int(os.environ["OMP_NUM_THREADS"]), not a.no_compile)
+    import pypto as pt
+    from benchmarks import peak
+
+    t0 = time.time()
+    peaks = {t: peak.measure(t) for t in threads}
+    extra = ["--only", a.only] + (["--no-compile"] if a.no_compile else [])
+    results = run_workers(os.path.abspath(__file__), threads, extra)
+    print(f"pypto {pt.__version__} on {pt.Target('host').name}, {os.cpu_count()} cores")
+    for t in threads:
+        pk = peaks[t]
+        print(
+            f"peak, {t} thread(s): FMA {pk['fma_gflops']:.1f} GFLOP/s, "
+            f"triad {pk['triad_gbps']:.1f} GB/s"
+        )
+    print(report(results, peaks))
+    print(f"medians of timed rounds; {time.time() - t0:.0f} s in all")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"peaks": peaks, "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
