@@ -453,12 +453,13 @@ class Lowering:
                 buf, idx = self.buffer_index(src, indices)
                 idx = substitute(self.in_leaves(n, idx), {iv.var: iv.var + offset})
                 first, span = _span(simplify(idx, self.ranges), inner, self.ranges, where)
-                lines = (span * buf.elem_bytes) // 64 + 1
-                if lines > PREFETCH_LINES:
+                # lines from the first element's on: one more when it is not line-aligned
+                if (span + 1) * buf.elem_bytes > PREFETCH_BYTES:
                     raise ScheduleError(
                         f"{where}: one iteration reads {span + 1} elements apart "
-                        f"(more than {PREFETCH_LINES * 64} bytes); prefetch at an inner loop"
+                        f"(more than {PREFETCH_BYTES} bytes); prefetch at an inner loop"
                     )
+                lines = (span * buf.elem_bytes + 63) // 64 + 1
                 key = (id(buf), skey(first), write)
                 if key not in seen:
                     seen.add(key)
@@ -517,7 +518,7 @@ class Lowering:
         return passes.finalize(func)
 
 
-PREFETCH_LINES = 64  # at most 4 KiB prefetched per loop iteration
+PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
 
 
 def _span(idx: Expr, inner: dict, ranges, where: str):
