@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -23,14 +24,14 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peak.c")
 def _library() -> str:
     """Build peak.c once per source version into the temp dir; the path of the .so."""
     import pypto as pt
+    from pypto import runtime
 
     with open(SOURCE, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()[:16]
     so = os.path.join(tempfile.gettempdir(), f"pypto_peak_{digest}.so")
     if not os.path.exists(so):
-        flags = pt.Target("host").cflags
-        tmp = f"{so}.{os.getpid()}.tmp"
-        cmd = ["gcc", "-O2", *flags, "-fopenmp", "-shared", "-fPIC", SOURCE, "-o", tmp]
+        tmp = f"{so}.{os.getpid()}.tmp"  # the host target's flags: -O3, -fopenmp, -march
+        cmd = [*runtime.compiler(), *pt.Target("host").cflags, SOURCE, "-o", tmp]
         subprocess.run(cmd, check=True)
         os.replace(tmp, so)
     return so
@@ -43,7 +44,7 @@ def measure(threads: int) -> dict:
         "lib = ctypes.CDLL(sys.argv[1])\n"
         "lib.peak_fma_gflops.restype = lib.peak_triad_gbps.restype = ctypes.c_double\n"
         "fma = max(lib.peak_fma_gflops(ctypes.c_long(200_000_000)) for _ in range(3))\n"
-        "bw = lib.peak_triad_gbps(ctypes.c_long(1 << 26), 10)\n"
+        "bw = lib.peak_triad_gbps(ctypes.c_long(1 << 25), 10)\n"
         "print(json.dumps({'fma_gflops': fma, 'triad_gbps': bw}))\n"
     )
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
@@ -52,8 +53,6 @@ def measure(threads: int) -> dict:
     )
     if r.returncode != 0:
         raise RuntimeError(f"peak microbenchmark failed: {r.stderr.strip()}")
-    import json
-
     return json.loads(r.stdout)
 
 

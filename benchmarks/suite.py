@@ -33,7 +33,7 @@ LOGS = os.path.join(ROOT, "tuning_logs")
 REFS = ("numpy", "torch", "torch.compile")
 
 
-def block_medians(fns: dict, rounds: int = 8, round_s: float = 0.15) -> dict:
+def block_medians(fns: dict, rounds: int = 10, round_s: float = 0.2) -> dict:
     """Median seconds per call of each function over ``rounds`` timed rounds.
 
     Each function runs in two blocks of rounds, in forward then reverse order, so slow
@@ -70,15 +70,18 @@ def _pypto_kernel(k: Kernel, arrays):
 
     tpl = at.get_template(k.template)
     log = os.path.join(LOGS, f"{k.template}.jsonl")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         with at.apply_history_best(log if os.path.exists(log) else []):
+            key = at.workload_key(k.template, k.args)
+            tuned = bool(at.dispatch.lookup(key, pt.Target("host").key))
             s, tensors = tpl(*k.args)
+    tuned = tuned and not any("using the default config" in str(w.message) for w in caught)
     mod = pt.build(s, tensors, name=k.template)
     mod(*arrays)
     want = tpl.reference_output(arrays[:-1], k.args)[0]
     np.testing.assert_allclose(arrays[-1], want, rtol=k.rtol, atol=k.rtol * np.abs(want).max())
-    return lambda: mod(*arrays)
+    return (lambda: mod(*arrays)), tuned
 
 
 def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
@@ -105,12 +108,14 @@ def worker(names, threads: int, with_compile: bool):
         if names and not any(n in k.label for n in names):
             continue
         arrays = [rng.standard_normal(sh, dtype=np.float32) for sh in k.shapes]
-        fns = {"pypto": _pypto_kernel(k, arrays)}
+        pypto_fn, tuned = _pypto_kernel(k, arrays)
+        fns = {"pypto": pypto_fn}
         if k.numpy is not None:
             fns["numpy"] = lambda f=k.numpy, a=arrays: f(*a)
         fns.update(_torch_fns(k, arrays, threads, with_compile))
         secs = block_medians(fns)
-        out[k.label] = {"unit": k.unit, **{n: k.work / t / 1e9 for n, t in secs.items()}}
+        out[k.label] = {"unit": k.unit, "tuned": tuned}
+        out[k.label].update({n: k.work / t / 1e9 for n, t in secs.items()})
         print(f"[{threads} thread(s)] {k.label}: done", file=sys.stderr, flush=True)
     print(json.dumps(out))
 
@@ -121,7 +126,8 @@ def report(results: dict, peaks: dict) -> str:
         for label, r in res.items():
             mem = r["unit"] == "GB/s"
             peak = peaks[t]["triad_gbps" if mem else "fma_gflops"]
-            cells = [t, label, r["unit"], f"{r['pypto']:.1f}", f"{r['pypto'] / peak:.0%}"]
+            name = label if r.get("tuned", True) else f"{label} (default config: no record)"
+            cells = [t, name, r["unit"], f"{r['pypto']:.1f}", f"{r['pypto'] / peak:.0%}"]
             for ref in REFS:
                 v = r.get(ref)
                 cells.append(f"{v:.1f} ({r['pypto'] / v:.2f}x)" if v else "-")
