@@ -7,15 +7,15 @@ tune() { python -m autotune "$@" --tuner xgb --resume --no-progress; }
 case "${1:-all}" in
   matmul|all)
     tune matmul --args 512,512,512 --trials 48 --log tuning_logs/matmul.jsonl
-    tune matmul --args 1024,1024,1024 --trials 64 --log tuning_logs/matmul.jsonl
-    tune matmul --args 2048,2048,2048 --trials 24 --timeout 30 --number 2 --log tuning_logs/matmul.jsonl
+    tune matmul --args 1024,1024,1024 --trials 96 --log tuning_logs/matmul.jsonl
+    tune matmul --args 2048,2048,2048 --trials 48 --timeout 30 --number 2 --log tuning_logs/matmul.jsonl
     tune matmul --args 128,3072,768 --trials 48 --log tuning_logs/matmul.jsonl
     tune batch_matmul --args 8,256,256,256 --trials 32 --log tuning_logs/batch_matmul.jsonl
     tune dense_bias_gelu --args 128,3072,768 --trials 48 --log tuning_logs/dense_bias_gelu.jsonl
     ;;&
   conv|all)
-    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 64 --log tuning_logs/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 48 --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 128 --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 96 --log tuning_logs/conv2d_nchw.jsonl
     tune depthwise_conv2d_nchw --args 1,64,56,56,3,3,1,1 --trials 32 \
       --log tuning_logs/depthwise_conv2d_nchw.jsonl
     ;;&

@@ -1,6 +1,6 @@
 """Every kernel of the suite against numpy, PyTorch and the machine's peak.
 
-    python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--json results.json]
+    python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--repeat 3] [--json out.json]
 
 For each thread count a fresh worker process (numpy, OpenMP, MKL and torch
 pinned to that count) builds each kernel from its built-in template with
@@ -120,6 +120,23 @@ def worker(names, threads: int, with_compile: bool):
     print(json.dumps(out))
 
 
+def combine(runs: list) -> dict:
+    """Per thread count and kernel, the median over runs of each speed and of each ratio
+    to a reference (a ratio is taken within one run, then the median of those)."""
+    out = {}
+    for t in runs[0]:
+        out[t] = {}
+        for label, first in runs[0][t].items():
+            rs = [run[t][label] for run in runs]
+            cell = {"unit": first["unit"], "tuned": all(r.get("tuned", True) for r in rs)}
+            for name in ("pypto", *REFS):
+                if all(name in r for r in rs):
+                    cell[name] = float(np.median([r[name] for r in rs]))
+                    cell[f"ratio {name}"] = float(np.median([r["pypto"] / r[name] for r in rs]))
+            out[t][label] = cell
+    return out
+
+
 def report(results: dict, peaks: dict) -> str:
     rows = []
     for t, res in results.items():
@@ -130,7 +147,7 @@ def report(results: dict, peaks: dict) -> str:
             cells = [t, name, r["unit"], f"{r['pypto']:.1f}", f"{r['pypto'] / peak:.0%}"]
             for ref in REFS:
                 v = r.get(ref)
-                cells.append(f"{v:.1f} ({r['pypto'] / v:.2f}x)" if v else "-")
+                cells.append(f"{v:.1f} ({r[f'ratio {ref}']:.2f}x)" if v else "-")
             rows.append(cells)
     head = ["threads", "kernel", "unit", "pypto", "of peak"]
     return table(head + [f"{ref} (pypto/ref)" for ref in REFS], rows)
@@ -143,6 +160,9 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--only", default="", help="comma-separated substrings of kernel names")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow start)")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="whole runs; medians over them are reported"
+    )
     p.add_argument("--json", default="", help="also write the figures to this file")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -157,9 +177,16 @@ def main(argv=None):
     from benchmarks import peak
 
     t0 = time.time()
-    peaks = {t: peak.measure(t) for t in threads}
     extra = ["--only", a.only] + (["--no-compile"] if a.no_compile else [])
-    results = run_workers(os.path.abspath(__file__), threads, extra)
+    runs, peak_runs = [], []
+    for _ in range(max(1, a.repeat)):
+        peak_runs.append({t: peak.measure(t) for t in threads})
+        runs.append(run_workers(os.path.abspath(__file__), threads, extra))
+    peaks = {
+        t: {k: float(np.median([p[t][k] for p in peak_runs])) for k in peak_runs[0][t]}
+        for t in threads
+    }
+    results = combine(runs)
     print(f"pypto {pt.__version__} on {pt.Target('host').name}, {os.cpu_count()} cores")
     for t in threads:
         pk = peaks[t]
@@ -168,10 +195,11 @@ def main(argv=None):
             f"triad {pk['triad_gbps']:.1f} GB/s"
         )
     print(report(results, peaks))
-    print(f"medians of timed rounds; {time.time() - t0:.0f} s in all")
+    what = f"medians over {len(runs)} runs of " if len(runs) > 1 else "medians of "
+    print(f"{what}timed rounds; {time.time() - t0:.0f} s in all")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"peaks": peaks, "results": results}, f, indent=1)
+            json.dump({"peaks": peaks, "results": results, "runs": runs}, f, indent=1)
 
 
 if __name__ == "__main__":
