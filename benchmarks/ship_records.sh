@@ -15,7 +15,7 @@ case "${1:-all}" in
     ;;&
   conv|all)
     tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 128 --log tuning_logs/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 96 --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 160 --log tuning_logs/conv2d_nchw.jsonl
     tune depthwise_conv2d_nchw --args 1,64,56,56,3,3,1,1 --trials 32 \
       --log tuning_logs/depthwise_conv2d_nchw.jsonl
     ;;&
