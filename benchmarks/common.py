@@ -61,10 +61,11 @@ class CachedMeasurer:
     """Measures each distinct (workload, config) once and replays that measurement when
     another tuner or seed asks for it again: equal budgets cost only distinct configs."""
 
-    def __init__(self, measurer):
+    def __init__(self, measurer, log: str = ""):
         self.m = measurer
         self.cache: dict = {}
         self.fresh = 0
+        self.log = log  # fresh measurements are also appended here as records
 
     def measure(self, task, configs):
         import json
@@ -72,9 +73,17 @@ class CachedMeasurer:
         keys = [(task.workload_key, json.dumps(c.to_json(), sort_keys=True)) for c in configs]
         todo = [(k, c) for k, c in zip(keys, configs) if k not in self.cache]
         if todo:
-            for (k, _), r in zip(todo, self.m.measure(task, [c for _, c in todo])):
+            results = self.m.measure(task, [c for _, c in todo])
+            for (k, _), r in zip(todo, results):
                 self.cache[k] = r
             self.fresh += len(todo)
+            if self.log:
+                from autotune import MeasureInput
+                from autotune.records import append_records
+                from autotune.tuners import to_record
+
+                recs = [to_record(MeasureInput(task, c), r) for (_, c), r in zip(todo, results)]
+                append_records(self.log, recs)
         return [self.cache[k] for k in keys]
 
     def close(self):

@@ -99,13 +99,14 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--png", default="tuning_curves.png")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
+    p.add_argument("--records", default="", help="append every distinct measurement here")
     a = p.parse_args(argv)
     opt = at.MeasureOption(number=2, repeat=3, timeout=10)
     summary, curves = [], {}
     for wname in a.workloads.split(","):
         name, args = WORKLOADS[wname]
         task = at.Task(name, args)
-        m = CachedMeasurer(at.Measurer(opt))
+        m = CachedMeasurer(at.Measurer(opt), log=a.records)
         runs = {}
         try:
             for tname, make in TUNERS.items():
