@@ -31,13 +31,13 @@ from .expr import (
     TensorRead,
     Var,
     map_children,
-    skey,
     substitute,
     vars_of,
     walk,
 )
 from .legality import check_schedule
-from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Prefetch, Store, seq
+from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
+from .prefetch import prefetch_stmts
 from .schedule import Fuse, Schedule, Skew, Split, Stage
 from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
@@ -425,46 +425,9 @@ class Lowering:
             if conds:
                 s = IfThenElse(_and(conds), s)
             if attached:
-                s = seq(*self._prefetches(n, p), s)
+                s = seq(*prefetch_stmts(self, n, p), s)
             s = For(iv.var, n.leaf_ext[iv], st.attrs.get(iv, "serial"), s)
         return s
-
-    def _prefetches(self, n: StageNest, p: int) -> list:
-        """The Prefetch statements of ``stage.prefetch(tensor, leaf p, offset)``: per read
-        of the tensor, its elements over the loops inside ``p``, at iteration ``p + offset``."""
-        st = n.stage
-        iv = st.leaf_iter_vars[p]
-        inner = {x.var: n.leaf_ext[x] for x in st.leaf_iter_vars[p + 1 :]}
-        out, seen = [], set()
-        for tensor, at_iv, offset in st.prefetches:
-            if at_iv is not iv:
-                continue
-            where = f"prefetch of {tensor.name} at loop {iv.name}"
-            write = tensor.op is st.op
-            if write:
-                accesses = [(st, [x.var for x in st.op.axis])]
-            else:
-                accesses = [
-                    (self.stage_of(r.tensor), r.indices)
-                    for r in walk(self.bodies[st])
-                    if isinstance(r, TensorRead) and r.tensor.op is tensor.op
-                ]
-            for src, indices in accesses:
-                buf, idx = self.buffer_index(src, indices)
-                idx = substitute(self.in_leaves(n, idx), {iv.var: iv.var + offset})
-                first, span = _span(simplify(idx, self.ranges), inner, self.ranges, where)
-                # lines from the first element's on: one more when it is not line-aligned
-                if (span + 1) * buf.elem_bytes > PREFETCH_BYTES:
-                    raise ScheduleError(
-                        f"{where}: one iteration reads {span + 1} elements apart "
-                        f"(more than {PREFETCH_BYTES} bytes); prefetch at an inner loop"
-                    )
-                lines = (span * buf.elem_bytes + 63) // 64 + 1
-                key = (id(buf), skey(first), write)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(Prefetch(buf, first, lines, write))
-        return out
 
     def _with_attached(self, st: Stage, iv: IterVar, body):
         inner = [
@@ -516,30 +479,6 @@ class Lowering:
             self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args)
         )
         return passes.finalize(func)
-
-
-PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
-
-
-def _span(idx: Expr, inner: dict, ranges, where: str):
-    """``(first, span)``: the smallest value of the affine ``idx`` over the loops in
-    ``inner`` (var -> extent, constant) and the distance to its largest value."""
-    lin = Lin.of(idx)
-    ext_of = {id(v): e for v, e in inner.items()}
-    first, span = Lin({}, lin.const, "int64"), 0
-    for key, (atom, coeff) in lin.terms.items():
-        if isinstance(atom, Var) and id(atom) in ext_of:
-            ext = simplify(ext_of[id(atom)], ranges)
-            if not isinstance(ext, Const):
-                raise ScheduleError(f"{where}: inner loop {atom.name} has no constant extent")
-            if coeff < 0:
-                first.terms[key] = [Const(ext.value - 1, "int64"), coeff]
-            span += abs(coeff) * (ext.value - 1)
-        elif any(isinstance(x, Load) or id(x) in ext_of for x in walk(atom)):
-            raise ScheduleError(f"{where}: the index {idx} is not affine in the inner loops")
-        else:
-            first.terms[key] = [atom, coeff]
-    return simplify(first.to_expr()), span
 
 
 def _checked(indices, shape) -> list:

@@ -1,0 +1,79 @@
+"""Lowering of ``Stage.prefetch``: cache-line hints at the top of a loop body.
+
+    for j:                          for j:
+      for k in 0..64:        ->       prefetch A[f(j + 2, 0)] ... (lines up to f(j + 2, 63))
+        B[j] += A[f(j, k)]            for k in 0..64: B[j] += A[f(j, k)]
+
+The elements an iteration touches must be affine in the inner loops, whose
+extents must be constant, and span at most ``PREFETCH_BYTES``.
+"""
+
+from __future__ import annotations
+
+from .errors import ScheduleError
+from .expr import Const, Expr, Load, TensorRead, Var, skey, substitute, walk
+from .loop_ir import Prefetch
+from .simplify import Lin, simplify
+
+PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
+
+
+def _span(idx: Expr, inner: dict, ranges, where: str):
+    """``(first, span)``: the smallest value of the affine ``idx`` over the loops in
+    ``inner`` (var -> extent, constant) and the distance to its largest value."""
+    lin = Lin.of(idx)
+    ext_of = {id(v): e for v, e in inner.items()}
+    first, span = Lin({}, lin.const, "int64"), 0
+    for key, (atom, coeff) in lin.terms.items():
+        if isinstance(atom, Var) and id(atom) in ext_of:
+            ext = simplify(ext_of[id(atom)], ranges)
+            if not isinstance(ext, Const):
+                raise ScheduleError(f"{where}: inner loop {atom.name} has no constant extent")
+            if coeff < 0:
+                first.terms[key] = [Const(ext.value - 1, "int64"), coeff]
+            span += abs(coeff) * (ext.value - 1)
+        elif any(isinstance(x, Load) or id(x) in ext_of for x in walk(atom)):
+            raise ScheduleError(f"{where}: the index {idx} is not affine in the inner loops")
+        else:
+            first.terms[key] = [atom, coeff]
+    return simplify(first.to_expr()), span
+
+
+def prefetch_stmts(low, n, p: int) -> list:
+    """The Prefetch statements at the top of leaf loop ``p`` of the stage of nest ``n``
+    (``low`` is the Lowering): for each ``stage.prefetch(tensor, leaf p, offset)``, per
+    access to the tensor, its elements over the loops inside ``p`` at iteration
+    ``p + offset``."""
+    st = n.stage
+    iv = st.leaf_iter_vars[p]
+    inner = {x.var: n.leaf_ext[x] for x in st.leaf_iter_vars[p + 1 :]}
+    out, seen = [], set()
+    for tensor, at_iv, offset in st.prefetches:
+        if at_iv is not iv:
+            continue
+        where = f"prefetch of {tensor.name} at loop {iv.name}"
+        write = tensor.op is st.op
+        if write:
+            accesses = [(st, [x.var for x in st.op.axis])]
+        else:
+            accesses = [
+                (low.stage_of(r.tensor), r.indices)
+                for r in walk(low.bodies[st])
+                if isinstance(r, TensorRead) and r.tensor.op is tensor.op
+            ]
+        for src, indices in accesses:
+            buf, idx = low.buffer_index(src, indices)
+            idx = substitute(low.in_leaves(n, idx), {iv.var: iv.var + offset})
+            first, span = _span(simplify(idx, low.ranges), inner, low.ranges, where)
+            if (span + 1) * buf.elem_bytes > PREFETCH_BYTES:
+                raise ScheduleError(
+                    f"{where}: one iteration reads {span + 1} elements apart "
+                    f"(more than {PREFETCH_BYTES} bytes); prefetch at an inner loop"
+                )
+            # lines from the first element's on: one more when it is not line-aligned
+            lines = (span * buf.elem_bytes + 63) // 64 + 1
+            key = (id(buf), skey(first), write)
+            if key not in seen:
+                seen.add(key)
+                out.append(Prefetch(buf, first, lines, write))
+    return out
