@@ -155,7 +155,9 @@ def report(results: dict, peaks: dict) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m benchmarks", description=__doc__.splitlines()[0], epilog=__doc__
+        prog="python -m benchmarks",
+        description=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--only", default="", help="comma-separated substrings of kernel names")
