@@ -173,6 +173,9 @@ def main(argv=None):
         threads = [int(x) for x in a.threads.split(",")]
     except ValueError:
         p.error("--threads takes comma-separated integers")
+    labels = [k.label for k in all_kernels()]
+    if names and not any(n in lb for n in names for lb in labels):
+        p.error(f"--only {a.only!r} matches no kernel; kernels: {', '.join(labels)}")
     if a.worker:
         return worker(names, int(os.environ["OMP_NUM_THREADS"]), not a.no_compile)
     import pypto as pt
