@@ -110,6 +110,20 @@ class Tuner:
             self.update(inputs, results)
         return len(inputs)
 
+    def _random_unvisited(self, n: int, taken: set) -> list[Config]:
+        """Up to ``n`` random unvisited configs whose indices are not in ``taken``
+        (which records them)."""
+        out = []
+        room = len(self.space) - len(self.visited | taken)  # configs still to pick from
+        while len(out) < min(n, room):
+            c = self._unvisited_sample()
+            if c is None:
+                break
+            if c.index not in taken:
+                taken.add(c.index)
+                out.append(c)
+        return out
+
     def _unvisited_sample(self, tries: int = 64) -> Config | None:
         n = len(self.space)
         if len(self.visited) >= n:
@@ -176,16 +190,7 @@ class RandomTuner(Tuner):
     """Uniform samples without repetition."""
 
     def next_batch(self, n):
-        out = []
-        seen = set()
-        for _ in range(n):
-            c = self._unvisited_sample()
-            if c is None:
-                break
-            if c.index not in seen:
-                seen.add(c.index)
-                out.append(c)
-        return out
+        return self._random_unvisited(n, set())
 
 
 class GridSearchTuner(Tuner):

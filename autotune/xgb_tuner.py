@@ -177,16 +177,7 @@ class XGBTuner(Tuner):
         n_random = int(round(self.epsilon * self.plan_size))
         plan = _diverse(self._anneal(model), self.plan_size - n_random)
         taken = {c.index for c in plan}
-        while len(plan) < self.plan_size:
-            c = self._unvisited_sample()
-            if c is None:
-                break
-            if c.index not in taken:
-                taken.add(c.index)
-                plan.append(c)
-            elif len(taken) >= len(self.space) - len(self.visited):
-                break
-        self.plan = plan
+        self.plan = plan + self._random_unvisited(self.plan_size - len(plan), taken)
 
     def next_batch(self, n):
         out = []

@@ -106,12 +106,17 @@ def _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes):
         candidate=[[-1, w] for w in wbs],
         default=[-1, wb_d],
     )
-    cfg.define_reorder("reorder_red", red_axes, policy="all", default=list(range(len(red_axes))))
     cfg.define_knob("unroll_red", [0, 1], default=1)
     if stride > 1:
         cfg.define_knob("phase_split", [0, 1], default=1)
+    _define_red_pad_knobs(cfg, red_axes, stride, padding)
+
+
+def _define_red_pad_knobs(cfg, red_axes, stride: int, padding: int):
+    """The knobs both conv schedules share: the reduction order, and (when there is a
+    padded or phase-split input) that input computed once at the root or inlined."""
+    cfg.define_reorder("reorder_red", red_axes, policy="all", default=list(range(len(red_axes))))
     if padding > 0 or stride > 1:
-        # the padded / phase-split input: computed once at the root, or inlined
         cfg.define_knob("pad", ["root", "inline"], default="root")
 
 
@@ -283,9 +288,7 @@ def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes):
     cfg.define_split(
         "vk_h", OH, num_outputs=2, policy="candidate", candidate=[[-1, 1], [-1, 2]], default=[-1, 1]
     )
-    cfg.define_reorder("reorder_red", red_axes, policy="all", default=list(range(len(red_axes))))
-    if padding > 0 or stride > 1:
-        cfg.define_knob("pad", ["root", "inline"], default="root")
+    _define_red_pad_knobs(cfg, red_axes, stride, padding)
 
 
 def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):

@@ -105,8 +105,8 @@ def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False):
     s[T].vectorize(ji)
     if cfg["prefetch"].val:
         per_row = -(-cols // (cfg["tile_j"].size[-1] * u))  # chunks: the offset of a row
-        for t in [X] if X is not None else []:
-            s[T].prefetch(t, jo, per_row)
+        if X is not None:
+            s[T].prefetch(X, jo, per_row)
         if output:
             s[T].prefetch(T, jo, per_row)  # for writing: the store misses overlap
 
