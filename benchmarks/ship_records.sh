@@ -20,7 +20,7 @@ case "${1:-all}" in
       --log tuning_logs/depthwise_conv2d_nchw.jsonl
     ;;&
   norm|all)
-    tune softmax --args 4096,4096 --trials 48 --log tuning_logs/softmax.jsonl
+    tune softmax --args 4096,4096 --trials 64 --log tuning_logs/softmax.jsonl
     tune layernorm --args 4096,4096 --trials 32 --log tuning_logs/layernorm.jsonl
     tune rmsnorm --args 4096,4096 --trials 32 --log tuning_logs/rmsnorm.jsonl
     ;;

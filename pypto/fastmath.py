@@ -9,9 +9,11 @@ TVM offers the same pair as ``te.fast_exp`` and ``te.fast_erf``.
 
 Accuracy (float32, tested against float64 numpy over the whole range):
 
-- ``fast_exp``: relative error below 3e-7 (about 2 ulp) wherever the
-  result is a normal float; ``inf`` above 88.73, gradual underflow to 0
-  below -87.3; NaN propagates.
+- ``fast_exp``: relative error below 2.1e-7 (under 2 ulp) wherever the
+  result is a normal float (x in [-87.33654, 88.72283]); ``inf`` above,
+  0 below (results in the subnormal range, under 1.2e-38, are flushed to
+  zero, as with -ffast-math's FTZ); NaN propagates. About 17 vector
+  instructions per 8 lanes with AVX2.
 - ``fast_erf``: absolute error below 1e-6; NaN propagates.
 
 float64 operands use libm's ``exp``/``erf``.
@@ -22,25 +24,25 @@ from __future__ import annotations
 # C function name -> its definition (float32)
 HELPERS = {
     "pt_fast_expf": """static inline float pt_fast_expf(float x) {
-  /* e^x = 2^n e^r: n = round(x / ln 2) (by the 1.5 * 2^23 rounding constant),
-     r = x - n ln 2 in two parts (Cody-Waite, |r| <= ln 2 / 2), e^r by the Cephes
-     polynomial, 2^n as two exponent-field scalings that stay in the normal range.
-     The clamps keep NaN (x > c ? c : x) and put n in [-150, 128]: beyond them the
-     product overflows to inf or underflows to 0 by itself, so no select is needed. */
-  float xc = x > 88.8f ? 88.8f : x;
-  xc = xc < -104.0f ? -104.0f : xc;
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t k = (int32_t)n, k1 = k >> 1, k2 = k - k1;
-  union { int32_t i; float f; } s1 = {(k1 + 127) << 23}, s2 = {(k2 + 127) << 23};
-  return p * s1.f * s2.f;
+  /* e^x = 2^n e^r: n = round(x / ln 2) by the 1.5 * 2^23 rounding constant (t holds
+     n in its low mantissa bits), r = x - n ln 2 in two parts (Cody-Waite, |r| <= ln 2 / 2),
+     e^r by a degree-5 polynomial (minimax for relative error, constant term 1), and 2^n
+     added to its exponent field: (bits of t) << 23 is n << 23. That is exact while the
+     result is a normal float, x in [-87.33654, 88.72283]; above it the result is inf
+     (x + inf also keeps NaN), below it 0 (the subnormal range is flushed). */
+  float t = x * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 8.263058960e-3f;
+  p = p * r + 4.189251736e-2f;
+  p = p * r + 1.666793078e-1f;
+  p = p * r + 4.999919534e-1f;
+  p = p * r + 9.999996424e-1f;
+  p = p * r + 1.0f;
+  union { float f; int32_t i; } ut = {t}, up = {p};
+  up.i += (int32_t)((uint32_t)ut.i << 23);
+  float y = x <= 88.72283f ? up.f : x + INFINITY;
+  return x < -87.33654f ? 0.0f : y;
 }""",
     "pt_fast_erff": """static inline float pt_fast_erff(float x) {
   /* erf(x) = x P(x^2) / Q(x^2) on x clamped to [-4, 4] (|erf(4)| = 1 - 1.5e-8):

@@ -5,7 +5,9 @@
         B[j] += A[f(j, k)]            for k in 0..64: B[j] += A[f(j, k)]
 
 The elements an iteration touches must be affine in the inner loops, whose
-extents must be constant, and span at most ``PREFETCH_BYTES``.
+extents must be constant, and span at most ``PREFETCH_BYTES``. A stage's own
+output, and an elementwise consumer's output at the stage's own indices, are
+prefetched for writing.
 """
 
 from __future__ import annotations
@@ -52,9 +54,12 @@ def prefetch_stmts(low, n, p: int) -> list:
         if at_iv is not iv:
             continue
         where = f"prefetch of {tensor.name} at loop {iv.name}"
-        write = tensor.op is st.op
-        if write:
-            accesses = [(st, [x.var for x in st.op.axis])]
+        own = [x.var for x in st.op.axis]
+        write = tensor.op is st.op or not any(
+            isinstance(r, TensorRead) and r.tensor.op is tensor.op for r in walk(low.bodies[st])
+        )
+        if write:  # its own output, or an elementwise consumer's at the same indices
+            accesses = [(low.stage_of(tensor), own)]
         else:
             accesses = [
                 (low.stage_of(r.tensor), r.indices)

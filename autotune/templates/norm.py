@@ -16,7 +16,11 @@ the passes, and no full-size temporary exists:
   later ones, so with ``prefetch`` on, the first elementwise pass prefetches
   the next row of X (``s[T].prefetch(X, jo, chunks per row)``) and the last
   one the next row of Y for writing (``s[Y].prefetch(Y, jo, ...)``): memory
-  traffic overlaps the arithmetic instead of stalling the passes;
+  traffic overlaps the arithmetic instead of stalling the passes. Softmax
+  has a third mode (``prefetch=2``): its exp pass, the costly one, also
+  prefetches the current row of Y for writing (``s[ex].prefetch(Y, jo, 0)``),
+  so Y's store misses overlap the exponentials and the last pass, a
+  multiply, writes into cache;
 - softmax's exponential is either libm's ``expf`` (a scalar call: gcc
   does not vectorize it without -ffast-math) or ``pt.fast_exp``, a
   vectorizable polynomial within ~2 ulp (``exp_impl``, default ``poly``),
@@ -72,11 +76,12 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
     return R, [P, R]
 
 
-def define_row_knobs(cfg, cols: int, lanes: int):
+def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1)):
     """``red_lanes``: partial accumulators of the row reductions (1: a scalar loop);
     ``unroll_red``: steps of the partial reductions unrolled; ``tile_j``: the vector
     chunk of elementwise passes; ``unroll_j``: chunks unrolled; ``prefetch``: the
-    next row prefetched during an elementwise pass."""
+    next row prefetched during an elementwise pass (2: and the output's row ahead of
+    its pass, where a template has two elementwise passes)."""
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=4 * lanes)
     cfg.define_knob("unroll_red", [1, 2, 4], default=1)
     cfg.define_split(
@@ -88,14 +93,15 @@ def define_row_knobs(cfg, cols: int, lanes: int):
         default=[-1, 4 * lanes],
     )
     cfg.define_knob("unroll_j", [1, 2, 4], default=1)
-    cfg.define_knob("prefetch", [0, 1], default=1)
+    cfg.define_knob("prefetch", list(prefetch_modes), default=1)
 
 
-def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False):
+def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None):
     """Split a row-sized elementwise stage's last loop by ``tile_j``; vectorize the
     inner part, unroll ``unroll_j`` chunks of the outer. With ``prefetch`` on, each
-    chunk prefetches the same chunk of the next row of ``X`` (if given) and, for the
-    ``output``, of its own next row (for writing)."""
+    chunk prefetches the same chunk of the next row of ``X`` (if given), for the
+    ``output`` its own next row (for writing), and of the consumer ``ahead`` (if
+    given) the chunk it will write from this one."""
     j = s[T].op.axis[-1]
     jo, ji = cfg["tile_j"].apply(s, T, j)
     u = cfg["unroll_j"].val
@@ -109,6 +115,8 @@ def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False):
             s[T].prefetch(X, jo, per_row)
         if output:
             s[T].prefetch(T, jo, per_row)  # for writing: the store misses overlap
+        if ahead is not None:
+            s[T].prefetch(ahead, jo, 0)  # the consumer's row, for writing, before its pass
 
 
 def _schedule_reduction(cfg, s, stages):
@@ -130,13 +138,19 @@ def _schedule_reduction(cfg, s, stages):
 
 def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
     """Parallel over rows of ``Y``; every stage in ``row_stages`` computed per row; the
-    first elementwise stage prefetches the next row of ``X``, ``Y`` its own next row."""
+    first elementwise stage prefetches the next row of ``X``, ``Y`` its own next row
+    (``prefetch=2`` with two elementwise stages: the first one prefetches Y's row)."""
     i = Y.op.axis[0]
     s[Y].parallel(i)
     for T in row_stages:
         s[T].compute_at(s[Y], i)
+    ahead = Y if cfg["prefetch"].val == 2 and len(elementwise) > 1 else None
     for k, T in enumerate(elementwise):
-        _schedule_elementwise(cfg, s, T, cols, X if k == 0 else None, T is Y)
+        first = k == 0
+        own_next = T is Y and ahead is None
+        _schedule_elementwise(
+            cfg, s, T, cols, X if first else None, own_next, ahead if first else None
+        )
 
 
 # ----------------------------------------------------------------- softmax
@@ -152,7 +166,7 @@ def _softmax_ref(x):
 def softmax(cfg, rows, cols):
     """Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max X[i, :])."""
     V = vector_lanes(F32)
-    define_row_knobs(cfg, cols, V)
+    define_row_knobs(cfg, cols, V, prefetch_modes=(0, 1, 2))
     # exp: libm expf (a scalar call) or the vectorizable polynomial pt.fast_exp;
     # stored per row (1) or recomputed in the last pass (0)
     cfg.define_knob("exp_impl", ["libm", "poly"], default="poly")
