@@ -7,12 +7,23 @@ at.XGBTuner(task).tune(n_trial=200, measure=at.MeasureOption(number=5, repeat=3)
                                   at.progress_bar()])
 with at.apply_history_best("tuning_logs/matmul.jsonl"):
     s, args = at.get_template("matmul")(1024, 1024, 1024)
+
+``at.confirm_best(task, log, k)`` measures the k fastest configs of a log again
+(``pypto-tune --confirm``); a config counts by the median of all its timings.
 """
 
 from .callbacks import log_to_file, progress_bar
+from .confirm import confirm_best
 from .dispatch import apply_history_best
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, measure
-from .records import Record, append_records, best_by_workload, load_records, pick_best
+from .records import (
+    Record,
+    append_records,
+    best_by_workload,
+    load_records,
+    pick_best,
+    ranked_configs,
+)
 from .space import Config, ConfigSpace, SpaceError
 from .task import Task, Template, get_template, list_templates, template, workload_key
 from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner
@@ -23,5 +34,5 @@ __all__ = [
     "pick_best", "Config", "ConfigSpace", "SpaceError", "Task", "Template", "get_template",
     "list_templates", "template", "workload_key", "log_to_file", "progress_bar", "ErrorKind",
     "MeasureOption", "MeasureResult", "Measurer", "measure", "GATuner", "GridSearchTuner",
-    "MeasureInput", "RandomTuner", "Tuner", "XGBTuner",
+    "MeasureInput", "RandomTuner", "Tuner", "XGBTuner", "confirm_best", "ranked_configs",
 ]  # fmt: skip

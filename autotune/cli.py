@@ -124,6 +124,15 @@ def _tune_parser() -> argparse.ArgumentParser:
         default=None,
         help="stop after this many trials without improvement",
     )
+    p.add_argument(
+        "--confirm",
+        type=int,
+        default=4,
+        metavar="K",
+        help="after the search, measure the K fastest configs twice more, in interleaved "
+        "rounds, so the best one is the one that holds up, not the luckiest draw; a config "
+        "counts by the median of all its timings (default 4, 0: off)",
+    )
     p.add_argument("--seed", type=int, default=None, help="random seed of the tuner")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -234,10 +243,18 @@ def cmd_tune(argv) -> int:
     if tuner.best_config is None:
         print(f"no valid config among {len(tuner.history)} trial(s); see {log}")
         return 1
-    rate = f" ({tuner.best_gflops:.1f} GFLOP/s)" if tuner.best_gflops else ""
+    if a.confirm > 0:
+        made = at.confirm_best(task, log, a.confirm, measure=opt)
+        if made:
+            print(f"confirmed the {a.confirm} fastest: {made} more measurement(s)")
+    best = at.best_by_workload(at.load_records(log)).get((task.workload_key, task.target.key))
+    if best is None:  # every record of the best config failed on re-measurement
+        print(f"no config held up to re-measurement; see {log}")
+        return 1
+    rate = f" ({best.gflops:.1f} GFLOP/s)" if best.gflops else ""
     print(
-        f"best of {len(tuner.history)} trial(s): {tuner.best_cost * 1e3:.4g} ms{rate}\n"
-        f"  config {tuner.best_config.to_json()}\n  log {log}"
+        f"best of {len(tuner.history)} trial(s): {best.cost * 1e3:.4g} ms{rate} "
+        f"(median of {len(best.costs)} timing(s))\n  config {best.config}\n  log {log}"
     )
     return 0
 

@@ -31,18 +31,19 @@ def lookup(workload: str, target: str) -> list:
 
 @contextlib.contextmanager
 def apply_history_best(records):
-    """Use the fastest valid record per (workload, target) from ``records``.
+    """Use the fastest valid config per (workload, target) from ``records`` (a config
+    measured several times counts by the median of all its timings).
 
     ``records``: a path to a JSON Lines log, a list of paths, or records
     (as returned by ``load_records``). Corrupt lines are skipped with a warning.
     Records whose config no longer fits the template (made with another version
     of it) are passed over, with a warning, for the fastest one that does.
     """
-    from .records import load_records
+    from .records import load_records, ranked_configs
 
-    ranked: dict = {}
-    for r in sorted((r for r in load_records(records) if r.ok), key=lambda r: r.cost):
-        ranked.setdefault((r.workload, r.target), []).append(r.config)
+    ranked = {
+        key: [r.config for r in recs] for key, recs in ranked_configs(load_records(records)).items()
+    }
     _stack().append(ranked)
     try:
         yield

@@ -14,6 +14,7 @@ the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -173,16 +174,34 @@ def load_records(src) -> list[Record]:
     return out
 
 
-def best_by_workload(records) -> dict:
-    """(workload, target) -> the fastest valid record."""
-    best: dict = {}
+def ranked_configs(records) -> dict:
+    """(workload, target) -> its configs as records, fastest first.
+
+    A config measured more than once (``pypto-tune --confirm``) becomes one record
+    whose costs are all its timings, so it counts by their median: one lucky
+    measurement does not outrank a config that held up to several. A config with any
+    failed measurement (an error, a timeout, a wrong result) is left out.
+    """
+    groups: dict = {}
     for r in records:
-        if not r.ok:
+        key = (r.workload, r.target, json.dumps(r.config, sort_keys=True))
+        groups.setdefault(key, []).append(r)
+    ranked: dict = {}
+    for (workload, target, _), recs in groups.items():
+        if not all(r.ok for r in recs):
             continue
-        key = (r.workload, r.target)
-        if key not in best or r.cost < best[key].cost:
-            best[key] = r
-    return best
+        r = recs[-1]
+        if len(recs) > 1:
+            r = dataclasses.replace(r, costs=[c for x in recs for c in x.costs])
+        ranked.setdefault((workload, target), []).append(r)
+    for recs in ranked.values():
+        recs.sort(key=lambda r: r.cost)
+    return ranked
+
+
+def best_by_workload(records) -> dict:
+    """(workload, target) -> the fastest valid config's record (see ``ranked_configs``)."""
+    return {key: recs[0] for key, recs in ranked_configs(records).items()}
 
 
 def pick_best(in_path, out_path: str) -> int:

@@ -1,5 +1,6 @@
 """Autotuning: spaces, tuners, isolated measurement, records, resume, the CLI."""
 
+import collections
 import json
 import multiprocessing as mp
 import os
@@ -108,12 +109,62 @@ def test_records_of_another_template_version_are_passed_over(tmp_path):
         with pytest.warns(UserWarning, match=r"1 record\(s\) of .*toy_matmul.*best one that does"):
             s, _ = at.get_template("toy_matmul")(32, 32, 16)
     assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [2, 16]
+
     only_stale = str(tmp_path / "stale.jsonl")
     at.append_records(only_stale, [rec(stale, 1e-6)])
     with at.apply_history_best(only_stale):
         with pytest.warns(UserWarning, match="using the default config"):
             s, _ = at.get_template("toy_matmul")(32, 32, 16)
     assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [4, 8]
+
+
+def test_a_config_counts_by_the_median_of_all_its_timings(tmp_path):
+    """One lucky draw does not outrank a config that held up to several; a config
+    that failed once is not used."""
+    task = at.Task("toy_matmul", (32, 32, 16))
+    lucky = {"tile_i": [-1, 2], "tile_j": [-1, 16], "unroll": 0}
+    steady = {"tile_i": [-1, 4], "tile_j": [-1, 8], "unroll": 0}
+    flaky = {"tile_i": [-1, 8], "tile_j": [-1, 8], "unroll": 0}
+
+    def rec(cfg, *costs, error=None):
+        return at.Record(task.workload_key, task.target.key, cfg, costs=list(costs), error=error)
+
+    log = str(tmp_path / "noisy.jsonl")
+    at.append_records(
+        log,
+        [
+            rec(lucky, 1.0e-3),
+            rec(steady, 1.1e-3),
+            rec(flaky, 0.5e-3),
+            rec(lucky, 1.5e-3),
+            rec(steady, 1.2e-3),
+            rec(lucky, 1.6e-3),
+            rec(flaky, error="timeout"),
+        ],
+    )
+    (ranked,) = at.ranked_configs(at.load_records(log)).values()
+    assert [r.config for r in ranked] == [steady, lucky]
+    assert ranked[1].costs == [1.0e-3, 1.5e-3, 1.6e-3] and ranked[1].cost == 1.5e-3
+    assert (
+        at.best_by_workload(at.load_records(log))[(task.workload_key, task.target.key)].config
+        == steady
+    )
+    with at.apply_history_best(log):
+        s, _ = at.get_template("toy_matmul")(32, 32, 16)
+    assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [4, 8]
+
+
+def test_confirm_measures_the_fastest_again_until_they_held_up(tmp_path):
+    log = str(tmp_path / "confirm.jsonl")
+    task = at.Task("toy_matmul", (32, 32, 16))
+    at.RandomTuner(task, seed=1).tune(8, measure=FAST, callbacks=[at.log_to_file(log)])
+    made = at.confirm_best(task, log, k=3, rounds=2, measure=FAST)
+    recs = at.load_records(log)
+    assert len(recs) == 8 + made and 6 <= made <= 4 * 2 * 3
+    counts = collections.Counter(json.dumps(r.config, sort_keys=True) for r in recs)
+    (ranked,) = at.ranked_configs(recs).values()
+    assert all(counts[json.dumps(r.config, sort_keys=True)] >= 3 for r in ranked[:3])
+    assert at.confirm_best(task, log, k=3, rounds=2, measure=FAST) == 0  # nothing left to do
 
 
 def test_xgb_tuner_end_to_end(tmp_path):
@@ -278,6 +329,8 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
         "--log",
         str(log),
         "--no-progress",
+        "--confirm",
+        "0",
     ]
     p = _cli(args, tmp_path, start_new_session=True)
     deadline = time.time() + 120
@@ -324,6 +377,19 @@ def test_cli_bad_arguments_one_line_and_status_2(argv, message, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("pypto-tune: error:") and message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_confirms_the_fastest_configs(tmp_path):
+    log = tmp_path / "c.jsonl"
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "32,32,16", "--trials", "5",
+            "--tuner", "random", "--seed", "2", "--number", "1", "--repeat", "1",
+            "--log", str(log), "--no-progress", "--confirm", "2"]  # fmt: skip
+    out, err = _cli(args, tmp_path).communicate(timeout=300)
+    assert "confirmed the 2 fastest: " in out, err
+    recs = at.load_records(str(log))
+    best = at.best_by_workload(recs)[(recs[0].workload, recs[0].target)]
+    assert len(recs) > 5 and len(best.costs) == 3  # measured three times, one timing each
+    assert f"(median of 3 timing(s))\n  config {best.config}" in out
 
 
 def test_cli_list_and_best(tmp_path, capsys):
