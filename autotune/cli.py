@@ -193,7 +193,7 @@ def cmd_train(argv) -> int:
         print("no target had enough valid records to train a model")
         return 1
     for target, rows in done.items():
-        print(f"{target}: trained on {rows} records")
+        print(f"{target}: trained on {rows} configs")
     return 0
 
 

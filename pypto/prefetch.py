@@ -59,7 +59,13 @@ def prefetch_stmts(low, n, p: int) -> list:
             isinstance(r, TensorRead) and r.tensor.op is tensor.op for r in walk(low.bodies[st])
         )
         if write:  # its own output, or an elementwise consumer's at the same indices
-            accesses = [(low.stage_of(tensor), own)]
+            dst = low.stage_of(tensor)
+            if dst is not st and (dst.inline or dst.attach is not None):
+                raise ScheduleError(
+                    f"{where}: {tensor.name} is no longer computed at the root "
+                    "(compute_at or compute_inline after the prefetch)"
+                )
+            accesses = [(dst, own)]
         else:
             accesses = [
                 (low.stage_of(r.tensor), r.indices)

@@ -184,6 +184,11 @@ def test_prefetch_of_a_consumer_errors():
     s[Y].compute_at(s[W], W.op.axis[0])
     with pytest.raises(pt.ScheduleError, match="Y must be computed at the root"):
         s[T].prefetch(Y, T.op.axis[0], 0)
+    s = pt.create_schedule(W.op)
+    s[T].prefetch(Y, T.op.axis[0], 0)
+    s[Y].compute_at(s[W], W.op.axis[0])  # after the prefetch: caught when lowering
+    with pytest.raises(pt.ScheduleError, match="Y is no longer computed at the root"):
+        pt.lower(s, [X, W])
 
 
 def test_prefetch_errors():
