@@ -41,14 +41,15 @@ def _parse_args_list(text: str) -> list:
     return out
 
 
-def _positive(name):
+def _positive(name, zero_ok: bool = False):
     def conv(text):
         try:
             v = float(text) if name == "--timeout" else int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} takes a number, got {text!r}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be positive, got {text}")
+        if v < 0 or (v == 0 and not zero_ok):
+            what = "non-negative" if zero_ok else "positive"
+            raise argparse.ArgumentTypeError(f"{name} must be {what}, got {text}")
         return v
 
     return conv
@@ -126,7 +127,7 @@ def _tune_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--confirm",
-        type=int,
+        type=_positive("--confirm", zero_ok=True),
         default=4,
         metavar="K",
         help="after the search, measure the K fastest configs twice more, in interleaved "

@@ -360,6 +360,7 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
         (["matmul"], "the following arguments are required: --args"),
         (["matmul", "--args", "64,64", "--trials", "2"], "--args do not fit template 'matmul'"),
         (["matmul", "--args", "64,64,64", "--trials", "0"], "--trials must be positive"),
+        (["matmul", "--args", "64,64,64", "--confirm", "-1"], "--confirm must be non-negative"),
         (["matmul", "--args", "64,64,64", "--tuner", "magic"], "argument --tuner: invalid choice"),
         (["matmul", "--args", "64,64,64", "--target", "riscv"], "unknown target 'riscv'"),
         (["matmul", "--args", "64,,64"], "--args: empty value"),
