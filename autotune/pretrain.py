@@ -10,7 +10,6 @@ its template, lowered, and featurized; each workload is one ranking group. The m
 from __future__ import annotations
 
 import glob
-import json
 import os
 
 import numpy as np
@@ -19,22 +18,9 @@ import cost_models as cm
 from pypto.errors import PyptoError
 from pypto.lowering import Lowering
 
-from .records import load_records, ranked_configs
+from .records import load_records, one_per_config
 from .space import SpaceError
 from .task import Task
-
-
-def _one_per_config(recs) -> list:
-    """Records of one workload with each config once: its pooled timings
-    (``ranked_configs``), or one failed record for a config that failed any time."""
-    ok = [r for rs in ranked_configs(recs).values() for r in rs]
-    seen = {json.dumps(r.config, sort_keys=True) for r in ok}
-    failed: dict = {}
-    for r in recs:
-        key = json.dumps(r.config, sort_keys=True)
-        if key not in seen and not r.ok:
-            failed.setdefault(key, r)
-    return ok + list(failed.values())
 
 
 def training_data(records, target_key: str):
@@ -50,7 +36,7 @@ def training_data(records, target_key: str):
         except (KeyError, TypeError, ValueError, SpaceError, PyptoError):
             continue  # a template this version does not have, or other arguments
         rows = 0
-        for r in _one_per_config(recs):
+        for r in one_per_config(recs):
             try:
                 s, args = task.instantiate(task.config_space.config(r.config))
                 X.append(cm.featurize(Lowering(s, args, "c").run(), task.target))

@@ -199,6 +199,19 @@ def ranked_configs(records) -> dict:
     return ranked
 
 
+def one_per_config(records) -> list:
+    """Each measured config once: with all its timings (``ranked_configs``), or, for a
+    config that failed any measurement, its first failed record. For fitting models."""
+    ok = [r for recs in ranked_configs(records).values() for r in recs]
+    seen = {(r.workload, r.target, json.dumps(r.config, sort_keys=True)) for r in ok}
+    failed: dict = {}
+    for r in records:
+        key = (r.workload, r.target, json.dumps(r.config, sort_keys=True))
+        if key not in seen and not r.ok:
+            failed.setdefault(key, r)
+    return ok + list(failed.values())
+
+
 def best_by_workload(records) -> dict:
     """(workload, target) -> the fastest valid config's record (see ``ranked_configs``)."""
     return {key: recs[0] for key, recs in ranked_configs(records).items()}

@@ -21,6 +21,7 @@ from cost_models import XGBoostCostModel, featurize, pretrained
 from pypto.errors import PyptoError
 from pypto.lowering import Lowering
 
+from .records import one_per_config
 from .space import Config, SpaceError
 from .tuners import Tuner
 
@@ -109,7 +110,7 @@ class XGBTuner(Tuner):
             except Exception:  # noqa: BLE001 - a workload this template no longer accepts
                 continue
             X, y = [], []
-            for r in recs:
+            for r in one_per_config(recs):
                 try:
                     cfg = other.config_space.config(r.config)
                     s, args = other.instantiate(cfg)

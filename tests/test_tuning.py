@@ -18,6 +18,7 @@ import tuning_templates  # noqa: F401  (registers the test templates)
 import autotune as at
 import pypto as pt
 from autotune.cli import main as cli_main
+from autotune.records import one_per_config
 
 FAST = at.MeasureOption(number=1, repeat=2, timeout=5)
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -152,6 +153,8 @@ def test_a_config_counts_by_the_median_of_all_its_timings(tmp_path):
     with at.apply_history_best(log):
         s, _ = at.get_template("toy_matmul")(32, 32, 16)
     assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [4, 8]
+    once = one_per_config(at.load_records(log))  # what cost models are fitted on
+    assert [(r.config, r.ok) for r in once] == [(steady, True), (lucky, True), (flaky, False)]
 
 
 def test_confirm_measures_the_fastest_again_until_they_held_up(tmp_path):
