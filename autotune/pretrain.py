@@ -3,8 +3,9 @@
     pypto-tune train-model [LOG ...]        # default: every tuning_logs/*.jsonl
 
 Each config (once, with the median of all its timings) is instantiated with
-its template, lowered, and featurized; each workload is one ranking group. The models are written to
-``cost_models/pretrained/<target>.json``, which XGBTuner loads by default.
+its template, lowered, and featurized; each workload is one ranking group.
+The models are written to ``cost_models/pretrained/<target>.json``, which
+XGBTuner loads by default.
 """
 
 from __future__ import annotations

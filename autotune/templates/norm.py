@@ -81,7 +81,8 @@ def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1)):
     ``unroll_red``: steps of the partial reductions unrolled; ``tile_j``: the vector
     chunk of elementwise passes; ``unroll_j``: chunks unrolled; ``prefetch``: the
     next row prefetched during an elementwise pass (2: and the output's row ahead of
-    its pass, where a template has two elementwise passes)."""
+    its pass, where a template has two elementwise passes; the default is the last
+    of ``prefetch_modes``)."""
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=4 * lanes)
     cfg.define_knob("unroll_red", [1, 2, 4], default=1)
     cfg.define_split(
@@ -93,7 +94,7 @@ def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1)):
         default=[-1, 4 * lanes],
     )
     cfg.define_knob("unroll_j", [1, 2, 4], default=1)
-    cfg.define_knob("prefetch", list(prefetch_modes), default=1)
+    cfg.define_knob("prefetch", list(prefetch_modes), default=prefetch_modes[-1])
 
 
 def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None):
@@ -168,7 +169,7 @@ def softmax(cfg, rows, cols):
     V = vector_lanes(F32)
     define_row_knobs(cfg, cols, V, prefetch_modes=(0, 1, 2))
     # exp: libm expf (a scalar call) or the vectorizable polynomial pt.fast_exp;
-    # stored per row (1) or recomputed in the last pass (0)
+    # stored per row (1) or recomputed in the last pass (0; prefetch 2 is then 1)
     cfg.define_knob("exp_impl", ["libm", "poly"], default="poly")
     cfg.define_knob("store_exp", [0, 1], default=1)
     cfg.add_flop(5.0 * rows * cols)
