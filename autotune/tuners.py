@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
-from .records import Record
+from .records import Record, one_per_config
 from .space import Config, SpaceError
 
 
@@ -79,17 +79,22 @@ class Tuner:
 
     def load_history(self, records) -> int:
         """Take earlier records of this task (same workload and target) as measured:
-        they count as visited and inform the search. Returns how many were used."""
-        inputs, results = [], []
-        for r in records:
-            if r.workload != self.task.workload_key or r.target != self.task.target.key:
-                continue
+        they count as visited and inform the search; a config measured more than once
+        counts once, by the median of all its timings. Returns how many configs were used."""
+        inputs, results, seen = [], [], set()
+        mine = [
+            r
+            for r in records
+            if r.workload == self.task.workload_key and r.target == self.task.target.key
+        ]
+        for r in one_per_config(mine):  # a config measured again counts once, pooled
             try:
                 cfg = self.space.config(r.config)
             except SpaceError:
                 continue  # a record from another version of the template
-            if cfg.index in self.visited:
+            if cfg.index in self.visited or cfg.index in seen:
                 continue
+            seen.add(cfg.index)
             inputs.append(MeasureInput(self.task, cfg))
             err = (
                 ErrorKind(r.error)

@@ -168,6 +168,7 @@ def test_confirm_measures_the_fastest_again_until_they_held_up(tmp_path):
     (ranked,) = at.ranked_configs(recs).values()
     assert all(counts[json.dumps(r.config, sort_keys=True)] >= 3 for r in ranked[:3])
     assert at.confirm_best(task, log, k=3, rounds=2, measure=FAST) == 0  # nothing left to do
+    assert at.RandomTuner(task).load_history(recs) == 8  # --resume counts configs, not records
 
 
 def test_xgb_tuner_end_to_end(tmp_path):
