@@ -7,7 +7,7 @@ tune() { python -m autotune "$@" --tuner xgb --resume --no-progress; }
 case "${1:-all}" in
   matmul|all)
     tune matmul --args 512,512,512 --trials 48 --log tuning_logs/matmul.jsonl
-    tune matmul --args 1024,1024,1024 --trials 96 --log tuning_logs/matmul.jsonl
+    tune matmul --args 1024,1024,1024 --trials 112 --log tuning_logs/matmul.jsonl
     tune matmul --args 2048,2048,2048 --trials 48 --timeout 30 --number 2 --log tuning_logs/matmul.jsonl
     tune matmul --args 128,3072,768 --trials 48 --log tuning_logs/matmul.jsonl
     tune batch_matmul --args 8,256,256,256 --trials 32 --log tuning_logs/batch_matmul.jsonl
