@@ -217,6 +217,26 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     assert best.values["mode"] in ("ok", "ok_tiled")
 
 
+def test_confirm_drops_a_config_that_crashes_when_measured_again(tmp_path):
+    """A record claims the segfaulting config is the fastest (a measurement from a
+    build that since changed, say): measured again it crashes, is not used, and the
+    next configs are confirmed in its place."""
+    log = str(tmp_path / "crash.jsonl")
+    task = at.Task("misbehaving", (16, 16, 8))
+
+    def rec(mode, cost):
+        return at.Record(task.workload_key, task.target.key, {"mode": mode}, costs=[cost])
+
+    at.append_records(log, [rec("segfault", 1e-9), rec("ok", 1e-3), rec("ok_tiled", 2e-3)])
+    made = at.confirm_best(task, log, k=2, rounds=1, measure=at.MeasureOption(number=1, repeat=1))
+    recs = at.load_records(log)
+    crashed = [r for r in recs if r.config["mode"] == "segfault" and not r.ok]
+    assert len(crashed) == 1 and crashed[0].error == "RUNTIME_ERROR"
+    assert made == 3  # segfault and ok, then ok_tiled in its place
+    (ranked,) = at.ranked_configs(recs).values()
+    assert sorted(r.config["mode"] for r in ranked) == ["ok", "ok_tiled"]
+
+
 def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
     log = tmp_path / "mixed.jsonl"
     good = at.Record(
