@@ -1,4 +1,5 @@
-"""Lowering of ``Stage.prefetch``: cache-line hints at the top of a loop body.
+"""``Stage.prefetch``: its checks, and its lowering to cache-line hints at the top
+of a loop body.
 
     for j:                          for j:
       for k in 0..64:        ->       prefetch A[f(j + 2, 0)] ... (lines up to f(j + 2, 63))
@@ -41,6 +42,53 @@ def _span(idx: Expr, inner: dict, ranges, where: str):
     return simplify(first.to_expr()), span
 
 
+def check_prefetch(st, tensor, offset) -> None:
+    """Validate ``st.prefetch(tensor, loop, offset)`` (``st`` a Stage): ``tensor`` is
+    read by the stage (through inlined stages too), is its own output, or is an
+    elementwise consumer of it; ``offset`` is a nonzero int (0 allowed for a consumer)."""
+    from .tensor import Tensor
+
+    if not isinstance(tensor, Tensor):
+        raise st._err("prefetch", f"expected a tensor, got {tensor!r}")
+    consumer = tensor.op is not st.op and tensor.op not in st._read_ops()
+    if consumer:
+        _check_elementwise_consumer(st, tensor)
+    if not isinstance(offset, int) or isinstance(offset, bool) or not (offset or consumer):
+        raise st._err("prefetch", f"offset must be a nonzero int, got {offset!r}")
+
+
+def _at_root(st) -> bool:
+    """The stage is computed at the root, into a buffer of its whole shape."""
+    return st is not None and not st.inline and st.attach is None
+
+
+def _check_elementwise_consumer(st, tensor) -> None:
+    """A tensor the stage does not access must read the stage only at its own
+    indices, have the stage's shape, and own a buffer (be computed at the root)."""
+    op, what = tensor.op, f"this stage neither reads nor writes {tensor.name}"
+    body = getattr(op, "body", None)
+    reads = [
+        r
+        for r in (walk(body) if body is not None else ())
+        if isinstance(r, TensorRead) and r.tensor.op is st.op
+    ]
+    if not reads:
+        raise st._err("prefetch", f"{what}, nor is {tensor.name} computed from it")
+    axes = [x.var for x in op.axis]
+    same = [skey(e) for e in tensor.shape] == [skey(e) for e in st.op.output(0).shape]
+    if not same or any(
+        len(r.indices) != len(axes) or any(a is not b for a, b in zip(r.indices, axes))
+        for r in reads
+    ):
+        raise st._err(
+            "prefetch", f"{what}; {tensor.name} reads it other than elementwise at its own indices"
+        )
+    if not _at_root(st.schedule.stage_map.get(op)):
+        raise st._err(
+            "prefetch", f"{tensor.name} must be computed at the root to be prefetched here"
+        )
+
+
 def prefetch_stmts(low, n, p: int) -> list:
     """The Prefetch statements at the top of leaf loop ``p`` of the stage of nest ``n``
     (``low`` is the Lowering): for each ``stage.prefetch(tensor, leaf p, offset)``, per
@@ -60,7 +108,7 @@ def prefetch_stmts(low, n, p: int) -> list:
         )
         if write:  # its own output, or an elementwise consumer's at the same indices
             dst = low.stage_of(tensor)
-            if dst is not st and (dst.inline or dst.attach is not None):
+            if dst is not st and not _at_root(dst):
                 raise ScheduleError(
                     f"{where}: {tensor.name} is no longer computed at the root "
                     "(compute_at or compute_inline after the prefetch)"

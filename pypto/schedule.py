@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .errors import ScheduleError
 from .expr import Const, Expr, Reduce, TensorRead, as_expr, map_children, substitute
+from .prefetch import check_prefetch
 from .tensor import (
     ComputeOp,
     IterVar,
@@ -367,48 +368,10 @@ class Stage:
         The elements read in one iteration must span at most 4 KiB (prefetch at an
         inner loop otherwise).
         """
-        from .tensor import Tensor
-
         self._leaf(iv, "prefetch")
-        if not isinstance(tensor, Tensor):
-            raise self._err("prefetch", f"expected a tensor, got {tensor!r}")
-        consumer = tensor.op is not self.op and tensor.op not in self._read_ops()
-        if consumer:
-            self._check_elementwise_consumer(tensor)
-        if not isinstance(offset, int) or isinstance(offset, bool) or not (offset or consumer):
-            raise self._err("prefetch", f"offset must be a nonzero int, got {offset!r}")
+        check_prefetch(self, tensor, offset)
         self.prefetches.append((tensor, iv, offset))
         self._record("prefetch", tensor=tensor.name, loop=iv.name, offset=offset)
-
-    def _check_elementwise_consumer(self, tensor):
-        """For ``prefetch`` of a tensor this stage does not access: it must read this
-        stage only at its own indices, have this stage's shape, and own a buffer."""
-        from .expr import TensorRead, skey, walk
-
-        op, what = tensor.op, f"this stage neither reads nor writes {tensor.name}"
-        body = getattr(op, "body", None)
-        reads = [
-            r
-            for r in (walk(body) if body is not None else ())
-            if isinstance(r, TensorRead) and r.tensor.op is self.op
-        ]
-        if not reads:
-            raise self._err("prefetch", f"{what}, nor is {tensor.name} computed from it")
-        axes = [x.var for x in op.axis]
-        same = [skey(e) for e in tensor.shape] == [skey(e) for e in self.op.output(0).shape]
-        if not same or any(
-            len(r.indices) != len(axes) or any(a is not b for a, b in zip(r.indices, axes))
-            for r in reads
-        ):
-            raise self._err(
-                "prefetch",
-                f"{what}; {tensor.name} reads it other than elementwise at its own indices",
-            )
-        st = self.schedule.stage_map.get(op)
-        if st is None or st.inline or st.attach is not None:
-            raise self._err(
-                "prefetch", f"{tensor.name} must be computed at the root to be prefetched here"
-            )
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.

@@ -87,25 +87,23 @@ def _schedule_pad(cfg, s, P):
     s[P].vectorize(axes[-1])
 
 
-def _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes):
+def _inner_tile(cfg, name: str, extent, sizes, default):
+    """A two-way split knob ``name`` of ``extent`` whose inner part is one of ``sizes``."""
     cfg.define_split(
-        "tile_oh",
-        OH,
+        name,
+        extent,
         num_outputs=2,
         policy="candidate",
-        candidate=[[-1, 1], [-1, 2], [-1, 4]],
-        default=[-1, 1],
+        candidate=[[-1, n] for n in sizes],
+        default=[-1, default],
     )
+
+
+def _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes):
+    _inner_tile(cfg, "tile_oh", OH, [1, 2, 4], 1)
     wbs = [max(1, lanes // 2), lanes, 2 * lanes, 3 * lanes]
     wb_d = 2 * lanes if OW >= 2 * lanes else lanes
-    cfg.define_split(
-        "tile_ow",
-        OW,
-        num_outputs=2,
-        policy="candidate",
-        candidate=[[-1, w] for w in wbs],
-        default=[-1, wb_d],
-    )
+    _inner_tile(cfg, "tile_ow", OW, wbs, wb_d)
     cfg.define_knob("unroll_red", [0, 1], default=1)
     if stride > 1:
         cfg.define_knob("phase_split", [0, 1], default=1)
@@ -209,13 +207,8 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
         # pixels are broadcast one at a time: no column phases to split for a stride
         P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
         return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride)
-    cfg.define_split(
-        "tile_k",
-        K,
-        num_outputs=2,
-        policy="candidate",
-        candidate=[[-1, 1], [-1, 2], [-1, 4], [-1, 8]],
-        default=[-1, 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1],
+    _inner_tile(
+        cfg, "tile_k", K, [1, 2, 4, 8], 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1
     )
     _define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rc, rr, rs])
     # weights packed per tile of kb output channels, those innermost: the kb weights a
@@ -268,26 +261,10 @@ def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes):
     8 x 2: the accumulators must fit the vector registers), the reduction order,
     and the padded input at the root or inlined."""
     kbs = [m * lanes for m in (1, 2, 4) if K % (m * lanes) == 0]
-    cfg.define_split(
-        "vk_k",
-        K,
-        num_outputs=2,
-        policy="candidate",
-        candidate=[[-1, k] for k in kbs],
-        default=[-1, 2 * lanes if 2 * lanes in kbs else kbs[0]],
-    )
+    _inner_tile(cfg, "vk_k", K, kbs, 2 * lanes if 2 * lanes in kbs else kbs[0])
     ws = [w for w in range(1, 9) if w <= OW]
-    cfg.define_split(
-        "vk_w",
-        OW,
-        num_outputs=2,
-        policy="candidate",
-        candidate=[[-1, w] for w in ws],
-        default=[-1, 4 if OW >= 4 else ws[-1]],
-    )
-    cfg.define_split(
-        "vk_h", OH, num_outputs=2, policy="candidate", candidate=[[-1, 1], [-1, 2]], default=[-1, 1]
-    )
+    _inner_tile(cfg, "vk_w", OW, ws, 4 if OW >= 4 else ws[-1])
+    _inner_tile(cfg, "vk_h", OH, [1, 2], 1)
     _define_red_pad_knobs(cfg, red_axes, stride, padding)
 
 
