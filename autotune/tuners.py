@@ -81,7 +81,7 @@ class Tuner:
         """Take earlier records of this task (same workload and target) as measured:
         they count as visited and inform the search; a config measured more than once
         counts once, by the median of all its timings. Returns how many configs were used."""
-        inputs, results, seen = [], [], set()
+        inputs, results = [], []
         mine = [
             r
             for r in records
@@ -92,9 +92,8 @@ class Tuner:
                 cfg = self.space.config(r.config)
             except SpaceError:
                 continue  # a record from another version of the template
-            if cfg.index in self.visited or cfg.index in seen:
+            if cfg.index in self.visited:
                 continue
-            seen.add(cfg.index)
             inputs.append(MeasureInput(self.task, cfg))
             err = (
                 ErrorKind(r.error)

@@ -50,11 +50,25 @@ def check_prefetch(st, tensor, offset) -> None:
 
     if not isinstance(tensor, Tensor):
         raise st._err("prefetch", f"expected a tensor, got {tensor!r}")
-    consumer = tensor.op is not st.op and tensor.op not in st._read_ops()
+    consumer = tensor.op is not st.op and not any(tensor.op is op for op in _read_ops(st))
     if consumer:
         _check_elementwise_consumer(st, tensor)
     if not isinstance(offset, int) or isinstance(offset, bool) or not (offset or consumer):
         raise st._err("prefetch", f"offset must be a nonzero int, got {offset!r}")
+
+
+def _read_ops(st) -> list:
+    """The operations the stage reads, through stages inlined into it."""
+    out, todo = [], [t.op for t in st.op.input_tensors]
+    while todo:
+        op = todo.pop()
+        if any(op is o for o in out):
+            continue
+        out.append(op)
+        src = st.schedule.stage_map.get(op)
+        if src is not None and src.inline:
+            todo.extend(t.op for t in op.input_tensors)
+    return out
 
 
 def _at_root(st) -> bool:

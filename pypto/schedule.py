@@ -144,19 +144,6 @@ class Stage:
             n += 1
         return make_iter_var(name, Const(0, "int64"), None, kind)
 
-    def _read_ops(self) -> list:
-        """The operations this stage reads, through stages inlined into it."""
-        out, todo = [], [t.op for t in self.op.input_tensors]
-        while todo:
-            op = todo.pop()
-            if any(op is o for o in out):
-                continue
-            out.append(op)
-            st = self.schedule.stage_map.get(op)
-            if st is not None and st.inline:
-                todo.extend(t.op for t in op.input_tensors)
-        return out
-
     def _not_prefetched(self, iv: IterVar, prim: str):
         if any(p[1] is iv for p in self.prefetches):
             raise self._err(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
