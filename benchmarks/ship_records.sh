@@ -14,8 +14,16 @@ case "${1:-all}" in
     tune dense_bias_gelu --args 128,3072,768 --trials 48 --log tuning_logs/dense_bias_gelu.jsonl
     ;;&
   conv|all)
+    # the micro-kernel knob (ukernel) came later: records from before it carry ukernel 0
+    # (the schedule they measured); a random pass explored it before the model-guided one
     tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 128 --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 185 --tuner random --confirm 0 \
+      --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 225 --log tuning_logs/conv2d_nchw.jsonl
     tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 160 --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 215 --tuner random --confirm 0 \
+      --log tuning_logs/conv2d_nchw.jsonl
+    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 250 --log tuning_logs/conv2d_nchw.jsonl
     tune depthwise_conv2d_nchw --args 1,64,56,56,3,3,1,1 --trials 32 \
       --log tuning_logs/depthwise_conv2d_nchw.jsonl
     ;;&

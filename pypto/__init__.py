@@ -49,6 +49,7 @@ from .tensor import (
     sum,
     var,
 )
+from .tensorize import TensorIntrin, decl_tensor_intrin
 
 __all__ = [
     "DTYPES", "BuildError", "PyptoError", "ScheduleError", "Expr", "Var", "IterVar", "Tensor",
@@ -57,5 +58,5 @@ __all__ = [
     "log", "pow", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
-    "set_num_threads", "explain",
+    "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin",
 ]  # fmt: skip

@@ -13,17 +13,20 @@ import math
 
 from . import dtypes, fastmath
 from ._version import __version__ as _version
+from .errors import BuildError
 from .expr import Binary, Const
 from .loop_ir import (
     Allocate,
     For,
     IfThenElse,
+    IntrinCall,
     LoweredFunc,
     Namer,
     Prefetch,
     Seq,
     Store,
     walk_stmts,
+    written_buffers,
 )
 from .printer import ATOM, Printer
 from .simplify import INF, bounds
@@ -190,7 +193,15 @@ class CodeGen:
     def __init__(self, func: LoweredFunc, target: Target):
         self.func = func
         self.target = target
-        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die"))
+        self.intrins = {}  # name -> TensorIntrin, each emitted once
+        for s in walk_stmts(func.body):
+            if isinstance(s, IntrinCall):
+                seen = self.intrins.setdefault(s.intrin.name, s.intrin)
+                if seen.source != s.intrin.source:
+                    raise BuildError(
+                        f"two tensor intrinsics are named {seen.name} with different C sources"
+                    )
+        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins))
         self.ranges = {v: (0, INF) for v in func.size_vars}
         self.p = CPrinter(self.namer, self.ranges)
         self.lines: list[str] = []
@@ -205,6 +216,7 @@ class CodeGen:
             For: self.for_,
             Store: self.store,
             Prefetch: self.prefetch,
+            IntrinCall: self.intrin_call,
             Allocate: self.allocate,
             IfThenElse: self.if_,
         }
@@ -261,6 +273,15 @@ class CodeGen:
         self.emit(depth + 1, f"__builtin_prefetch((const void*)({base} + 64 * pt_line), {rw}, 3);")
         self.emit(depth, "}")
 
+    def intrin_call(self, s: IntrinCall, depth):
+        args = []
+        for o in s.operands:
+            name = self.namer(o.buffer, o.buffer.name)
+            zero = isinstance(o.index, Const) and o.index.value == 0
+            args.append(name if zero else f"{name} + {self.p.wrap(o.index, 5, True)}")
+            args.extend(str(st) for st in o.strides)
+        self.emit(depth, f"{s.intrin.name}({', '.join(args)});")
+
     def allocate(self, s: Allocate, depth):
         b = s.buffer
         name = self.namer(b, b.name)
@@ -306,7 +327,7 @@ class CodeGen:
 
     def generate(self) -> str:
         f = self.func
-        written = {id(s.buffer) for s in walk_stmts(f.body) if isinstance(s, Store)}
+        written = written_buffers(f.body)
         params = []
         for b in f.params:
             t = dtypes.dtype(b.dtype).c_storage
@@ -332,11 +353,14 @@ class CodeGen:
             out.append("#include <omp.h>")
         out.append("")
         out.extend(self.p.helpers.values())
+        for intrin in self.intrins.values():
+            out.append(f"// tensor intrinsic {intrin.name}: {intrin.signature}")
+            out.append(intrin.source.strip("\n"))
         if self.needs_alloc:
             out.append(_ALLOC)
         if self.p.checks:
             out.append(_CHECKED_INDEX)
-        if self.p.helpers or self.needs_alloc or self.p.checks:
+        if self.p.helpers or self.needs_alloc or self.p.checks or self.intrins:
             out.append("")
         out.extend(head)
         out.extend(body)

@@ -71,6 +71,9 @@ def explain(sch: Schedule) -> str:
             continue
         if st.attach is not None:
             head += f"\n  computed at {st.attach[0].name}.{st.attach[1].name}"
+        if st.tensorized is not None:
+            iv, intrin = st.tensorized
+            head += f"\n  loops from {iv.name} inward: the tensor intrinsic {intrin.name}"
         pure = st.target_stage or st
         if pure not in models:
             for s in (pure, *pure.update_stages):

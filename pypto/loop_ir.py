@@ -3,7 +3,8 @@
 Statements are immutable records: ``For`` (kind serial | parallel |
 vectorized | unrolled), ``Store`` into a flat buffer, ``Allocate`` (a
 buffer living for the scope of its body), ``IfThenElse``, ``Seq`` and
-``Prefetch`` (a cache hint: ``lines`` cache lines from an element on).
+``Prefetch`` (a cache hint: ``lines`` cache lines from an element on) and
+``IntrinCall`` (a tensorized region: a call of a C micro-kernel).
 Every loop starts at 0; buffers are indexed with one flat expression.
 """
 
@@ -77,6 +78,30 @@ class Prefetch(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Operand:
+    """A buffer handed to a tensor intrinsic: its element ``index`` (the address of the
+    intrinsic's element 0) and the stride, in elements, of each intrinsic dimension."""
+
+    buffer: Buffer
+    index: Expr
+    strides: tuple  # of int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class IntrinCall(Stmt):
+    """``intrin.name(inputs..., output)``, each operand as a pointer then its strides
+    (see ``pypto.tensorize``); the output is the last operand."""
+
+    intrin: Any  # pypto.tensorize.TensorIntrin
+    operands: tuple  # of Operand
+
+    def with_indices(self, f) -> IntrinCall:
+        return IntrinCall(
+            self.intrin, tuple(Operand(o.buffer, f(o.index), o.strides) for o in self.operands)
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Seq(Stmt):
     stmts: tuple
 
@@ -132,6 +157,17 @@ def walk_stmts(s: Stmt):
         x = stack.pop()
         yield x
         stack.extend(reversed(stmt_children(x)))
+
+
+def written_buffers(s: Stmt) -> set:
+    """The ids of the buffers ``s`` writes (by a store or as an intrinsic's output)."""
+    out = set()
+    for x in walk_stmts(s):
+        if isinstance(x, Store):
+            out.add(id(x.buffer))
+        elif isinstance(x, IntrinCall):
+            out.add(id(x.operands[-1].buffer))
+    return out
 
 
 # ---------------------------------------------------------------- names
@@ -230,6 +266,13 @@ class IRPrinter(Printer):
             name = self.namer(s.buffer, s.buffer.name)
             rw = " for write" if s.write else ""
             return f"{pad}prefetch {name}[{self(s.index)}] {s.lines} line(s){rw}\n"
+        if isinstance(s, IntrinCall):
+            ops = ", ".join(
+                f"{self.namer(o.buffer, o.buffer.name)}[{self(o.index)}] "
+                f"strides ({', '.join(map(str, o.strides))})"
+                for o in s.operands
+            )
+            return f"{pad}call {s.intrin.name}({ops})\n"
         if isinstance(s, IfThenElse):
             out = f"{pad}if ({self(s.cond)}) {{\n{self.stmt(s.then, depth + 1)}{pad}}}"
             if s.else_ is not None:

@@ -41,6 +41,7 @@ from .prefetch import prefetch_stmts
 from .schedule import Fuse, Schedule, Skew, Split, Stage
 from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
+from .tensorize import bind
 
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
@@ -401,9 +402,11 @@ class Lowering:
         buf, idx = self.buffer_index(st, [iv.var for iv in st.op.axis])
         idx = simplify(self.in_leaves(n, idx), self.ranges)
         leaves = st.leaf_iter_vars
+        t = len(leaves) if st.tensorized is None else self._tensorized_at(st)
         if not isinstance(body, Reduce):
             store = Store(buf, idx, self.lower_expr(n, body))
-            return self._nest(n, range(len(leaves)), store, with_reduce=True, attached=True)
+            inner = self._nest(n, range(t, len(leaves)), store, with_reduce=True, attached=True)
+            return self._nest(n, range(t), self._tensorize(n, inner), True, True)
         ident = body.combiner.identity(body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
@@ -412,7 +415,26 @@ class Lowering:
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
         init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
         upd_nest = self._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
-        return self._nest(n, range(p), seq(init_nest, upd_nest), with_reduce=True, attached=True)
+        t = min(t, p)  # tensorize checks that no reduce loop is outside its region
+        inner = self._nest(n, range(t, p), seq(init_nest, upd_nest), True, True)
+        return self._nest(n, range(t), self._tensorize(n, inner), True, True)
+
+    def _tensorized_at(self, st: Stage) -> int:
+        iv, intrin = st.tensorized
+        if iv not in st.leaf_iter_vars:
+            raise ScheduleError(
+                f"tensorize({intrin.name}) on stage '{st.name}': loop {iv.name} is no longer "
+                "a loop of the stage (it was split or fused after tensorize)"
+            )
+        return st.leaf_iter_vars.index(iv)
+
+    def _tensorize(self, n: StageNest, loops):
+        """``loops`` (the tensorized leaves of ``n``), or the tensor intrinsic's call in
+        their place: for every tile when all are whole, else when the tile is."""
+        if n.stage.tensorized is None:
+            return loops
+        call, whole = bind(self, n, self._tensorized_at(n.stage), n.stage.tensorized[1])
+        return call if whole is None else IfThenElse(whole, call, loops)
 
     def _nest(self, n: StageNest, positions, inner, with_reduce: bool, attached: bool):
         st = n.stage

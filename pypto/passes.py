@@ -21,8 +21,18 @@
 
 from __future__ import annotations
 
-from .expr import Binary, Cmp, Const, Expr, Not, Var, substitute, vars_of
-from .loop_ir import Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store, seq
+from .expr import Binary, Cmp, Const, Expr, Not, Var, skey, substitute, vars_of
+from .loop_ir import (
+    Allocate,
+    For,
+    IfThenElse,
+    IntrinCall,
+    LoweredFunc,
+    Prefetch,
+    Seq,
+    Store,
+    seq,
+)
 from .simplify import FLIP, INF, Lin, Ranges, simplify
 
 MAX_UNROLL = 64
@@ -38,6 +48,8 @@ def map_exprs(s, f):
         return Store(s.buffer, f(s.index), f(s.value))
     if isinstance(s, Prefetch):
         return Prefetch(s.buffer, f(s.index), s.lines, s.write)
+    if isinstance(s, IntrinCall):
+        return s.with_indices(f)
     if isinstance(s, Allocate):
         return Allocate(s.buffer, f(s.size), map_exprs(s.body, f))
     if isinstance(s, IfThenElse):
@@ -50,32 +62,40 @@ def subst_stmt(s, mapping: dict):
     return map_exprs(s, lambda e: substitute(e, mapping))
 
 
-def simplify_stmt(s, ranges: dict):
+def simplify_stmt(s, ranges: dict, facts: dict | None = None):
+    """Simplify ``s``; ``facts`` maps conditions of enclosing ifs (by structure) to the
+    value they have here, so a repeated test is decided."""
     if s is None:
         return None
+    facts = facts or {}
     if isinstance(s, Seq):
-        return seq(*[simplify_stmt(x, ranges) for x in s.stmts]) if s.stmts else None
+        return seq(*[simplify_stmt(x, ranges, facts) for x in s.stmts]) if s.stmts else None
     if isinstance(s, For):
         ext = simplify(s.extent, ranges)
         if isinstance(ext, Const) and ext.value <= 0:
             return None
         if isinstance(ext, Const) and ext.value == 1:
-            return simplify_stmt(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}), ranges)
-        body = simplify_stmt(s.body, ranges.child(s.var, ext))
+            return simplify_stmt(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}), ranges, facts)
+        body = simplify_stmt(s.body, ranges.child(s.var, ext), facts)
         return None if body is None else For(s.var, ext, s.kind, body)
     if isinstance(s, Store):
         return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
     if isinstance(s, Prefetch):
         return Prefetch(s.buffer, simplify(s.index, ranges), s.lines, s.write)
+    if isinstance(s, IntrinCall):
+        return s.with_indices(lambda e: simplify(e, ranges))
     if isinstance(s, Allocate):
-        body = simplify_stmt(s.body, ranges)
+        body = simplify_stmt(s.body, ranges, facts)
         return None if body is None else Allocate(s.buffer, simplify(s.size, ranges), body)
     if isinstance(s, IfThenElse):
         c = simplify(s.cond, ranges)
+        known = facts.get(skey(c))
+        if known is not None:
+            c = Const(known, "bool")
         if isinstance(c, Const):
-            return simplify_stmt(s.then if c.value else s.else_, ranges)
-        then = simplify_stmt(s.then, ranges)
-        els = simplify_stmt(s.else_, ranges)
+            return simplify_stmt(s.then if c.value else s.else_, ranges, facts)
+        then = simplify_stmt(s.then, ranges, {**facts, skey(c): True})
+        els = simplify_stmt(s.else_, ranges, {**facts, skey(c): False})
         if then is None and els is None:
             return None
         if then is None:

@@ -28,7 +28,7 @@ from . import dtypes
 from .codegen_c import codegen
 from .errors import BuildError
 from .expr import Const, Var, substitute
-from .loop_ir import LoweredFunc
+from .loop_ir import LoweredFunc, written_buffers
 from .lowering import lower
 from .schedule import Schedule
 from .simplify import simplify
@@ -154,7 +154,7 @@ class Module:
         self._specs = [
             (b.name, np.dtype(dtypes.dtype(b.dtype).numpy), b.shape) for b in func.params
         ]
-        written = {id(s.buffer) for s in _stores(func.body)}
+        written = written_buffers(func.body)
         self._written = [id(b) in written for b in func.params]
 
     def __repr__(self):
@@ -254,12 +254,6 @@ def _raise_status(name: str, status: int):
             "range; the outputs are incomplete"
         )
     raise RuntimeError(f"{name}: the kernel failed with status {status}")
-
-
-def _stores(s):
-    from .loop_ir import Store, walk_stmts
-
-    return [x for x in walk_stmts(s) if isinstance(x, Store)]
 
 
 def _fmt_shape(shape) -> str:

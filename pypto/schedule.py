@@ -71,6 +71,7 @@ class Stage:
         self.relations: list = []
         self.attrs: dict[IterVar, str] = {}  # leaf -> loop kind
         self.prefetches: list[tuple] = []  # (tensor, leaf, offset), see prefetch()
+        self.tensorized: tuple | None = None  # (leaf, TensorIntrin), see tensorize()
         self.attach: tuple | None = None  # (stage, ivar) for compute_at
         self.inline = False
         self.scope = "global"
@@ -359,6 +360,23 @@ class Stage:
         check_prefetch(self, tensor, offset)
         self.prefetches.append((tensor, iv, offset))
         self._record("prefetch", tensor=tensor.name, loop=iv.name, offset=offset)
+
+    def tensorize(self, iv, intrin):
+        """Replace loop ``iv`` and the loops inside it by a call of ``intrin``'s C kernel
+        (``pt.decl_tensor_intrin``); checked when lowered, see ``pypto.tensorize``.
+
+            for xo:                               for xo:
+              for k, xi: C[xo*4 + xi] += ..  ->     kernel(A + .., strides, C + xo*4, 1)
+        """
+        from .tensorize import TensorIntrin
+
+        self._leaf(iv, "tensorize")
+        if not isinstance(intrin, TensorIntrin):
+            raise self._err("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
+        if self.is_update or self.inline:
+            raise self._err("tensorize", "only a stage of pt.compute with a buffer is tensorized")
+        self.tensorized = (iv, intrin)
+        self._record("tensorize", loop=iv.name, intrin=intrin.name)
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.

@@ -32,6 +32,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import ukernels
 from .matmul import vector_lanes
 
 
@@ -75,10 +76,10 @@ def _input_stage(cfg, data, N, C, H, W, stride, padding, dtype, phase_split=True
     return None, lambda n, c, y, ox, rs: data[n, c, y, ox * st + rs]
 
 
-def _schedule_pad(cfg, s, P):
+def _schedule_pad(cfg, s, P, force_root: bool = False):
     if P is None:
         return
-    if cfg["pad"].val == "inline":
+    if cfg["pad"].val == "inline" and not force_root:
         s[P].compute_inline()
         return
     axes = P.op.axis
@@ -266,6 +267,12 @@ def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes):
     _inner_tile(cfg, "vk_w", OW, ws, 4 if OW >= 4 else ws[-1])
     _inner_tile(cfg, "vk_h", OH, [1, 2], 1)
     _define_red_pad_knobs(cfg, red_axes, stride, padding)
+    if _offers_ukernel(lanes):
+        cfg.define_knob("ukernel", [0, 1], default=0)
+
+
+def _offers_ukernel(lanes: int) -> bool:
+    return lanes % ukernels.LANES == 0 and ukernels.has_conv_tile()
 
 
 def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
@@ -297,7 +304,8 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
     )
     out = pt.compute((N, K, OH, OW), lambda n, k, y, x: acc[n, y, x, k], name="conv")
     s = pt.create_schedule(out.op)
-    _schedule_pad(cfg, s, P)
+    tile = _conv_tile(cfg, weight, stride, vector_lanes(weight.dtype))
+    _schedule_pad(cfg, s, P, force_root=tile is not None)
     _schedule_packed(s, WP)
     n, k, y, x = out.op.axis
     ko, ki = cfg["vk_k"].apply(s, out, k)
@@ -313,7 +321,19 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
     s[acc].unroll(ay)
     s[acc].unroll(ax)
     s[acc].vectorize(ak)
+    if tile is not None:  # whole tiles by the micro-kernel, the last partial ones as above
+        s[acc].tensorize(order[0], tile)
     return s, [data, weight, out]
+
+
+def _conv_tile(cfg, weight, stride: int, lanes: int):
+    """The micro-kernel intrinsic of the ``vec_k`` tile when the ``ukernel`` knob asks for
+    it (it reads the padded input, so ``pad`` is then computed at the root), else None."""
+    if not _offers_ukernel(lanes) or not cfg["ukernel"].val:
+        return None
+    _, C, R, S = (int(d.value) for d in weight.shape)
+    hb, wb, kb = cfg["vk_h"].size[-1], cfg["vk_w"].size[-1], cfg["vk_k"].size[-1]
+    return ukernels.conv_tile(C, R, S, hb, wb, kb, stride)
 
 
 @template("depthwise_conv2d_nchw", reference=depthwise_conv2d_reference)

@@ -1,0 +1,468 @@
+"""Tensor intrinsics: a region of loops replaced by a call of a hand-written C kernel.
+
+As TVM's ``decl_tensor_intrin`` and ``tensorize``: an intrinsic says *what* a
+C function computes, as a ``pt.compute`` over placeholders, and gives its C
+definition; ``s[C].tensorize(ax, intrin)`` replaces loop ``ax`` and every
+loop inside it by one call, once the lowering has proved that the region
+computes exactly what the intrinsic does:
+
+    a = pt.placeholder((16,)); b = pt.placeholder((4, 16))
+    k = pt.reduce_axis((0, 16))
+    dot4 = pt.decl_tensor_intrin(
+        pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k)).op, "dot4", C_SOURCE)
+    s[C].tensorize(ji, dot4)           # C[i, j] = sum_k A[i, k] * B[j, k], j split by 4
+
+        for i:                                for i:
+          for jo:                               for jo:
+            for ji in 0..4:          ->           dot4(A + i*16, 1, B + jo*64, 16, 1,
+              C[i, jo*4 + ji] = sum_k ..                 C + i*N + jo*4, 1)
+
+Calling convention (``intrin.signature`` prints the prototype): the inputs in
+``intrin.inputs`` order, then the output; each a pointer to the operand's
+element (0, .., 0) followed by one ``int64_t`` stride, in elements, per
+dimension. The function computes the whole of the compute into the output,
+a reduction's initial value included. The strides are constants in the
+call, so a ``static inline`` kernel is specialized by the C compiler.
+
+A region matches when:
+
+- it holds every reduce loop of the stage, and no parallel loop, no stage
+  computed at one of its loops and no prefetch;
+- its loops of extent > 1, taken in the order of the axes they come from
+  (the stage's axes, then its reduce axes; the outer part of a split
+  first), pair one to one with the intrinsic's axes of extent > 1 (axes
+  then reduce axes, as declared): same kind, same extent;
+- the stage's body is the intrinsic's (commutative operators in either
+  order), each placeholder standing for one tensor of the stage;
+- every address the region touches is affine in its loops and equals the
+  intrinsic's index times per-dimension strides (solved for here).
+
+Tiles that a non-dividing split cuts short keep the original loops; whole
+tiles make the call. A region is pure computation on values computed
+before it (its only dependence is the reduction into its own output), so
+the order the kernel uses inside it cannot break a dependence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+
+from . import dtypes
+from .errors import ScheduleError
+from .expr import (
+    Binary,
+    Cmp,
+    Const,
+    Expr,
+    Reduce,
+    TensorRead,
+    Var,
+    child_fields,
+    substitute,
+    walk,
+)
+from .expr import vars_of as _vars_of
+from .loop_ir import _C_RESERVED, IntrinCall, Operand, c_identifier
+from .simplify import INF, Lin, simplify, upper_bound
+from .tensor import ComputeOp, PlaceholderOp, Tensor, UpdateOp
+
+_C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_COMMUTATIVE = ("add", "mul", "min", "max", "and", "or")
+
+
+@dataclass(frozen=True, eq=False)
+class TensorIntrin:
+    """What a C kernel computes (``op``) and its definition (``source``, defining ``name``)."""
+
+    op: ComputeOp
+    name: str
+    source: str
+    inputs: tuple  # placeholder Tensors, in argument order
+
+    @property
+    def output(self) -> Tensor:
+        return self.op.output(0)
+
+    @property
+    def signature(self) -> str:
+        """The C prototype the source must define."""
+        args = []
+        for t in (*self.inputs, self.output):
+            const = "" if t is self.output else "const "
+            ctype = dtypes.dtype(t.dtype).c_storage
+            p = c_identifier(t.name)
+            args.append(f"{const}{ctype}* {p}")
+            args.extend(f"int64_t {p}_s{d}" for d in range(len(t.shape)))
+        return f"void {self.name}({', '.join(args)})"
+
+    def __repr__(self):
+        return f"TensorIntrin({self.name}: {self.op.name})"
+
+
+def decl_tensor_intrin(op, name: str, source: str, inputs=None) -> TensorIntrin:
+    """``pt.decl_tensor_intrin(out.op, "kernel", C_SOURCE)``: declare that the C function
+    ``kernel`` (defined in ``C_SOURCE``) computes ``out`` from its placeholders.
+
+    ``inputs`` fixes the order of the input arguments (default: the order in which the
+    body first reads them). See the module docstring for the calling convention.
+    """
+    if isinstance(op, Tensor):
+        op = op.op
+    if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp) or op.updates:
+        raise TypeError("decl_tensor_intrin: op must be a pt.compute without update definitions")
+    if not isinstance(name, str) or not _C_NAME.match(name):
+        raise ValueError(f"decl_tensor_intrin: {name!r} is not a C identifier")
+    if name in _C_RESERVED or name.startswith("pt_"):
+        raise ValueError(f"decl_tensor_intrin: {name!r} is reserved (C keywords, libc, pt_*)")
+    if not isinstance(source, str) or not re.search(rf"\b{name}\s*\(", source):
+        raise ValueError(f"decl_tensor_intrin: the C source does not define {name}(...)")
+    for iv in (*op.axis, *op.reduce_axis):
+        if not isinstance(iv.extent, Const) or not isinstance(iv.dom_min, Const):
+            raise ValueError(
+                f"decl_tensor_intrin: axis {iv.name} of {op.name} needs a constant range"
+            )
+        if iv.dom_min.value != 0:
+            raise ValueError(f"decl_tensor_intrin: axis {iv.name} of {op.name} must start at 0")
+    reads = _in_order(op.body)
+    for t in reads:
+        if not isinstance(t.op, PlaceholderOp):
+            raise ValueError(
+                f"decl_tensor_intrin: {op.name} reads {t.name}, which is not a placeholder"
+            )
+    if inputs is None:
+        inputs = reads
+    inputs = tuple(inputs)
+    if sorted(map(id, inputs)) != sorted(map(id, reads)):
+        raise ValueError(
+            f"decl_tensor_intrin: inputs must be the placeholders {op.name} reads: "
+            f"{', '.join(t.name for t in reads)}"
+        )
+    axes = {iv.var for iv in (*op.axis, *op.reduce_axis)}
+    for r in _reads(op.body):
+        for i in r.indices:
+            if _lin_over(i, axes) is None:
+                raise ValueError(
+                    f"decl_tensor_intrin: index {i} of {r.tensor.name} is not affine in the "
+                    "axes of the intrinsic"
+                )
+    if isinstance(op.body, Reduce) and set(map(id, op.body.axes)) != set(map(id, op.reduce_axis)):
+        raise ValueError("decl_tensor_intrin: the reduction must run over all reduce axes")
+    return TensorIntrin(op, name, source, inputs)
+
+
+def _in_order(e) -> list:
+    """The tensors ``e`` reads, in the order they first appear, left to right."""
+    out = []
+
+    def go(x):
+        if isinstance(x, TensorRead) and all(x.tensor is not t for t in out):
+            out.append(x.tensor)
+        for y in _flat_children(x):
+            if isinstance(y, Expr):
+                go(y)
+
+    go(e)
+    return out
+
+
+def _reads(e) -> list:
+    return [x for x in walk(e) if isinstance(x, TensorRead)]
+
+
+def _lin_over(e: Expr, allowed) -> Lin | None:
+    """``e`` as a Lin whose variable atoms are all in ``allowed`` (None if it is not)."""
+    lin = Lin.of(e)
+    for atom, _ in lin.terms.values():
+        if not isinstance(atom, Var) or atom not in allowed:
+            return None
+    return lin
+
+
+# ---------------------------------------------------------------- binding
+
+
+def _err(st, intrin, msg: str) -> ScheduleError:
+    return ScheduleError(f"tensorize({intrin.name}) on stage '{st.name}': {msg}")
+
+
+def _roots(st) -> dict:
+    """Leaf -> (root index, path): the axis a loop comes from, and the outer (0) / inner
+    (1) choices of the splits on the way; fused and skewed loops are not mapped."""
+    from .schedule import Split
+
+    up = {}
+    for rel in st.relations:
+        if isinstance(rel, Split):
+            up[rel.outer], up[rel.inner] = (rel.parent, 0), (rel.parent, 1)
+    out = {}
+    for leaf in st.leaf_iter_vars:
+        iv, path = leaf, ()
+        while iv in up:
+            iv, branch = up[iv]
+            path = (branch, *path)
+        out[leaf] = (st.root_iter_vars.index(iv), path) if iv in st.root_iter_vars else None
+    return out
+
+
+def _check_region(low, st, intrin, region):
+    leaves = st.leaf_iter_vars
+    outside = [iv for iv in leaves[: len(leaves) - len(region)] if iv.kind == "reduce"]
+    if outside:
+        raise _err(
+            st,
+            intrin,
+            f"reduce loop {outside[0].name} lies outside the tensorized loops; the intrinsic "
+            "computes whole reductions (tensorize at a loop outside it)",
+        )
+    for iv in region:
+        if st.attrs.get(iv) == "parallel":
+            raise _err(st, intrin, f"loop {iv.name} is parallel; it would run as one call")
+        for a in low.sch.stages:
+            if a.attach == (st, iv) and not a.inline:
+                raise _err(st, intrin, f"stage '{a.name}' is computed at loop {iv.name}")
+        if any(p[1] is iv for p in st.prefetches):
+            raise _err(st, intrin, f"loop {iv.name} carries a prefetch")
+
+
+def _pair_loops(low, n, intrin, region) -> tuple[dict, dict, list]:
+    """Pair the region's loops with the intrinsic's axes: (leaf -> axis, leaf -> its
+    constant extent, conditions under which the tile is whole)."""
+    st = n.stage
+    roots = _roots(st)
+    consts, whole = {}, []
+    for iv in region:
+        ext = simplify(n.leaf_ext[iv], low.ranges)
+        c = upper_bound(ext, low.ranges)
+        if c == INF:
+            raise _err(st, intrin, f"loop {iv.name} has no constant bound")
+        consts[iv] = int(c)
+        if not isinstance(ext, Const):  # min(c, e) is c when e >= c
+            e = _min_other(ext, int(c))
+            whole.append(Cmp("ge", ext if e is None else e, Const(int(c), "int64")))
+    for iv in region:
+        if consts[iv] > 1 and roots[iv] is None:
+            raise _err(
+                st, intrin, f"loop {iv.name} is fused or skewed; tensorize needs split loops"
+            )
+    # root_iter_vars lists the axes, then the reduce axes
+    mine = sorted((iv for iv in region if consts[iv] > 1), key=lambda iv: roots[iv])
+    op = intrin.op
+    theirs = [a for a in (*op.axis, *op.reduce_axis) if a.extent.value > 1]
+
+    def show(ivs, ext):
+        return ", ".join(f"{iv.name}:{ext(iv)}" for iv in ivs) or "none"
+
+    if [(iv.kind, consts[iv]) for iv in mine] != [(a.kind, a.extent.value) for a in theirs]:
+        raise _err(
+            st,
+            intrin,
+            f"the tensorized loops ({show(mine, consts.get)}) do not match the axes of "
+            f"{op.name} ({show(theirs, lambda a: a.extent.value)}); loops pair with axes "
+            "in declared order, spatial then reduce, extent-1 ones left out",
+        )
+    return dict(zip(mine, theirs)), consts, whole
+
+
+def _min_other(e: Expr, c: int):
+    """``x`` when ``e`` is ``min(c, x)`` or ``min(x, c)``, else None."""
+    if isinstance(e, Binary) and e.op == "min":
+        for k, other in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(k, Const) and k.value == c:
+                return other
+    return None
+
+
+def _match(a: Expr, b: Expr, binds: dict):
+    """Structural match of the stage's expression ``a`` with the intrinsic's ``b``:
+    the new bindings (placeholder id -> (tensor, [(read, intrinsic read)])) or None."""
+    if isinstance(b, TensorRead):
+        if not isinstance(a, TensorRead) or a.dtype != b.dtype:
+            return None
+        key = id(b.tensor)
+        tensor, pairs = binds.get(key, (a.tensor, ()))
+        if tensor is not a.tensor:
+            return None
+        return {**binds, key: (tensor, (*pairs, (a, b)))}
+    if type(a) is not type(b) or isinstance(b, Var):
+        return None
+    kids = set(child_fields(type(b)))
+    for f in fields(b):
+        if f.name not in kids and getattr(a, f.name) != getattr(b, f.name):
+            return None
+    ka, kb = _flat_children(a), _flat_children(b)
+    if len(ka) != len(kb):
+        return None
+    orders = [ka]
+    if isinstance(b, Binary) and b.op in _COMMUTATIVE:
+        orders.append(ka[::-1])
+    for order in orders:
+        out = binds
+        for x, y in zip(order, kb):
+            out = _match(x, y, out)
+            if out is None:
+                break
+        if out is not None:
+            return out
+    return None
+
+
+def _flat_children(e: Expr) -> list:
+    out = []
+    for k in child_fields(type(e)):
+        v = getattr(e, k)
+        out.extend(v if isinstance(v, tuple) else (v,))
+    return out
+
+
+def _operand(low, n, intrin, pairs, leaf_of, region: set) -> Operand:
+    """The buffer, origin and strides of one intrinsic operand from its accesses:
+    ``pairs`` of (flat index over the stage's leaves, buffer, the intrinsic's indices);
+    ``region`` the variables of the tensorized loops."""
+    st = n.stage
+    zero = {v: Const(0, "int64") for v in region}
+    eqs, origins = [], []
+    buf = pairs[0][1]
+    for flat, b, idx in pairs:
+        if b is not buf:
+            raise _err(st, intrin, f"one placeholder stands for two buffers ({buf.name}, {b.name})")
+        coef = {}
+        for atom, c in Lin.of(flat).terms.values():
+            if isinstance(atom, Var) and atom in region:
+                coef[atom] = c
+            elif any(v in region for v in _vars_of(atom)):
+                raise _err(
+                    st,
+                    intrin,
+                    f"the address {buf.name}[{flat}] is not affine in the tensorized loops",
+                )
+        lins = [Lin.of(i) for i in idx]
+        for leaf, axis in leaf_of.items():
+            eqs.append(([_coef(li, axis.var) for li in lins], coef.get(leaf.var, 0)))
+        origins.append((simplify(substitute(flat, zero), low.ranges), [li.const for li in lins]))
+    strides = _solve(eqs, len(pairs[0][2]))
+    if strides is None:
+        raise _err(
+            st, intrin, f"the accesses of {buf.name} are not the intrinsic's indices times strides"
+        )
+    index = None
+    for b0, consts in origins:
+        shift = sum(s * c for s, c in zip(strides, consts))
+        i = simplify(Binary("sub", b0, Const(shift, "int64"), "int64"), low.ranges)
+        if index is not None:
+            diff = simplify(Binary("sub", i, index, "int64"), low.ranges)
+            if not (isinstance(diff, Const) and diff.value == 0):
+                raise _err(st, intrin, f"two reads of {buf.name} disagree on its element 0")
+        index = i
+    return Operand(buf, index, tuple(strides))
+
+
+def _coef(lin: Lin, v: Var) -> int:
+    for atom, c in lin.terms.values():
+        if atom is v:
+            return c
+    return 0
+
+
+def _solve(eqs, ndim: int):
+    """Integer strides ``s`` with ``sum_d s[d] * c[d] == rhs`` for every equation
+    ``(c, rhs)``, found one unknown at a time (None if there are none)."""
+    s = [None] * ndim
+    progress = True
+    while progress:
+        progress = False
+        for c, rhs in eqs:
+            unknown = [d for d in range(ndim) if c[d] and s[d] is None]
+            if len(unknown) != 1:
+                continue
+            d = unknown[0]
+            rest = rhs - sum(c[e] * s[e] for e in range(ndim) if c[e] and e != d)
+            if rest % c[d]:
+                return None
+            s[d] = rest // c[d]
+            progress = True
+    s = [0 if x is None else x for x in s]  # dimensions no loop moves along
+    if any(sum(a * b for a, b in zip(c, s)) != rhs for c, rhs in eqs):
+        return None
+    return s
+
+
+def bind(low, n, pos: int, intrin: TensorIntrin):
+    """The call replacing the leaves ``pos``.. of nest ``n`` and the condition under
+    which a tile is whole (None when every tile is)."""
+    st = n.stage
+    if st.is_update or not isinstance(st.op, ComputeOp):
+        raise _err(st, intrin, "only a stage of pt.compute can be tensorized")
+    region = st.leaf_iter_vars[pos:]
+    _check_region(low, st, intrin, region)
+    leaf_of, consts, whole = _pair_loops(low, n, intrin, region)
+    region_vars = {iv.var for iv in region}
+    mine, theirs = low.bodies[st], intrin.op.body
+    if isinstance(mine, Reduce) != isinstance(theirs, Reduce):
+        raise _err(st, intrin, "one of the stage and the intrinsic is a reduction, the other not")
+    if isinstance(mine, Reduce):
+        if mine.combiner is not theirs.combiner:
+            raise _err(
+                st,
+                intrin,
+                f"the stage reduces with {mine.combiner.name}, the intrinsic with "
+                f"{theirs.combiner.name}",
+            )
+        mine, theirs = mine.source, theirs.source
+    if st.op.dtype != intrin.op.dtype:
+        raise _err(st, intrin, f"the stage is {st.op.dtype}, the intrinsic {intrin.op.dtype}")
+    binds = _match(mine, theirs, {})
+    if binds is None:
+        raise _err(
+            st, intrin, f"the stage computes {mine}, the intrinsic {theirs}: not the same body"
+        )
+    operands = []
+    for t in intrin.inputs:
+        tensor, reads = binds[id(t)]
+        pairs = []
+        for r, ir in reads:
+            buf, idx = low.buffer_index(low.stage_of(tensor), r.indices)
+            pairs.append((simplify(low.in_leaves(n, idx), low.ranges), buf, ir.indices))
+        operands.append(_operand(low, n, intrin, pairs, leaf_of, region_vars))
+    buf, idx = low.buffer_index(st, [iv.var for iv in st.op.axis])
+    flat = simplify(low.in_leaves(n, idx), low.ranges)
+    out_idx = tuple(iv.var for iv in intrin.op.axis)
+    operands.append(_operand(low, n, intrin, [(flat, buf, out_idx)], leaf_of, region_vars))
+    if any(o.buffer is operands[-1].buffer for o in operands[:-1]):
+        raise _err(st, intrin, "the output is also an input")
+    return IntrinCall(intrin, tuple(operands)), _whole(low, n, pos, consts, whole)
+
+
+def _whole(low, n, pos: int, consts: dict, conds: list):
+    """Conditions under which every guard inside the region holds for the whole tile."""
+    from .lowering import _relax
+
+    relaxed = {iv.var: Const(c, "int64") for iv, c in consts.items()}
+    out = list(conds)
+    for p, guards in n.guards.items():
+        if p < pos:
+            continue
+        for cond, _ in guards:
+            if not isinstance(cond, Cmp) or cond.op not in ("lt", "le", "gt", "ge"):
+                raise ScheduleError(
+                    f"tensorize on stage '{n.stage.name}': cannot tell when the tile of guard "
+                    f"{cond} is whole"
+                )
+            d = Binary("sub", cond.a, cond.b, "int64")
+            r = _relax(d, relaxed, low.ranges)
+            if r is None:
+                raise ScheduleError(
+                    f"tensorize on stage '{n.stage.name}': guard {cond} is not analysable"
+                )
+            lo, hi = r
+            zero = Const(0, "int64")
+            out.append(Cmp(cond.op, hi if cond.op in ("lt", "le") else lo, zero))
+    cond = None
+    for c in out:
+        cond = c if cond is None else Binary("and", cond, c, "bool")
+    if cond is None:
+        return None
+    cond = simplify(cond, low.ranges)
+    if isinstance(cond, Const) and cond.value:
+        return None
+    return cond
