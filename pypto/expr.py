@@ -440,6 +440,19 @@ def walk(e: Expr):
         stack.extend(children(x))
 
 
+def tensor_reads(e: Expr) -> list:
+    """Every TensorRead in ``e`` (pre-order)."""
+    return [x for x in walk(e) if isinstance(x, TensorRead)]
+
+
+def conjunction(conds):
+    """``c0 && c1 && ..`` (None for no conditions)."""
+    out = None
+    for c in conds:
+        out = c if out is None else Binary("and", out, c, "bool")
+    return out
+
+
 def vars_of(e: Expr) -> list:
     """The variables of ``e``, each once, in pre-order."""
     out = []

@@ -30,8 +30,10 @@ from .expr import (
     Reduce,
     TensorRead,
     Var,
+    conjunction,
     map_children,
     substitute,
+    tensor_reads,
     vars_of,
     walk,
 )
@@ -58,13 +60,6 @@ def _flat(indices, shape) -> Expr:
     for i, s in zip(indices, shape):
         out = i if out is None else Binary("add", Binary("mul", out, s, "int64"), i, "int64")
     return out if out is not None else Const(0, "int64")
-
-
-def _and(conds):
-    out = None
-    for c in conds:
-        out = c if out is None else Binary("and", out, c, "bool")
-    return out
 
 
 class StageNest:
@@ -171,7 +166,7 @@ class Lowering:
     def reads(self, st: Stage) -> list:
         """Every tensor read of a stage, the data-dependent indices of an update included."""
         exprs = [self.bodies[st], *self.lhs.get(st, ())]
-        return [r for e in exprs for r in _reads(e)]
+        return [r for e in exprs for r in tensor_reads(e)]
 
     def _consumers(self) -> dict:
         cons = {st: [] for st in self.sch.stages}
@@ -445,7 +440,7 @@ class Lowering:
                 s = self._with_attached(st, iv, s)
             conds = [c for c, red in n.guards.get(p, ()) if with_reduce or not red]
             if conds:
-                s = IfThenElse(_and(conds), s)
+                s = IfThenElse(conjunction(conds), s)
             if attached:
                 s = seq(*prefetch_stmts(self, n, p), s)
             s = For(iv.var, n.leaf_ext[iv], st.attrs.get(iv, "serial"), s)
@@ -519,12 +514,6 @@ def _allocate(buf: Buffer, body):
     for d in buf.shape:
         size = Binary("mul", size, d, "int64")
     return Allocate(buf, simplify(size), body)
-
-
-def _reads(e: Expr):
-    from .expr import walk
-
-    return [x for x in walk(e) if isinstance(x, TensorRead)]
 
 
 def _relax(e: Expr, relaxed: dict, ranges) -> tuple | None:

@@ -21,7 +21,7 @@
 
 from __future__ import annotations
 
-from .expr import Binary, Cmp, Const, Expr, Not, Var, skey, substitute, vars_of
+from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, skey, substitute, vars_of
 from .loop_ir import (
     Allocate,
     For,
@@ -154,9 +154,7 @@ def guards_to_bounds(s):
                 else:
                     ext = Binary("min", ext, b, "int64")
             if len(keep) < len(_conjuncts(body.cond)):
-                cond = None
-                for c in keep:
-                    cond = c if cond is None else Binary("and", cond, c, "bool")
+                cond = conjunction(keep)
                 body = body.then if cond is None else IfThenElse(cond, body.then)
         return For(s.var, ext, s.kind, body)
     if isinstance(s, Allocate):

@@ -59,8 +59,10 @@ from .expr import (
     TensorRead,
     Var,
     child_fields,
+    conjunction,
+    skey,
     substitute,
-    walk,
+    tensor_reads,
 )
 from .expr import vars_of as _vars_of
 from .loop_ir import _C_RESERVED, IntrinCall, Operand, c_identifier
@@ -139,7 +141,7 @@ def decl_tensor_intrin(op, name: str, source: str, inputs=None) -> TensorIntrin:
             f"{', '.join(t.name for t in reads)}"
         )
     axes = {iv.var for iv in (*op.axis, *op.reduce_axis)}
-    for r in _reads(op.body):
+    for r in tensor_reads(op.body):
         for i in r.indices:
             if _lin_over(i, axes) is None:
                 raise ValueError(
@@ -164,10 +166,6 @@ def _in_order(e) -> list:
 
     go(e)
     return out
-
-
-def _reads(e) -> list:
-    return [x for x in walk(e) if isinstance(x, TensorRead)]
 
 
 def _lin_over(e: Expr, allowed) -> Lin | None:
@@ -358,10 +356,7 @@ def _operand(low, n, intrin, pairs, leaf_of, region: set) -> Operand:
 
 
 def _coef(lin: Lin, v: Var) -> int:
-    for atom, c in lin.terms.values():
-        if atom is v:
-            return c
-    return 0
+    return lin.terms.get(skey(v), (v, 0))[1]
 
 
 def _solve(eqs, ndim: int):
@@ -430,10 +425,10 @@ def bind(low, n, pos: int, intrin: TensorIntrin):
     operands.append(_operand(low, n, intrin, [(flat, buf, out_idx)], leaf_of, region_vars))
     if any(o.buffer is operands[-1].buffer for o in operands[:-1]):
         raise _err(st, intrin, "the output is also an input")
-    return IntrinCall(intrin, tuple(operands)), _whole(low, n, pos, consts, whole)
+    return IntrinCall(intrin, tuple(operands)), _whole(low, n, pos, intrin, consts, whole)
 
 
-def _whole(low, n, pos: int, consts: dict, conds: list):
+def _whole(low, n, pos: int, intrin, consts: dict, conds: list):
     """Conditions under which every guard inside the region holds for the whole tile."""
     from .lowering import _relax
 
@@ -444,25 +439,17 @@ def _whole(low, n, pos: int, consts: dict, conds: list):
             continue
         for cond, _ in guards:
             if not isinstance(cond, Cmp) or cond.op not in ("lt", "le", "gt", "ge"):
-                raise ScheduleError(
-                    f"tensorize on stage '{n.stage.name}': cannot tell when the tile of guard "
-                    f"{cond} is whole"
-                )
+                raise _err(n.stage, intrin, f"cannot tell when guard {cond} holds for a tile")
             d = Binary("sub", cond.a, cond.b, "int64")
             r = _relax(d, relaxed, low.ranges)
             if r is None:
-                raise ScheduleError(
-                    f"tensorize on stage '{n.stage.name}': guard {cond} is not analysable"
-                )
+                raise _err(n.stage, intrin, f"guard {cond} is not analysable")
             lo, hi = r
             zero = Const(0, "int64")
             out.append(Cmp(cond.op, hi if cond.op in ("lt", "le") else lo, zero))
-    cond = None
-    for c in out:
-        cond = c if cond is None else Binary("and", cond, c, "bool")
-    if cond is None:
+    if not out:
         return None
-    cond = simplify(cond, low.ranges)
+    cond = simplify(conjunction(out), low.ranges)
     if isinstance(cond, Const) and cond.value:
         return None
     return cond
