@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pypto.errors import TargetError
+from pypto.target import Target
+
 from .records import Measured
 
 
@@ -99,12 +102,11 @@ def _build_worker(spec: dict) -> dict:
     import pypto as pt
     from pypto.codegen_c import codegen
     from pypto.runtime import compile_source
-    from pypto.target import Target
 
     t0 = time.perf_counter()
     try:
         tpl = _load_template(spec)
-        s, tensors = tpl.instantiate(spec["config"], *spec["args"])
+        s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
         func = pt.lower(s, tensors, name="candidate")
     except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
         return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
@@ -160,7 +162,8 @@ class _Runner:
             if tpl.reference is not None:
                 ref = tpl.reference_output(inputs, spec["args"])
             else:  # the default config is the reference
-                s, ts = tpl.instantiate(tpl.space(*spec["args"]).default_config(), *spec["args"])
+                space = tpl.space(*spec["args"], target=spec["target"])
+                s, ts = tpl.instantiate(space.default_config(), *spec["args"])
                 mod = pt.build(s, ts, target=spec["target"])
                 mod(*arrays)
                 ref = [arrays[i].copy() for i in outs]
@@ -170,7 +173,8 @@ class _Runner:
     def prepare(self, spec: dict, opt: dict) -> dict:
         """Inputs and expected outputs of a workload, outside any candidate's timeout."""
         tpl = _load_template(spec)
-        _, tensors = tpl.instantiate(tpl.space(*spec["args"]).default_config(), *spec["args"])
+        space = tpl.space(*spec["args"], target=spec["target"])
+        _, tensors = tpl.instantiate(space.default_config(), *spec["args"])
         self.case(spec, tpl, tensors, opt["seed"])
         return {"prepared": True}
 
@@ -185,7 +189,7 @@ class _Runner:
         t0 = time.perf_counter()
         try:
             tpl = _load_template(spec)
-            s, tensors = tpl.instantiate(spec["config"], *spec["args"])
+            s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
             mod = pt.build(s, tensors, target=spec["target"], name="candidate")
         except pt.BuildError as e:
             return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
@@ -404,6 +408,7 @@ class Measurer:
 
     def measure(self, task, configs) -> list[MeasureResult]:
         """Build all candidates in parallel, then run them one at a time."""
+        check_measurable(task.target)
         specs = [{**_spec(task, c), "build_timeout": self.option.build_timeout} for c in configs]
         built = self.build(specs)
         results = []
@@ -423,6 +428,17 @@ class Measurer:
                     MeasureResult(costs=r["costs"], build_s=b["build_s"], run_s=r["run_s"])
                 )
         return results
+
+
+def check_measurable(target) -> None:
+    """Refuse, before anything is built, to measure code this machine cannot run: its
+    records would be keyed by a target whose timings they are not."""
+    if not target.can_run():
+        raise TargetError(
+            f"cannot measure target {target.name} on this machine (its CPU runs "
+            f"{Target('host').name}); build it with pt.build(..., emit_only=True), or tune "
+            "on a machine of that target"
+        )
 
 
 def measure(task, configs, option: MeasureOption | None = None) -> list[MeasureResult]:

@@ -20,6 +20,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from pypto.target import as_target
+
 
 class SpaceError(ValueError):
     """A knob definition or a config that does not fit the space."""
@@ -160,9 +162,11 @@ def _split_values(extent: int, n: int, policy: str, max_factor, candidate) -> li
 class ConfigSpace:
     """The knobs of a template, collected by running it once in definition mode."""
 
-    def __init__(self):
+    def __init__(self, target=None):
         self.knobs: dict[str, Knob] = {}
         self.flop = 0.0
+        # the Target the template schedules for: lanes, registers, caches (cfg.target)
+        self.target = as_target(target)
 
     # ---- definitions (the template calls these)
 
@@ -312,6 +316,7 @@ class Config:
         self.values = values
         self._fallback = fallback
         self.flop = space.flop
+        self.target = space.target
 
     def __getitem__(self, name):
         try:

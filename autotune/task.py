@@ -55,26 +55,29 @@ class Template:
         out = self.reference(*inputs, **kw)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
-    def space(self, *args) -> ConfigSpace:
-        """The config space for these arguments (the template run once to define knobs)."""
-        key = json.dumps(list(args))
+    def space(self, *args, target=None) -> ConfigSpace:
+        """The config space for these arguments on ``target`` (default: the host), found by
+        running the template once to define its knobs."""
+        t = as_target(target)
+        key = (json.dumps(list(args)), t)
         if key not in self._spaces:
-            sp = ConfigSpace()
+            sp = ConfigSpace(t)
             self.func(sp, *args)
             self._spaces[key] = sp
         return self._spaces[key]
 
-    def instantiate(self, cfg, *args):
-        """``(schedule, tensors)`` for a Config or a dict of knob values."""
+    def instantiate(self, cfg, *args, target=None):
+        """``(schedule, tensors)`` for a Config, or for a dict of knob values on ``target``."""
         if not isinstance(cfg, Config):
-            cfg = self.space(*args).config(cfg)
+            cfg = self.space(*args, target=target).config(cfg)
         return self.func(cfg, *args)
 
     def __call__(self, *args, target="host"):
-        """The schedule with the best recorded config, else the default config."""
-        space = self.space(*args)
+        """The schedule with the best recorded config for ``target``, else the default config."""
+        t = as_target(target)
+        space = self.space(*args, target=t)
         key = workload_key(self.name, args)
-        ranked = dispatch.lookup(key, as_target(target).key)
+        ranked = dispatch.lookup(key, t.key)
         cfg, stale = None, 0
         for values in ranked:
             try:
@@ -164,7 +167,7 @@ class Task:
         self.args = tuple(args)
         self.target = as_target(target)
         self.workload_key = workload_key(self.name, self.args)
-        self.config_space = self.template.space(*self.args)
+        self.config_space = self.template.space(*self.args, target=self.target)
         s, tensors = self.template.instantiate(self.config_space.default_config(), *self.args)
         declared = self.config_space.flop
         self.flop = declared if declared else count_flop(tensors)

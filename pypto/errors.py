@@ -26,3 +26,7 @@ class BuildError(PyptoError, RuntimeError):
         if self.stderr:
             text += f"\ncompiler output:\n{self.stderr.strip()}"
         return text
+
+
+class TargetError(PyptoError, ValueError):
+    """Code for a target this machine cannot run was asked to run or be measured."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, emulate
 from .codegen_c import codegen
 from .errors import BuildError
 from .expr import Const, Var, substitute
@@ -32,7 +32,7 @@ from .loop_ir import LoweredFunc, written_buffers
 from .lowering import lower
 from .schedule import Schedule
 from .simplify import simplify
-from .target import Target, as_target, can_run
+from .target import Target, as_target, can_run, missing_features
 
 
 def cache_dir() -> str:
@@ -56,9 +56,10 @@ def _compiler_version(cc: tuple) -> str:
         raise BuildError(f"cannot run the C compiler {' '.join(cc)!r}: {e}") from None
 
 
-def compile_source(source: str, flags, timeout: float = 300.0) -> str:
-    """Compile ``source`` to a shared object and return its path (cached)."""
-    cc = tuple(compiler())
+def compile_source(source: str, flags, timeout: float = 300.0, cc=None) -> str:
+    """Compile ``source`` to a shared object and return its path (cached); ``cc``: the
+    compiler command (default ``$CC``, else ``cc``)."""
+    cc = tuple(cc or compiler())
     flags = list(flags)
     key = hashlib.sha256("\0".join([_compiler_version(cc), *cc, *flags, source]).encode())
     stem = os.path.join(cache_dir(), key.hexdigest()[:32])
@@ -140,17 +141,21 @@ class Module:
     """A compiled kernel: call it on numpy arrays (or objects with ``__dlpack__``)."""
 
     def __init__(self, func: LoweredFunc, source: str, cname: str, lib_path: str, target: Target):
-        self.func = func
-        self.source = source
-        self.name = func.name
-        self.lib_path = lib_path
-        self.target = target
+        self._describe(func, source, lib_path, target)
         lib = ctypes.CDLL(lib_path)
         self._c = getattr(lib, cname)
         self._c.restype = ctypes.c_int32
         self._c.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(
             func.size_vars
         )
+
+    def _describe(self, func: LoweredFunc, source: str, lib_path: str, target: Target):
+        """What every module knows of its kernel: the signature its calls are checked by."""
+        self.func = func
+        self.source = source
+        self.name = func.name
+        self.lib_path = lib_path
+        self.target = target
         self._specs = [
             (b.name, np.dtype(dtypes.dtype(b.dtype).numpy), b.shape) for b in func.params
         ]
@@ -211,10 +216,14 @@ class Module:
 
     def __call__(self, *args):
         cargs, keep = self._prepare(args)
-        status = self._c(*cargs)
+        status = self._invoke(cargs, keep)
         del keep
         if status != 0:
             _raise_status(self.name, status)
+
+    def _invoke(self, cargs: list, arrays: list) -> int:
+        """Run the kernel on checked arguments (pointers and sizes; the arrays behind them)."""
+        return self._c(*cargs)
 
     def time_evaluator(self, number: int = 10, repeat: int = 5, min_repeat_ms: float = 0):
         """A function that times calls: ``.results`` (s per call, per repeat), ``.median``."""
@@ -243,6 +252,23 @@ class Module:
             return TimeResult(tuple(results))
 
         return evaluate
+
+
+class EmulatedModule(Module):
+    """A kernel for another architecture, run under qemu (see ``pypto.emulate``)."""
+
+    def __init__(self, func: LoweredFunc, source: str, prog: str, target: Target):
+        self._describe(func, source, prog, target)
+
+    def _invoke(self, cargs: list, arrays: list) -> int:
+        sizes = cargs[len(arrays) :]
+        return emulate.run_program(self.lib_path, self.target, arrays, sizes, self._written)
+
+    def time_evaluator(self, *a, **kw):
+        raise RuntimeError(
+            f"{self.name} runs under emulation: its timing says nothing about "
+            f"{self.target.name}; time it on such a machine"
+        )
 
 
 def _raise_status(name: str, status: int):
@@ -304,10 +330,15 @@ def build(sch, args=None, target="host", name: str = "default_function", emit_on
     if emit_only:
         return source
     if not can_run(tgt):
-        raise BuildError(
-            f"target {tgt.name} cannot run on this machine; "
-            "use pt.build(..., emit_only=True) to get its C source"
-        )
+        if tgt.compiler_prefix is None:  # same architecture, missing ISA extensions
+            raise BuildError(
+                f"target {tgt.name} cannot run on this machine (it lacks "
+                f"{', '.join(missing_features(tgt))}); "
+                "use pt.build(..., emit_only=True) to get its C source"
+            )
+        driver = emulate.driver_source(func, cname)
+        prog = emulate.compile_program(source, driver, tgt, cache_dir(), timeout=300.0)
+        return EmulatedModule(func, source, prog, tgt)
     so = compile_source(source, tgt.cflags)
     return Module(func, source, cname, so, tgt)
 

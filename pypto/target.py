@@ -1,8 +1,19 @@
-"""Hardware targets: ISA, vector width, caches, cores and compiler flags.
+"""Hardware targets: one description that codegen, templates, features and records share.
 
-``Target("host")`` detects this machine (CPU flags from /proc/cpuinfo, cache
-sizes from sysfs); the named targets describe machines that may not be this
-one, for which ``pt.build(..., emit_only=True)`` returns C without compiling.
+A named target (``"x86-avx512"``, ``"x86-avx2"``, ``"aarch64-neon"``,
+``"generic"``) has fixed parameters, so the code made for it is the same on any
+machine. ``Target("host")`` resolves to the best named target this CPU runs
+(``$PYPTO_TARGET`` overrides the choice) and takes the machine's own cache
+sizes and core count::
+
+    t = pt.Target("host")            # e.g. x86-avx512 on a Zen 4
+    t.vector_lanes("float32")        # 16
+    t.vector_registers               # 32
+    t.cache_sizes                    # {"L1": 49152, "L2": 1048576, "L3": 33554432}
+    t.can_run()                      # True: this machine executes its code
+
+``host`` compiles with its named target's flags, not ``-march=native``: a kernel
+built for ``host`` is the kernel that records keyed by the named target measured.
 """
 
 from __future__ import annotations
@@ -10,19 +21,56 @@ from __future__ import annotations
 import functools
 import os
 import platform
-from dataclasses import dataclass, replace
+import shutil
+from dataclasses import dataclass
 
-# name -> (arch, vector bits, required CPU features, -march flags)
+import numpy as np
+
+KIB, MIB = 1024, 1024 * 1024
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """The fixed parameters of a named target."""
+
+    arch: str  # the machine (``platform.machine()``) that runs it; "any" for portable C
+    vector_bits: int
+    vector_registers: int
+    features: tuple  # CPU flags (as /proc/cpuinfo names them) the code needs
+    march: tuple  # the compiler flags that select the ISA
+    caches: tuple  # (L1d, L2, L3) bytes: a typical machine of the class
+    cross_cc: str | None = None  # the compiler for it on another architecture
+
+
 KNOWN = {
-    "x86-avx512": (
+    "x86-avx512": _Spec(
         "x86_64",
         512,
-        ("avx512f", "avx2", "fma"),
+        32,
+        ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "fma"),
         ("-march=x86-64-v4", "-mprefer-vector-width=512"),
+        (48 * KIB, 1 * MIB, 32 * MIB),
+        "x86_64-linux-gnu-gcc",
     ),
-    "x86-avx2": ("x86_64", 256, ("avx2", "fma"), ("-march=x86-64-v3",)),
-    "aarch64-neon": ("aarch64", 128, ("asimd",), ("-march=armv8-a+simd",)),
-    "generic": ("any", 128, (), ()),
+    "x86-avx2": _Spec(
+        "x86_64",
+        256,
+        16,
+        ("avx2", "fma"),
+        ("-march=x86-64-v3",),
+        (32 * KIB, 512 * KIB, 16 * MIB),
+        "x86_64-linux-gnu-gcc",
+    ),
+    "aarch64-neon": _Spec(
+        "aarch64",
+        128,
+        32,
+        ("asimd",),
+        ("-march=armv8-a+simd",),
+        (64 * KIB, 1 * MIB, 32 * MIB),
+        "aarch64-linux-gnu-gcc",
+    ),
+    "generic": _Spec("any", 128, 16, (), (), (32 * KIB, 512 * KIB, 8 * MIB)),
 }
 BASE_FLAGS = (
     "-O3",
@@ -34,19 +82,26 @@ BASE_FLAGS = (
     "-ffp-contract=fast",
     "-fopenmp",
 )
+CACHE_LINE = 64  # bytes, on every target pypto knows
+ENV_OVERRIDE = "PYPTO_TARGET"
+
+# storage dtypes whose arithmetic (and so whose vectors) is float32
+_COMPUTED_AS_F32 = ("float16", "bfloat16")
 
 
 @dataclass(frozen=True)
 class Target:
-    """What code generation and the tuner know about a machine.
+    """What code generation, templates, features and records know about a machine.
 
-    ``Target("host")`` fills every field from this machine; ``Target("x86-avx2")``
-    from the table; any field given explicitly wins.
+    ``Target("x86-avx2")`` takes the table's fixed parameters; ``Target("host")``
+    the best named target this machine runs, with its own caches and cores; any
+    field given explicitly wins (``Target("x86-avx2", l2_bytes=2 << 20)``).
     """
 
     name: str = "host"
     arch: str | None = None
     vector_bits: int | None = None
+    vector_registers: int | None = None
     features: tuple | None = None
     cores: int | None = None
     l1d_bytes: int | None = None
@@ -62,19 +117,47 @@ class Target:
 
     @property
     def key(self) -> str:
-        """A stable identifier for tuning records: the ISA class of the machine."""
+        """The name tuning records are keyed by: the named target the code is for."""
         return self.name
 
-    def vector_lanes(self, dtype_bytes: int) -> int:
-        return max(1, self.vector_bits // 8 // dtype_bytes)
+    @property
+    def cache_sizes(self) -> dict:
+        """``{"L1": bytes, "L2": bytes, "L3": bytes}`` (L1: data cache of one core)."""
+        return {"L1": self.l1d_bytes, "L2": self.l2_bytes, "L3": self.l3_bytes}
 
-    def with_flags(self, *flags) -> Target:
-        return replace(self, cflags=self.cflags + tuple(flags))
+    def vector_lanes(self, dtype="float32") -> int:
+        """SIMD lanes for ``dtype`` (a dtype name, or an element size in bytes).
+
+        float16 and bfloat16 are storage types computed in float32, so they get
+        float32's lanes: 16 on AVX-512, 8 on AVX2, 4 on NEON and generic.
+        """
+        if isinstance(dtype, (int, np.integer)):
+            size = int(dtype)
+        else:
+            size = 4 if str(dtype) in _COMPUTED_AS_F32 else np.dtype(dtype).itemsize
+        return max(1, self.vector_bits // 8 // size)
+
+    def has(self, *features: str) -> bool:
+        """Whether code for this target may use every one of these CPU features."""
+        return set(features) <= set(self.features)
+
+    def can_run(self) -> bool:
+        """Whether this machine executes code built for this target."""
+        return can_run(self)
+
+    @property
+    def compiler_prefix(self) -> str | None:
+        """The cross compiler for this target when this machine is another architecture."""
+        spec = KNOWN.get(self.name)
+        if spec is None or spec.arch in ("any", platform.machine()):
+            return None
+        return spec.cross_cc
 
     def __str__(self):
         return self.name
 
 
+@functools.cache
 def _host_features() -> tuple:
     try:
         with open("/proc/cpuinfo") as f:
@@ -86,78 +169,97 @@ def _host_features() -> tuple:
     return ()
 
 
+_CACHE_FIELDS = {
+    ("1", "Data"): "l1d_bytes",
+    ("2", "Unified"): "l2_bytes",
+    ("3", "Unified"): "l3_bytes",
+}
+_SIZE_UNITS = {"K": KIB, "M": MIB, "G": 1024 * MIB}
+
+
 def _cache_sizes() -> dict:
+    """This machine's caches from sysfs (cpu0's view), as Target fields."""
     out = {}
     base = "/sys/devices/system/cpu/cpu0/cache"
     try:
-        for d in sorted(os.listdir(base)):
-            p = os.path.join(base, d)
-            try:
-                level = open(os.path.join(p, "level")).read().strip()
-                kind = open(os.path.join(p, "type")).read().strip()
-                size = open(os.path.join(p, "size")).read().strip()
-            except OSError:
-                continue
-            mult = {"K": 1024, "M": 1024 * 1024}.get(size[-1], 1)
-            val = int(size.rstrip("KM")) * mult
-            if level == "1" and kind == "Data":
-                out["l1d_bytes"] = val
-            elif level == "2":
-                out["l2_bytes"] = val
-            elif level == "3":
-                out["l3_bytes"] = val
+        entries = sorted(os.listdir(base))
     except OSError:
-        pass
+        return out
+    for d in entries:
+        p = os.path.join(base, d)
+        try:
+            level = open(os.path.join(p, "level")).read().strip()
+            kind = open(os.path.join(p, "type")).read().strip()
+            size = open(os.path.join(p, "size")).read().strip()
+        except OSError:
+            continue
+        field = _CACHE_FIELDS.get((level, kind))
+        if field and size:
+            out[field] = int(size.rstrip("KMG")) * _SIZE_UNITS.get(size[-1], 1)
     return out
 
 
+def _runs_here(spec: _Spec, feats) -> bool:
+    return spec.arch in ("any", platform.machine()) and set(spec.features) <= set(feats)
+
+
 def host_name() -> str:
-    """The best named target this machine can run."""
-    feats = set(_host_features())
-    arch = platform.machine()
-    for name, (tarch, _, need, _) in KNOWN.items():
-        if name != "generic" and tarch == arch and set(need) <= feats:
+    """The best named target this machine runs, or ``$PYPTO_TARGET`` when set."""
+    forced = os.environ.get(ENV_OVERRIDE, "").strip()
+    if forced and forced != "host":
+        if forced not in KNOWN:
+            raise ValueError(
+                f"{ENV_OVERRIDE}={forced!r} is not a known target; choose one of: "
+                f"{', '.join(KNOWN)}"
+            )
+        return forced
+    feats = _host_features()
+    for name, spec in KNOWN.items():  # the table lists the best targets first
+        if name != "generic" and _runs_here(spec, feats):
             return name
     return "generic"
 
 
-_CACHES = {"l1d_bytes": 32 * 1024, "l2_bytes": 512 * 1024, "l3_bytes": 16 * 1024 * 1024}
-
-
 @functools.cache
-def _defaults(name: str) -> dict:
-    host = host_name()
-    if name == "host":
-        arch, bits, _, _ = KNOWN[host]
-        vals = dict(
-            name=host,
-            arch=arch if arch != "any" else platform.machine(),
-            vector_bits=bits,
-            features=_host_features(),
-            cores=os.cpu_count() or 1,
-            # the named target's flags, not -march=native: the host compiles exactly as
-            # the target its tuning records are keyed by
-            cflags=BASE_FLAGS + KNOWN[host][3],  # the named target's flags: records stay valid
-            is_host=True,
-        )
-        vals.update({**_CACHES, **_cache_sizes()})
-        return vals
-    if name not in KNOWN:
-        raise ValueError(f"unknown target {name!r}; choose one of: host, {', '.join(KNOWN)}")
-    arch, bits, need, march = KNOWN[name]
+def _named(name: str) -> dict:
+    spec = KNOWN[name]
+    l1, l2, l3 = spec.caches
     return dict(
         name=name,
-        arch=arch,
-        vector_bits=bits,
-        features=need,
-        cores=os.cpu_count() or 1,
-        cflags=BASE_FLAGS + march,
-        is_host=(name == host),
-        **_CACHES,
+        arch=spec.arch,
+        vector_bits=spec.vector_bits,
+        vector_registers=spec.vector_registers,
+        features=spec.features,
+        cores=os.cpu_count() or 1,  # the cores that run it; no effect on the code
+        l1d_bytes=l1,
+        l2_bytes=l2,
+        l3_bytes=l3,
+        cflags=BASE_FLAGS + spec.march,
+        is_host=False,
     )
 
 
+def _defaults(name: str) -> dict:
+    if name == "host":
+        return _host_defaults(host_name())
+    if name not in KNOWN:
+        raise ValueError(f"unknown target {name!r}; choose one of: host, {', '.join(KNOWN)}")
+    return _named(name)
+
+
+@functools.cache
+def _host_defaults(name: str) -> dict:
+    vals = dict(_named(name), is_host=True)
+    if KNOWN[name].arch != "any":
+        vals["arch"] = platform.machine()
+    else:
+        vals["arch"] = platform.machine() or "any"
+    vals.update(_cache_sizes())
+    return vals
+
+
 def as_target(t) -> Target:
+    """A Target from a Target, a name, or None (the host)."""
     if isinstance(t, Target):
         return t
     if t is None:
@@ -168,8 +270,18 @@ def as_target(t) -> Target:
 
 
 def can_run(t: Target) -> bool:
-    """Whether code for ``t`` runs on this machine."""
-    if t.is_host or t.name == "generic":
-        return True
-    arch = KNOWN.get(t.name, ("?",))[0]
-    return arch == platform.machine() and set(t.features) <= set(_host_features())
+    """Whether code for ``t`` runs on this machine: its architecture, and every CPU
+    feature the code may use."""
+    arch = KNOWN[t.name].arch if t.name in KNOWN else t.arch
+    return arch in ("any", platform.machine()) and set(t.features) <= set(_host_features())
+
+
+def missing_features(t: Target) -> list[str]:
+    """The CPU features ``t``'s code needs that this machine lacks."""
+    return sorted(set(t.features) - set(_host_features()))
+
+
+def cross_compiler(t: Target) -> str | None:
+    """The cross compiler on PATH for ``t`` (None: not installed, or not needed)."""
+    prefix = t.compiler_prefix
+    return shutil.which(prefix) if prefix else None

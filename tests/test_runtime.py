@@ -1,6 +1,7 @@
 """Building and calling kernels: argument checks, names, the compile cache, targets."""
 
 import os
+import platform
 import re
 import subprocess
 
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 import pypto as pt
-from pypto import runtime
-from pypto.target import KNOWN
+from pypto import emulate, runtime
+from pypto.target import KNOWN, cross_compiler
 
 
 def _add_one(n=None, name="B", in_name="A", dtype="float32"):
@@ -161,22 +162,84 @@ def test_emit_only_for_every_target(target):
     assert isinstance(src, str) and "int32_t k(const float* restrict A" in src
 
 
-def test_foreign_target_refuses_to_run():
-    if pt.Target("host").arch == "aarch64":
-        pytest.skip("this host is aarch64")
+def test_target_missing_cpu_features_refuses_to_run():
+    if platform.machine() != "x86_64":
+        pytest.skip("an x86-64 target with a feature no CPU has")
+    t = pt.Target("x86-avx2", features=("avx2", "fma", "no_such_feature"))
+    assert not t.can_run()
     s, A, B = _add_one()
-    with pytest.raises(pt.BuildError, match="aarch64-neon cannot run on this machine"):
+    with pytest.raises(pt.BuildError, match="cannot run on this machine .*no_such_feature"):
+        pt.build(s, [A, B], target=t)
+    assert "int32_t k(" in pt.build(s, [A, B], target=t, name="k", emit_only=True)
+
+
+def test_foreign_architecture_without_cross_compiler(monkeypatch, tmp_path):
+    if platform.machine() == "aarch64":
+        pytest.skip("this host is aarch64")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no aarch64-linux-gnu-gcc on it
+    s, A, B = _add_one()
+    with pytest.raises(pt.BuildError, match="aarch64-linux-gnu-gcc is not on PATH"):
         pt.build(s, [A, B], target="aarch64-neon")
+
+
+def test_foreign_architecture_runs_under_qemu():
+    t = pt.Target("aarch64-neon")
+    if t.can_run():
+        pytest.skip("this host runs aarch64 natively")
+    if cross_compiler(t) is None or emulate.emulator(t) is None:
+        pytest.skip("no aarch64-linux-gnu-gcc or qemu-aarch64 here")
+    s, A, B = _add_one()
+    mod = pt.build(s, [A, B], target=t, name="k")
+    a = np.random.rand(6, 4).astype(np.float32)
+    b = np.full_like(a, np.nan)
+    mod(a, b)
+    np.testing.assert_allclose(b, a + 1)
+    with pytest.raises(TypeError, match="dtype float64, expected float32"):
+        mod(a.astype(np.float64), b)
+    with pytest.raises(RuntimeError, match="runs under emulation"):
+        mod.time_evaluator()(a, b)
 
 
 def test_host_target_detection():
     t = pt.Target("host")
-    assert t.name in KNOWN and t.is_host
-    assert t.vector_bits == KNOWN[t.name][1]
+    assert t.name in KNOWN and t.is_host and t.can_run()
+    assert t.vector_bits == KNOWN[t.name].vector_bits
     assert t.cores >= 1 and t.l1d_bytes > 0
-    assert pt.Target("x86-avx512").vector_bits == 512
+    assert set(t.cache_sizes) == {"L1", "L2", "L3"} and t.cache_sizes["L1"] == t.l1d_bytes
     with pytest.raises(ValueError, match="unknown target 'riscv'"):
         pt.Target("riscv")
+
+
+@pytest.mark.parametrize(
+    "name, f32, f64, i8, regs",
+    [
+        ("x86-avx512", 16, 8, 64, 32),
+        ("x86-avx2", 8, 4, 32, 16),
+        ("aarch64-neon", 4, 2, 16, 32),
+        ("generic", 4, 2, 16, 16),
+    ],
+)
+def test_named_targets_have_fixed_parameters(name, f32, f64, i8, regs):
+    t = pt.Target(name)
+    assert (t.vector_lanes("float32"), t.vector_lanes("float64"), t.vector_lanes("int8")) == (
+        f32,
+        f64,
+        i8,
+    )
+    assert t.vector_lanes("float16") == t.vector_lanes("bfloat16") == f32  # computed in float32
+    assert t.vector_registers == regs and not t.is_host
+    assert t == pt.Target(name)  # the same on any host
+    assert t.cache_sizes == dict(zip(("L1", "L2", "L3"), KNOWN[name].caches))
+
+
+def test_pypto_target_overrides_the_host(monkeypatch):
+    monkeypatch.setenv("PYPTO_TARGET", "generic")
+    t = pt.Target("host")
+    assert t.name == "generic" and t.is_host and t.can_run()
+    assert t.vector_lanes("float32") == 4
+    monkeypatch.setenv("PYPTO_TARGET", "sparc")
+    with pytest.raises(ValueError, match="PYPTO_TARGET='sparc' is not a known target"):
+        pt.Target("host")
 
 
 def test_time_evaluator(add_one):

@@ -1,11 +1,16 @@
 """Tensor intrinsics: declared C kernels replacing a region of loops (``tensorize``).
 
 Every tensorized schedule is compared with numpy; every refused one expects
-the specific error. The conv micro-kernels of the conv2d template run where
-the host has AVX2 and FMA.
+the specific error. The conv micro-kernels of the conv2d template are checked
+for every SIMD target: run where this machine runs the target's code (natively,
+or under qemu with the cross compiler), and disassembled everywhere.
 """
 
 from __future__ import annotations
+
+import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -13,6 +18,8 @@ import pytest
 import autotune
 import pypto as pt
 from autotune.templates import ukernels
+from pypto import emulate, runtime
+from pypto.target import cross_compiler, missing_features
 
 DOT4 = r"""
 static inline void dot4(const float* a, int64_t a_s0, const float* b, int64_t b_s0,
@@ -237,27 +244,47 @@ def test_declaration_checks_the_compute():
 # ---------------------------------------------------------------- conv micro-kernels
 
 
-needs_avx2 = pytest.mark.skipif(not ukernels.has_conv_tile(), reason="host without AVX2 + FMA")
+SIMD_TARGETS = ("x86-avx512", "x86-avx2", "aarch64-neon")
 
 
-@needs_avx2
+def _runs_here(t: pt.Target) -> str | None:
+    """None when this machine runs code for ``t`` (natively or under qemu), else why not."""
+    if t.can_run():
+        return None
+    if t.compiler_prefix is None:
+        return f"this CPU lacks {', '.join(missing_features(t))}"
+    if cross_compiler(t) is None or emulate.emulator(t) is None:
+        return f"no cross compiler ({t.compiler_prefix}) or qemu for {t.arch}"
+    return None
+
+
+@pytest.mark.parametrize("target", SIMD_TARGETS)
 @pytest.mark.parametrize(
-    "args, tile",
+    "args, tile",  # args with K in vectors of the target; tile (rows, columns, vectors)
     [
-        ((1, 5, 9, 11, 16, 3, 3, 1, 1), (1, 3, 16)),  # ragged last column tile
-        ((1, 4, 8, 8, 32, 3, 3, 1, 1), (2, 2, 32)),  # two rows, pixels held
-        ((2, 3, 10, 9, 8, 3, 3, 2, 1), (1, 4, 8)),  # stride 2, batch 2
-        ((1, 6, 7, 7, 16, 1, 1, 1, 0), (1, 7, 16)),  # 1x1, no padding
+        ((1, 5, 9, 11, 2, 3, 3, 1, 1), (1, 3, 2)),  # ragged last column tile
+        ((1, 4, 8, 8, 4, 3, 3, 1, 1), (1, 2, 4)),  # more vectors than pixels: pixels held
+        ((2, 3, 10, 9, 1, 3, 3, 2, 1), (1, 4, 1)),  # stride 2, batch 2
+        ((1, 6, 7, 7, 2, 1, 1, 1, 0), (2, 3, 2)),  # 1x1, no padding, two rows
     ],
 )
-def test_conv_micro_kernel_matches_reference(args, tile):
-    hb, wb, kb = tile
-    task = autotune.Task("conv2d_nchw", args)
+def test_conv_micro_kernel_matches_reference(target, args, tile):
+    """The micro-kernel of each SIMD target, run natively or under qemu, against numpy."""
+    t = pt.Target(target)
+    why = _runs_here(t)
+    if why:
+        pytest.skip(why)
+    L = t.vector_lanes("float32")
+    args = (*args[:4], args[4] * L, *args[5:])
+    hb, wb, nk = tile
+    task = autotune.Task("conv2d_nchw", args, target=t)
     cfg = task.config_space.default_config().values
-    cfg = {**cfg, "ukernel": 1, "vk_h": [-1, hb], "vk_w": [-1, wb], "vk_k": [-1, kb]}
+    cfg = {**cfg, "ukernel": 1, "vk_h": [-1, hb], "vk_w": [-1, wb], "vk_k": [-1, nk * L]}
     s, tensors = task.instantiate(task.config_space.config(cfg))
-    mod = pt.build(s, tensors)
-    assert f"conv_tile_c{args[1]}_r{args[5]}s{args[6]}_st{args[7]}_{hb}x{wb}x{kb}(" in mod.source
+    mod = pt.build(s, tensors, target=t)
+    isa = ukernels.simd_isa(t).name
+    tile_name = f"conv_tile_{isa}_c{args[1]}_r{args[5]}s{args[6]}_st{args[7]}_{hb}x{wb}x{nk * L}("
+    assert tile_name in mod.source
     rng = np.random.default_rng(1)
     data, weight, out = ([int(d.value) for d in t.shape] for t in tensors)
     data = rng.standard_normal(data).astype("float32")
@@ -266,6 +293,34 @@ def test_conv_micro_kernel_matches_reference(args, tile):
     mod(data, weight, out)
     ref = task.template.reference_output([data, weight], args)[-1]
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+# the vector FMA of each ISA's micro-kernel, as objdump prints it
+_FMA = {
+    "x86-avx512": (None, r"vfmadd\w*ps\s+.*zmm"),
+    "x86-avx2": (None, r"vfmadd\w*ps\s+.*ymm"),
+    "aarch64-neon": ("aarch64-linux-gnu-objdump", r"fmla\s+v\d+\.4s"),
+}
+
+
+@pytest.mark.parametrize("target", SIMD_TARGETS)
+def test_conv_micro_kernel_object_has_the_target_vector_fmas(target):
+    """Built for each target on any host (its flags, or its cross compiler): the object
+    holds the micro-kernel's full-width FMAs (zmm on AVX-512, ymm on AVX2, fmla on NEON)."""
+    t = pt.Target(target)
+    objdump, pattern = _FMA[target]
+    objdump = shutil.which(objdump or "objdump")
+    if t.compiler_prefix is not None and cross_compiler(t) is None or objdump is None:
+        pytest.skip(f"no compiler or objdump for {target} here")
+    L = t.vector_lanes("float32")
+    task = autotune.Task("conv2d_nchw", (1, 8, 10, 10, 2 * L, 3, 3, 1, 1), target=t)
+    cfg = {**task.config_space.default_config().values, "ukernel": 1}
+    s, tensors = task.instantiate(task.config_space.config(cfg))
+    src = pt.build(s, tensors, target=t, name="conv", emit_only=True)
+    cc = [cross_compiler(t)] if t.compiler_prefix else None
+    so = runtime.compile_source(src, t.cflags, cc=cc)
+    dis = subprocess.run([objdump, "-d", so], capture_output=True, text=True, check=True).stdout
+    assert re.search(pattern, dis), f"no {pattern!r} in the object for {target}"
 
 
 def test_two_intrinsics_with_one_name_are_refused():

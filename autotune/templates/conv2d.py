@@ -33,7 +33,6 @@ import pypto as pt
 
 from ..task import template
 from . import ukernels
-from .matmul import vector_lanes
 
 
 def _out_size(x: int, k: int, stride: int, padding: int) -> int:
@@ -195,7 +194,7 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     (the schedule of the module docstring).
     """
     OH, OW = _out_size(H, R, stride, padding), _out_size(W, S, stride, padding)
-    lanes = vector_lanes(dtype)
+    lanes = cfg.target.vector_lanes(dtype)
     data = pt.placeholder((N, C, H, W), dtype, name="data")
     weight = pt.placeholder((K, C, R, S), dtype, name="weight")
     rc = pt.reduce_axis((0, C), name="rc")
@@ -204,7 +203,7 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
     cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
     if K % lanes == 0:  # whole vectors of output channels
-        _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, [rc, rr, rs])
+        _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, [rc, rr, rs])
         # pixels are broadcast one at a time: no column phases to split for a stride
         P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
         return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride)
@@ -256,23 +255,31 @@ def _schedule_packed(s, WP):
         s[WP].vectorize(WP.op.axis[-1])
 
 
-def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes):
+def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes):
     """Knobs of the ``vec_k`` schedule: ``vk_k`` output channels per tile (whole
     vectors dividing K), ``vk_w`` / ``vk_h`` output columns / rows per tile (at most
     8 x 2: the accumulators must fit the vector registers), the reduction order,
-    and the padded input at the root or inlined."""
+    the padded input at the root or inlined, and (where the target has one) the
+    hand-written micro-kernel for whole tiles.
+
+    The default tile holds half the target's vector registers in accumulators
+    (two vectors of channels x 4 columns x ``vk_h`` rows: 8 on AVX2's 16 registers,
+    16 on AVX-512's 32), leaving the rest for weights and broadcast pixels.
+    """
+    lanes = cfg.target.vector_lanes("float32")
     kbs = [m * lanes for m in (1, 2, 4) if K % (m * lanes) == 0]
-    _inner_tile(cfg, "vk_k", K, kbs, 2 * lanes if 2 * lanes in kbs else kbs[0])
+    kb_d = 2 * lanes if 2 * lanes in kbs else kbs[0]
+    _inner_tile(cfg, "vk_k", K, kbs, kb_d)
     ws = [w for w in range(1, 9) if w <= OW]
-    _inner_tile(cfg, "vk_w", OW, ws, 4 if OW >= 4 else ws[-1])
-    _inner_tile(cfg, "vk_h", OH, [1, 2], 1)
+    wb_d = 4 if OW >= 4 else ws[-1]
+    _inner_tile(cfg, "vk_w", OW, ws, wb_d)
+    hbs = [1, 2]
+    acc_budget = cfg.target.vector_registers // 2
+    hb_d = max([h for h in hbs if h * wb_d * (kb_d // lanes) <= acc_budget and h <= OH] or [1])
+    _inner_tile(cfg, "vk_h", OH, hbs, hb_d)
     _define_red_pad_knobs(cfg, red_axes, stride, padding)
-    if _offers_ukernel(lanes):
+    if ukernels.simd_isa(cfg.target) is not None:
         cfg.define_knob("ukernel", [0, 1], default=0)
-
-
-def _offers_ukernel(lanes: int) -> bool:
-    return lanes % ukernels.LANES == 0 and ukernels.has_conv_tile()
 
 
 def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
@@ -304,7 +311,7 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
     )
     out = pt.compute((N, K, OH, OW), lambda n, k, y, x: acc[n, y, x, k], name="conv")
     s = pt.create_schedule(out.op)
-    tile = _conv_tile(cfg, weight, stride, vector_lanes(weight.dtype))
+    tile = _conv_tile(cfg, weight, stride)
     _schedule_pad(cfg, s, P, force_root=tile is not None)
     _schedule_packed(s, WP)
     n, k, y, x = out.op.axis
@@ -326,14 +333,15 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
     return s, [data, weight, out]
 
 
-def _conv_tile(cfg, weight, stride: int, lanes: int):
+def _conv_tile(cfg, weight, stride: int):
     """The micro-kernel intrinsic of the ``vec_k`` tile when the ``ukernel`` knob asks for
     it (it reads the padded input, so ``pad`` is then computed at the root), else None."""
-    if not _offers_ukernel(lanes) or not cfg["ukernel"].val:
+    isa = ukernels.simd_isa(cfg.target)
+    if isa is None or not cfg["ukernel"].val:
         return None
     _, C, R, S = (int(d.value) for d in weight.shape)
     hb, wb, kb = cfg["vk_h"].size[-1], cfg["vk_w"].size[-1], cfg["vk_k"].size[-1]
-    return ukernels.conv_tile(C, R, S, hb, wb, kb, stride)
+    return ukernels.conv_tile(isa, C, R, S, hb, wb, kb, stride)
 
 
 @template("depthwise_conv2d_nchw", reference=depthwise_conv2d_reference)
@@ -343,7 +351,7 @@ def depthwise_conv2d_nchw(cfg, N, C, H, W, R, S, stride=1, padding=0, dtype="flo
     ``data`` is N x C x H x W, ``weight`` C x 1 x R x S; the output is N x C x OH x OW.
     """
     OH, OW = _out_size(H, R, stride, padding), _out_size(W, S, stride, padding)
-    lanes = vector_lanes(dtype)
+    lanes = cfg.target.vector_lanes(dtype)
     data = pt.placeholder((N, C, H, W), dtype, name="data")
     weight = pt.placeholder((C, 1, R, S), dtype, name="weight")
     rr = pt.reduce_axis((0, R), name="rr")

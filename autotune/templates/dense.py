@@ -22,7 +22,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm, vector_lanes
+from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm
 
 F32 = "float32"
 
@@ -47,7 +47,7 @@ def _dense_bias_gelu_ref(x, w, bias):
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
 def dense_bias_gelu(cfg, M, N, K):
     """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]), float32."""
-    V = vector_lanes(F32)
+    V = cfg.target.vector_lanes(F32)
     # W is (N, K): unpacked, the vectorized column loop would gather with stride K
     # (two orders of magnitude slower), so the weights are always packed
     define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=4 * M * K)

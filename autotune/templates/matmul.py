@@ -16,7 +16,8 @@ x86 dense/batch_matmul schedules:
 Every point of the space is a legal schedule (reductions are never
 vectorized or parallel). The defaults (a 6 x 2-vector tile, B packed, column
 panels in parallel, no row blocking unless A is large next to the last-level
-cache) come from the host target's vector width and cache sizes.
+cache) come from the task's target (``cfg.target``): its vector width,
+vector registers and cache sizes.
 """
 
 from __future__ import annotations
@@ -26,14 +27,6 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-
-
-def vector_lanes(dtype: str = "float32", target="host") -> int:
-    """SIMD lanes of the target for ``dtype`` (8 for float32 on AVX2, 16 on AVX-512)."""
-    t = target if isinstance(target, pt.Target) else pt.Target(target)
-    # float16 is a storage type: arithmetic (and so the vectors) are float32
-    size = 4 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
-    return t.vector_lanes(size)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -55,11 +48,8 @@ def define_gemm_knobs(
     """
     mrs = [2, 4, 6, 8]
     nrs = [lanes, 2 * lanes, 3 * lanes, 4 * lanes]
-    # default: 6 x 2 vectors -- 12 accumulators + 2 B vectors + 1 broadcast of A fit
-    # the 16 architectural vector registers of AVX2 / NEON (AVX-512 has 32, where
-    # 6 x 2 vectors of 16 lanes is also the usual choice)
-    mr_d = 6 if M >= 6 else max(m for m in mrs if m <= max(M, 2))
     nr_d = 2 * lanes if N > lanes else lanes
+    mr_d = _default_rows(cfg.target.vector_registers, nr_d // lanes, mrs, M)
     cfg.define_split(
         prefix + "tile_i",
         M,
@@ -76,11 +66,19 @@ def define_gemm_knobs(
         candidate=[[-1, n] for n in nrs],
         default=[-1, nr_d],
     )
-    block_d = 64 if a_bytes >= pt.Target("host").l3_bytes // 2 else 0
+    block_d = 64 if a_bytes >= cfg.target.l3_bytes // 2 else 0
     cfg.define_knob(prefix + "block_i", [0, 8, 16, 32, 64], default=block_d)
     cfg.define_knob(prefix + "pack_b", list(pack_options), default=1)
     cfg.define_knob(prefix + "unroll_k", [1, 2, 4, 8], default=1)
     cfg.define_knob(prefix + "par", ["panel", "rows"], default="panel")
+
+
+def _default_rows(registers: int, vectors: int, mrs: list, M: int) -> int:
+    """Rows of the default register tile: as many as the vector registers hold with
+    ``vectors`` accumulators per row, one register per B vector and one for the
+    broadcast of A (6 x 2 on the 16 registers of AVX2, 8 x 2 on AVX-512's 32)."""
+    fits = [m for m in mrs if m * vectors + vectors + 1 <= registers and m <= max(M, mrs[0])]
+    return max(fits or mrs[:1])
 
 
 def schedule_gemm(
@@ -157,7 +155,8 @@ def matmul(cfg, M, N, K, dtype="float32"):
     k = pt.reduce_axis((0, K), name="k")
     C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
     cfg.add_flop(2.0 * M * N * K)
-    define_gemm_knobs(cfg, M, N, vector_lanes(dtype), a_bytes=M * K * np.dtype(dtype).itemsize)
+    lanes = cfg.target.vector_lanes(dtype)
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * np.dtype(dtype).itemsize)
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
     schedule_gemm(cfg, s, C, CL, M, B)
@@ -176,7 +175,8 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     k = pt.reduce_axis((0, K), name="k")
     C = pt.compute((B, M, N), lambda b, i, j: pt.sum(A[b, i, k] * Bm[b, k, j], axis=k), name="C")
     cfg.add_flop(2.0 * B * M * N * K)
-    define_gemm_knobs(cfg, M, N, vector_lanes(dtype), a_bytes=M * K * np.dtype(dtype).itemsize)
+    lanes = cfg.target.vector_lanes(dtype)
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * np.dtype(dtype).itemsize)
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
     schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])

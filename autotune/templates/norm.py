@@ -36,7 +36,6 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .matmul import vector_lanes
 
 F32 = "float32"
 
@@ -166,7 +165,7 @@ def _softmax_ref(x):
 @template("softmax", reference=_softmax_ref)
 def softmax(cfg, rows, cols):
     """Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max X[i, :])."""
-    V = vector_lanes(F32)
+    V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V, prefetch_modes=(0, 1, 2))
     # exp: libm expf (a scalar call) or the vectorizable polynomial pt.fast_exp;
     # stored per row (1) or recomputed in the last pass (0; prefetch 2 is then 1)
@@ -209,7 +208,7 @@ def _layernorm_reference(x, gamma, beta, *, args=()):
 @template("layernorm", reference=_layernorm_reference)
 def layernorm(cfg, rows, cols, eps=1e-5):
     """Y = (X - mean) / sqrt(var + eps) * gamma + beta over the last axis (two-pass var)."""
-    V = vector_lanes(F32)
+    V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
     cfg.add_flop(5.0 * rows * cols)
     L = cfg["red_lanes"].val
@@ -251,7 +250,7 @@ def _rmsnorm_reference(x, gamma, *, args=()):
 @template("rmsnorm", reference=_rmsnorm_reference)
 def rmsnorm(cfg, rows, cols, eps=1e-6):
     """Y = X / sqrt(mean(X^2) + eps) * gamma over the last axis."""
-    V = vector_lanes(F32)
+    V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
     cfg.add_flop(5.0 * rows * cols)
     L = cfg["red_lanes"].val

@@ -1,42 +1,103 @@
 """Hand-written SIMD micro-kernels, declared as tensor intrinsics (``pt.decl_tensor_intrin``).
 
 ``conv_tile`` is the register tile of a direct convolution with output
-channels in the vector lanes (AVX2 + FMA, 8 float lanes): ``hb x wb`` output
-pixels times ``nk`` vectors of channels accumulated in ``hb * wb * nk``
-registers over the whole reduction. The tile is written straight-line, the
-accumulators named variables rather than an array the compiler has to
-promote to registers (gcc still unrolls the ``s`` loop and may keep
-broadcasts alive across it, which spills some tile shapes: the tuner
-measures them like any other config):
+channels in the vector lanes: ``hb x wb`` output pixels times ``nk`` vectors
+of channels accumulated in ``hb * wb * nk`` registers over the whole
+reduction. The tile is written straight-line, the accumulators named
+variables rather than an array the compiler has to promote to registers
+(gcc still unrolls the ``s`` loop and may keep broadcasts alive across it,
+which spills some tile shapes: the tuner measures them like any other config):
 
     for c, r, s:                                 (loops; gcc may unroll s)
-      w[v] = load(W[c, r, s, 8v : 8v + 8])       (the fewer of weights and pixels
+      w[v] = load(W[c, r, s, L*v : L*v + L])     (the fewer of weights and pixels
       p[y][x] = broadcast(P[c, y*st + r, x*st + s])   is held in registers)
       acc[y][x][v] += p[y][x] * w[v]
-    out[y, x, 8v : 8v + 8] = acc[y][x][v]
+    out[y, x, L*v : L*v + L] = acc[y][x][v]
 
-With the strides of a call known (they are constants), the compiler folds the
-kernel's general path for strided channels away.
+The vector instructions come from a table per ISA (AVX-512, AVX2 + FMA, NEON),
+chosen by the task's target, never by the host: ``L`` is that ISA's float32
+lanes. With the strides of a call known (they are constants), the compiler
+folds the kernel's general path for strided channels away.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pypto as pt
 
-LANES = 8  # float32 in a __m256
+
+@dataclass(frozen=True)
+class SimdISA:
+    """How one ISA spells the few vector operations of a register tile (float32)."""
+
+    name: str
+    needs: tuple  # target features
+    lanes: int
+    header: str
+    vtype: str
+    zero: str
+    load: str  # {p}: address
+    bcast: str  # {p}: address of the scalar
+    fma: str  # acc + a * b
+    store: str  # {p}, {v}
 
 
-def has_conv_tile(target=None) -> bool:
-    """Whether this target runs the AVX2 micro-kernels."""
-    t = target if isinstance(target, pt.Target) else pt.Target(target or "host")
-    return t.arch == "x86_64" and {"avx2", "fma"} <= set(t.features)
+ISAS = (
+    SimdISA(
+        "avx512",
+        ("avx512f",),
+        16,
+        "immintrin.h",
+        "__m512",
+        "_mm512_setzero_ps()",
+        "_mm512_loadu_ps({p})",
+        "_mm512_set1_ps(*({p}))",
+        "_mm512_fmadd_ps({a}, {b}, {acc})",
+        "_mm512_storeu_ps({p}, {v});",
+    ),
+    SimdISA(
+        "avx2",
+        ("avx2", "fma"),
+        8,
+        "immintrin.h",
+        "__m256",
+        "_mm256_setzero_ps()",
+        "_mm256_loadu_ps({p})",
+        "_mm256_broadcast_ss({p})",
+        "_mm256_fmadd_ps({a}, {b}, {acc})",
+        "_mm256_storeu_ps({p}, {v});",
+    ),
+    SimdISA(
+        "neon",
+        ("asimd",),
+        4,
+        "arm_neon.h",
+        "float32x4_t",
+        "vdupq_n_f32(0.0f)",
+        "vld1q_f32({p})",
+        "vld1q_dup_f32({p})",
+        "vfmaq_f32({acc}, {a}, {b})",
+        "vst1q_f32({p}, {v});",
+    ),
+)
 
 
-def conv_tile(C: int, R: int, S: int, hb: int, wb: int, kb: int, stride: int):
+def simd_isa(target) -> SimdISA | None:
+    """The micro-kernels' ISA for ``target`` (a pt.Target), or None (portable C only)."""
+    for isa in ISAS:
+        if target.has(*isa.needs) and isa.lanes == target.vector_lanes("float32"):
+            return isa
+    return None
+
+
+def conv_tile(isa: SimdISA, C: int, R: int, S: int, hb: int, wb: int, kb: int, stride: int):
     """The intrinsic ``out[y, x, k] = sum_{c,r,s} P[c, y*st + r, x*st + s] * W[c, r, s, k]``
-    over a tile of ``hb`` rows, ``wb`` columns and ``kb`` channels (a multiple of 8)."""
-    if kb % LANES:
-        raise ValueError(f"conv_tile: {kb} channels are not whole vectors of {LANES}")
+    over a tile of ``hb`` rows, ``wb`` columns and ``kb`` channels (whole vectors of ``isa``)."""
+    if kb % isa.lanes:
+        raise ValueError(
+            f"conv_tile: {kb} channels are not whole {isa.name} vectors of {isa.lanes}"
+        )
     st = stride
     P = pt.placeholder((C, (hb - 1) * st + R, (wb - 1) * st + S), name="inp")
     W = pt.placeholder((C, R, S, kb), name="wgt")
@@ -48,16 +109,17 @@ def conv_tile(C: int, R: int, S: int, hb: int, wb: int, kb: int, stride: int):
         lambda y, x, k: pt.sum(P[c, y * st + r, x * st + s] * W[c, r, s, k], axis=[c, r, s]),
         name="tile",
     )
-    name = f"conv_tile_c{C}_r{R}s{S}_st{st}_{hb}x{wb}x{kb}"
-    return pt.decl_tensor_intrin(out.op, name, _conv_source(name, C, R, S, hb, wb, kb, st))
+    name = f"conv_tile_{isa.name}_c{C}_r{R}s{S}_st{st}_{hb}x{wb}x{kb}"
+    return pt.decl_tensor_intrin(out.op, name, _conv_source(isa, name, C, R, S, hb, wb, kb, st))
 
 
-def _conv_source(name, C, R, S, hb, wb, kb, st) -> str:
-    nk = kb // LANES
+def _conv_source(isa: SimdISA, name, C, R, S, hb, wb, kb, st) -> str:
+    L, V = isa.lanes, isa.vtype
+    nk = kb // L
     pix = [(y, x) for y in range(hb) for x in range(wb)]
     acc = {(y, x, v): f"a{y}_{x}_{v}" for y, x in pix for v in range(nk)}
     lines = [
-        "#include <immintrin.h>",
+        f"#include <{isa.header}>",
         f"static inline void {name}(const float* restrict in, int64_t i0, int64_t i1, int64_t i2,",
         "    const float* restrict w, int64_t w0, int64_t w1, int64_t w2, int64_t w3,",
         "    float* restrict out, int64_t o0, int64_t o1, int64_t o2) {",
@@ -75,7 +137,7 @@ def _conv_source(name, C, R, S, hb, wb, kb, st) -> str:
         "        }",
         "    return;",
         "  }",
-        "  __m256 " + ", ".join(f"{a} = _mm256_setzero_ps()" for a in acc.values()) + ";",
+        f"  {V} " + ", ".join(f"{a} = {isa.zero}" for a in acc.values()) + ";",
         f"  for (int64_t c = 0; c < {C}; ++c) {{",
         f"    for (int64_t r = 0; r < {R}; ++r) {{",
         f"      for (int64_t s = 0; s < {S}; ++s) {{",
@@ -84,31 +146,29 @@ def _conv_source(name, C, R, S, hb, wb, kb, st) -> str:
     ]
 
     def wload(v):
-        return f"_mm256_loadu_ps(wp + {v * LANES})"
+        return isa.load.format(p=f"wp + {v * L}")
 
     def pload(y, x):
-        return f"_mm256_broadcast_ss(ip + {y * st} * i1 + {x * st} * i2)"
+        return isa.bcast.format(p=f"ip + {y * st} * i1 + {x * st} * i2")
+
+    def fma(y, x, v):
+        return f"{acc[y, x, v]} = " + isa.fma.format(a=f"p{y}_{x}", b=f"w{v}", acc=acc[y, x, v])
 
     body = []
     if nk <= len(pix):  # weights held, one pixel at a time
-        body += [f"__m256 w{v} = {wload(v)};" for v in range(nk)]
+        body += [f"{V} w{v} = {wload(v)};" for v in range(nk)]
         for y, x in pix:
-            body.append(f"__m256 p{y}_{x} = {pload(y, x)};")
-            body += [
-                f"{acc[y, x, v]} = _mm256_fmadd_ps(p{y}_{x}, w{v}, {acc[y, x, v]});"
-                for v in range(nk)
-            ]
+            body.append(f"{V} p{y}_{x} = {pload(y, x)};")
+            body += [fma(y, x, v) + ";" for v in range(nk)]
     else:  # pixels held, one weight vector at a time
-        body += [f"__m256 p{y}_{x} = {pload(y, x)};" for y, x in pix]
+        body += [f"{V} p{y}_{x} = {pload(y, x)};" for y, x in pix]
         for v in range(nk):
-            body.append(f"__m256 w{v} = {wload(v)};")
-            body += [
-                f"{acc[y, x, v]} = _mm256_fmadd_ps(p{y}_{x}, w{v}, {acc[y, x, v]});" for y, x in pix
-            ]
+            body.append(f"{V} w{v} = {wload(v)};")
+            body += [fma(y, x, v) + ";" for y, x in pix]
     lines += ["        " + b for b in body]
     lines += ["      }", "    }", "  }"]
     lines += [
-        f"  _mm256_storeu_ps(out + {y} * o0 + {x} * o1 + {v * LANES}, {a});"
+        "  " + isa.store.format(p=f"out + {y} * o0 + {x} * o1 + {v * L}", v=a)
         for (y, x, v), a in acc.items()
     ]
     lines.append("}")
