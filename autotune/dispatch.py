@@ -29,6 +29,12 @@ def lookup(workload: str, target: str) -> list:
     return []
 
 
+def other_targets(workload: str, target: str) -> list[str]:
+    """The targets other than ``target`` that the active contexts have records of
+    ``workload`` for."""
+    return sorted({t for ranked in _stack() for (w, t) in ranked if w == workload and t != target})
+
+
 @contextlib.contextmanager
 def apply_history_best(records):
     """Use the fastest valid config per (workload, target) from ``records`` (a config

@@ -1,4 +1,6 @@
-"""Train the shipped cost models from tuning logs: one model per target.
+"""Train the shipped cost models from tuning logs: one model per target, and one over
+every target's records (``all-targets``, for targets without records of their own:
+the target's parameters are features).
 
     pypto-tune train-model [LOG ...]        # default: every tuning_logs/*.jsonl
 
@@ -24,16 +26,18 @@ from .space import SpaceError
 from .task import Task
 
 
-def training_data(records, target_key: str):
-    """Feature rows, throughputs and group sizes (one group per workload)."""
+def training_data(records, target_key: str | None):
+    """Feature rows, throughputs and group sizes (one group per workload and target), of
+    one target's records, or of every target's (``None``), each featurized for its own
+    target."""
     by_workload: dict = {}
     for r in records:
-        if r.target == target_key:
-            by_workload.setdefault(r.workload, []).append(r)
+        if target_key is None or r.target == target_key:
+            by_workload.setdefault((r.workload, r.target), []).append(r)
     X, y, groups = [], [], []
-    for recs in by_workload.values():
+    for (_, target), recs in by_workload.items():
         try:
-            task = Task(recs[0].template, recs[0].args, target=target_key)
+            task = Task(recs[0].template, recs[0].args, target=target)
         except (KeyError, TypeError, ValueError, SpaceError, PyptoError):
             continue  # a template this version does not have, or other arguments
         rows = 0
@@ -59,8 +63,9 @@ def train(paths=None, out_dir: str | None = None) -> dict:
     out_dir = out_dir or cm.PRETRAINED_DIR
     os.makedirs(out_dir, exist_ok=True)
     done = {}
-    for target in sorted({r.target for r in records}):
-        X, y, groups = training_data(records, target)
+    targets = sorted({r.target for r in records})
+    for target in [*targets, *([cm.ALL_TARGETS] if targets else [])]:
+        X, y, groups = training_data(records, None if target == cm.ALL_TARGETS else target)
         if len(y) < 8 or not np.any(y > 0):
             continue
         model = cm.XGBoostCostModel(target).fit(X, y, group=groups)

@@ -85,6 +85,8 @@ class Template:
                 break
             except SpaceError:
                 stale += 1  # a record from another version of the template
+        if not ranked:
+            _warn_other_targets(self.name, key, t.key)
         if stale:
             use = "the best one that does" if cfg is not None else "the default config"
             warnings.warn(
@@ -93,6 +95,22 @@ class Template:
                 stacklevel=2,
             )
         return self.func(cfg or space.default_config(), *args)
+
+
+_WARNED_TARGETS: set = set()
+
+
+def _warn_other_targets(name: str, workload: str, target: str) -> None:
+    """Once per workload and target: records exist, but for other targets only."""
+    others = dispatch.other_targets(workload, target)
+    if others and (workload, target) not in _WARNED_TARGETS:
+        _WARNED_TARGETS.add((workload, target))
+        warnings.warn(
+            f"no record of {workload} for target {target} (records exist for "
+            f"{', '.join(others)}); template {name!r} uses its default config. Tune it "
+            f"here: pypto-tune {name} --args {','.join(map(str, json.loads(workload)[1]))}",
+            stacklevel=3,
+        )
 
 
 def template(name: str, reference=None):

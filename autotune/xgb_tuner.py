@@ -2,7 +2,8 @@
 
 Every ``plan_size`` measurements (16: the model refits often while data is scarce):
 fit the cost model on everything measured so far (plus records of
-other workloads of the same template, ranked in their own groups), run
+other workloads of the same template, and of any workload on other targets,
+ranked in their own groups), run
 parallel simulated-annealing chains over the space on the model's scores,
 and queue the best unvisited configs, picked for diversity (rank traded
 for knob values not yet in the plan), with an epsilon share of random ones.
@@ -20,6 +21,7 @@ import numpy as np
 from cost_models import XGBoostCostModel, featurize, pretrained
 from pypto.errors import PyptoError
 from pypto.lowering import Lowering
+from pypto.target import Target
 
 from .records import one_per_config
 from .space import Config, SpaceError
@@ -92,29 +94,31 @@ class XGBTuner(Tuner):
             self.ys.append(flop / res.cost if res.ok else 0.0)
 
     def load_history(self, records) -> int:
-        """Own records count as measured; records of other workloads of the same template
-        on the same target train the model (transfer learning)."""
+        """Own records count as measured; records of the same template's other workloads,
+        and of any of its workloads on other targets, train the model (transfer learning:
+        each featurized for the target it was measured on, whose parameters are features)."""
         used = super().load_history(records)
         from .task import Task
 
+        own = (self.task.workload_key, self.task.target.key)
         by_workload: dict = {}
         for r in records:
-            if r.target != self.task.target.key or r.workload == self.task.workload_key:
+            if (r.workload, r.target) == own or r.template != self.task.name:
                 continue
-            if r.template != self.task.name:
-                continue
-            by_workload.setdefault(r.workload, []).append(r)
-        for recs in by_workload.values():
+            by_workload.setdefault((r.workload, r.target), []).append(r)
+        for (_, target_key), recs in by_workload.items():
+            same = target_key == self.task.target.key
             try:
-                other = Task(self.task.template, recs[0].args, target=self.task.target)
-            except Exception:  # noqa: BLE001 - a workload this template no longer accepts
+                target = self.task.target if same else Target(target_key)
+                other = Task(self.task.template, recs[0].args, target=target)
+            except Exception:  # noqa: BLE001 - a workload or target this version lacks
                 continue
             X, y = [], []
             for r in one_per_config(recs):
                 try:
                     cfg = other.config_space.config(r.config)
                     s, args = other.instantiate(cfg)
-                    X.append(featurize(Lowering(s, args, "candidate").run(), self.task.target))
+                    X.append(featurize(Lowering(s, args, "candidate").run(), target))
                     y.append(r.gflops if r.ok else 0.0)
                 except (PyptoError, SpaceError, ValueError, TypeError):
                     continue

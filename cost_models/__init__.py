@@ -16,15 +16,23 @@ from .xgb import SchemaError, XGBoostCostModel
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
 
 
+# trained on the records of every target (the target's parameters are features): the
+# model for a target that has no records of its own
+ALL_TARGETS = "all-targets"
+
+
 def pretrained_path(target) -> str:
     key = getattr(target, "key", str(target))
     return os.path.join(PRETRAINED_DIR, f"{key}.json")
 
 
 def pretrained(target):
-    """The shipped model for ``target``, or None when there is none for it."""
-    path = pretrained_path(target)
-    return XGBoostCostModel.load(path) if os.path.exists(path) else None
+    """The shipped model for ``target``; for a target without one, the model trained on
+    every target's records; None when neither exists."""
+    for path in (pretrained_path(target), pretrained_path(ALL_TARGETS)):
+        if os.path.exists(path):
+            return XGBoostCostModel.load(path)
+    return None
 
 
 __all__ = [
@@ -37,4 +45,5 @@ __all__ = [
     "pretrained",
     "pretrained_path",
     "PRETRAINED_DIR",
+    "ALL_TARGETS",
 ]

@@ -25,12 +25,13 @@ from pypto import dtypes
 from pypto.expr import Binary, Call, Load, Select, Var, walk
 from pypto.loop_ir import Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
 from pypto.simplify import INF, Lin, Ranges, bounds, simplify
+from pypto.target import CACHE_LINE
 
-SCHEMA = "pypto-features-v2"
+SCHEMA = "pypto-features-v3"
 LEVELS = 6
 ACCESSES = 4
 KINDS = ("serial", "parallel", "vectorized", "unrolled")
-LINE = 64
+LINE = CACHE_LINE
 
 _LEVEL_NAMES = ["log_extent", *[f"kind_{k}" for k in KINDS]] + [
     f"acc{a}_{f}"
@@ -57,6 +58,7 @@ _GLOBAL_NAMES = [
     "log_l2",
     "log_l3",
     "cores",
+    "vector_registers",
     "n_prefetches",
     "log_prefetch_bytes",
 ]
@@ -217,6 +219,7 @@ def featurize(func: LoweredFunc, target=None) -> np.ndarray:
         _lg(getattr(target, "l2_bytes", 0) or 0),
         _lg(getattr(target, "l3_bytes", 0) or 0),
         getattr(target, "cores", 1) or 1,
+        getattr(target, "vector_registers", 16) or 16,
         len(w.prefetches),
         _lg(sum(p.lines * LINE * it for p, it in w.prefetches)),
     )

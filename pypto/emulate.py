@@ -24,7 +24,7 @@ import numpy as np
 
 from .errors import BuildError
 from .loop_ir import LoweredFunc, written_buffers
-from .target import Target, cross_compiler
+from .target import Target, cross_compiler, missing_features
 
 # the user-mode emulator of each architecture
 QEMU = {"aarch64": ("qemu-aarch64", "qemu-aarch64-static"), "x86_64": ("qemu-x86_64",)}
@@ -39,6 +39,20 @@ def emulator(t: Target) -> str | None:
         path = shutil.which(name)
         if path:
             return path
+    return None
+
+
+def why_not_runnable(t: Target) -> str | None:
+    """None when this machine executes code for ``t``, natively or under qemu with the
+    cross compiler; otherwise the reason, in words."""
+    if t.can_run():
+        return None
+    if t.compiler_prefix is None:
+        return f"this CPU lacks {', '.join(missing_features(t))} for {t.name}"
+    if cross_compiler(t) is None:
+        return f"no cross compiler {t.compiler_prefix} for {t.name}"
+    if emulator(t) is None:
+        return f"no qemu user-mode emulator for {t.arch}"
     return None
 
 

@@ -249,11 +249,10 @@ def _defaults(name: str) -> dict:
 
 @functools.cache
 def _host_defaults(name: str) -> dict:
-    vals = dict(_named(name), is_host=True)
-    if KNOWN[name].arch != "any":
-        vals["arch"] = platform.machine()
-    else:
-        vals["arch"] = platform.machine() or "any"
+    """The named target's parameters on this machine: its own caches, and its
+    architecture for the portable target; the CPU features stay the target's (the
+    code uses those, whatever else the CPU has)."""
+    vals = dict(_named(name), is_host=True, arch=platform.machine() or KNOWN[name].arch)
     vals.update(_cache_sizes())
     return vals
 

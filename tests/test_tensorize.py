@@ -19,7 +19,7 @@ import autotune
 import pypto as pt
 from autotune.templates import ukernels
 from pypto import emulate, runtime
-from pypto.target import cross_compiler, missing_features
+from pypto.target import cross_compiler
 
 DOT4 = r"""
 static inline void dot4(const float* a, int64_t a_s0, const float* b, int64_t b_s0,
@@ -247,17 +247,6 @@ def test_declaration_checks_the_compute():
 SIMD_TARGETS = ("x86-avx512", "x86-avx2", "aarch64-neon")
 
 
-def _runs_here(t: pt.Target) -> str | None:
-    """None when this machine runs code for ``t`` (natively or under qemu), else why not."""
-    if t.can_run():
-        return None
-    if t.compiler_prefix is None:
-        return f"this CPU lacks {', '.join(missing_features(t))}"
-    if cross_compiler(t) is None or emulate.emulator(t) is None:
-        return f"no cross compiler ({t.compiler_prefix}) or qemu for {t.arch}"
-    return None
-
-
 @pytest.mark.parametrize("target", SIMD_TARGETS)
 @pytest.mark.parametrize(
     "args, tile",  # args with K in vectors of the target; tile (rows, columns, vectors)
@@ -271,7 +260,7 @@ def _runs_here(t: pt.Target) -> str | None:
 def test_conv_micro_kernel_matches_reference(target, args, tile):
     """The micro-kernel of each SIMD target, run natively or under qemu, against numpy."""
     t = pt.Target(target)
-    why = _runs_here(t)
+    why = emulate.why_not_runnable(t)
     if why:
         pytest.skip(why)
     L = t.vector_lanes("float32")

@@ -199,6 +199,24 @@ def test_xgb_tuner_transfers_from_other_workloads(tmp_path):
     assert len(tuner.history) == 4 and all(r.ok for _, r in tuner.history)
 
 
+def test_xgb_tuner_transfers_from_other_targets():
+    """Records of this very workload on another target train the model (each featurized
+    for its own target) but do not count as trials here."""
+    here = at.Task("toy_matmul", (16, 32, 16))
+    other_name = next(n for n in ("generic", "aarch64-neon") if n != here.target.key)
+    other = at.Task("toy_matmul", (16, 32, 16), target=other_name)
+    rng = random.Random(0)
+    recs = [
+        at.Record(other.workload_key, other_name, other.config_space.sample(rng).to_json(),
+                  costs=[1e-3 * (1 + k)], flop=other.flop)
+        for k in range(12)
+    ]  # fmt: skip
+    tuner = at.XGBTuner(here, seed=0, plan_size=8, use_pretrained=False)
+    assert tuner.load_history(recs) == 0
+    assert len(tuner.transfer) == 1 and 2 <= len(tuner.transfer[0][1]) <= 12
+    assert tuner._fit() is tuner.model and tuner.model.trained
+
+
 def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     log = tmp_path / "bad.jsonl"
     task = at.Task("misbehaving", (16, 16, 8))

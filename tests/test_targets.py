@@ -1,0 +1,88 @@
+"""Every target: the built-in templates' default configs, built for each named target,
+run (natively, or under qemu with the cross compiler) and compared with their
+references; spaces and defaults follow the task's target, never the host."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from test_templates import CASES, _shape
+
+import autotune
+import pypto as pt
+from pypto import emulate
+from pypto.target import KNOWN
+
+
+@pytest.mark.parametrize("target", sorted(KNOWN))
+def test_default_configs_match_references_on_every_target(target):
+    """One test per target (a failure names the template): on aarch64 each kernel is
+    compiled by the cross compiler and run under qemu-aarch64."""
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    for name, args in CASES:
+        task = autotune.Task(name, args, target=t)
+        s, tensors = task.instantiate(task.config_space.default_config())
+        mod = pt.build(s, tensors, target=t, name=name)
+        rng = np.random.default_rng(0)
+        inputs = [rng.standard_normal(_shape(x)).astype(x.dtype) for x in tensors[:-1]]
+        out = np.full(_shape(tensors[-1]), np.nan, tensors[-1].dtype)
+        mod(*inputs, out)
+        (ref,) = task.template.reference_output(inputs, args)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4, err_msg=f"{name}{args}")
+
+
+@pytest.mark.parametrize("target", sorted(KNOWN))
+def test_spaces_and_defaults_follow_the_task_target(target):
+    """The tile widths of the space are the target's lanes, whatever the host is."""
+    t = pt.Target(target)
+    lanes = t.vector_lanes("float32")
+    mm = autotune.Task("matmul", (256, 256, 256), target=t)
+    assert mm.config_space.target == t
+    assert [c[-1] for c in mm.config_space.knobs["tile_j"].values] == [
+        lanes * m for m in (1, 2, 3, 4)
+    ]
+    d = mm.config_space.default_config().values
+    mr, nv = d["tile_i"][-1], d["tile_j"][-1] // lanes
+    assert mr * nv + nv + 1 <= t.vector_registers  # the register tile fits
+    conv = autotune.Task("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1), target=t)
+    vk = conv.config_space.default_config().values["vk_k"][-1]
+    assert vk % lanes == 0
+    assert ("ukernel" in conv.config_space.knobs) == (target != "generic")
+
+
+def test_measuring_a_target_this_machine_cannot_run_is_refused():
+    """No record is written for a target whose timings these would not be."""
+    t = pt.Target("x86-avx2", features=("avx2", "fma", "no_such_feature"))
+    task = autotune.Task("matmul", (16, 16, 16), target=t)
+    tuner = autotune.RandomTuner(task, seed=0)
+    with pytest.raises(pt.TargetError, match="cannot measure target x86-avx2 on this machine"):
+        tuner.tune(2)
+    assert tuner.history == []
+
+
+def test_records_of_other_targets_only_warn_once_and_use_the_default():
+    task = autotune.Task("matmul", (24, 24, 24))
+    other = next(n for n in ("generic", "aarch64-neon") if n != task.target.key)
+    rec = autotune.Record(
+        task.workload_key,
+        other,
+        {**task.config_space.default_config().values, "unroll_k": 8},
+        costs=[1e-4],
+    )
+    tmpl = autotune.get_template("matmul")
+    with autotune.apply_history_best([rec]):
+        with pytest.warns(UserWarning, match=f"for target {task.target.key} .*exist for {other}"):
+            s, tensors = tmpl(24, 24, 24)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # only once
+            tmpl(24, 24, 24)
+    # the default config's loop nest, not the other target's record's
+    ds, dt = task.instantiate(task.config_space.default_config())
+    assert str(pt.lower(s, tensors, name="m")) == str(pt.lower(ds, dt, name="m"))
+    rs, rt = task.instantiate(task.config_space.config(rec.config))
+    assert str(pt.lower(s, tensors, name="m")) != str(pt.lower(rs, rt, name="m"))
