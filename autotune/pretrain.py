@@ -1,6 +1,6 @@
 """Train the shipped cost models from tuning logs: one model per target.
 
-    pypto-tune train-model [LOG ...]        # default: every tuning_logs/*.jsonl
+    pypto-tune train-model [LOG ...]        # default: the user's logs and the shipped ones
 
 Each config (once, with the median of all its timings) is instantiated with
 its template, lowered, and featurized; each workload is one ranking group.
@@ -52,7 +52,7 @@ def training_data(records, target_key: str):
 
 def train(paths=None, out_dir: str | None = None) -> dict:
     """Fit and save one model per target found in the logs; returns {target: rows}."""
-    paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*.jsonl")))
+    paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*", "*.jsonl")))
     if not paths:
         raise FileNotFoundError("no tuning logs given and none in tuning_logs/")
     records = load_records(paths)
