@@ -150,6 +150,21 @@ def test_tune_appends_to_the_users_store_and_history_prefers_it(tmp_path, home):
     assert at.dispatch.lookup(rec.workload, target) == []  # outside: the default config
 
 
+def test_resume_with_the_default_log_counts_the_shipped_records(home, capsys):
+    if not can_run(pt.Target(SHIPPED_TARGET)):
+        pytest.skip(f"this machine cannot run {SHIPPED_TARGET}, the shipped records' target")
+    argv = ["matmul", "--args", "512,512,512", "--target", SHIPPED_TARGET, "--resume",
+            "--trials", "1", "--no-progress"]  # fmt: skip
+    assert cli_main(argv) == 0  # every trial is already shipped: nothing to measure
+    out = capsys.readouterr().out
+    user, shipped = store.user_log("matmul"), os.path.join(SHIPPED_TARGET, "matmul.jsonl")
+    assert f"of this workload already in {user}, " in out and shipped in out
+    key = (at.workload_key("matmul", [512, 512, 512]), SHIPPED_TARGET)
+    best = at.best_by_workload(at.load_records(store.shipped_logs(SHIPPED_TARGET)))[key]
+    assert f"config {best.config}\n  log {user}" in out
+    assert at.load_records(user) == []  # nothing measured, nothing appended
+
+
 def test_no_argument_history_uses_the_users_records_first_then_the_shipped(home):
     key = at.workload_key("softmax", [4096, 4096])
     shipped = at.best_by_workload(at.load_records(store.shipped_logs(SHIPPED_TARGET)))

@@ -14,11 +14,13 @@ USAGE = "pypto-tune best LOG [LOG ...] [--json]"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     p.add_argument("logs", nargs="+", metavar="LOG", help="JSON Lines tuning log(s)")
     p.add_argument("--json", action="store_true", help="one JSON object per workload and target")
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     recs = load_logs(a.logs)
     best = at.best_by_workload(recs)
     if not best:

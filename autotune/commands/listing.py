@@ -20,6 +20,7 @@ def signature(tpl) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     p.add_argument(
         "--import", dest="imports", action="append", default=[], metavar="MODULE",
         help="import a Python module that registers templates (repeatable)",
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     import_modules(a.imports)
     shipped: dict = {}
     for r in load_logs(store.shipped_logs()):

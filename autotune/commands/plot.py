@@ -22,6 +22,7 @@ except ImportError:  # the plot extra is optional; run() says what to install
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     p.add_argument("logs", nargs="+", metavar="LOG", help="JSON Lines tuning log(s)")
     p.add_argument("-o", "--out", required=True, metavar="FILE.png", help="the picture to write")
 
@@ -36,6 +37,7 @@ def curves(records) -> list[tuple[int, float]]:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     if plt is None:
         raise UsageError(
             "plot needs matplotlib, which is not installed: pip install 'pypto[plot]' "

@@ -14,6 +14,7 @@ MAX_VALUES = 8  # values listed per knob before "..."
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     add_workload_arguments(p, "hardware target whose space and records to show (default host)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -24,6 +25,7 @@ def _values(values: list) -> str:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     task = task_of(a, must_run=False)
     space = task.config_space
     with at.apply_history_best():

@@ -13,6 +13,7 @@ from .common import UsageError, load_logs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     p.add_argument(
         "logs", nargs="*", metavar="LOG",
         help="tuning logs to learn from (default: $PYPTO_HOME/logs/*.jsonl and the shipped "
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     logs = a.logs or store.default_logs()
     if not logs:
         raise UsageError("no tuning logs given, and none in the user's store or shipped")

@@ -14,6 +14,7 @@ TUNERS = {"xgb": "XGBTuner", "ga": "GATuner", "random": "RandomTuner", "grid": "
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     add_workload_arguments(p, "hardware target (default: this host); it must run here")
     p.add_argument(
         "--trials",
@@ -70,6 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     task = task_of(a)
     log = writable_log(a.log or store.user_log(task.name))
     tuner = getattr(at, TUNERS[a.tuner])(task, seed=a.seed)

@@ -17,6 +17,7 @@ from .common import add_workload_arguments, positive, task_of
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
     add_workload_arguments(p, "hardware target (default: this host); it must run here")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--rtol", type=positive("--rtol", real=True), default=1e-3)
@@ -45,6 +46,7 @@ def _outputs(task, values, inputs) -> list:
 
 
 def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
     task = task_of(a)
     _, tensors = task.instantiate(task.config_space.default_config())
     inputs = random_inputs(tensors, np.random.default_rng(a.seed))
