@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
         sp = sub.add_parser(
             name,
             help=help_,
-            description=mod.__doc__.split("\n\n")[0].replace("``", "'"),
+            description=(mod.__doc__ or help_).split("\n\n")[0].replace("``", "'"),
             usage=getattr(mod, "USAGE", None),
         )
         mod.add_arguments(sp)
@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """``pypto-tune``: parse ``argv`` (default ``sys.argv[1:]``), run the subcommand, and
+    return the exit status (2 for a bad command line, with a one-line reason)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "tune")  # pypto-tune TEMPLATE ... is short for pypto-tune tune ...
