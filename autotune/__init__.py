@@ -2,16 +2,17 @@
 
 import autotune as at
 task = at.Task("matmul", (1024, 1024, 1024), target="host")
-at.XGBTuner(task).tune(n_trial=200, measure=at.MeasureOption(number=5, repeat=3),
-                       callbacks=[at.log_to_file("tuning_logs/matmul.jsonl"),
+at.XGBTuner(task).tune(n_trial=200, measure_option=at.MeasureOption(number=5, repeat=3),
+                       callbacks=[at.log_to_file(at.store.user_log("matmul")),
                                   at.progress_bar()])
-with at.apply_history_best("tuning_logs/matmul.jsonl"):
+with at.apply_history_best():      # the user's records ($PYPTO_HOME/logs), then the shipped
     s, args = at.get_template("matmul")(1024, 1024, 1024)
 
 ``at.confirm_best(task, log, k)`` measures the k fastest configs of a log again
 (``pypto-tune --confirm``); a config counts by the median of all its timings.
 """
 
+from . import store
 from .callbacks import log_to_file, progress_bar
 from .confirm import confirm_best
 from .dispatch import apply_history_best
@@ -34,5 +35,5 @@ __all__ = [
     "pick_best", "Config", "ConfigSpace", "SpaceError", "Task", "Template", "get_template",
     "list_templates", "template", "workload_key", "log_to_file", "progress_bar", "ErrorKind",
     "MeasureOption", "MeasureResult", "Measurer", "measure", "GATuner", "GridSearchTuner",
-    "MeasureInput", "RandomTuner", "Tuner", "XGBTuner", "confirm_best", "ranked_configs",
+    "MeasureInput", "RandomTuner", "Tuner", "XGBTuner", "confirm_best", "ranked_configs", "store",
 ]  # fmt: skip

@@ -17,7 +17,8 @@ class log_to_file:  # noqa: N801 - a callback named like AutoTVM's
 
 
 class progress_bar:  # noqa: N801
-    """A tqdm bar: trials done, best GFLOP/s so far, errors."""
+    """A tqdm bar: trials done of the total (by default the trials ``tune`` plans), best
+    GFLOP/s so far, errors."""
 
     def __init__(self, total: int | None = None, desc: str | None = None, **tqdm_kw):
         self.total, self.desc, self.kw = total, desc, tqdm_kw
@@ -28,7 +29,7 @@ class progress_bar:  # noqa: N801
         from tqdm.auto import tqdm
 
         self.bar = tqdm(
-            total=self.total,
+            total=self.total if self.total is not None else getattr(tuner, "planned_trials", None),
             desc=self.desc or tuner.task.name,
             unit="trial",
             dynamic_ncols=True,

@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from . import store
+from .records import load_records, ranked_configs
+
 _local = threading.local()
 
 
@@ -35,8 +38,14 @@ def other_targets(workload: str, target: str) -> list[str]:
     return sorted({t for ranked in _stack() for (w, t) in ranked if w == workload and t != target})
 
 
+def _ranked(records) -> dict:
+    return {
+        key: [r.config for r in recs] for key, recs in ranked_configs(load_records(records)).items()
+    }
+
+
 @contextlib.contextmanager
-def apply_history_best(records):
+def apply_history_best(records=None):
     """Use the fastest valid config per (workload, target) from ``records`` (a config
     measured several times counts by the median of all its timings).
 
@@ -44,12 +53,16 @@ def apply_history_best(records):
     (as returned by ``load_records``). Corrupt lines are skipped with a warning.
     Records whose config no longer fits the template (made with another version
     of it) are passed over, with a warning, for the fastest one that does.
-    """
-    from .records import load_records, ranked_configs
 
-    ranked = {
-        key: [r.config for r in recs] for key, recs in ranked_configs(load_records(records)).items()
-    }
+    With no argument: the user's records (``$PYPTO_HOME/logs``, what ``pypto-tune``
+    writes) first, then the records shipped with pypto, each for its own target; a
+    shipped config is used where none of the user's fits.
+    """
+    layers = [records] if records is not None else [store.user_logs(), store.shipped_logs()]
+    ranked: dict = {}
+    for layer in layers:
+        for key, values in _ranked(layer).items():
+            ranked.setdefault(key, []).extend(values)
     _stack().append(ranked)
     try:
         yield

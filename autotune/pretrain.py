@@ -2,7 +2,7 @@
 every target's records (``all-targets``, for targets without records of their own:
 the target's parameters are features).
 
-    pypto-tune train-model [LOG ...]        # default: every tuning_logs/*.jsonl
+    pypto-tune train-model [LOG ...]        # default: the user's logs and the shipped ones
 
 Each config (once, with the median of all its timings) is instantiated with
 its template, lowered, and featurized; each workload is one ranking group.
@@ -56,7 +56,7 @@ def training_data(records, target_key: str | None):
 
 def train(paths=None, out_dir: str | None = None) -> dict:
     """Fit and save one model per target found in the logs; returns {target: rows}."""
-    paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*.jsonl")))
+    paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*", "*.jsonl")))
     if not paths:
         raise FileNotFoundError("no tuning logs given and none in tuning_logs/")
     records = load_records(paths)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
 from .records import Record, one_per_config
 from .space import Config, SpaceError
+from .startup import begin_tuning
 
 
 @dataclass
@@ -148,6 +149,7 @@ class Tuner:
         early_stopping: int | None = None,
         callbacks=(),
         measurer=None,
+        measure_option: MeasureOption | None = None,
     ) -> Config | None:
         """Measure up to ``n_trial`` new configs; returns the best config found.
 
@@ -155,6 +157,7 @@ class Tuner:
         ``Measurer(measure)`` (to share worker processes between tuning runs)."""
         if n_trial < 0:
             raise ValueError("n_trial must be non-negative")
+        measure = begin_tuning(self, n_trial, measure, measure_option)  # TVM's name too
         done = 0
         for cb in callbacks:
             start = getattr(cb, "start", None)

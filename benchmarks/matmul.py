@@ -3,7 +3,7 @@
     python benchmarks/matmul.py [--sizes 512,1024,2048] [--threads 1,2] [--log LOG]
 
 Three kernels: a hand-written schedule, the matmul template's default
-config, and its best config from the tuning records (shipped in tuning_logs/).
+config, and its best config from the tuning records (what pypto-tune wrote, or --log).
 
 The schedule: a 6x16 register tile accumulated in a local buffer
 (cache_write), B packed into a contiguous K x 16 panel per column block
@@ -24,6 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pypto as pt  # noqa: E402
+from autotune.store import user_log  # noqa: E402
 from benchmarks.common import median_seconds, run_workers, table  # noqa: E402
 
 
@@ -98,8 +99,9 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument(
         "--log",
-        default="tuning_logs/matmul.jsonl",
-        help="tuning records to take the tuned config from",
+        default=user_log("matmul"),
+        help="tuning records to take the tuned config from (default: what pypto-tune "
+        "wrote, $PYPTO_HOME/logs/matmul.jsonl; the shipped ones: tuning_logs/<target>/)",
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)

@@ -4,7 +4,7 @@
 
 For each thread count a fresh worker process (numpy, OpenMP, MKL and torch
 pinned to that count) builds each kernel from its built-in template with
-the best config of the shipped tuning records (tuning_logs/), checks its
+the best config of the shipped tuning records (tuning_logs/<target>/), checks its
 output against the template's float64 reference, and times it together with
 its references: each in two blocks of timed rounds (forward, then reverse
 order, with a pause and a warm-up before each block), the figure is the
@@ -69,7 +69,7 @@ def _pypto_kernel(k: Kernel, arrays):
     import pypto as pt
 
     tpl = at.get_template(k.template)
-    log = os.path.join(LOGS, f"{k.template}.jsonl")
+    log = os.path.join(LOGS, pt.Target("host").key, f"{k.template}.jsonl")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with at.apply_history_best(log if os.path.exists(log) else []):

@@ -42,7 +42,7 @@ def _xgb_transfer(task, seed):
     """XGB starting from the shipped records of the template's *other* workloads (never
     the workload being tuned): what a user tuning a new shape has."""
     tuner = at.XGBTuner(task, seed=seed, use_pretrained=False)
-    log = os.path.join(ROOT, "tuning_logs", f"{task.name}.jsonl")
+    log = os.path.join(ROOT, "tuning_logs", task.target.key, f"{task.name}.jsonl")
     if os.path.exists(log):
         recs = [r for r in at.load_records(log) if r.workload != task.workload_key]
         tuner.load_history(recs)

@@ -33,7 +33,7 @@ from .expr import (
 )
 from .expr import power as pow
 from .lowering import lower
-from .runtime import Module, build, set_num_threads
+from .runtime import Module, build, load_module, set_num_threads
 from .schedule import Schedule, Stage, create_schedule
 from .target import Target
 from .tensor import (
@@ -59,5 +59,5 @@ __all__ = [
     "log", "pow", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
-    "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin",
+    "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin",
 ]  # fmt: skip

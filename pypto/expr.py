@@ -91,6 +91,10 @@ class ExprOp:
 
     __hash__ = object.__hash__
 
+    def astype(self, dtype: str) -> Expr:
+        """``x.astype("float32")`` is ``pt.cast("float32", x)`` (numpy's and TVM's name)."""
+        return cast(dtype, self)
+
     def __bool__(self):
         raise TypeError(
             f"the truth value of a symbolic expression ({self}) is unknown; "
@@ -278,7 +282,10 @@ if_then_else = select
 
 
 def cast(dtype: str, x) -> Expr:
-    """``pt.cast(dtype, x)``: convert ``x`` to ``dtype``."""
+    """``pt.cast(dtype, x)``: convert ``x`` to ``dtype`` (also ``x.astype(dtype)``)."""
+    if isinstance(dtype, ExprOp):  # pt.cast(x, "float32"): say which argument is which
+        fix = f"pt.cast({x!r}, {dtype})" if isinstance(x, str) else "pt.cast(dtype, x)"
+        raise TypeError(f"pt.cast takes the dtype first, got the expression {dtype}; write {fix}")
     dt = dtypes.check(dtype)
     x = as_expr(x)
     return x if x.dtype == dt else Cast(x, dt)

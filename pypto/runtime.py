@@ -19,20 +19,17 @@ import shlex
 import signal
 import subprocess
 import tempfile
-import time
-from dataclasses import dataclass
 
-import numpy as np
-
-from . import dtypes, emulate
+from . import emulate
 from .codegen_c import codegen
 from .errors import BuildError
-from .expr import Const, Var, substitute
-from .loop_ir import LoweredFunc, written_buffers
+from .loop_ir import LoweredFunc
 from .lowering import lower
+from .module import EmulatedModule, Module, TimeResult, load_module
 from .schedule import Schedule
-from .simplify import simplify
-from .target import Target, as_target, can_run, missing_features
+from .target import as_target, can_run, missing_features
+
+__all__ = ["EmulatedModule", "Module", "TimeResult", "build", "compile_source", "load_module", "set_num_threads"]
 
 
 def cache_dir() -> str:
@@ -113,204 +110,6 @@ def _atomic_write(path: str, text: str):
     os.replace(tmp, path)
 
 
-@dataclass(frozen=True)
-class TimeResult:
-    """Seconds per call for each repeat (each the mean over ``number`` calls)."""
-
-    results: tuple
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(self.results))
-
-    @property
-    def median(self) -> float:
-        return float(np.median(self.results))
-
-    @property
-    def min(self) -> float:
-        return float(np.min(self.results))
-
-    def __repr__(self):
-        return (
-            f"TimeResult(median={self.median:.6g}s, mean={self.mean:.6g}s, n={len(self.results)})"
-        )
-
-
-class Module:
-    """A compiled kernel: call it on numpy arrays (or objects with ``__dlpack__``)."""
-
-    def __init__(self, func: LoweredFunc, source: str, cname: str, lib_path: str, target: Target):
-        self._describe(func, source, lib_path, target)
-        lib = ctypes.CDLL(lib_path)
-        self._c = getattr(lib, cname)
-        self._c.restype = ctypes.c_int32
-        self._c.argtypes = [ctypes.c_void_p] * len(func.params) + [ctypes.c_int64] * len(
-            func.size_vars
-        )
-
-    def _describe(self, func: LoweredFunc, source: str, lib_path: str, target: Target):
-        """What every module knows of its kernel: the signature its calls are checked by."""
-        self.func = func
-        self.source = source
-        self.name = func.name
-        self.lib_path = lib_path
-        self.target = target
-        self._specs = [
-            (b.name, np.dtype(dtypes.dtype(b.dtype).numpy), b.shape) for b in func.params
-        ]
-        written = written_buffers(func.body)
-        self._written = [id(b) in written for b in func.params]
-
-    def __repr__(self):
-        return f"Module({self.name}, target={self.target.name})"
-
-    def _prepare(self, args) -> list:
-        if len(args) != len(self._specs):
-            names = ", ".join(n for n, _, _ in self._specs)
-            raise TypeError(
-                f"{self.name} takes {len(self._specs)} arguments ({names}), got {len(args)}"
-            )
-        arrays = []
-        bound: dict = {}
-        for a, (name, dt, shape), out in zip(args, self._specs, self._written):
-            arr = _as_array(a, name)
-            if arr.dtype != dt:
-                raise TypeError(f"argument {name}: dtype {arr.dtype}, expected {dt}")
-            if arr.ndim != len(shape):
-                raise ValueError(
-                    f"argument {name}: {arr.ndim} dimension(s), expected "
-                    f"{len(shape)} (shape {_fmt_shape(shape)})"
-                )
-            if not arr.flags.c_contiguous:
-                raise ValueError(
-                    f"argument {name} is not C-contiguous; pass np.ascontiguousarray(...)"
-                )
-            if out and not arr.flags.writeable:
-                raise ValueError(f"argument {name} is written but the array is read-only")
-            for d, (want, got) in enumerate(zip(shape, arr.shape)):
-                if isinstance(want, Var):
-                    if want in bound and bound[want][0] != got:
-                        v, src = bound[want]
-                        raise ValueError(
-                            f"argument {name}: dimension {d} is {got}, but {want.name} = {v} "
-                            f"from argument {src}"
-                        )
-                    bound.setdefault(want, (got, name))
-            arrays.append(arr)
-        values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
-        for arr, (name, _, shape) in zip(arrays, self._specs):
-            for d, (want, got) in enumerate(zip(shape, arr.shape)):
-                w = simplify(substitute(want, values))
-                if not isinstance(w, Const):
-                    raise ValueError(f"argument {name}: cannot determine dimension {d} ({want})")
-                if w.value != got:
-                    raise ValueError(
-                        f"argument {name}: dimension {d} is {got}, expected "
-                        f"{w.value} (shape {_fmt_shape(shape)})"
-                    )
-        _check_overlap(arrays, self._specs, self._written)
-        ptrs = [arr.ctypes.data for arr in arrays]
-        sizes = [bound[v][0] for v in self.func.size_vars]
-        return [*ptrs, *sizes], arrays
-
-    def __call__(self, *args):
-        cargs, keep = self._prepare(args)
-        status = self._invoke(cargs, keep)
-        del keep
-        if status != 0:
-            _raise_status(self.name, status)
-
-    def _invoke(self, cargs: list, arrays: list) -> int:
-        """Run the kernel on checked arguments (pointers and sizes; the arrays behind them)."""
-        return self._c(*cargs)
-
-    def time_evaluator(self, number: int = 10, repeat: int = 5, min_repeat_ms: float = 0):
-        """A function that times calls: ``.results`` (s per call, per repeat), ``.median``."""
-        if number < 1 or repeat < 1:
-            raise ValueError("number and repeat must be at least 1")
-
-        def evaluate(*args) -> TimeResult:
-            cargs, keep = self._prepare(args)
-            fn = self._c
-            status = fn(*cargs)  # warm-up
-            if status != 0:
-                _raise_status(self.name, status)
-            n = number
-            results = []
-            for _ in range(repeat):
-                while True:
-                    t0 = time.perf_counter()
-                    for _ in range(n):
-                        fn(*cargs)
-                    dt = time.perf_counter() - t0
-                    if dt * 1000 >= min_repeat_ms or n >= 1 << 30:
-                        break
-                    n = max(n * 2, int(n * min_repeat_ms / max(dt * 1000, 1e-3)) + 1)
-                results.append(dt / n)
-            del keep
-            return TimeResult(tuple(results))
-
-        return evaluate
-
-
-class EmulatedModule(Module):
-    """A kernel for another architecture, run under qemu (see ``pypto.emulate``)."""
-
-    def __init__(self, func: LoweredFunc, source: str, prog: str, target: Target):
-        self._describe(func, source, prog, target)
-
-    def _invoke(self, cargs: list, arrays: list) -> int:
-        sizes = cargs[len(arrays) :]
-        return emulate.run_program(self.lib_path, self.target, arrays, sizes, self._written)
-
-    def time_evaluator(self, *a, **kw):
-        raise RuntimeError(
-            f"{self.name} runs under emulation: its timing says nothing about "
-            f"{self.target.name}; time it on such a machine"
-        )
-
-
-def _raise_status(name: str, status: int):
-    if status == -1:
-        raise MemoryError(f"{name}: could not allocate its temporary buffers")
-    if status == -2:
-        raise IndexError(
-            f"{name}: an index read from data (such as X[i] in H[X[i]]) is out of "
-            "range; the outputs are incomplete"
-        )
-    raise RuntimeError(f"{name}: the kernel failed with status {status}")
-
-
-def _fmt_shape(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ")"
-
-
-def _as_array(a, name: str) -> np.ndarray:
-    if isinstance(a, np.ndarray):
-        return a
-    if hasattr(a, "__dlpack__"):
-        try:
-            return np.from_dlpack(a)
-        except Exception as e:  # noqa: BLE001 - report any exporter failure the same way
-            raise TypeError(f"argument {name}: cannot view it through __dlpack__: {e}") from None
-    raise TypeError(f"argument {name}: expected a numpy array, got {type(a).__name__}")
-
-
-def _check_overlap(arrays, specs, written):
-    spans = []
-    for arr, (name, _, _), w in zip(arrays, specs, written):
-        if arr.nbytes:
-            spans.append((arr.ctypes.data, arr.ctypes.data + arr.nbytes, name, w))
-    for i, (a0, a1, an, aw) in enumerate(spans):
-        for b0, b1, bn, bw in spans[i + 1 :]:
-            if (aw or bw) and a0 < b1 and b0 < a1:
-                raise ValueError(
-                    f"arguments {an} and {bn} overlap in memory; a kernel's "
-                    "outputs must not alias its other arguments"
-                )
-
-
 def build(sch, args=None, target="host", name: str = "default_function", emit_only: bool = False):
     """``pt.build(s, args, target, name)``: lower, generate C, compile, load.
 
@@ -338,7 +137,7 @@ def build(sch, args=None, target="host", name: str = "default_function", emit_on
             )
         driver = emulate.driver_source(func, cname)
         prog = emulate.compile_program(source, driver, tgt, cache_dir(), timeout=300.0)
-        return EmulatedModule(func, source, prog, tgt)
+        return EmulatedModule(func, source, cname, prog, tgt)
     so = compile_source(source, tgt.cflags)
     return Module(func, source, cname, so, tgt)
 

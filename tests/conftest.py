@@ -6,6 +6,8 @@ import pytest
 # Tests build into a private cache so they measure real compiles and never
 # reuse objects from a developer's ~/.cache/pypto.
 os.environ.setdefault("PYPTO_CACHE_DIR", tempfile.mkdtemp(prefix="pypto-test-cache-"))
+# ... and a private user store, so no test reads or writes the developer's records.
+os.environ.setdefault("PYPTO_HOME", tempfile.mkdtemp(prefix="pypto-test-home-"))
 
 
 def pytest_addoption(parser):

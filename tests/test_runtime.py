@@ -37,8 +37,9 @@ def test_runs_on_several_sizes(add_one):
 
 def test_wrong_argument_count(add_one):
     a = np.zeros((3, 4), np.float32)
-    with pytest.raises(TypeError, match=r"add_one takes 2 arguments \(A, B\), got 1"):
-        add_one(a)
+    msg = r"add_one takes 2 arguments \(A, B\), or 1 without the outputs \(B\); got 3"
+    with pytest.raises(TypeError, match=msg):
+        add_one(a, a, a)
 
 
 def test_wrong_dtype_names_argument(add_one):

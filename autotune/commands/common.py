@@ -1,0 +1,156 @@
+"""What the subcommands share: the usage error, argument types, reading workloads."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import sys
+import warnings
+
+import autotune as at
+from pypto.errors import PyptoError
+from pypto.target import Target, can_run
+from pypto.tensor import PlaceholderOp
+
+
+class UsageError(Exception):
+    """A bad command line: reported in one line, exit status 2."""
+
+
+def positive(name: str, zero_ok: bool = False, real: bool = False):
+    """An argparse type: a positive (or non-negative) int, or a finite float if ``real``."""
+
+    def conv(text):
+        try:
+            v = float(text) if real else int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes a number, got {text!r}") from None
+        if not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, got {text}")
+        if v < 0 or (v == 0 and not zero_ok):
+            what = "non-negative" if zero_ok else "positive"
+            raise argparse.ArgumentTypeError(f"{name} must be {what}, got {text}")
+        return v
+
+    return conv
+
+
+def parse_args_list(text: str) -> list:
+    """``1024,1024,1024`` -> [1024, 1024, 1024] (ints, floats, or names such as a dtype)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise UsageError(f"--args: empty value in {text!r}")
+        try:
+            out.append(int(part))
+        except ValueError:
+            try:
+                out.append(float(part))
+            except ValueError:
+                out.append(part)
+    return out
+
+
+def add_workload_arguments(p: argparse.ArgumentParser, target_help: str) -> None:
+    """TEMPLATE, --args, --target and --import: what names a workload."""
+    p.add_argument("template", help="template name (see 'pypto-tune list')")
+    p.add_argument(
+        "--args", required=True, help="the template's arguments, comma-separated, e.g. 64,64,64"
+    )
+    p.add_argument("--target", default="host", help=target_help)
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a Python module that registers templates (repeatable)",
+    )
+
+
+def import_modules(names) -> None:
+    """Import the modules that register user templates (from the current directory too)."""
+    if names and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # modules next to the user, as with python -m
+    for mod in names:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise UsageError(f"--import {mod}: {e}") from None
+
+
+def target_of(name: str, must_run: bool) -> Target:
+    """The target named on the command line; one this machine cannot run is refused when
+    the command runs code."""
+    try:
+        target = Target(name)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if must_run and not can_run(target):
+        raise UsageError(
+            f"--target {name}: this machine cannot run code for {target.name} "
+            "(measure it on a machine of that kind)"
+        )
+    return target
+
+
+def task_of(ns, must_run: bool = True) -> at.Task:
+    """The task that ``TEMPLATE --args ... --target ...`` names, checked before anything
+    runs: a known template, arguments that fit it, a non-empty workload, a usable target."""
+    import_modules(ns.imports)
+    try:
+        at.get_template(ns.template)
+    except KeyError as e:
+        raise UsageError(str(e).strip("'\"")) from None
+    args = parse_args_list(ns.args)
+    target = target_of(ns.target, must_run)
+    try:
+        task = at.Task(ns.template, args, target=target)
+        _, tensors = task.instantiate(task.config_space.default_config())
+    except TypeError as e:
+        raise UsageError(f"--args do not fit template {ns.template!r}: {e}") from None
+    except (ValueError, at.SpaceError, PyptoError) as e:
+        raise UsageError(f"--args {ns.args}: {e}") from None
+    for t in tensors:
+        shape = [getattr(d, "value", None) for d in t.shape]
+        if 0 in shape:
+            kind = "input" if isinstance(t.op, PlaceholderOp) else "output"
+            raise UsageError(
+                f"--args {ns.args}: an empty workload ({kind} {t.name} has shape "
+                f"{tuple(shape)}); every size must be at least 1"
+            )
+    return task
+
+
+def writable_log(path: str) -> str:
+    """``path`` if a log can be appended there (checked before the first measurement)."""
+    if os.path.isdir(path):
+        raise UsageError(f"--log {path} is a directory; give a file such as {path}/log.jsonl")
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise UsageError(f"--log {path}: {folder} is a file, not a directory")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"--log {path}: cannot write there ({e.strerror})") from None
+    return path
+
+
+def load_logs(paths) -> list:
+    """Records of the given logs, refused when one is missing; warnings go to stderr."""
+    for path in paths:
+        if not os.path.isfile(path):
+            raise UsageError(f"no tuning log at {path}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recs = at.load_records(list(paths))
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return recs

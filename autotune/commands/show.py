@@ -1,0 +1,55 @@
+"""``pypto-tune show TEMPLATE --args ...``: a template's knobs for these arguments, its
+default config, and the best recorded config (your records, then the shipped ones)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import autotune as at
+
+from .common import add_workload_arguments, task_of
+
+MAX_VALUES = 8  # values listed per knob before "..."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
+    add_workload_arguments(p, "hardware target whose space and records to show (default host)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _values(values: list) -> str:
+    shown = ", ".join(json.dumps(v) for v in values[:MAX_VALUES])
+    return shown + (f", ... ({len(values)} values)" if len(values) > MAX_VALUES else "")
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
+    task = task_of(a, must_run=False)
+    space = task.config_space
+    with at.apply_history_best():
+        best = at.dispatch.lookup(task.workload_key, task.target.key)
+    fits = [v for v in best if _fits(space, v)]
+    default = space.default_config().to_json()
+    if a.json:
+        print(json.dumps({
+            "workload": [task.name, list(task.args)], "target": task.target.key,
+            "size": len(space), "knobs": {k.name: k.values for k in space.knobs.values()},
+            "default": default, "best": fits[0] if fits else None,
+        }))  # fmt: skip
+        return 0
+    print(f"{task.name}{tuple(task.args)} on {task.target.key}: {len(space)} configs")
+    for k in space.knobs.values():
+        print(f"  {k.name:16s} {k.kind:9s} {_values(k.values)}")
+    print(f"default config {default}")
+    print(f"best recorded  {fits[0] if fits else '(none for this workload and target)'}")
+    return 0
+
+
+def _fits(space, values) -> bool:
+    try:
+        space.config(values)
+    except at.SpaceError:
+        return False
+    return True

@@ -1,0 +1,43 @@
+"""``pypto-tune train-model [LOG ...] [--out DIR]``: fit one cost model per target from
+tuning logs (default: your records and the shipped ones) into DIR (default
+``$PYPTO_HOME/models``; the models shipped with pypto are never overwritten by default)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .. import store
+from ..pretrain import train
+from .common import UsageError, load_logs
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
+    p.add_argument(
+        "logs", nargs="*", metavar="LOG",
+        help="tuning logs to learn from (default: $PYPTO_HOME/logs/*.jsonl and the shipped "
+        "records)",
+    )  # fmt: skip
+    p.add_argument(
+        "--out", metavar="DIR", default=None,
+        help="where <target>.json is written (default: $PYPTO_HOME/models)",
+    )  # fmt: skip
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
+    logs = a.logs or store.default_logs()
+    if not logs:
+        raise UsageError("no tuning logs given, and none in the user's store or shipped")
+    load_logs(logs)  # every log exists and reads (warnings for corrupt lines)
+    out = a.out or store.models_dir()
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"--out {out} is not a directory")
+    done = train(logs, out_dir=out)
+    if not done:
+        print("no target had enough valid records to train a model")
+        return 1
+    for target, rows in done.items():
+        print(f"{target}: trained on {rows} configs -> {os.path.join(out, target + '.json')}")
+    return 0

@@ -1,0 +1,106 @@
+"""``pypto-tune tune TEMPLATE --args ...`` (or ``pypto-tune TEMPLATE ...``): tune a template
+on this machine and append every measurement to a log (default: the user's store)."""
+
+from __future__ import annotations
+
+import argparse
+
+import autotune as at
+
+from .. import store
+from .common import add_workload_arguments, load_logs, positive, task_of, writable_log
+
+TUNERS = {"xgb": "XGBTuner", "ga": "GATuner", "random": "RandomTuner", "grid": "GridSearchTuner"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """This subcommand's arguments."""
+    add_workload_arguments(p, "hardware target (default: this host); it must run here")
+    p.add_argument(
+        "--trials",
+        type=positive("--trials"),
+        default=200,
+        help="how many configs to measure in total (default 200)",
+    )
+    p.add_argument(
+        "--tuner", choices=sorted(TUNERS), default="xgb", help="search strategy (default xgb)"
+    )
+    p.add_argument(
+        "--log",
+        help="JSON Lines log to append to (default: $PYPTO_HOME/logs/<template>.jsonl, "
+        "PYPTO_HOME defaulting to ~/.cache/pypto)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="count the log's records of this workload as done and measure the rest (with "
+        "the default log, the records shipped for the target count too)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive("--timeout", real=True),
+        default=10.0,
+        help="seconds one candidate may run before it is recorded as a timeout (default 10)",
+    )
+    p.add_argument(
+        "--number", type=positive("--number"), default=5, help="calls per timing repeat (default 5)"
+    )
+    p.add_argument(
+        "--repeat",
+        type=positive("--repeat"),
+        default=3,
+        help="timing repeats per candidate (default 3)",
+    )
+    p.add_argument(
+        "--early-stopping",
+        type=positive("--early-stopping"),
+        default=None,
+        help="stop after this many trials without improvement",
+    )
+    p.add_argument(
+        "--confirm",
+        type=positive("--confirm", zero_ok=True),
+        default=4,
+        metavar="K",
+        help="after the search, measure the K fastest configs twice more, in interleaved "
+        "rounds, so the best one is the one that holds up, not the luckiest draw; a config "
+        "counts by the median of all its timings (default 4, 0: off)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random seed of the tuner")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run the subcommand on parsed arguments; returns the exit status."""
+    task = task_of(a)
+    log = writable_log(a.log or store.user_log(task.name))
+    tuner = getattr(at, TUNERS[a.tuner])(task, seed=a.seed)
+    done = 0
+    sources = [log] + ([] if a.log else store.shipped_logs(task.target))
+    if a.resume:
+        done = tuner.load_history(load_logs(sources))
+        print(f"resuming: {done} trial(s) of this workload already in {', '.join(sources)}")
+    remaining = max(0, a.trials - done)
+    callbacks = [at.log_to_file(log)]
+    if not a.no_progress:
+        callbacks.append(at.progress_bar())
+    opt = at.MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    tuner.tune(remaining, measure=opt, early_stopping=a.early_stopping, callbacks=callbacks)
+    if tuner.best_config is None:
+        print(f"no valid config among {len(tuner.history)} trial(s); see {log}")
+        return 1
+    if a.confirm > 0:
+        made = at.confirm_best(task, log, a.confirm, measure=opt)
+        if made:
+            print(f"confirmed the {a.confirm} fastest: {made} more measurement(s)")
+    recs = at.load_records(sources if a.resume else [log])
+    best = at.best_by_workload(recs).get((task.workload_key, task.target.key))
+    if best is None:  # every record of the best config failed on re-measurement
+        print(f"no config held up to re-measurement; see {log}")
+        return 1
+    rate = f" ({best.gflops:.1f} GFLOP/s)" if best.gflops else ""
+    print(
+        f"best of {len(tuner.history)} trial(s): {best.cost * 1e3:.4g} ms{rate} "
+        f"(median of {len(best.costs)} timing(s))\n  config {best.config}\n  log {log}"
+    )
+    return 0

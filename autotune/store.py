@@ -1,0 +1,82 @@
+"""Where records and models live: the user's store and the shipped records.
+
+    $PYPTO_HOME (default ~/.cache/pypto)
+        logs/<template>.jsonl        what pypto-tune appends to (unless --log says otherwise)
+        models/<target>.json         what pypto-tune train-model writes (unless --out)
+    tuning_logs/<target>/<template>.jsonl   shipped records (package data ``pypto_records``
+                                            when installed; read, never written)
+
+This module is the one home of these paths; nothing else spells them out.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+
+_SOURCE_RECORDS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs"
+)
+RECORDS_PACKAGE = "pypto_records"  # the name tuning_logs/ is installed under
+
+
+def home() -> str:
+    """The user's store: ``$PYPTO_HOME``, default ``~/.cache/pypto``."""
+    return os.environ.get("PYPTO_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pypto")
+
+
+def logs_dir() -> str:
+    """The user's tuning logs: ``$PYPTO_HOME/logs``."""
+    return os.path.join(home(), "logs")
+
+
+def models_dir() -> str:
+    """The user's trained cost models: ``$PYPTO_HOME/models``."""
+    return os.path.join(home(), "models")
+
+
+def user_log(template: str) -> str:
+    """The log ``pypto-tune`` appends a template's measurements to by default."""
+    return os.path.join(logs_dir(), f"{template}.jsonl")
+
+
+def user_logs() -> list[str]:
+    """Every log in the user's store (none yet: an empty list)."""
+    return sorted(glob.glob(os.path.join(logs_dir(), "*.jsonl")))
+
+
+def shipped_dir() -> str | None:
+    """The shipped records' root (one folder per target): ``tuning_logs/`` beside the
+    code in a source checkout, else the installed ``pypto_records`` package data."""
+    if os.path.isdir(_SOURCE_RECORDS):
+        return _SOURCE_RECORDS
+    spec = importlib.util.find_spec(RECORDS_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    return None
+
+
+def shipped_targets() -> list[str]:
+    """The targets records are shipped for."""
+    root = shipped_dir()
+    if root is None:
+        return []
+    return sorted(d for d in os.listdir(root) if glob.glob(os.path.join(root, d, "*.jsonl")))
+
+
+def shipped_logs(target=None) -> list[str]:
+    """The shipped logs of ``target`` (a name or a ``pt.Target``), or of every target."""
+    root = shipped_dir()
+    if root is None:
+        return []
+    if target is None:
+        return sorted(glob.glob(os.path.join(root, "*", "*.jsonl")))
+    key = getattr(target, "key", target)
+    return sorted(glob.glob(os.path.join(root, str(key), "*.jsonl")))
+
+
+def default_logs() -> list[str]:
+    """What ``apply_history_best()`` reads with no argument: the user's logs, then the
+    shipped ones."""
+    return user_logs() + shipped_logs()

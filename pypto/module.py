@@ -1,0 +1,428 @@
+"""A compiled kernel as a Python callable: argument checks, timing, saving and loading.
+
+    mod = pt.build(s, [A, B, C])       # a Module
+    mod(a, b, c)                       # every argument checked before C sees it
+    c = mod(a, b)                      # outputs omitted: allocated and returned
+    mod.export_library("k.so")         # k.so + k.so.json (its signature)
+    mod = pt.load_module("k.so")       # no compiler needed; the same checks
+
+A call's arguments are numpy arrays or any object with ``__dlpack__`` (a PyTorch CPU
+tensor, ...), viewed without copying.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import hashlib
+import json
+import operator
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes, emulate
+from .expr import Const, Expr, Var, binary, substitute
+from .loop_ir import LoweredFunc, written_buffers
+from .simplify import simplify
+from .target import Target
+
+SIGNATURE_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One buffer argument: its name, dtype, shape (Exprs over the size variables) and
+    whether the kernel writes it (an output)."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    written: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What a call is checked against: the buffer arguments, then the sizes bound from
+    their shapes (passed to C after the buffers)."""
+
+    name: str
+    cname: str
+    params: tuple  # of Param
+    size_vars: tuple  # of Var
+
+    @staticmethod
+    def of(func: LoweredFunc, cname: str) -> Signature:
+        written = written_buffers(func.body)
+        params = tuple(
+            Param(b.name, b.dtype, tuple(b.shape), id(b) in written) for b in func.params
+        )
+        return Signature(func.name, cname, params, tuple(func.size_vars))
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "cname": self.cname,
+            "params": [
+                {"name": p.name, "dtype": p.dtype, "shape": [str(d) for d in p.shape],
+                 "written": p.written}
+                for p in self.params
+            ],
+            "size_vars": [v.name for v in self.size_vars],
+        }  # fmt: skip
+
+    @staticmethod
+    def from_json(d: dict) -> Signature:
+        sizes = {name: Var(name) for name in d["size_vars"]}
+        params = tuple(
+            Param(p["name"], dtypes.check(p["dtype"]),
+                  tuple(_shape_expr(s, sizes) for s in p["shape"]), bool(p["written"]))
+            for p in d["params"]
+        )  # fmt: skip
+        return Signature(d["name"], d["cname"], params, tuple(sizes.values()))
+
+
+# the arithmetic a printed shape may use: AST node type -> how to combine pypto Exprs
+_SHAPE_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+
+
+def _shape_expr(text: str, sizes: dict) -> Expr:
+    """A shape dimension as printed (``n``, ``64``, ``(n + 7) // 8``, ``min(n, 8)``) back
+    into an Expr over the size variables; anything else is refused."""
+
+    def conv(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return Const(node.value, "int64")
+        if isinstance(node, ast.Name) and node.id in sizes:
+            return sizes[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _SHAPE_OPS:
+            return _SHAPE_OPS[type(node.op)](conv(node.left), conv(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return Const(0, "int64") - conv(node.operand)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("min", "max")
+            and len(node.args) == 2
+        ):
+            return binary(node.func.id, conv(node.args[0]), conv(node.args[1]))
+        raise ValueError(f"cannot read the shape dimension {text!r} of a saved module")
+
+    return conv(ast.parse(text, mode="eval").body)
+
+
+@dataclass(frozen=True)
+class TimeResult:
+    """Seconds per call for each repeat (each the mean over ``number`` calls)."""
+
+    results: tuple
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.results))
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.results))
+
+    @property
+    def min(self) -> float:
+        return float(np.min(self.results))
+
+    def __repr__(self):
+        return (
+            f"TimeResult(median={self.median:.6g}s, mean={self.mean:.6g}s, n={len(self.results)})"
+        )
+
+
+class Module:
+    """A compiled kernel: call it on numpy arrays (or objects with ``__dlpack__``)."""
+
+    def __init__(
+        self,
+        func: LoweredFunc | None,
+        source: str,
+        cname: str,
+        lib_path: str,
+        target: Target,
+        signature: Signature | None = None,
+    ):
+        self._describe(func, source, cname, lib_path, target, signature)
+        lib = ctypes.CDLL(lib_path)
+        self._c = getattr(lib, cname)
+        self._c.restype = ctypes.c_int32
+        sig = self.signature
+        self._c.argtypes = [ctypes.c_void_p] * len(sig.params) + [ctypes.c_int64] * len(
+            sig.size_vars
+        )
+
+    def _describe(self, func, source, cname, lib_path, target, signature=None):
+        """What every module knows of its kernel: the signature its calls are checked by."""
+        self.func = func  # None for a module loaded from a file
+        self.signature = signature or Signature.of(func, cname)
+        self.source = source
+        self.name = self.signature.name
+        self.lib_path = lib_path
+        self.target = target
+        sig = self.signature
+        self._specs = [(p.name, np.dtype(dtypes.dtype(p.dtype).numpy), p.shape) for p in sig.params]
+        self._written = [p.written for p in sig.params]
+
+    def __repr__(self):
+        return f"Module({self.name}, target={self.target.name})"
+
+    def _with_outputs(self, args) -> tuple[list, list]:
+        """The arguments with omitted outputs allocated (when exactly the inputs are given),
+        and the allocated outputs."""
+        inputs = [s for s, w in zip(self._specs, self._written) if not w]
+        if (
+            len(args) == len(self._specs)
+            or len(args) != len(inputs)
+            or len(inputs) == len(self._specs)
+        ):
+            return list(args), []
+        arrays = [_as_array(a, name) for a, (name, _, _) in zip(args, inputs)]
+        bound = self._bind(arrays, inputs)
+        values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
+        full, made, it = [], [], iter(arrays)
+        for (name, dt, shape), w in zip(self._specs, self._written):
+            if not w:
+                full.append(next(it))
+                continue
+            dims = [simplify(substitute(d, values)) for d in shape]
+            unknown = [str(d) for d in dims if not isinstance(d, Const)]
+            if unknown:
+                raise ValueError(
+                    f"output {name}: its shape {_fmt_shape(shape)} depends on "
+                    f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
+                )
+            made.append(np.empty(tuple(d.value for d in dims), dt))
+            full.append(made[-1])
+        return full, made
+
+    def _bind(self, arrays, specs) -> dict:
+        """Size variables bound from the arrays' shapes: Var -> (value, argument name)."""
+        bound: dict = {}
+        for arr, (name, dt, shape) in zip(arrays, specs):
+            if arr.dtype != dt:
+                raise TypeError(f"argument {name}: dtype {arr.dtype}, expected {dt}")
+            if arr.ndim != len(shape):
+                raise ValueError(
+                    f"argument {name}: {arr.ndim} dimension(s), expected "
+                    f"{len(shape)} (shape {_fmt_shape(shape)})"
+                )
+            for d, (want, got) in enumerate(zip(shape, arr.shape)):
+                if isinstance(want, Var):
+                    if want in bound and bound[want][0] != got:
+                        v, src = bound[want]
+                        raise ValueError(
+                            f"argument {name}: dimension {d} is {got}, but {want.name} = {v} "
+                            f"from argument {src}"
+                        )
+                    bound.setdefault(want, (got, name))
+        return bound
+
+    def _prepare(self, args) -> list:
+        if len(args) != len(self._specs):
+            names = ", ".join(n for n, _, _ in self._specs)
+            outs = [n for (n, _, _), w in zip(self._specs, self._written) if w]
+            raise TypeError(
+                f"{self.name} takes {len(self._specs)} arguments ({names}), or "
+                f"{len(self._specs) - len(outs)} without the outputs ({', '.join(outs)}); "
+                f"got {len(args)}"
+            )
+        arrays = [_as_array(a, name) for a, (name, _, _) in zip(args, self._specs)]
+        bound = self._bind(arrays, self._specs)
+        for arr, (name, _, _), out in zip(arrays, self._specs, self._written):
+            if not arr.flags.c_contiguous:
+                raise ValueError(
+                    f"argument {name} is not C-contiguous; pass np.ascontiguousarray(...)"
+                )
+            if out and not arr.flags.writeable:
+                raise ValueError(f"argument {name} is written but the array is read-only")
+        values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
+        for arr, (name, _, shape) in zip(arrays, self._specs):
+            for d, (want, got) in enumerate(zip(shape, arr.shape)):
+                w = simplify(substitute(want, values))
+                if not isinstance(w, Const):
+                    raise ValueError(f"argument {name}: cannot determine dimension {d} ({want})")
+                if w.value != got:
+                    raise ValueError(
+                        f"argument {name}: dimension {d} is {got}, expected "
+                        f"{w.value} (shape {_fmt_shape(shape)})"
+                    )
+        _check_overlap(arrays, self._specs, self._written)
+        ptrs = [arr.ctypes.data for arr in arrays]
+        sizes = [bound[v][0] for v in self.signature.size_vars]
+        return [*ptrs, *sizes], arrays
+
+    def __call__(self, *args):
+        """Run the kernel. With every argument given, returns None; with only the inputs,
+        allocates the outputs and returns them (one array, or a tuple of several)."""
+        args, made = self._with_outputs(args)
+        cargs, keep = self._prepare(args)
+        status = self._invoke(cargs, keep)
+        del keep
+        if status != 0:
+            _raise_status(self.name, status)
+        if made:
+            return made[0] if len(made) == 1 else tuple(made)
+        return None
+
+    def _invoke(self, cargs: list, arrays: list) -> int:
+        """Run the kernel on checked arguments (pointers and sizes; the arrays behind them)."""
+        return self._c(*cargs)
+
+    def time_evaluator(self, number: int = 10, repeat: int = 5, min_repeat_ms: float = 0):
+        """A function that times calls: ``.results`` (s per call, per repeat), ``.median``."""
+        if number < 1 or repeat < 1:
+            raise ValueError("number and repeat must be at least 1")
+
+        def evaluate(*args) -> TimeResult:
+            cargs, keep = self._prepare(self._with_outputs(args)[0])
+            fn = self._c
+            status = fn(*cargs)  # warm-up
+            if status != 0:
+                _raise_status(self.name, status)
+            n = number
+            results = []
+            for _ in range(repeat):
+                while True:
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        fn(*cargs)
+                    dt = time.perf_counter() - t0
+                    if dt * 1000 >= min_repeat_ms or n >= 1 << 30:
+                        break
+                    n = max(n * 2, int(n * min_repeat_ms / max(dt * 1000, 1e-3)) + 1)
+                results.append(dt / n)
+            del keep
+            return TimeResult(tuple(results))
+
+        return evaluate
+
+    def export_library(self, path: str) -> str:
+        """Save the compiled kernel: the shared object at ``path`` and its signature, target
+        and C source beside it in ``path + ".json"``; ``pt.load_module(path)`` loads them
+        (in any process, without a compiler). Returns ``path``."""
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+        os.close(fd)
+        shutil.copyfile(self.lib_path, tmp)
+        os.replace(tmp, path)
+        meta = {
+            "format": SIGNATURE_FORMAT,
+            "sha256": _sha256(path),
+            "target": self.target.name,
+            "signature": self.signature.to_json(),
+            "source": self.source,
+        }
+        with open(path + ".json.tmp", "w") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(path + ".json.tmp", path + ".json")
+        return path
+
+
+class EmulatedModule(Module):
+    """A kernel for another architecture, run under qemu (see ``pypto.emulate``): calls
+    are checked and computed as on the target; timing and export are refused."""
+
+    def __init__(self, func: LoweredFunc, source: str, cname: str, prog: str, target: Target):
+        self._describe(func, source, cname, prog, target)
+
+    def __repr__(self):
+        return f"EmulatedModule({self.name}, target={self.target.name}, under qemu)"
+
+    def _invoke(self, cargs: list, arrays: list) -> int:
+        sizes = cargs[len(arrays) :]
+        return emulate.run_program(self.lib_path, self.target, arrays, sizes, self._written)
+
+    def time_evaluator(self, *a, **kw):
+        raise RuntimeError(
+            f"{self.name} runs under emulation: its timing says nothing about "
+            f"{self.target.name}; time it on such a machine"
+        )
+
+    def export_library(self, path: str) -> str:
+        raise RuntimeError(
+            f"{self.name} was built as a program for emulation; export its C source "
+            f"(mod.source) and build it on a {self.target.name} machine"
+        )
+
+
+def load_module(path: str) -> Module:
+    """``pt.load_module("k.so")``: a kernel saved with ``mod.export_library("k.so")``, with
+    the same argument checks as the module ``pt.build`` made. No compiler is needed."""
+    path = os.fspath(path)
+    side = path + ".json"
+    for p, what in ((path, "shared object"), (side, "signature file")):
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"no saved module at {path}: its {what} {p} is missing")
+    with open(side) as f:
+        meta = json.load(f)
+    if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
+        raise ValueError(f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}")
+    if _sha256(path) != meta["sha256"]:
+        raise ValueError(f"{path} is not the object {side} describes (its sha256 differs)")
+    sig = Signature.from_json(meta["signature"])
+    return Module(
+        None, meta["source"], sig.cname, os.path.abspath(path), Target(meta["target"]), sig
+    )
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _raise_status(name: str, status: int):
+    if status == -1:
+        raise MemoryError(f"{name}: could not allocate its temporary buffers")
+    if status == -2:
+        raise IndexError(
+            f"{name}: an index read from data (such as X[i] in H[X[i]]) is out of "
+            "range; the outputs are incomplete"
+        )
+    raise RuntimeError(f"{name}: the kernel failed with status {status}")
+
+
+def _fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def _as_array(a, name: str) -> np.ndarray:
+    """A numpy view of an argument: an ndarray as it is, anything with ``__dlpack__``
+    (a PyTorch CPU tensor, ...) through DLPack, without copying."""
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "__dlpack__"):
+        try:
+            return np.from_dlpack(a)
+        except Exception as e:  # noqa: BLE001 - report any exporter failure the same way
+            raise TypeError(f"argument {name}: cannot view it through __dlpack__: {e}") from None
+    raise TypeError(f"argument {name}: expected a numpy array, got {type(a).__name__}")
+
+
+def _check_overlap(arrays, specs, written):
+    spans = []
+    for arr, (name, _, _), w in zip(arrays, specs, written):
+        if arr.nbytes:
+            spans.append((arr.ctypes.data, arr.ctypes.data + arr.nbytes, name, w))
+    for i, (a0, a1, an, aw) in enumerate(spans):
+        for b0, b1, bn, bw in spans[i + 1 :]:
+            if (aw or bw) and a0 < b1 and b0 < a1:
+                raise ValueError(
+                    f"arguments {an} and {bn} overlap in memory; a kernel's "
+                    "outputs must not alias its other arguments"
+                )

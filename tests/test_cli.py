@@ -1,0 +1,249 @@
+"""pypto-tune's subcommands, the user's record store and apply_history_best() defaults."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tuning_templates  # noqa: F401  (registers the test templates)
+
+import autotune as at
+import pypto as pt
+from autotune import store
+from autotune.cli import COMMANDS
+from autotune.cli import main as cli_main
+from autotune.commands import plot as plot_cmd
+from pypto.target import can_run
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+SHIPPED_TARGET = "x86-avx2"  # the records shipped today; any target's work the same way
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh user store."""
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _one_line_error(capsys, message):
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pypto-tune: error:") and message in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_help_exits_0():
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0 and r.stdout.startswith("usage: pypto-tune") and r.stderr == ""
+    for name in COMMANDS:
+        assert f"\n    {name}" in r.stdout  # each subcommand listed
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_has_help(command, capsys):
+    assert cli_main([command, "--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: pypto-tune {command}") and err == ""
+
+
+def test_list_shows_arguments_docs_and_shipped_workloads(capsys):
+    assert cli_main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "conv2d_nchw(N, C, H, W, K, R, S, stride=1, padding=0, dtype='float32')" in out
+    assert "matmul(M, N, K, dtype='float32')\n    C[i, j] = sum_k A[i, k] * B[k, j]" in out
+    assert f"shipped: --args 1024,1024,1024  ({SHIPPED_TARGET}" in out
+
+
+def test_show_knobs_default_and_best(capsys):
+    assert cli_main(["show", "matmul", "--args", "1024,1024,1024", "--target", SHIPPED_TARGET]) == 0
+    out = capsys.readouterr().out
+    space = at.Task("matmul", (1024, 1024, 1024), target=SHIPPED_TARGET).config_space
+    assert f"matmul(1024, 1024, 1024) on {SHIPPED_TARGET}: {len(space)} configs" in out
+    for name in space.knobs:
+        assert f"\n  {name} " in out
+    assert f"default config {space.default_config().to_json()}" in out
+    logs = store.shipped_logs(SHIPPED_TARGET)
+    best = at.best_by_workload(at.load_records(logs))[
+        (at.workload_key("matmul", [1024, 1024, 1024]), SHIPPED_TARGET)
+    ]
+    assert f"best recorded  {best.config}" in out
+
+
+def test_best_json(tmp_path, capsys):
+    log = tmp_path / "b.jsonl"
+    w = at.workload_key("matmul", [8, 8, 8])
+    at.append_records(
+        str(log),
+        [
+            at.Record(w, "x86-avx2", {"a": 1}, costs=[2e-3], flop=1e6),
+            at.Record(w, "x86-avx2", {"a": 2}, costs=[1e-3, 3e-3, 1e-3], flop=1e6),
+        ],
+    )
+    assert cli_main(["best", str(log), "--json"]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["workload"] == ["matmul", [8, 8, 8]] and row["config"] == {"a": 2}
+    assert row["seconds"] == pytest.approx(1e-3) and row["gflops"] == pytest.approx(1.0)
+    assert row["records"] == 2 and row["target"] == "x86-avx2"
+
+
+def _target_this_machine_cannot_run():
+    for name in ("aarch64-neon", "x86-avx512", "x86-avx2"):
+        if not can_run(pt.Target(name)):
+            return name
+    pytest.skip("this machine runs every named target")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--timeout", "nan"], "--timeout must be a finite number, got nan"),
+        (["--timeout", "inf"], "--timeout must be a finite number, got inf"),
+        (["--log", "{tmp}"], "is a directory; give a file"),
+        (["--log", "{tmp}/afile/x.jsonl"], "afile is a file, not a directory"),
+    ],
+)
+def test_tune_refuses_bad_arguments_before_measuring(extra, message, tmp_path, home, capsys):
+    (tmp_path / "afile").write_text("")
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
+    assert cli_main(["tune", "matmul", "--args", "16,16,16", *extra]) == 2
+    _one_line_error(capsys, message)
+    assert not home.exists()  # nothing was measured nor logged
+
+
+def test_tune_refuses_an_empty_workload_and_a_foreign_target(home, capsys):
+    assert cli_main(["matmul", "--args", "0,16,16"]) == 2
+    _one_line_error(capsys, "--args 0,16,16: an empty workload (input A has shape (0, 16))")
+    other = _target_this_machine_cannot_run()
+    assert cli_main(["tune", "matmul", "--args", "16,16,16", "--target", other]) == 2
+    _one_line_error(capsys, f"this machine cannot run code for {other}")
+    assert not home.exists()
+
+
+def test_tune_appends_to_the_users_store_and_history_prefers_it(tmp_path, home):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, ROOT]), PYPTO_HOME=str(home))
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "16,16,8", "--trials", "3",
+            "--tuner", "random", "--seed", "1", "--number", "1", "--repeat", "1",
+            "--no-progress", "--confirm", "0"]  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    log = home / "logs" / "toy_matmul.jsonl"
+    assert f"log {log}" in r.stdout
+    assert len(at.load_records(str(log))) == 3
+    assert os.listdir(tmp_path) == ["home"]  # nothing written where it ran
+    best = at.best_by_workload(at.load_records(str(log)))
+    ((_, target), rec), *_ = best.items()
+    with at.apply_history_best():
+        s, tensors = at.get_template("toy_matmul")(16, 16, 8, target=target)
+    a, b = np.random.rand(16, 8).astype("f4"), np.random.rand(8, 16).astype("f4")
+    np.testing.assert_allclose(pt.build(s, tensors)(a, b), a @ b, rtol=1e-5)
+    with at.apply_history_best():
+        assert at.dispatch.lookup(rec.workload, target)[0] == rec.config
+    assert at.dispatch.lookup(rec.workload, target) == []  # outside: the default config
+
+
+def test_resume_with_the_default_log_counts_the_shipped_records(home, capsys):
+    if not can_run(pt.Target(SHIPPED_TARGET)):
+        pytest.skip(f"this machine cannot run {SHIPPED_TARGET}, the shipped records' target")
+    argv = ["matmul", "--args", "512,512,512", "--target", SHIPPED_TARGET, "--resume",
+            "--trials", "1", "--no-progress"]  # fmt: skip
+    assert cli_main(argv) == 0  # every trial is already shipped: nothing to measure
+    out = capsys.readouterr().out
+    user, shipped = store.user_log("matmul"), os.path.join(SHIPPED_TARGET, "matmul.jsonl")
+    assert f"of this workload already in {user}, " in out and shipped in out
+    key = (at.workload_key("matmul", [512, 512, 512]), SHIPPED_TARGET)
+    best = at.best_by_workload(at.load_records(store.shipped_logs(SHIPPED_TARGET)))[key]
+    assert f"config {best.config}\n  log {user}" in out
+    assert at.load_records(user) == []  # nothing measured, nothing appended
+
+
+def test_no_argument_history_uses_the_users_records_first_then_the_shipped(home):
+    key = at.workload_key("softmax", [4096, 4096])
+    shipped = at.best_by_workload(at.load_records(store.shipped_logs(SHIPPED_TARGET)))
+    shipped_best = shipped[(key, SHIPPED_TARGET)].config
+    with at.apply_history_best():
+        assert at.dispatch.lookup(key, SHIPPED_TARGET)[0] == shipped_best
+    space = at.get_template("softmax").space(4096, 4096)
+    mine = next(
+        c.to_json() for c in map(space.get, range(len(space))) if c.to_json() != shipped_best
+    )
+    at.append_records(store.user_log("softmax"), [at.Record(key, SHIPPED_TARGET, mine, [1.0])])
+    with at.apply_history_best():
+        ranked = at.dispatch.lookup(key, SHIPPED_TARGET)
+    assert ranked[0] == mine and shipped_best in ranked[1:]  # the shipped ones follow
+    assert store.default_logs()[0] == store.user_log("softmax")
+
+
+def test_validate_default_and_best_configs(capsys):
+    assert cli_main(["validate", "matmul", "--args", "48,40,24"]) == 0
+    out = capsys.readouterr().out
+    assert "default config {" in out and "ok against the reference" in out
+    assert "no recorded config for" in out
+
+
+def test_validate_reports_a_wrong_config(home, capsys):
+    key = at.workload_key("toy_matmul", [16, 16, 8])
+    target = pt.Target("host").key
+    cfg = {"tile_i": [-1, 2], "tile_j": [-1, 4], "unroll": 0}
+    at.append_records(store.user_log("toy_matmul"), [at.Record(key, target, cfg, [1e-6])])
+    tpl = at.get_template("toy_matmul")
+    good = tpl.reference
+    tpl.reference = lambda a, b: a @ b + 1.0  # a reference the kernels cannot match
+    try:
+        code = cli_main(["validate", "toy_matmul", "--args", "16,16,8"])
+    finally:
+        tpl.reference = good
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"best recorded config {cfg}: WRONG against the reference (max abs error 1)" in out
+
+
+def test_train_model_writes_to_the_users_store(home, tmp_path, capsys):
+    shipped = os.path.join(store.shipped_dir(), SHIPPED_TARGET, "softmax.jsonl")
+    log = str(tmp_path / "few.jsonl")
+    at.append_records(log, [r for r in at.load_records(shipped) if r.ok][:12])
+    before = {p: os.path.getmtime(p) for p in store.shipped_logs()}
+    assert cli_main(["train-model", log]) == 0
+    out = home / "models" / f"{SHIPPED_TARGET}.json"
+    assert f"{SHIPPED_TARGET}: trained on " in capsys.readouterr().out and out.exists()
+    assert {p: os.path.getmtime(p) for p in store.shipped_logs()} == before
+    assert cli_main(["train-model", str(home / "none.jsonl")]) == 2
+    _one_line_error(capsys, "no tuning log at")
+
+
+def test_plot_writes_a_png_of_best_so_far(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    logs = []
+    w = at.workload_key("matmul", [8, 8, 8])
+    for name, costs in (("random", [3e-3, 2e-3, 4e-3]), ("xgb", [2e-3, 1e-3, 1.5e-3])):
+        logs.append(str(tmp_path / f"{name}.jsonl"))
+        recs = [at.Record(w, "x86-avx2", {"a": i}, [c], flop=1e6) for i, c in enumerate(costs)]
+        at.append_records(logs[-1], recs)
+    png = tmp_path / "curves.png"
+    assert cli_main(["plot", *logs, "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote " in capsys.readouterr().out
+    assert plot_cmd.curves(at.load_records(logs[1])) == [(1, 0.5), (2, 1.0), (3, 1.0)]
+
+
+def test_plot_without_matplotlib_says_what_to_install(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "l.jsonl"
+    at.append_records(str(log), [at.Record(at.workload_key("m", [1]), "generic", {}, [1.0])])
+    monkeypatch.setattr(plot_cmd, "plt", None)
+    assert cli_main(["plot", str(log), "-o", str(tmp_path / "x.png")]) == 2
+    _one_line_error(capsys, "plot needs matplotlib, which is not installed: pip install")
