@@ -29,7 +29,15 @@ from .module import EmulatedModule, Module, TimeResult, load_module
 from .schedule import Schedule
 from .target import as_target, can_run, missing_features
 
-__all__ = ["EmulatedModule", "Module", "TimeResult", "build", "compile_source", "load_module", "set_num_threads"]
+__all__ = [
+    "EmulatedModule",
+    "Module",
+    "TimeResult",
+    "build",
+    "compile_source",
+    "load_module",
+    "set_num_threads",
+]
 
 
 def cache_dir() -> str:
