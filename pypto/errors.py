@@ -26,3 +26,9 @@ class BuildError(PyptoError, RuntimeError):
         if self.stderr:
             text += f"\ncompiler output:\n{self.stderr.strip()}"
         return text
+
+
+class BuildEnvironmentError(BuildError):
+    """The build environment is broken, not the code: no working C compiler, a compiler
+    that reports success but writes no object, an unusable cache directory. The same
+    build would fail for any kernel, so a tuner stops instead of blaming a candidate."""

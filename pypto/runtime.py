@@ -6,7 +6,7 @@
 
 Objects are cached under ``$PYPTO_CACHE_DIR`` (default ``~/.cache/pypto``)
 by the sha256 of compiler, flags and source, so rebuilding a kernel costs
-no compiler run.
+no compiler run; ``pypto/cache.py`` verifies an object before it is loaded.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import shlex
 import signal
@@ -25,8 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
+from .cache import Entry, remove_file
+from .cache import cache_dir as cache_dir  # public here before pypto.cache existed
 from .codegen_c import codegen
-from .errors import BuildError
+from .errors import BuildEnvironmentError, BuildError
 from .expr import Const, Var, substitute
 from .loop_ir import LoweredFunc, written_buffers
 from .lowering import lower
@@ -35,16 +38,15 @@ from .simplify import simplify
 from .target import Target, as_target, can_run
 
 
-def cache_dir() -> str:
-    d = os.environ.get("PYPTO_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "pypto"
-    )
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 def compiler() -> list[str]:
     return shlex.split(os.environ.get("CC") or "cc")
+
+
+DEFAULT_TIMEOUT = 300.0  # seconds one compiler run may take
+PROBE_SOURCE = "int pypto_probe(int x) { return x + 1; }\n"
+_PROBE_VALID_S = 60.0  # a compiler that worked this recently is taken as working
+_probed: dict = {}  # (compiler, flags) -> when a trivial kernel last compiled
+_running: dict = {}  # pid -> Popen of the compilers this process is waiting for
 
 
 @functools.lru_cache(maxsize=8)
@@ -53,41 +55,97 @@ def _compiler_version(cc: tuple) -> str:
         r = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
         return r.stdout.splitlines()[0] if r.stdout else ""
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise BuildError(f"cannot run the C compiler {' '.join(cc)!r}: {e}") from None
+        raise BuildEnvironmentError(f"cannot run the C compiler {' '.join(cc)!r}: {e}") from None
 
 
-def compile_source(source: str, flags, timeout: float = 300.0) -> str:
-    """Compile ``source`` to a shared object and return its path (cached)."""
+def check_timeout(timeout) -> float:
+    """``timeout`` as seconds: a positive finite number, else ``ValueError``."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT) -> str:
+    """Compile ``source`` to a shared object and return its path (cached, verified).
+
+    ``BuildError``: the compiler rejected this source or outlived ``timeout`` seconds
+    (its whole process group is killed). ``BuildEnvironmentError``: the fault is not
+    the source's -- the compiler is missing, cannot build even a trivial kernel with
+    these flags, or wrote no object; or the cache directory is unusable.
+    """
+    timeout = check_timeout(timeout)
     cc = tuple(compiler())
-    flags = list(flags)
+    flags = tuple(flags)
     key = hashlib.sha256("\0".join([_compiler_version(cc), *cc, *flags, source]).encode())
-    stem = os.path.join(cache_dir(), key.hexdigest()[:32])
-    so = stem + ".so"
-    if os.path.exists(so):
+    entry = Entry(key.hexdigest()[:32])
+    so = entry.lookup()
+    if so is not None:
         return so
-    src = stem + ".c"
-    _atomic_write(src, source)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(so))
-    os.close(fd)
+    entry.write_source(source)
+    tmp = entry.temp_object()
     try:
-        r = _run_compiler([*cc, *flags, src, "-o", tmp, "-lm"], timeout)
+        r = _run_compiler([*cc, *flags, entry.source, "-o", tmp, "-lm"], timeout)
     except subprocess.TimeoutExpired:
-        os.unlink(tmp)
+        remove_file(tmp)
+        _check_compiler_works(cc, flags, timeout, "", entry.source)
         raise BuildError(
-            f"the C compiler timed out after {timeout:.0f} s", source_path=src
+            f"the C compiler timed out after {timeout:g} s and was stopped "
+            "(pt.build(..., timeout=seconds) sets the limit)",
+            source_path=entry.source,
         ) from None
     except OSError as e:
-        os.unlink(tmp)
-        raise BuildError(
-            f"cannot run the C compiler {' '.join(cc)!r}: {e}", source_path=src
+        remove_file(tmp)
+        raise BuildEnvironmentError(
+            f"cannot run the C compiler {' '.join(cc)!r}: {e}", source_path=entry.source
         ) from None
     if r.returncode != 0:
-        os.unlink(tmp)
+        remove_file(tmp)
+        _check_compiler_works(cc, flags, timeout, r.stderr, entry.source)
         raise BuildError(
-            f"the C compiler failed (exit {r.returncode})", stderr=r.stderr, source_path=src
+            f"the C compiler failed (exit {r.returncode})",
+            stderr=r.stderr,
+            source_path=entry.source,
         )
-    os.replace(tmp, so)
-    return so
+    return entry.store(tmp)
+
+
+def _check_compiler_works(
+    cc: tuple, flags: tuple, timeout: float, stderr: str, source_path: str
+) -> None:
+    """After a failed compile: ``BuildEnvironmentError`` (with the failed compile's
+    ``stderr`` and ``source_path``) unless the same compiler and flags build a trivial
+    kernel, so a broken toolchain is never blamed on a source."""
+    if time.monotonic() - _probed.get((cc, flags), -math.inf) < _PROBE_VALID_S:
+        return
+    with tempfile.TemporaryDirectory(prefix="pypto-probe-") as d:
+        src, out = os.path.join(d, "probe.c"), os.path.join(d, "probe.so")
+        with open(src, "w") as f:
+            f.write(PROBE_SOURCE)
+        why = ""
+        try:
+            r = _run_compiler([*cc, *flags, src, "-o", out, "-lm"], min(timeout, 60.0))
+            stderr = stderr or r.stderr
+            if r.returncode != 0:
+                why = f"exit {r.returncode}"
+            elif not os.path.exists(out) or os.path.getsize(out) == 0:
+                why = "it reported success but wrote no object"
+        except subprocess.TimeoutExpired:
+            why = "it timed out"
+        except OSError as e:
+            why = str(e)
+    if why:
+        raise BuildEnvironmentError(
+            f"the C compiler {' '.join(cc)!r} cannot build even a trivial kernel with "
+            f"these flags ({why}); check $CC and the toolchain",
+            stderr=stderr,
+            source_path=source_path,
+        )
+    _probed[(cc, flags)] = time.monotonic()
 
 
 def _run_compiler(cmd: list, timeout: float) -> subprocess.CompletedProcess:
@@ -96,20 +154,30 @@ def _run_compiler(cmd: list, timeout: float) -> subprocess.CompletedProcess:
     p = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    _running[p.pid] = p
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
+        _killpg(p.pid)
         p.communicate()
         raise
+    finally:
+        _running.pop(p.pid, None)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def _atomic_write(path: str, text: str):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_compilers() -> None:
+    """Kill every compiler this process is waiting for, with its whole process group
+    (for a worker that must end now: on SIGTERM, or when its parent is gone)."""
+    for pid in list(_running):
+        _killpg(pid)
 
 
 @dataclass(frozen=True)
@@ -285,12 +353,22 @@ def _check_overlap(arrays, specs, written):
                 )
 
 
-def build(sch, args=None, target="host", name: str = "default_function", emit_only: bool = False):
+def build(
+    sch,
+    args=None,
+    target="host",
+    name: str = "default_function",
+    emit_only: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+):
     """``pt.build(s, args, target, name)``: lower, generate C, compile, load.
 
     With ``emit_only=True`` the C source is returned as a string and nothing
     is compiled (the way to get code for a target other than this host).
+    ``timeout``: seconds the C compiler may take; past it, the compiler and its
+    children are killed and ``BuildError`` says so.
     """
+    timeout = check_timeout(timeout)
     tgt = as_target(target)
     if isinstance(sch, LoweredFunc):
         func = sch
@@ -308,7 +386,7 @@ def build(sch, args=None, target="host", name: str = "default_function", emit_on
             f"target {tgt.name} cannot run on this machine; "
             "use pt.build(..., emit_only=True) to get its C source"
         )
-    so = compile_source(source, tgt.cflags)
+    so = compile_source(source, tgt.cflags, timeout)
     return Module(func, source, cname, so, tgt)
 
 
