@@ -1,6 +1,8 @@
 """Templates for the safety tests (importable by the measurement processes)."""
 
+import multiprocessing as mp
 import os
+import signal
 
 import pypto as pt
 from autotune import template
@@ -44,16 +46,29 @@ def input_writer(cfg, M, N):
     return s, [X, Y, Z]
 
 
+def _crash_here(mode: str) -> bool:
+    """Whether a candidate of ``mode`` dies here: 'run_*' modes in the measurement
+    process, 'build_*' ones in a build process, '*_once' only the first time."""
+    if mp.parent_process() is None or mode == "ok":  # never the tuning process itself
+        return False
+    measuring = os.environ.get("PYPTO_MEASURING") == "1"
+    if measuring != mode.startswith("run_"):
+        return False
+    flag = os.path.join(os.environ["SAFETY_FLAG_DIR"], f"crashed-{mode}")
+    if mode.endswith("_once") and os.path.exists(flag):
+        return False
+    open(flag, "a").close()
+    return True
+
+
 @template("flaky_crash", reference=lambda a: a + 1.0)
 def flaky_crash(cfg, n):
-    """Mode 'crash_once' kills the measurement process the first time it runs (a fault
-    of the moment, not of the config); 'crash' kills it every time."""
+    """Candidates that kill the process building or running them, once (a fault of the
+    moment, not of the config) or every time."""
     A = pt.placeholder((n,), "float32", name="A")
     B = pt.compute((n,), lambda i: A[i] + 1.0, name="B")
-    cfg.define_knob("mode", ["ok", "crash_once", "crash"], default="ok")
-    if os.environ.get("PYPTO_MEASURING") == "1" and cfg["mode"].val != "ok":
-        flag = os.path.join(os.environ["SAFETY_FLAG_DIR"], f"crashed-{cfg['mode'].val}")
-        if cfg["mode"].val == "crash" or not os.path.exists(flag):
-            open(flag, "w").close()
-            os._exit(-9 % 256)
+    modes = ["ok", "run_crash_once", "run_crash", "build_crash_once", "build_crash"]
+    cfg.define_knob("mode", modes, default="ok")
+    if _crash_here(cfg["mode"].val):
+        os.kill(os.getpid(), signal.SIGKILL)
     return pt.create_schedule(B.op), [A, B]

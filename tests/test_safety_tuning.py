@@ -7,7 +7,6 @@ import hashlib
 import json
 import math
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -22,8 +21,8 @@ import safety_templates  # noqa: F401  (registers the test templates)
 import tuning_templates  # noqa: F401
 
 import autotune as at
-import cost_models as cm
 import pypto as pt
+from autotune.cli import main as cli_main
 from pypto import runtime
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -203,3 +202,217 @@ def test_build_timeout_kills_the_whole_compiler(private_cache, tmp_path, monkeyp
 def test_build_timeout_is_validated(bad):
     with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
         pt.build(*_kernel("t"), name="t", timeout=bad)
+
+
+# ---------------------------------------------------------------- environment faults
+
+
+def _log_records(log) -> list:
+    return at.load_records(str(log)) if os.path.exists(log) else []
+
+
+@pytest.mark.parametrize(
+    "cc, match",
+    [
+        ("/nonexistent/cc", "cannot run the C compiler"),
+        ("/bin/false", "cannot build even a trivial kernel"),
+        ("/bin/true", "reported success but wrote no object"),
+    ],
+)
+def test_a_broken_compiler_stops_tuning_and_blames_no_config(
+    private_cache, tmp_path, monkeypatch, cc, match
+):
+    """Was: every candidate recorded as COMPILE_ERROR, so a resumed run lost good configs."""
+    monkeypatch.setenv("CC", cc)
+    log = tmp_path / "t.jsonl"
+    tuner = at.RandomTuner(at.Task("toy_matmul", (16, 16, 8)), seed=1)
+    with pytest.raises(at.EnvironmentFault, match=f"cannot build candidates: .*{match}"):
+        tuner.tune(4, measure=FAST, callbacks=[at.log_to_file(log)])
+    assert _log_records(log) == [] and tuner.history == []
+
+
+def test_an_unusable_cache_dir_stops_tuning(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    log = tmp_path / "t.jsonl"
+    with pytest.raises(at.EnvironmentFault, match="cannot create the build cache directory"):
+        at.RandomTuner(at.Task("toy_matmul", (16, 16, 8))).tune(
+            2, measure=FAST, callbacks=[at.log_to_file(log)]
+        )
+    assert _log_records(log) == []
+
+
+def test_a_spawn_bootstrap_failure_stops_tuning(tmp_path):
+    """A main module that cannot be imported again (as spawn does in every child)."""
+    script = tmp_path / "tune_me.py"
+    log = tmp_path / "t.jsonl"
+    script.write_text(
+        textwrap.dedent(f"""\
+        import sys
+        if __name__ != "__main__":
+            raise RuntimeError("this module refuses to be imported")
+        import autotune as at
+        import tuning_templates
+        tuner = at.RandomTuner(at.Task("toy_matmul", (16, 16, 8)), seed=1)
+        try:
+            tuner.tune(2, measure=at.MeasureOption(number=1, repeat=1, n_parallel=1),
+                       callbacks=[at.log_to_file({str(log)!r})])
+        except at.EnvironmentFault as e:
+            print("FAULT:", e)
+            sys.exit(7)
+        """)
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, ROOT]))
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 7, p.stderr[-3000:]
+    assert "FAULT: the build processes cannot start" in p.stdout
+    assert _log_records(log) == []
+
+
+def test_records_measured_before_a_fault_are_kept(tmp_path, monkeypatch):
+    """The runner breaks (its cache dir vanishes) after one candidate ran: that one is
+    logged, the rest are not blamed."""
+    log = tmp_path / "t.jsonl"
+    m = at.Measurer(FAST)
+    task = at.Task("toy_matmul", (16, 16, 8))
+    cfgs = [task.config_space.get(i) for i in range(3)]
+    real_run = m.run
+    calls = []
+
+    def run_then_break(spec):
+        calls.append(spec)
+        if len(calls) == 2:
+            raise at.EnvironmentFault("cannot run candidates: the machine broke")
+        return real_run(spec)
+
+    monkeypatch.setattr(m, "run", run_then_break)
+    tuner = at.GridSearchTuner(task)
+    with pytest.raises(at.EnvironmentFault, match="the machine broke"):
+        tuner.tune(3, callbacks=[at.log_to_file(log)], measurer=m)
+    m.close()
+    recs = _log_records(log)
+    assert len(recs) == 1 and recs[0].ok and recs[0].config == cfgs[0].to_json()
+
+
+def test_environmental_compile_errors_of_old_logs_do_not_disqualify_good_configs(tmp_path):
+    """Records written before faults were told apart: a config that compiled and ran
+    correctly cannot fail to compile, so a COMPILE_ERROR beside its valid measurements
+    was the environment's, and it keeps its place; other errors still disqualify."""
+    w = at.workload_key("toy_matmul", [16, 16, 8])
+    recs = [
+        at.Record(w, "t", {"c": 1}, costs=[1.0]),
+        at.Record(w, "t", {"c": 1}, error="COMPILE_ERROR", error_msg="cannot run the C compiler"),
+        at.Record(w, "t", {"c": 2}, costs=[2.0]),
+        at.Record(w, "t", {"c": 3}, costs=[0.5]),
+        at.Record(w, "t", {"c": 3}, error="RUNTIME_ERROR", error_msg="SIGSEGV"),
+        at.Record(w, "t", {"c": 4}, error="COMPILE_ERROR"),
+    ]
+    (ranked,) = at.ranked_configs(recs).values()
+    assert [r.config["c"] for r in ranked] == [1, 2]
+    assert ranked[0].costs == [1.0] and ranked[0].ok
+
+
+# ---------------------------------------------------------------- candidates' own faults
+
+
+def test_a_candidate_that_writes_its_inputs_harms_no_other(tmp_path):
+    """Was: 'clobber' passed its own check and the next, correct candidate got a
+    WRONG_ANSWER for good (inputs were shared between candidates)."""
+    log = tmp_path / "w.jsonl"
+    task = at.Task("input_writer", (4, 16))
+    at.GridSearchTuner(task).tune(3, measure=FAST, callbacks=[at.log_to_file(log)])
+    by_mode = {r.config["mode"]: r for r in at.load_records(str(log))}
+    assert by_mode["clobber"].error == "WRONG_ANSWER"
+    assert "wrote to input X" in by_mode["clobber"].error_msg
+    assert by_mode["ok"].ok and by_mode["ok_tiled"].ok, by_mode
+
+
+def test_a_crash_counts_against_a_config_only_when_it_repeats(tmp_path, monkeypatch):
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    monkeypatch.setenv("SAFETY_FLAG_DIR", str(flags))
+    log = tmp_path / "c.jsonl"
+    task = at.Task("flaky_crash", (64,))
+    at.GridSearchTuner(task).tune(5, measure=FAST, callbacks=[at.log_to_file(log)])
+    by_mode = {r.config["mode"]: r for r in at.load_records(str(log))}
+    assert sorted(os.listdir(flags)) == sorted(f"crashed-{m}" for m in by_mode if m != "ok")
+    for mode in ("ok", "run_crash_once", "build_crash_once"):
+        assert by_mode[mode].ok, by_mode[mode]
+    assert by_mode["run_crash"].error == "RUNTIME_ERROR"
+    assert "(SIGKILL) (twice)" in by_mode["run_crash"].error_msg
+    assert by_mode["build_crash"].error == "INSTANTIATION_ERROR"
+    assert "died building it, twice" in by_mode["build_crash"].error_msg
+
+
+# ---------------------------------------------------------------- records
+
+
+def _good_line(cost=1e-3, config=None) -> dict:
+    rec = at.Record(
+        workload=at.workload_key("toy_matmul", [16, 16, 8]),
+        target="x86-avx2",
+        config=config or {"tile_i": [-1, 2], "tile_j": [-1, 4], "unroll": 0},
+        costs=[cost],
+        flop=4096.0,
+    )
+    return json.loads(rec.to_json())
+
+
+def _with(**fields) -> str:
+    d = _good_line(config={"bad": list(fields)})
+    d.update(fields)
+    return json.dumps(d)
+
+
+BAD_LINES = {
+    "cost zero": _with(costs=[0.0]),
+    "cost negative": _with(costs=[-1.0]),
+    "cost NaN": _with(costs=[math.nan]),
+    "cost infinite": _with(costs=[math.inf]),
+    "cost a string": _with(costs=["1e-3"]),
+    "cost a bool": _with(costs=[True]),
+    "cost huge int": _with(costs=[10**400]),
+    "costs not a list": _with(costs=1e-3),
+    "flop NaN": _with(flop=math.nan),
+    "flop negative": _with(flop=-5.0),
+    "ts a string": _with(ts="yesterday"),
+    "target a number": _with(target=7),
+    "error a list": _with(error=["x"]),
+    "error_msg a dict": _with(error_msg={}),
+    "config a list": _with(config=[1]),
+    "no error and no costs": _with(costs=[]),
+    "workload a string": _with(workload="matmul"),
+    "no target": json.dumps({k: v for k, v in _good_line().items() if k != "target"}),
+    "not a dict": json.dumps([1, 2, 3]),
+    "a string": json.dumps("record"),
+    "deep nesting": "[" * 200_000,
+    "deep nesting in config": json.dumps(_good_line())[:-1] + ',"x":' + "[" * 200_000,
+    "overlong line": json.dumps(_good_line(config={"pad": "x" * (2 << 20)})),
+}
+
+
+def test_no_line_can_poison_a_log(tmp_path, capsys):
+    """Was: cost 0 -> ZeroDivisionError in `best` and --resume, -1 picked as the best,
+    NaN -> XGBoostError on --resume, 200,000 '[' -> RecursionError (log unreadable)."""
+    log = tmp_path / "poison.jsonl"
+    good = [_good_line(cost=2e-3), _good_line(cost=3e-3, config={"tile_i": [-1, 4],
+            "tile_j": [-1, 4], "unroll": 0})]  # fmt: skip
+    lines = [json.dumps(good[0]), *BAD_LINES.values(), json.dumps(good[1])]
+    log.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match=f"skipped {len(BAD_LINES)} corrupt"):
+        recs = at.load_records(str(log))
+    assert [r.costs for r in recs] == [[2e-3], [3e-3]]
+    (best,) = at.best_by_workload(recs).values()
+    assert best.costs == [2e-3] and best.gflops == pytest.approx(4096.0 / 2e-3 / 1e9)
+
+    assert cli_main(["best", str(log)]) == 0
+    assert "2 ms" in capsys.readouterr().out
+    task = at.Task("toy_matmul", (16, 16, 8), target="x86-avx2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tuner = at.XGBTuner(task, use_pretrained=False)
+        assert tuner.load_history(at.load_records(str(log))) == 2  # the resume path
+    assert tuner.best_cost == 2e-3
