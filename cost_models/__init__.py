@@ -5,10 +5,14 @@
     scores = model.predict(X_new)          # higher is better
 
 The model sees arrays only; tuners do the featurizing. ``pretrained(target)``
-loads the model shipped for a target, when there is one.
+loads the user's own model for a target (``pypto-tune train-model`` writes it to
+``$PYPTO_HOME/models``), else the one shipped in ``cost_models/pretrained/``.
 """
 
 import os
+import warnings
+
+import numpy as np
 
 from .features import FEATURE_NAMES, N_FEATURES, SCHEMA, featurize
 from .xgb import SchemaError, XGBoostCostModel
@@ -16,15 +20,44 @@ from .xgb import SchemaError, XGBoostCostModel
 PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
 
 
+def _key(target) -> str:
+    return getattr(target, "key", str(target))
+
+
+def user_model_dir() -> str:
+    """Where trained models go: ``$PYPTO_HOME/models`` (``PYPTO_HOME`` defaults to
+    ``~/.cache/pypto``), never the shipped ``PRETRAINED_DIR``."""
+    home = os.environ.get("PYPTO_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pypto")
+    return os.path.join(home, "models")
+
+
 def pretrained_path(target) -> str:
-    key = getattr(target, "key", str(target))
-    return os.path.join(PRETRAINED_DIR, f"{key}.json")
+    """The shipped model's path for ``target`` (it may not exist)."""
+    return os.path.join(PRETRAINED_DIR, f"{_key(target)}.json")
 
 
 def pretrained(target):
-    """The shipped model for ``target``, or None when there is none for it."""
-    path = pretrained_path(target)
-    return XGBoostCostModel.load(path) if os.path.exists(path) else None
+    """The model for ``target``: the user's own first, then the shipped one; None when
+    neither exists. A model that cannot be loaded or cannot score a feature row (corrupt,
+    another feature schema, another target) is passed over with a warning."""
+    key = _key(target)
+    for path in (os.path.join(user_model_dir(), f"{key}.json"), pretrained_path(key)):
+        if not os.path.exists(path):
+            continue
+        try:
+            model = XGBoostCostModel.load(path)
+            if model.target != key:
+                raise SchemaError(f"it was trained for target {model.target!r}")
+            if np.shape(model.predict(np.zeros((1, N_FEATURES), np.float32))) != (1,):
+                raise SchemaError("it does not score one row as one value")
+        except Exception as e:  # noqa: BLE001 - any unusable file: warn, go on without it
+            warnings.warn(
+                f"cost model {path} is unusable, tuning starts without it: {type(e).__name__}: {e}",
+                stacklevel=2,
+            )
+            continue
+        return model
+    return None
 
 
 __all__ = [
@@ -37,4 +70,5 @@ __all__ = [
     "pretrained",
     "pretrained_path",
     "PRETRAINED_DIR",
+    "user_model_dir",
 ]

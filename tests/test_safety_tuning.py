@@ -21,9 +21,11 @@ import safety_templates  # noqa: F401  (registers the test templates)
 import tuning_templates  # noqa: F401
 
 import autotune as at
+import cost_models as cm
 import pypto as pt
 from autotune.cli import main as cli_main
 from pypto import runtime
+from pypto.target import can_run
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTS)
@@ -416,3 +418,82 @@ def test_no_line_can_poison_a_log(tmp_path, capsys):
         tuner = at.XGBTuner(task, use_pretrained=False)
         assert tuner.load_history(at.load_records(str(log))) == 2  # the resume path
     assert tuner.best_cost == 2e-3
+
+
+# ---------------------------------------------------------------- cost models
+
+
+def _training_log(tmp_path, n=12) -> str:
+    task = at.Task("toy_matmul", (16, 16, 8), target="x86-avx2")
+    rng = np.random.default_rng(0)
+    recs = [
+        at.Record(task.workload_key, "x86-avx2", task.config_space.get(i).to_json(),
+                  costs=[float(rng.uniform(1e-5, 1e-4))], flop=task.flop)
+        for i in range(n)
+    ]  # fmt: skip
+    log = str(tmp_path / "train.jsonl")
+    at.append_records(log, recs)
+    return log
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_train_model_writes_to_the_users_store_never_the_shipped_model(tmp_path, monkeypatch):
+    """Was: `train-model LOG` overwrote the shipped model (784 configs) with one of 8."""
+    from autotune.pretrain import train
+
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    shipped = cm.pretrained_path("x86-avx2")
+    before = _sha(shipped)
+    assert train([_training_log(tmp_path)]) == {"x86-avx2": 12}
+    assert _sha(shipped) == before
+    mine = tmp_path / "home" / "models" / "x86-avx2.json"
+    assert mine.exists() and cm.pretrained("x86-avx2").n_train == 12  # the user's comes first
+    with pytest.raises(ValueError, match="holds the shipped cost models"):
+        train([_training_log(tmp_path)], out_dir=os.path.dirname(shipped))
+    assert _sha(shipped) == before
+    out = tmp_path / "elsewhere"
+    assert train([_training_log(tmp_path)], out_dir=str(out)) == {"x86-avx2": 12}
+    assert (out / "x86-avx2.json").exists()
+
+
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        ("{not json", "is not a saved pypto cost model"),
+        (json.dumps({"schema": "pypto-features-v0", "n_features": 3}), "trained on features"),
+        (
+            json.dumps(
+                {
+                    "schema": cm.SCHEMA,
+                    "n_features": cm.N_FEATURES,
+                    "target": "x86-avx2",
+                    "objective": "rank",
+                    "num_rounds": 1,
+                    "booster": "garbage",
+                }
+            ),
+            "Error",
+        ),
+    ],  # fmt: skip
+)
+def test_an_unusable_pretrained_model_warns_and_the_tuner_starts_without_it(
+    tmp_path, monkeypatch, content, why
+):
+    """Was: a stale or corrupt pretrained model crashed the default tuner."""
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "x86-avx2.json").write_text(content)
+    monkeypatch.setattr(cm, "PRETRAINED_DIR", str(shipped))
+    task = at.Task("toy_matmul", (16, 16, 8), target="x86-avx2")
+    with pytest.warns(
+        UserWarning, match=f"x86-avx2.json is unusable, tuning starts without it.*{why}"
+    ):
+        tuner = at.XGBTuner(task, seed=0, plan_size=4)
+    assert tuner.base_model is None
+    if can_run(pt.Target("x86-avx2")):
+        tuner.tune(2, measure=FAST)
+        assert len(tuner.history) == 2 and all(r.ok for _, r in tuner.history)
