@@ -3,6 +3,7 @@
 import multiprocessing as mp
 import os
 import signal
+import time
 
 import pypto as pt
 from autotune import template
@@ -71,4 +72,16 @@ def flaky_crash(cfg, n):
     cfg.define_knob("mode", modes, default="ok")
     if _crash_here(cfg["mode"].val):
         os.kill(os.getpid(), signal.SIGKILL)
+    return pt.create_schedule(B.op), [A, B]
+
+
+@template("sleeper", reference=lambda a: a + 1.0)
+def sleeper(cfg, n):
+    """Mode 'hang' hangs in the measurement process, after leaving a file to say so."""
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((n,), lambda i: A[i] + 1.0, name="B")
+    cfg.define_knob("mode", ["ok", "hang"], default="ok")
+    if os.environ.get("PYPTO_MEASURING") == "1" and cfg["mode"].val == "hang":
+        open(os.path.join(os.environ["SAFETY_FLAG_DIR"], "running"), "a").close()
+        time.sleep(3600)
     return pt.create_schedule(B.op), [A, B]

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -497,3 +498,97 @@ def test_an_unusable_pretrained_model_warns_and_the_tuner_starts_without_it(
     if can_run(pt.Target("x86-avx2")):
         tuner.tune(2, measure=FAST)
         assert len(tuner.history) == 2 and all(r.ok for _, r in tuner.history)
+
+
+# ---------------------------------------------------------------- process hygiene
+
+
+def _marked(mark: str) -> list[int]:
+    """Live (not zombie) processes whose environment carries ``mark``."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() not in f.read():
+                    continue
+        except OSError:
+            continue
+        if not _gone(int(pid)):
+            out.append(int(pid))
+    return out
+
+
+def _wait_for(path, proc, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if proc.poll() is not None:
+            pytest.fail(f"tuning ended early: {proc.stderr.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{path} did not appear")
+        time.sleep(0.05)
+
+
+def _start_tuning(tmp_path, mark, phase):
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    cc = _fake_cc(
+        tmp_path,
+        f"""\
+        case "$1" in --version) exec cc "$@";; esac
+        touch {flags}/compiling
+        sleep 120
+        exec cc "$@"
+        """,
+    )
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([TESTS, ROOT]),
+        PYPTO_CACHE_DIR=str(tmp_path / "cache"),
+        SAFETY_FLAG_DIR=str(flags),
+        PYPTO_ORPHAN_MARK=mark,
+    )
+    if phase == "compiling":
+        env["CC"] = cc
+    args = ["sleeper", "--import", "safety_templates", "--args", "64", "--tuner", "grid",
+            "--trials", "2", "--timeout", "600", "--number", "1", "--repeat", "1",
+            "--confirm", "0", "--no-progress", "--log", str(tmp_path / "h.jsonl")]  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return p, flags / phase
+
+
+@pytest.mark.parametrize(
+    "phase, sig",
+    [
+        ("compiling", signal.SIGTERM),
+        ("compiling", signal.SIGKILL),
+        ("running", signal.SIGKILL),
+        ("running", signal.SIGINT),
+    ],
+)
+def test_killing_the_tuner_leaves_no_orphan(tmp_path, phase, sig):
+    """Was: SIGTERM or SIGKILL of pypto-tune left its build workers (and their
+    compilers) running."""
+    mark = f"pypto-orphan-{uuid.uuid4().hex}"
+    p, flag = _start_tuning(tmp_path, mark, phase)
+    try:
+        _wait_for(flag, p)
+        children = [pid for pid in _marked(mark) if pid != p.pid]
+        assert children  # workers, the runner, compilers
+        p.send_signal(sig)
+        p.wait(30)
+        deadline = time.monotonic() + 15
+        while _marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _marked(mark)
+        assert left == [], [open(f"/proc/{pid}/cmdline").read() for pid in left]
+    finally:
+        for pid in _marked(mark):  # only processes this test started
+            os.kill(pid, signal.SIGKILL)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
