@@ -592,3 +592,44 @@ def test_killing_the_tuner_leaves_no_orphan(tmp_path, phase, sig):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_sigkill_at_random_moments_and_resume_keeps_every_record(tmp_path):
+    """Fault injection: a tuning run killed with SIGKILL at random moments and resumed
+    each time ends with a valid log, every record kept, none measured twice, no orphan."""
+    log = tmp_path / "fi.jsonl"
+    mark = f"pypto-orphan-{uuid.uuid4().hex}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, ROOT]), PYPTO_ORPHAN_MARK=mark,
+               PYPTO_CACHE_DIR=str(tmp_path / "cache"))  # fmt: skip
+    trials = 16
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "32,32,16", "--tuner",
+            "random", "--seed", "3", "--trials", str(trials), "--number", "1", "--repeat", "1",
+            "--confirm", "0", "--no-progress", "--log", str(log), "--resume"]  # fmt: skip
+    rng = np.random.default_rng(15)
+    seen: list = []
+    try:
+        for moment in [*rng.uniform(0.5, 6.0, 5), None]:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "autotune", *args], cwd=ROOT, env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            try:
+                out, err = p.communicate(timeout=moment if moment is not None else 300)
+                assert p.returncode == 0, err[-3000:]
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGKILL)
+                p.communicate()
+            deadline = time.monotonic() + 15
+            while _marked(mark) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _marked(mark) == []
+            lines = log.read_text().splitlines() if log.exists() else []
+            recs = [at.Record.from_json(line) for line in lines]  # every line whole and valid
+            keys = [json.dumps(r.config, sort_keys=True) for r in recs]
+            assert keys[: len(seen)] == seen  # every earlier record kept
+            assert len(set(keys)) == len(keys)  # none measured twice
+            seen = keys
+    finally:
+        for pid in _marked(mark):
+            os.kill(pid, signal.SIGKILL)
+    assert len(seen) == trials and all(r.ok for r in recs)
