@@ -67,10 +67,16 @@ def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
 
 
 def remove_file(path: str) -> None:
+    """Remove ``path`` if it is there; ``BuildEnvironmentError`` when it cannot be (a
+    directory planted under an object's name, say)."""
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
+    except OSError as e:
+        raise BuildEnvironmentError(
+            f"cannot remove the damaged build cache entry {path}: {e.strerror or e}"
+        ) from None
 
 
 def _own_file_bytes(path: str) -> bytes | None:
@@ -80,10 +86,11 @@ def _own_file_bytes(path: str) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        os.close(fd)
+        return None
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return None
         return f.read()
 
 

@@ -43,23 +43,35 @@ def compiler() -> list[str]:
 
 
 DEFAULT_TIMEOUT = 300.0  # seconds one compiler run may take
+_MAX_TIMEOUT = 1e6  # seconds; poll() cannot wait much longer (2**31 ms)
 PROBE_SOURCE = "int pypto_probe(int x) { return x + 1; }\n"
 _PROBE_VALID_S = 60.0  # a compiler that worked this recently is taken as working
 _probed: dict = {}  # (compiler, flags) -> when a trivial kernel last compiled
 _running: dict = {}  # pid -> Popen of the compilers this process is waiting for
+_versions: dict = {}  # compiler command -> its --version line
 
 
-@functools.lru_cache(maxsize=8)
-def _compiler_version(cc: tuple) -> str:
-    try:
-        r = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
-        return r.stdout.splitlines()[0] if r.stdout else ""
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise BuildEnvironmentError(f"cannot run the C compiler {' '.join(cc)!r}: {e}") from None
+def _compiler_version(cc: tuple, timeout: float) -> str:
+    """The compiler's first ``--version`` line (part of every cache key), asked once."""
+    if cc not in _versions:
+        try:
+            r = _run_compiler([*cc, "--version"], min(timeout, 30.0))
+        except OSError as e:
+            raise BuildEnvironmentError(
+                f"cannot run the C compiler {' '.join(cc)!r}: {e}"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise BuildEnvironmentError(
+                f"the C compiler {' '.join(cc)!r} did not answer --version within "
+                f"{min(timeout, 30.0):g} s"
+            ) from None
+        _versions[cc] = r.stdout.splitlines()[0] if r.stdout else ""
+    return _versions[cc]
 
 
 def check_timeout(timeout) -> float:
-    """``timeout`` as seconds: a positive finite number, else ``ValueError``."""
+    """``timeout`` as seconds: a positive finite number, else ``ValueError`` (beyond
+    eleven days it means no limit: the waits below cannot be longer)."""
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, (int, float))
@@ -67,7 +79,7 @@ def check_timeout(timeout) -> float:
         or timeout <= 0
     ):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    return float(timeout)
+    return min(float(timeout), _MAX_TIMEOUT)
 
 
 def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT) -> str:
@@ -81,7 +93,7 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT) -> str:
     timeout = check_timeout(timeout)
     cc = tuple(compiler())
     flags = tuple(flags)
-    key = hashlib.sha256("\0".join([_compiler_version(cc), *cc, *flags, source]).encode())
+    key = hashlib.sha256("\0".join([_compiler_version(cc, timeout), *cc, *flags, source]).encode())
     entry = Entry(key.hexdigest()[:32])
     so = entry.lookup()
     if so is not None:
