@@ -145,20 +145,23 @@ class Measurer:
         self.pool = None
 
     def _collect(self, futures, waves: int) -> tuple[list, list]:
-        """Results of ``futures`` (None where the build process failed) and which failed."""
+        """Results of ``futures`` (None where the build did not finish) and, for those,
+        ``(index, error dict)``: a stuck pool (TIMEOUT) or a dead build process."""
         # each compile stops itself at build_timeout; this is the backstop for a stuck worker
         deadline = time.monotonic() + (self.option.build_timeout + 30) * waves
         out, lost = [], []
         for k, f in enumerate(futures):
             try:
                 out.append(f.result(timeout=max(0.1, deadline - time.monotonic())))
+                continue
             except cf.TimeoutError:
+                kind = ErrorKind.TIMEOUT
                 msg = f"build took longer than {self.option.build_timeout:.0f} s"
-                out.append({"error": ErrorKind.TIMEOUT.value, "msg": msg})
-                lost.append(None)  # the pool is stuck: replace it, blame no one else
             except Exception as e:  # noqa: BLE001 - a dead worker, a pool that cannot start
-                out.append(None)
-                lost.append((k, _short(e)))
+                kind = ErrorKind.INSTANTIATION
+                msg = f"the build process died building it: {_short(e)}"
+            out.append(None)
+            lost.append((k, {"error": kind.value, "msg": msg}))
         return out, lost
 
     def _check_pool_starts(self, why: str):
@@ -176,17 +179,15 @@ class Measurer:
         futures = [self._pool().submit(build_worker, s) for s in specs]
         out, lost = self._collect(futures, -(-len(specs) // self.n_workers))
         if lost:
-            self._drop_pool()
-        for k, why in [x for x in lost if x is not None]:
-            # a build process died: blame the candidate only if it kills a fresh one again
-            self._check_pool_starts(why)
+            self._drop_pool()  # stuck or broken: a fresh one for the retries
+        for k, first in lost:
+            # the pool broke or stalled: maybe this candidate's doing, maybe another's, maybe
+            # the machine's; it is blamed only if it fails alone in a fresh pool again
+            self._check_pool_starts(first["msg"])
             (again,), failed = self._collect([self._pool().submit(build_worker, specs[k])], 1)
             if failed:
                 self._drop_pool()
-                again = again or {
-                    "error": ErrorKind.INSTANTIATION.value,
-                    "msg": f"the build process died building it, twice: {why}",
-                }
+                again = dict(failed[0][1], msg=failed[0][1]["msg"] + " (twice)")
             out[k] = again
         for r in out:
             if "fault" in r:
