@@ -45,6 +45,13 @@ def _short(e: BaseException) -> str:
     return text if len(text) < 2000 else text[:2000] + " ..."
 
 
+def _fault(e: pt.BuildEnvironmentError) -> dict:
+    """A one-line reply for a broken environment: its cause and the compiler's first
+    line of complaint (the candidate's source path says nothing about it)."""
+    said = next((line.strip() for line in (e.stderr or "").splitlines() if line.strip()), "")
+    return {"fault": e.args[0] + (f"; the compiler said: {said[:300]}" if said else "")}
+
+
 def _load_template(spec):
     mod = spec["module"]
     if mod not in ("__main__", "__mp_main__"):
@@ -109,7 +116,7 @@ def build_worker(spec: dict) -> dict:
         src, _ = codegen(func, target)
         compile_source(src, target.cflags, timeout=spec["build_timeout"])
     except pt.BuildEnvironmentError as e:
-        return {"fault": _short(e)[:4000]}
+        return _fault(e)
     except pt.BuildError as e:
         return {"error": ErrorKind.COMPILE.value, "msg": _short(e)[:4000]}
     except Exception as e:  # noqa: BLE001
@@ -216,7 +223,7 @@ class Runner:
             s, tensors = tpl.instantiate(spec["config"], *spec["args"])
             mod = pt.build(s, tensors, target=spec["target"], name="candidate")
         except pt.BuildEnvironmentError as e:
-            return {"fault": _short(e)}
+            return _fault(e)
         except pt.BuildError as e:
             return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
         except Exception as e:  # noqa: BLE001
@@ -264,7 +271,7 @@ def runner_main(conn, parent_pid: int):
         try:
             out = runner.run(spec, opt) if kind == "run" else runner.prepare(spec, opt)
         except pt.BuildEnvironmentError as e:
-            out = {"fault": _short(e)}
+            out = _fault(e)
         except Exception:  # noqa: BLE001 - never let the loop die on a bug
             out = {"error": ErrorKind.UNKNOWN.value, "msg": traceback.format_exc()[-2000:]}
         conn.send(("done", out))
