@@ -217,6 +217,7 @@ class Runner:
         return None
 
     def run(self, spec: dict, opt: dict) -> dict:
+        """Build (a cache hit), run once on fresh inputs, check, then time one candidate."""
         t0 = time.perf_counter()
         try:
             tpl = _load_template(spec)

@@ -117,6 +117,7 @@ class Entry:
         return None
 
     def write_source(self, source: str) -> None:
+        """Keep the C source beside the object (error messages point at it)."""
         atomic_write(self.source, source.encode())
 
     def temp_object(self) -> str:

@@ -91,7 +91,9 @@ def _cached_object(name):
     return runtime.compile_source(src, pt.Target("host").cflags)
 
 
-@pytest.mark.parametrize("forge", ["plain", "with_hash_group_writable", "with_hash_other_owner"])
+@pytest.mark.parametrize(
+    "forge", ["plain", "with_hash_group_writable", "with_hash_other_owner", "symlink_with_hash"]
+)
 def test_foreign_object_in_the_cache_is_never_loaded(private_cache, tmp_path, forge):
     if forge == "with_hash_other_owner" and os.getuid() != 0:
         pytest.skip("giving a file to another user needs root")
@@ -106,8 +108,12 @@ def test_foreign_object_in_the_cache_is_never_loaded(private_cache, tmp_path, fo
             f.write(hashlib.sha256(foreign).hexdigest())
         if forge == "with_hash_group_writable":
             os.chmod(so, 0o775)
-        else:
+        elif forge == "with_hash_other_owner":
             os.chown(so, 12345, -1)
+        else:  # the object a link to a library elsewhere
+            elsewhere = tmp_path / "elsewhere.so"
+            os.replace(so, elsewhere)
+            os.symlink(elsewhere, so)
     mod = pt.build(*_kernel(name), name=name)
     _check_kernel(mod)
     assert not marker.exists(), "the foreign object's constructor ran"
@@ -180,6 +186,23 @@ def test_unusable_cache_dir_is_an_environment_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "file" / "cache"))
     with pytest.raises(pt.BuildEnvironmentError, match="cannot create the build cache directory"):
         pt.build(*_kernel("nocache"), name="nocache")
+    if os.getuid() == 0:  # only root can give a directory away
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 12345, -1)
+        monkeypatch.setenv("PYPTO_CACHE_DIR", str(theirs))
+        with pytest.raises(pt.BuildEnvironmentError, match="belongs to another user"):
+            pt.build(*_kernel("theirs"), name="theirs")
+
+
+def test_an_open_cache_dir_of_the_users_is_made_private(tmp_path, monkeypatch):
+    d = tmp_path / "open"
+    d.mkdir()
+    d.chmod(0o777)
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(d))
+    name = _unique("open")
+    _check_kernel(pt.build(*_kernel(name), name=name))
+    assert stat.S_IMODE(d.stat().st_mode) == 0o700
 
 
 def _gone(pid: int) -> bool:
