@@ -16,7 +16,14 @@ from . import store
 from .callbacks import log_to_file, progress_bar
 from .confirm import confirm_best
 from .dispatch import apply_history_best
-from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult, measure
+from .measure import (
+    EnvironmentFault,
+    ErrorKind,
+    MeasureOption,
+    Measurer,
+    MeasureResult,
+    measure,
+)
 from .records import (
     Record,
     append_records,
@@ -36,4 +43,5 @@ __all__ = [
     "list_templates", "template", "workload_key", "log_to_file", "progress_bar", "ErrorKind",
     "MeasureOption", "MeasureResult", "Measurer", "measure", "GATuner", "GridSearchTuner",
     "MeasureInput", "RandomTuner", "Tuner", "XGBTuner", "confirm_best", "ranked_configs", "store",
+    "EnvironmentFault",
 ]  # fmt: skip

@@ -9,7 +9,9 @@
 
 Each subcommand is one entry of ``COMMANDS``: a module with ``add_arguments(parser)``
 and ``run(namespace) -> int``. Bad arguments end with a one-line reason and exit
-status 2, never a traceback (set PYPTO_DEBUG=1 to see one for an unexpected failure).
+status 2, never a traceback (set PYPTO_DEBUG=1 to see one for an unexpected failure);
+a target this machine cannot run is a bad argument too. A broken compiler, cache or
+worker pool ends the run with exit status 3 and no record against any config.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ import importlib
 import os
 import sys
 
+from pypto.errors import TargetError
+
 from .commands.common import UsageError
+from .measure import EnvironmentFault
 
 # name -> (module with add_arguments(parser) and run(namespace) -> int, one-line help)
 COMMANDS = {
@@ -87,9 +92,12 @@ def main(argv=None) -> int:
         return ns.run(ns)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except UsageError as e:
+    except (UsageError, TargetError) as e:
         print(f"pypto-tune: error: {e}", file=sys.stderr)
         return 2
+    except EnvironmentFault as e:  # not the candidates': nothing was recorded against them
+        print(f"pypto-tune: the build or run environment failed: {e}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print(
             "pypto-tune: interrupted; the log holds every finished trial (use --resume)",

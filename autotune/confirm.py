@@ -19,7 +19,7 @@ them; one that falls out is left.
 
 from __future__ import annotations
 
-from .measure import MeasureOption, Measurer
+from .measure import EnvironmentFault, MeasureOption, Measurer
 from .records import append_records, load_records, ranked_configs
 from .space import SpaceError
 from .tuners import MeasureInput, to_record
@@ -42,7 +42,8 @@ def _fastest(task, records, k: int) -> list:
 def confirm_best(task, log: str, k: int, rounds: int = 2, measure: MeasureOption | None = None):
     """Measure the ``k`` fastest configs of ``task`` in ``log`` again, ``rounds`` times
     each, interleaved, appending every measurement to ``log`` (see the module
-    docstring). Returns how many measurements were made."""
+    docstring). Returns how many measurements were made. ``EnvironmentFault`` stops
+    it, after the measurements made before the fault are appended."""
     if k <= 0 or rounds <= 0:
         return 0
     records = load_records(log)
@@ -53,7 +54,13 @@ def confirm_best(task, log: str, k: int, rounds: int = 2, measure: MeasureOption
             todo = [c for c in _fastest(task, records, k) if fresh.get(c.index, 0) < rounds]
             if not todo:
                 break
-            results = m.measure(task, todo)
+            try:
+                results = m.measure(task, todo)
+            except EnvironmentFault as e:  # keep what was measured, then stop
+                append_records(
+                    log, [to_record(MeasureInput(task, c), r) for c, r in zip(todo, e.done)]
+                )
+                raise
             new = [to_record(MeasureInput(task, c), r) for c, r in zip(todo, results)]
             append_records(log, new)
             records.extend(new)

@@ -5,41 +5,45 @@
 
 The runner is a long-lived child; a candidate that crashes it (a segfault)
 or outlives the timeout (an endless loop) is recorded as an error, the
-runner is replaced, and tuning goes on. Each candidate's output is checked
-against the template's numpy reference (or the default config's output),
-so a fast wrong kernel is an error, never a record. Runs are sequential:
-timings do not share the machine with other candidates.
+runner is replaced, and tuning goes on. Each candidate runs on fresh copies
+of the workload's inputs, and its output is checked against the template's
+numpy reference (or the default config's output), so a fast wrong kernel,
+or one that writes its inputs, is an error, never a record. Runs are
+sequential: timings do not share the machine with other candidates.
+
+A config is disqualified only by its own reproducible failure. A broken
+environment -- no working compiler, an unusable cache directory, build or
+measurement processes that cannot start -- raises ``EnvironmentFault``: any
+candidate would fail the same way, so the run stops and no record blames a
+config. A build process that dies, or a runner that crashes, is tried again
+once before the candidate is blamed. (The child side is ``workers.py``.)
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import enum
-import importlib
 import multiprocessing as mp
 import os
 import signal
 import time
-import traceback
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from pypto.errors import TargetError
 from pypto.target import Target
 
-from .records import Measured
+from .records import ErrorKind, Measured
+from .workers import _short, build_worker, init_build_worker, probe_worker, runner_main
+
+__all__ = ["EnvironmentFault", "ErrorKind", "MeasureOption", "MeasureResult", "Measurer"]
 
 
-class ErrorKind(enum.StrEnum):
-    """Why a candidate has no valid measurement (records store the name)."""
+class EnvironmentFault(RuntimeError):
+    """Measuring cannot go on for a reason that is no candidate's: ``done`` holds the
+    results of the batch's configs measured before it (in order)."""
 
-    INSTANTIATION = "INSTANTIATION_ERROR"  # the template or a schedule primitive refused it
-    COMPILE = "COMPILE_ERROR"  # the C compiler failed
-    RUNTIME = "RUNTIME_ERROR"  # the kernel raised, or the process died (segfault...)
-    TIMEOUT = "TIMEOUT"  # build or run took longer than allowed
-    WRONG_ANSWER = "WRONG_ANSWER"  # ran, but the output differs from the reference
-    UNKNOWN = "UNKNOWN_ERROR"
+    def __init__(self, message: str, done: list | None = None):
+        super().__init__(message)
+        self.done = list(done or [])
 
 
 @dataclass
@@ -80,174 +84,6 @@ def _spec(task, cfg) -> dict:
     }
 
 
-def _load_template(spec):
-    mod = spec["module"]
-    if mod not in ("__main__", "__mp_main__"):
-        importlib.import_module(mod)  # registers the template in this process
-    from .task import get_template
-
-    return get_template(spec["template"])
-
-
-def _short(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}"
-    return text if len(text) < 2000 else text[:2000] + " ..."
-
-
-# ---------------------------------------------------------------- building (pool workers)
-
-
-def _build_worker(spec: dict) -> dict:
-    """Instantiate and compile one candidate; returns a dict of plain data."""
-    import pypto as pt
-    from pypto.codegen_c import codegen
-    from pypto.runtime import compile_source
-
-    t0 = time.perf_counter()
-    try:
-        tpl = _load_template(spec)
-        s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
-        func = pt.lower(s, tensors, name="candidate")
-    except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
-        return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
-    try:
-        target = Target(spec["target"])
-        src, _ = codegen(func, target)
-        compile_source(src, target.cflags, timeout=spec["build_timeout"])
-    except pt.BuildError as e:
-        return {"error": ErrorKind.COMPILE.value, "msg": _short(e)[:4000]}
-    except Exception as e:  # noqa: BLE001
-        return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
-    return {"build_s": time.perf_counter() - t0}
-
-
-# ---------------------------------------------------------------- running (the child)
-
-
-def _random_inputs(tensors, rng):
-    from pypto.tensor import PlaceholderOp
-
-    arrays, outputs = [], []
-    for t in tensors:
-        shape = tuple(int(d.value) for d in t.shape)
-        dt = np.dtype(t.dtype)
-        if isinstance(t.op, PlaceholderOp):
-            if dt.kind == "f":
-                arrays.append(rng.uniform(-1, 1, shape).astype(dt))
-            elif dt.kind in "iu":
-                arrays.append(rng.integers(0, 8, shape).astype(dt))
-            else:
-                arrays.append(np.zeros(shape, dt))
-        else:
-            arrays.append(np.full(shape, np.nan, dt) if dt.kind == "f" else np.zeros(shape, dt))
-            outputs.append(len(arrays) - 1)
-    return arrays, outputs
-
-
-class _Runner:
-    """State of the runner child: inputs and expected outputs per workload."""
-
-    def __init__(self):
-        self.cases: dict = {}
-        self.flush_buf = None
-
-    def case(self, spec, tpl, tensors, seed):
-        key = spec["workload"]
-        if key not in self.cases:
-            import pypto as pt
-
-            rng = np.random.default_rng(seed)
-            arrays, outs = _random_inputs(tensors, rng)
-            inputs = [a for i, a in enumerate(arrays) if i not in outs]
-            if tpl.reference is not None:
-                ref = tpl.reference_output(inputs, spec["args"])
-            else:  # the default config is the reference
-                space = tpl.space(*spec["args"], target=spec["target"])
-                s, ts = tpl.instantiate(space.default_config(), *spec["args"])
-                mod = pt.build(s, ts, target=spec["target"])
-                mod(*arrays)
-                ref = [arrays[i].copy() for i in outs]
-            self.cases[key] = (arrays, outs, [np.asarray(r) for r in ref])
-        return self.cases[key]
-
-    def prepare(self, spec: dict, opt: dict) -> dict:
-        """Inputs and expected outputs of a workload, outside any candidate's timeout."""
-        tpl = _load_template(spec)
-        space = tpl.space(*spec["args"], target=spec["target"])
-        _, tensors = tpl.instantiate(space.default_config(), *spec["args"])
-        self.case(spec, tpl, tensors, opt["seed"])
-        return {"prepared": True}
-
-    def flush(self):
-        if self.flush_buf is None:
-            self.flush_buf = np.zeros(64 * 1024 * 1024 // 8)
-        self.flush_buf += 1.0
-
-    def run(self, spec: dict, opt: dict) -> dict:
-        import pypto as pt
-
-        t0 = time.perf_counter()
-        try:
-            tpl = _load_template(spec)
-            s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
-            mod = pt.build(s, tensors, target=spec["target"], name="candidate")
-        except pt.BuildError as e:
-            return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
-        except Exception as e:  # noqa: BLE001
-            return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
-        try:
-            arrays, outs, ref = self.case(spec, tpl, tensors, opt["seed"])
-            for i in outs:
-                arrays[i][...] = np.nan if arrays[i].dtype.kind == "f" else 0
-            mod(*arrays)
-            if opt["check_correctness"]:
-                for i, r in zip(outs, ref):
-                    got = arrays[i]
-                    if got.shape != r.shape or not np.allclose(
-                        got, r, rtol=opt["rtol"], atol=opt["atol"]
-                    ):
-                        err = (
-                            np.nanmax(np.abs(got.astype(np.float64) - r))
-                            if got.shape == r.shape
-                            else float("nan")
-                        )
-                        return {
-                            "error": ErrorKind.WRONG_ANSWER.value,
-                            "msg": f"output {i} differs from the reference "
-                            f"(max abs error {err:.3g})",
-                        }
-            costs = []
-            ev = mod.time_evaluator(
-                number=opt["number"], repeat=1, min_repeat_ms=opt["min_repeat_ms"]
-            )
-            for _ in range(opt["repeat"]):
-                if opt["flush_cache"]:
-                    self.flush()
-                costs.append(ev(*arrays).results[0])
-        except Exception as e:  # noqa: BLE001
-            return {"error": ErrorKind.RUNTIME.value, "msg": _short(e)}
-        return {"costs": costs, "run_s": time.perf_counter() - t0}
-
-
-def _runner_main(conn):
-    os.environ["PYPTO_MEASURING"] = "1"
-    runner = _Runner()
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            msg = conn.recv()
-        except EOFError:
-            return
-        if msg[0] == "stop":
-            return
-        kind, spec, opt = msg
-        try:
-            out = runner.run(spec, opt) if kind == "run" else runner.prepare(spec, opt)
-        except Exception:  # noqa: BLE001 - never let the loop die on a bug
-            out = {"error": ErrorKind.UNKNOWN.value, "msg": traceback.format_exc()[-2000:]}
-        conn.send(("done", out))
-
-
 # ---------------------------------------------------------------- the parent side
 
 
@@ -268,72 +104,121 @@ class Measurer:
         self.close()
 
     def close(self):
+        """End the runner and the build workers (each kills the compiler it waits for)."""
         self._stop_runner()
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self._kill_pool()
-            self.pool = None
+        self._drop_pool()
 
     # ---- building
 
-    def _pool(self):
+    @property
+    def n_workers(self) -> int:
+        return self.option.n_parallel or os.cpu_count() or 1
+
+    def _pool(self, n: int | None = None):
         if self.pool is None:
-            n = self.option.n_parallel or os.cpu_count() or 1
-            self.pool = cf.ProcessPoolExecutor(max_workers=n, mp_context=self.ctx)
+            self.pool = cf.ProcessPoolExecutor(
+                max_workers=n or self.n_workers,
+                mp_context=self.ctx,
+                initializer=init_build_worker,
+                initargs=(os.getpid(),),
+            )
         return self.pool
 
-    def _kill_pool(self):
-        procs = getattr(self.pool, "_processes", None) or {}
-        for p in list(procs.values()):
+    def _drop_pool(self):
+        """Shut the pool down now: SIGTERM first (a worker then kills its compiler's
+        process group), SIGKILL for any worker still there a moment later."""
+        if self.pool is None:
+            return
+        procs = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
             try:
-                p.kill()
+                p.terminate()
             except (OSError, AttributeError):
                 pass
+        deadline = time.monotonic() + 2.0
+        for p in procs:
+            try:
+                p.join(max(0.0, deadline - time.monotonic()))
+                if p.is_alive():
+                    p.kill()
+                    p.join(1.0)
+            except (OSError, AttributeError, ValueError):
+                pass
+        self.pool = None
 
-    def build(self, specs) -> list[dict]:
-        pool = self._pool()
-        futures = [pool.submit(_build_worker, s) for s in specs]
+    def _collect(self, futures, waves: int) -> tuple[list, list]:
+        """Results of ``futures`` (None where the build did not finish) and, for those,
+        ``(index, error dict)``: a stuck pool (TIMEOUT) or a dead build process."""
         # each compile stops itself at build_timeout; this is the backstop for a stuck worker
-        waves = -(-len(specs) // (self.option.n_parallel or os.cpu_count() or 1))
         deadline = time.monotonic() + (self.option.build_timeout + 30) * waves
-        out = []
-        broken = False
-        for f in futures:
+        out, lost = [], []
+        for k, f in enumerate(futures):
             try:
                 out.append(f.result(timeout=max(0.1, deadline - time.monotonic())))
+                continue
             except cf.TimeoutError:
-                out.append(
-                    {
-                        "error": ErrorKind.TIMEOUT.value,
-                        "msg": f"build took longer than {self.option.build_timeout:.0f} s",
-                    }
-                )
-                broken = True
-            except Exception as e:  # noqa: BLE001 - a dead worker (crash in the template)
-                out.append(
-                    {
-                        "error": ErrorKind.INSTANTIATION.value,
-                        "msg": f"the build process failed: {_short(e)}",
-                    }
-                )
-                broken = True
-        if broken:  # replace the pool: a worker may be stuck or dead
-            self.pool.shutdown(wait=False, cancel_futures=True)
-            self._kill_pool()
-            self.pool = None
+                kind = ErrorKind.TIMEOUT
+                msg = f"build took longer than {self.option.build_timeout:.0f} s"
+            except Exception as e:  # noqa: BLE001 - a dead worker, a pool that cannot start
+                kind = ErrorKind.INSTANTIATION
+                msg = f"the build process died building it: {_short(e)}"
+            out.append(None)
+            lost.append((k, {"error": kind.value, "msg": msg}))
+        return out, lost
+
+    def _check_pool_starts(self, why: str):
+        """``EnvironmentFault`` unless a fresh pool runs a no-op job."""
+        try:
+            self._pool().submit(probe_worker).result(timeout=120)
+        except Exception as e:  # noqa: BLE001
+            self._drop_pool()
+            raise EnvironmentFault(
+                f"the build processes cannot start ({why}; a no-op job failed too: "
+                f"{_short(e)}); is the main module importable in a fresh interpreter?"
+            ) from None
+
+    def build(self, specs) -> list[dict]:
+        futures = [self._pool().submit(build_worker, s) for s in specs]
+        out, lost = self._collect(futures, -(-len(specs) // self.n_workers))
+        if lost:
+            self._drop_pool()  # stuck or broken: a fresh one for the retries
+        for k, first in lost:
+            # the pool broke or stalled: maybe this candidate's doing, maybe another's, maybe
+            # the machine's; it is blamed only if it fails alone in a fresh pool again
+            self._check_pool_starts(first["msg"])
+            (again,), failed = self._collect([self._pool().submit(build_worker, specs[k])], 1)
+            if failed:
+                self._drop_pool()
+                again = dict(failed[0][1], msg=failed[0][1]["msg"] + " (twice)")
+            out[k] = again
+        for r in out:
+            if "fault" in r:
+                raise EnvironmentFault(f"cannot build candidates: {r['fault']}")
         return out
 
     # ---- running
 
     def _start_runner(self):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_runner_main, args=(child,), daemon=True)
-        proc.start()
+        proc = self.ctx.Process(target=runner_main, args=(child, os.getpid()), daemon=True)
+        try:
+            proc.start()
+        except OSError as e:
+            raise EnvironmentFault(f"cannot start the measurement process: {e}") from None
         child.close()
-        if not parent.poll(120):
+        try:
+            if not parent.poll(120):
+                raise EOFError
+            parent.recv()
+        except (EOFError, OSError):
             proc.kill()
-            raise RuntimeError("the measurement process did not start")
-        parent.recv()
+            proc.join(5)
+            parent.close()
+            raise EnvironmentFault(
+                f"the measurement process could not start (exit code {proc.exitcode}); "
+                "is the main module importable in a fresh interpreter?"
+            ) from None
         self.proc, self.conn = proc, parent
         self.prepared: set = set()
 
@@ -353,17 +238,29 @@ class Measurer:
         self.proc = self.conn = None
 
     def run(self, spec: dict) -> dict:
-        if self.proc is None or not self.proc.is_alive():
-            self._stop_runner(kill=True)
-            self._start_runner()
-        o = self.option
-        if spec["workload"] not in self.prepared:  # the reference is not the candidate's time
-            r = self._exchange("prepare", spec, max(300.0, 10 * o.timeout))
-            if "error" in r:
-                r["msg"] = "preparing the reference failed: " + r["msg"]
+        """Run one built candidate; a crash of the runner is tried once more in a fresh
+        runner before the candidate is blamed for it."""
+        for attempt in (1, 2):
+            if self.proc is None or not self.proc.is_alive():
+                self._stop_runner(kill=True)
+                self._start_runner()
+            o = self.option
+            if spec["workload"] not in self.prepared:  # the reference is not the candidate's time
+                r = self._exchange("prepare", spec, max(300.0, 10 * o.timeout))
+                if "error" in r or "fault" in r:
+                    raise EnvironmentFault(
+                        f"cannot measure workload {spec['workload']}: preparing its inputs "
+                        f"and reference failed: {r.get('fault') or r['msg']}"
+                    )
+                self.prepared.add(spec["workload"])
+            r = self._exchange("run", spec, o.timeout)
+            if "fault" in r:
+                raise EnvironmentFault(f"cannot run candidates: {r['fault']}")
+            if not r.pop("crashed", False):
                 return r
-            self.prepared.add(spec["workload"])
-        return self._exchange("run", spec, o.timeout)
+            if attempt == 2:
+                r["msg"] += " (twice)"
+        return r
 
     def _exchange(self, kind: str, spec: dict, timeout: float) -> dict:
         o = self.option
@@ -397,17 +294,15 @@ class Measurer:
                     how = signal.Signals(-code).name
                 except ValueError:
                     how = f"signal {-code}"
-                return {
-                    "error": ErrorKind.RUNTIME.value,
-                    "msg": f"the candidate crashed the measurement process ({how})",
-                }
-            return {
-                "error": ErrorKind.RUNTIME.value,
-                "msg": f"the measurement process died (exit code {code})",
-            }
+                msg = f"the candidate crashed the measurement process ({how})"
+            else:
+                msg = f"the measurement process died (exit code {code})"
+            return {"error": ErrorKind.RUNTIME.value, "msg": msg, "crashed": True}
 
     def measure(self, task, configs) -> list[MeasureResult]:
-        """Build all candidates in parallel, then run them one at a time."""
+        """Build all candidates in parallel, then run them one at a time.
+        ``EnvironmentFault`` (with the results measured before it) when the environment
+        breaks; no result then blames a config for it."""
         check_measurable(task.target)
         specs = [{**_spec(task, c), "build_timeout": self.option.build_timeout} for c in configs]
         built = self.build(specs)
@@ -416,7 +311,11 @@ class Measurer:
             if "error" in b:
                 results.append(MeasureResult(error=ErrorKind(b["error"]), error_msg=b["msg"]))
                 continue
-            r = self.run(spec)
+            try:
+                r = self.run(spec)
+            except EnvironmentFault as e:
+                e.done = results
+                raise
             if "error" in r:
                 results.append(
                     MeasureResult(

@@ -6,8 +6,11 @@ the target's parameters are features).
 
 Each config (once, with the median of all its timings) is instantiated with
 its template, lowered, and featurized; each workload is one ranking group.
-The models are written to ``cost_models/pretrained/<target>.json``, which
-XGBTuner loads by default.
+The models are written to ``out_dir`` (default: the user's store,
+``$PYPTO_HOME/models/<target>.json``), which XGBTuner loads before the shipped
+``cost_models/pretrained/<target>.json``; the shipped models are never
+overwritten (the package may be installed read-only, and a model trained on a
+few records would replace one trained on hundreds).
 """
 
 from __future__ import annotations
@@ -55,16 +58,24 @@ def training_data(records, target_key: str | None):
 
 
 def train(paths=None, out_dir: str | None = None) -> dict:
-    """Fit and save one model per target found in the logs; returns {target: rows}."""
+    """Fit and save one model per target found in the logs, into ``out_dir`` (default
+    ``cost_models.user_model_dir()``); returns {target: rows}. ``ValueError`` for the
+    shipped models' directory."""
     paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*", "*.jsonl")))
     if not paths:
         raise FileNotFoundError("no tuning logs given and none in tuning_logs/")
+    out_dir = os.fspath(out_dir) if out_dir is not None else cm.user_model_dir()
+    if os.path.exists(out_dir) and os.path.samefile(out_dir, cm.PRETRAINED_DIR):
+        raise ValueError(
+            f"{out_dir} holds the shipped cost models; train into another directory "
+            f"(default {cm.user_model_dir()})"
+        )
     records = load_records(paths)
-    out_dir = out_dir or cm.PRETRAINED_DIR
     os.makedirs(out_dir, exist_ok=True)
     done = {}
     targets = sorted({r.target for r in records})
-    for target in [*targets, *([cm.ALL_TARGETS] if targets else [])]:
+    # the all-targets model only where it knows more than one target's
+    for target in [*targets, *([cm.ALL_TARGETS] if len(targets) > 1 else [])]:
         X, y, groups = training_data(records, None if target == cm.ALL_TARGETS else target)
         if len(y) < 8 or not np.any(y > 0):
             continue

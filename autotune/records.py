@@ -15,8 +15,10 @@ the same way.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fcntl
 import json
+import math
 import os
 import statistics
 import time
@@ -26,6 +28,27 @@ from dataclasses import dataclass, field
 from pypto import __version__ as PYPTO_VERSION
 
 FORMAT_VERSION = 1
+MAX_LINE = 1 << 20  # characters; a longer line is skipped as corrupt
+
+
+class ErrorKind(enum.StrEnum):
+    """Why a candidate has no valid measurement (records store the name)."""
+
+    INSTANTIATION = "INSTANTIATION_ERROR"  # the template or a schedule primitive refused it
+    COMPILE = "COMPILE_ERROR"  # the C compiler failed
+    RUNTIME = "RUNTIME_ERROR"  # the kernel raised, or the process died (segfault...)
+    TIMEOUT = "TIMEOUT"  # build or run took longer than allowed
+    WRONG_ANSWER = "WRONG_ANSWER"  # ran, but the output differs from the reference
+    UNKNOWN = "UNKNOWN_ERROR"
+
+
+# A COMPILE_ERROR beside valid measurements of the same config was the environment's:
+# compiling is deterministic, and the config's code compiled when it was measured.
+# Logs written before environment faults stopped a tuning run (instead of being
+# recorded against every candidate, e.g. with CC unset or broken) hold such records;
+# they do not disqualify the config. A config with compile errors only stays out:
+# old records cannot tell a broken compiler from a rejected source.
+OVERRULED_BY_MEASUREMENTS = frozenset({ErrorKind.COMPILE.value})
 
 
 class Measured:
@@ -58,7 +81,7 @@ class Record(Measured):
 
     @property
     def gflops(self) -> float:
-        return self.flop / self.cost / 1e9 if self.ok and self.flop else 0.0
+        return self.flop / self.cost / 1e9 if self.ok and self.flop and self.cost > 0 else 0.0
 
     @property
     def template(self) -> str:
@@ -87,31 +110,54 @@ class Record(Measured):
 
     @staticmethod
     def from_json(line: str) -> Record:
-        """Parse one line; ValueError for anything that is not a valid record."""
-        d = json.loads(line)
+        """Parse one line; ValueError for anything that is not a valid record: costs
+        must be finite and positive, times and flop finite and non-negative, every
+        field of its type, a record without an error must have costs."""
+        if len(line) > MAX_LINE:
+            raise ValueError("line too long")
+        try:
+            d = json.loads(line)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
         if not isinstance(d, dict) or d.get("v") != FORMAT_VERSION:
             raise ValueError("unknown format version")
-        w = d["workload"]
+        w = d.get("workload")
         if not (
             isinstance(w, list) and len(w) == 2 and isinstance(w[0], str) and isinstance(w[1], list)
         ):
             raise ValueError("bad workload")
         costs = d.get("costs") or []
-        if not isinstance(d["config"], dict) or not all(isinstance(c, (int, float)) for c in costs):
+        if not isinstance(costs, list) or not isinstance(d.get("config"), dict):
             raise ValueError("bad config or costs")
+        error = d.get("error")
+        if not (error is None or isinstance(error, str)) or (error is None and not costs):
+            raise ValueError("bad error")
+        for key in ("target", "error_msg", "pypto"):
+            if not isinstance(d.get(key, ""), str):
+                raise ValueError(f"bad {key}")
         return Record(
             workload=json.dumps(w, separators=(",", ":")),
-            target=str(d["target"]),
+            target=d["target"],
             config=d["config"],
-            costs=[float(c) for c in costs],
-            error=d.get("error"),
-            error_msg=str(d.get("error_msg", "")),
-            flop=float(d.get("flop") or 0.0),
-            build_s=float(d.get("build_s") or 0.0),
-            run_s=float(d.get("run_s") or 0.0),
-            ts=float(d.get("ts") or 0.0),
-            pypto=str(d.get("pypto", "")),
+            costs=[_number(c, "cost", positive=True) for c in costs],
+            error=error,
+            error_msg=d.get("error_msg", ""),
+            flop=_number(d.get("flop") or 0.0, "flop"),
+            build_s=_number(d.get("build_s") or 0.0, "build_s"),
+            run_s=_number(d.get("run_s") or 0.0, "run_s"),
+            ts=_number(d.get("ts") or 0.0, "ts"),
+            pypto=d.get("pypto", ""),
         )
+
+
+def _number(v, what: str, positive: bool = False) -> float:
+    """A JSON number that is finite and non-negative (positive), else ValueError."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{what} is not a number")
+    v = float(v)  # OverflowError for an int beyond any float: the reader skips the line
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise ValueError(f"bad {what}: {v}")
+    return v
 
 
 def append_records(path: str, records) -> None:
@@ -140,15 +186,21 @@ def append_records(path: str, records) -> None:
 
 
 def read_log(path: str) -> tuple[list[Record], int]:
-    """Records of one file and the number of lines skipped."""
+    """Records of one file and the number of lines skipped (corrupt, invalid, of an
+    unknown version, or longer than ``MAX_LINE``: none can make a log unreadable)."""
     out, bad = [], 0
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        while line := f.readline(MAX_LINE + 1):
+            if len(line) > MAX_LINE and not line.endswith("\n"):
+                while (rest := f.readline(MAX_LINE)) and not rest.endswith("\n"):
+                    pass  # the rest of an overlong line, never held whole
+                bad += 1
+                continue
             if not line.strip():
                 continue
             try:
                 out.append(Record.from_json(line))
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, OverflowError):
                 bad += 1
     return out, bad
 
@@ -180,7 +232,8 @@ def ranked_configs(records) -> dict:
     A config measured more than once (``pypto-tune --confirm``) becomes one record
     whose costs are all its timings, so it counts by their median: one lucky
     measurement does not outrank a config that held up to several. A config with any
-    failed measurement (an error, a timeout, a wrong result) is left out.
+    failed measurement (a crash, a timeout, a wrong result) is left out -- except a
+    ``COMPILE_ERROR`` beside valid measurements (``OVERRULED_BY_MEASUREMENTS``).
     """
     groups: dict = {}
     for r in records:
@@ -188,11 +241,12 @@ def ranked_configs(records) -> dict:
         groups.setdefault(key, []).append(r)
     ranked: dict = {}
     for (workload, target, _), recs in groups.items():
-        if not all(r.ok for r in recs):
+        good = [r for r in recs if r.ok]
+        if not good or any(not r.ok and r.error not in OVERRULED_BY_MEASUREMENTS for r in recs):
             continue
-        r = recs[-1]
-        if len(recs) > 1:
-            r = dataclasses.replace(r, costs=[c for x in recs for c in x.costs])
+        r = good[-1]
+        if len(good) > 1:
+            r = dataclasses.replace(r, costs=[c for x in good for c in x.costs])
         ranked.setdefault((workload, target), []).append(r)
     for recs in ranked.values():
         recs.sort(key=lambda r: r.cost)

@@ -15,6 +15,9 @@ import glob
 import importlib.util
 import os
 
+import cost_models
+from pypto import cache
+
 _SOURCE_RECORDS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs"
 )
@@ -23,7 +26,7 @@ RECORDS_PACKAGE = "pypto_records"  # the name tuning_logs/ is installed under
 
 def home() -> str:
     """The user's store: ``$PYPTO_HOME``, default ``~/.cache/pypto``."""
-    return os.environ.get("PYPTO_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pypto")
+    return cache.home()
 
 
 def logs_dir() -> str:
@@ -32,8 +35,8 @@ def logs_dir() -> str:
 
 
 def models_dir() -> str:
-    """The user's trained cost models: ``$PYPTO_HOME/models``."""
-    return os.path.join(home(), "models")
+    """The user's trained cost models: ``$PYPTO_HOME/models`` (cost_models reads them)."""
+    return cost_models.user_model_dir()
 
 
 def user_log(template: str) -> str:

@@ -11,7 +11,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .measure import ErrorKind, MeasureOption, Measurer, MeasureResult
+from .measure import EnvironmentFault, ErrorKind, MeasureOption, Measurer, MeasureResult
 from .records import Record, one_per_config
 from .space import Config, SpaceError
 from .startup import begin_tuning
@@ -153,6 +153,9 @@ class Tuner:
     ) -> Config | None:
         """Measure up to ``n_trial`` new configs; returns the best config found.
 
+        ``EnvironmentFault`` stops the run (after logging what was measured before it):
+        a broken compiler, cache or process pool is no candidate's fault.
+
         ``measurer``: an object with ``measure(task, configs)`` to use instead of a fresh
         ``Measurer(measure)`` (to share worker processes between tuning runs)."""
         if n_trial < 0:
@@ -171,13 +174,13 @@ class Tuner:
                 configs = [c for c in configs if c.index not in self.visited]
                 if not configs:
                     break
-                results = m.measure(self.task, configs)
-                inputs = [MeasureInput(self.task, c) for c in configs]
-                self.update(inputs, results)
-                self.trials += len(configs)
-                done += len(configs)
-                for cb in callbacks:
-                    cb(self, inputs, results)
+                try:
+                    results = m.measure(self.task, configs)
+                except EnvironmentFault as e:  # keep what was measured, then stop
+                    if e.done:
+                        self._took(configs[: len(e.done)], e.done, callbacks)
+                    raise
+                done += self._took(configs, results, callbacks)
                 if (
                     early_stopping is not None
                     and len(self.history) - self.best_trial >= early_stopping
@@ -186,11 +189,19 @@ class Tuner:
         finally:
             if own:
                 m.close()
-        for cb in callbacks:
-            close = getattr(cb, "close", None)
-            if close:
-                close()
+            for cb in callbacks:
+                close = getattr(cb, "close", None)
+                if close:
+                    close()
         return self.best_config
+
+    def _took(self, configs, results, callbacks) -> int:
+        inputs = [MeasureInput(self.task, c) for c in configs]
+        self.update(inputs, results)
+        self.trials += len(configs)
+        for cb in callbacks:
+            cb(self, inputs, results)
+        return len(configs)
 
 
 class RandomTuner(Tuner):

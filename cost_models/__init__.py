@@ -5,10 +5,16 @@
     scores = model.predict(X_new)          # higher is better
 
 The model sees arrays only; tuners do the featurizing. ``pretrained(target)``
-loads the model shipped for a target, when there is one.
+loads the user's own model for a target (``pypto-tune train-model`` writes it to
+``$PYPTO_HOME/models``), else the one shipped in ``cost_models/pretrained/``.
 """
 
 import os
+import warnings
+
+import numpy as np
+
+from pypto import cache
 
 from .features import FEATURE_NAMES, N_FEATURES, SCHEMA, featurize
 from .xgb import SchemaError, XGBoostCostModel
@@ -21,17 +27,48 @@ PRETRAINED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretr
 ALL_TARGETS = "all-targets"
 
 
+def _key(target) -> str:
+    return getattr(target, "key", str(target))
+
+
+def user_model_dir() -> str:
+    """Where trained models go: ``$PYPTO_HOME/models`` (``PYPTO_HOME`` defaults to
+    ``~/.cache/pypto``), never the shipped ``PRETRAINED_DIR``."""
+    return os.path.join(cache.home(), "models")
+
+
 def pretrained_path(target) -> str:
-    key = getattr(target, "key", str(target))
-    return os.path.join(PRETRAINED_DIR, f"{key}.json")
+    """The shipped model's path for ``target`` (it may not exist)."""
+    return os.path.join(PRETRAINED_DIR, f"{_key(target)}.json")
 
 
 def pretrained(target):
-    """The shipped model for ``target``; for a target without one, the model trained on
-    every target's records; None when neither exists."""
-    for path in (pretrained_path(target), pretrained_path(ALL_TARGETS)):
-        if os.path.exists(path):
-            return XGBoostCostModel.load(path)
+    """The model for ``target``: the user's own first, then the shipped one, then (for a
+    target without one) the model trained on every target's records; None when none
+    exists. A model that cannot be loaded or cannot score a feature row (corrupt,
+    another feature schema, another target) is passed over with a warning."""
+    key = _key(target)
+    candidates = [
+        (os.path.join(folder, f"{name}.json"), name)
+        for name in (key, ALL_TARGETS)
+        for folder in (user_model_dir(), PRETRAINED_DIR)
+    ]
+    for path, name in candidates:
+        if not os.path.exists(path):
+            continue
+        try:
+            model = XGBoostCostModel.load(path)
+            if model.target != name:
+                raise SchemaError(f"it was trained for target {model.target!r}")
+            if np.shape(model.predict(np.zeros((1, N_FEATURES), np.float32))) != (1,):
+                raise SchemaError("it does not score one row as one value")
+        except Exception as e:  # noqa: BLE001 - any unusable file: warn, go on without it
+            warnings.warn(
+                f"cost model {path} is unusable, tuning starts without it: {type(e).__name__}: {e}",
+                stacklevel=2,
+            )
+            continue
+        return model
     return None
 
 
@@ -46,4 +83,5 @@ __all__ = [
     "pretrained_path",
     "PRETRAINED_DIR",
     "ALL_TARGETS",
+    "user_model_dir",
 ]

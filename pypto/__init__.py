@@ -9,7 +9,7 @@ mod = pt.build(s, [A, B, C], target="host")
 
 from ._version import __version__
 from .dtypes import DTYPES
-from .errors import BuildError, PyptoError, ScheduleError, TargetError
+from .errors import BuildEnvironmentError, BuildError, PyptoError, ScheduleError, TargetError
 from .explain import explain
 from .expr import (
     Expr,
@@ -52,7 +52,7 @@ from .tensor import (
 from .tensorize import TensorIntrin, decl_tensor_intrin
 
 __all__ = [
-    "DTYPES", "BuildError", "PyptoError", "ScheduleError", "TargetError",
+    "DTYPES", "BuildError", "BuildEnvironmentError", "PyptoError", "ScheduleError", "TargetError",
     "Expr", "Var", "IterVar", "Tensor",
     "Schedule", "Stage", "Module", "Target", "__version__",
     "abs", "cast", "ceil", "const", "erf", "exp", "fast_erf", "fast_exp", "floor", "if_then_else",

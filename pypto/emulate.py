@@ -22,6 +22,7 @@ import tempfile
 
 import numpy as np
 
+from .cache import Entry, remove_file
 from .errors import BuildError
 from .loop_ir import LoweredFunc, written_buffers
 from .target import Target, cross_compiler, missing_features
@@ -100,28 +101,36 @@ def _written_flags(func: LoweredFunc) -> list[bool]:
     return [id(b) in written for b in func.params]
 
 
-def compile_program(source: str, driver: str, target: Target, cache: str, timeout: float) -> str:
-    """The static program of ``source`` + ``driver`` for ``target`` (cached by content)."""
+def compile_program(source: str, driver: str, target: Target, timeout: float) -> str:
+    """The static program of ``source`` + ``driver`` for ``target``, cached and verified
+    as the build cache's objects are (``pypto.cache``)."""
     cc = cross_compiler(target) or _missing_compiler(target)
     flags = [f for f in target.cflags if f not in _SO_ONLY]
     key = hashlib.sha256("\0".join([cc, *flags, source, driver]).encode()).hexdigest()[:32]
-    prog = os.path.join(cache, f"{key}.{target.name}.bin")
-    if os.path.exists(prog):
+    entry = Entry(f"{key}-{target.name}")
+    prog = entry.lookup()
+    if prog is not None:
         return prog
-    with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        kc, dc, out = (os.path.join(tmp, n) for n in ("kernel.c", "driver.c", "prog"))
-        for path, text in ((kc, source), (dc, driver)):
-            with open(path, "w") as f:
-                f.write(text)
-        cmd = [cc, *flags, "-static", kc, dc, "-o", out, "-lm"]
+    entry.write_source(source)
+    tmp = entry.temp_object()
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(tmp)) as d:
+        dc = os.path.join(d, "driver.c")
+        with open(dc, "w") as f:
+            f.write(driver)
+        cmd = [cc, *flags, "-static", entry.source, dc, "-o", tmp, "-lm"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise BuildError(f"the cross compiler timed out after {timeout:.0f} s") from None
-        if r.returncode != 0:
-            raise BuildError(f"the cross compiler failed (exit {r.returncode})", stderr=r.stderr)
-        os.replace(out, prog)
-    return prog
+            remove_file(tmp)
+            raise BuildError(f"the cross compiler timed out after {timeout:g} s") from None
+    if r.returncode != 0:
+        remove_file(tmp)
+        raise BuildError(
+            f"the cross compiler failed (exit {r.returncode})",
+            stderr=r.stderr,
+            source_path=entry.source,
+        )
+    return entry.store(tmp)
 
 
 def _missing_compiler(target: Target):

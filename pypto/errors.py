@@ -30,3 +30,9 @@ class BuildError(PyptoError, RuntimeError):
 
 class TargetError(PyptoError, ValueError):
     """Code for a target this machine cannot run was asked to run or be measured."""
+
+
+class BuildEnvironmentError(BuildError):
+    """The build environment is broken, not the code: no working C compiler, a compiler
+    that reports success but writes no object, an unusable cache directory. The same
+    build would fail for any kernel, so a tuner stops instead of blaming a candidate."""

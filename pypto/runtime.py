@@ -6,7 +6,7 @@
 
 Objects are cached under ``$PYPTO_CACHE_DIR`` (default ``~/.cache/pypto``)
 by the sha256 of compiler, flags and source, so rebuilding a kernel costs
-no compiler run.
+no compiler run; ``pypto/cache.py`` verifies an object before it is loaded.
 """
 
 from __future__ import annotations
@@ -14,15 +14,19 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import shlex
 import signal
 import subprocess
 import tempfile
+import time
 
 from . import emulate
+from .cache import Entry, remove_file
+from .cache import cache_dir as cache_dir  # public here before pypto.cache existed
 from .codegen_c import codegen
-from .errors import BuildError
+from .errors import BuildEnvironmentError, BuildError
 from .loop_ir import LoweredFunc
 from .lowering import lower
 from .module import EmulatedModule, Module, TimeResult, load_module
@@ -40,60 +44,127 @@ __all__ = [
 ]
 
 
-def cache_dir() -> str:
-    d = os.environ.get("PYPTO_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "pypto"
-    )
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 def compiler() -> list[str]:
     return shlex.split(os.environ.get("CC") or "cc")
 
 
-@functools.lru_cache(maxsize=8)
-def _compiler_version(cc: tuple) -> str:
-    try:
-        r = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=30)
-        return r.stdout.splitlines()[0] if r.stdout else ""
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise BuildError(f"cannot run the C compiler {' '.join(cc)!r}: {e}") from None
+DEFAULT_TIMEOUT = 300.0  # seconds one compiler run may take
+_MAX_TIMEOUT = 1e6  # seconds; poll() cannot wait much longer (2**31 ms)
+PROBE_SOURCE = "int pypto_probe(int x) { return x + 1; }\n"
+_PROBE_VALID_S = 60.0  # a compiler that worked this recently is taken as working
+_probed: dict = {}  # (compiler, flags) -> when a trivial kernel last compiled
+_running: dict = {}  # pid -> Popen of the compilers this process is waiting for
+_versions: dict = {}  # compiler command -> its --version line
 
 
-def compile_source(source: str, flags, timeout: float = 300.0, cc=None) -> str:
-    """Compile ``source`` to a shared object and return its path (cached); ``cc``: the
-    compiler command (default ``$CC``, else ``cc``)."""
+def _compiler_version(cc: tuple, timeout: float) -> str:
+    """The compiler's first ``--version`` line (part of every cache key), asked once."""
+    if cc not in _versions:
+        try:
+            r = _run_compiler([*cc, "--version"], min(timeout, 30.0))
+        except OSError as e:
+            raise BuildEnvironmentError(
+                f"cannot run the C compiler {' '.join(cc)!r}: {e}"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise BuildEnvironmentError(
+                f"the C compiler {' '.join(cc)!r} did not answer --version within "
+                f"{min(timeout, 30.0):g} s"
+            ) from None
+        _versions[cc] = r.stdout.splitlines()[0] if r.stdout else ""
+    return _versions[cc]
+
+
+def check_timeout(timeout) -> float:
+    """``timeout`` as seconds: a positive finite number, else ``ValueError`` (beyond
+    eleven days it means no limit: the waits below cannot be longer)."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return min(float(timeout), _MAX_TIMEOUT)
+
+
+def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None) -> str:
+    """Compile ``source`` to a shared object and return its path (cached, verified);
+    ``cc``: the compiler command (default ``$CC``, else ``cc``).
+
+    ``BuildError``: the compiler rejected this source or outlived ``timeout`` seconds
+    (its whole process group is killed). ``BuildEnvironmentError``: the fault is not
+    the source's -- the compiler is missing, cannot build even a trivial kernel with
+    these flags, or wrote no object; or the cache directory is unusable.
+    """
+    timeout = check_timeout(timeout)
     cc = tuple(cc or compiler())
-    flags = list(flags)
-    key = hashlib.sha256("\0".join([_compiler_version(cc), *cc, *flags, source]).encode())
-    stem = os.path.join(cache_dir(), key.hexdigest()[:32])
-    so = stem + ".so"
-    if os.path.exists(so):
+    flags = tuple(flags)
+    key = hashlib.sha256("\0".join([_compiler_version(cc, timeout), *cc, *flags, source]).encode())
+    entry = Entry(key.hexdigest()[:32])
+    so = entry.lookup()
+    if so is not None:
         return so
-    src = stem + ".c"
-    _atomic_write(src, source)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(so))
-    os.close(fd)
+    entry.write_source(source)
+    tmp = entry.temp_object()
     try:
-        r = _run_compiler([*cc, *flags, src, "-o", tmp, "-lm"], timeout)
+        r = _run_compiler([*cc, *flags, entry.source, "-o", tmp, "-lm"], timeout)
     except subprocess.TimeoutExpired:
-        os.unlink(tmp)
+        remove_file(tmp)
+        _check_compiler_works(cc, flags, timeout, "", entry.source)
         raise BuildError(
-            f"the C compiler timed out after {timeout:.0f} s", source_path=src
+            f"the C compiler timed out after {timeout:g} s and was stopped "
+            "(pt.build(..., timeout=seconds) sets the limit)",
+            source_path=entry.source,
         ) from None
     except OSError as e:
-        os.unlink(tmp)
-        raise BuildError(
-            f"cannot run the C compiler {' '.join(cc)!r}: {e}", source_path=src
+        remove_file(tmp)
+        raise BuildEnvironmentError(
+            f"cannot run the C compiler {' '.join(cc)!r}: {e}", source_path=entry.source
         ) from None
     if r.returncode != 0:
-        os.unlink(tmp)
+        remove_file(tmp)
+        _check_compiler_works(cc, flags, timeout, r.stderr, entry.source)
         raise BuildError(
-            f"the C compiler failed (exit {r.returncode})", stderr=r.stderr, source_path=src
+            f"the C compiler failed (exit {r.returncode})",
+            stderr=r.stderr,
+            source_path=entry.source,
         )
-    os.replace(tmp, so)
-    return so
+    return entry.store(tmp)
+
+
+def _check_compiler_works(
+    cc: tuple, flags: tuple, timeout: float, stderr: str, source_path: str
+) -> None:
+    """After a failed compile: ``BuildEnvironmentError`` (with the failed compile's
+    ``stderr`` and ``source_path``) unless the same compiler and flags build a trivial
+    kernel, so a broken toolchain is never blamed on a source."""
+    if time.monotonic() - _probed.get((cc, flags), -math.inf) < _PROBE_VALID_S:
+        return
+    with tempfile.TemporaryDirectory(prefix="pypto-probe-") as d:
+        src, out = os.path.join(d, "probe.c"), os.path.join(d, "probe.so")
+        with open(src, "w") as f:
+            f.write(PROBE_SOURCE)
+        why = ""
+        try:
+            r = _run_compiler([*cc, *flags, src, "-o", out, "-lm"], min(timeout, 60.0))
+            stderr = stderr or r.stderr
+            if r.returncode != 0:
+                why = f"exit {r.returncode}"
+            elif not os.path.exists(out) or os.path.getsize(out) == 0:
+                why = "it reported success but wrote no object"
+        except subprocess.TimeoutExpired:
+            why = "it timed out"
+        except OSError as e:
+            why = str(e)
+    if why:
+        raise BuildEnvironmentError(
+            f"the C compiler {' '.join(cc)!r} cannot build even a trivial kernel with "
+            f"these flags ({why}); check $CC and the toolchain",
+            stderr=stderr,
+            source_path=source_path,
+        )
+    _probed[(cc, flags)] = time.monotonic()
 
 
 def _run_compiler(cmd: list, timeout: float) -> subprocess.CompletedProcess:
@@ -102,28 +173,48 @@ def _run_compiler(cmd: list, timeout: float) -> subprocess.CompletedProcess:
     p = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
+    _running[p.pid] = p
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
+        _killpg(p.pid)
         p.communicate()
         raise
+    finally:
+        _running.pop(p.pid, None)
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def _atomic_write(path: str, text: str):
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path))
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
-def build(sch, args=None, target="host", name: str = "default_function", emit_only: bool = False):
+def kill_compilers() -> None:
+    """Kill every compiler this process is waiting for, with its whole process group
+    (for a worker that must end now: on SIGTERM, or when its parent is gone)."""
+    for pid in list(_running):
+        _killpg(pid)
+
+
+def build(
+    sch,
+    args=None,
+    target="host",
+    name: str = "default_function",
+    emit_only: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+):
     """``pt.build(s, args, target, name)``: lower, generate C, compile, load.
 
     With ``emit_only=True`` the C source is returned as a string and nothing
     is compiled (the way to get code for a target other than this host).
+    ``timeout``: seconds the C compiler may take; past it, the compiler and its
+    children are killed and ``BuildError`` says so.
     """
+    timeout = check_timeout(timeout)
     tgt = as_target(target)
     if isinstance(sch, LoweredFunc):
         func = sch
@@ -144,9 +235,9 @@ def build(sch, args=None, target="host", name: str = "default_function", emit_on
                 "use pt.build(..., emit_only=True) to get its C source"
             )
         driver = emulate.driver_source(func, cname)
-        prog = emulate.compile_program(source, driver, tgt, cache_dir(), timeout=300.0)
+        prog = emulate.compile_program(source, driver, tgt, timeout)
         return EmulatedModule(func, source, cname, prog, tgt)
-    so = compile_source(source, tgt.cflags)
+    so = compile_source(source, tgt.cflags, timeout)
     return Module(func, source, cname, so, tgt)
 
 

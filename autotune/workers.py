@@ -1,0 +1,280 @@
+"""The child side of measurement: build workers, the runner, and how they end.
+
+    build worker (pool process)  template(cfg) -> lower -> C -> cc
+    runner (one child process)   template(cfg) -> build (cache hit) -> fresh inputs -> check, time
+
+Replies are plain dicts: ``{"error": kind, "msg": ...}`` for the candidate's own
+failure, ``{"fault": ...}`` for a broken environment (no compiler, no cache
+directory: any candidate would fail the same way), which the parent turns
+into ``EnvironmentFault`` instead of a record.
+
+Every child dies with the process that started it: on Linux the kernel sends
+it a signal when its parent dies (``PR_SET_PDEATHSIG``), and a watchdog
+thread checks the parent's pid everywhere. A build worker that ends kills
+the compiler it is waiting for (its whole process group) first, so neither
+SIGINT, SIGTERM nor SIGKILL of ``pypto-tune`` leaves workers or compilers behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+import numpy as np
+
+import pypto as pt
+from pypto.codegen_c import codegen
+from pypto.runtime import compile_source, kill_compilers
+from pypto.target import Target
+from pypto.tensor import PlaceholderOp
+
+from .records import ErrorKind
+from .task import get_template
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _short(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) < 2000 else text[:2000] + " ..."
+
+
+def _fault(e: pt.BuildEnvironmentError) -> dict:
+    """A one-line reply for a broken environment: its cause and the compiler's first
+    line of complaint (the candidate's source path says nothing about it)."""
+    said = next((line.strip() for line in (e.stderr or "").splitlines() if line.strip()), "")
+    return {"fault": e.args[0] + (f"; the compiler said: {said[:300]}" if said else "")}
+
+
+def _load_template(spec):
+    mod = spec["module"]
+    if mod not in ("__main__", "__mp_main__"):
+        importlib.import_module(mod)  # registers the template in this process
+    return get_template(spec["template"])
+
+
+# ---------------------------------------------------------------- ending with the parent
+
+
+def _end_now(code: int = 143) -> None:
+    kill_compilers()
+    os._exit(code)
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """End this process (killing its compilers) when ``parent_pid`` is gone."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if sig == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, lambda *_: _end_now())
+    if os.getppid() != parent_pid:  # it died before the signal was armed
+        _end_now()
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        _end_now()
+
+    threading.Thread(target=watch, name="pypto-parent-watch", daemon=True).start()
+
+
+def init_build_worker(parent_pid: int) -> None:
+    """Pool initializer: SIGTERM (also sent when the parent dies) kills the compiler the
+    worker waits for, then the worker; SIGINT is the parent's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent(parent_pid, signal.SIGTERM)
+
+
+def probe_worker() -> int:
+    """A no-op job: a pool that cannot run it cannot build anything."""
+    return os.getpid()
+
+
+# ---------------------------------------------------------------- building (pool workers)
+
+
+def build_worker(spec: dict) -> dict:
+    """Instantiate and compile one candidate; returns a dict of plain data."""
+    t0 = time.perf_counter()
+    try:
+        tpl = _load_template(spec)
+        s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
+        func = pt.lower(s, tensors, name="candidate")
+    except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
+        return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
+    try:
+        target = Target(spec["target"])
+        src, _ = codegen(func, target)
+        compile_source(src, target.cflags, timeout=spec["build_timeout"])
+    except pt.BuildEnvironmentError as e:
+        return _fault(e)
+    except pt.BuildError as e:
+        return {"error": ErrorKind.COMPILE.value, "msg": _short(e)[:4000]}
+    except Exception as e:  # noqa: BLE001
+        return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
+    return {"build_s": time.perf_counter() - t0}
+
+
+# ---------------------------------------------------------------- running (the runner child)
+
+
+def _random_inputs(tensors, rng):
+    arrays, outputs = [], []
+    for t in tensors:
+        shape = tuple(int(d.value) for d in t.shape)
+        dt = np.dtype(t.dtype)
+        if isinstance(t.op, PlaceholderOp):
+            if dt.kind == "f":
+                arrays.append(rng.uniform(-1, 1, shape).astype(dt))
+            elif dt.kind in "iu":
+                arrays.append(rng.integers(0, 8, shape).astype(dt))
+            else:
+                arrays.append(np.zeros(shape, dt))
+        else:
+            arrays.append(np.full(shape, np.nan, dt) if dt.kind == "f" else np.zeros(shape, dt))
+            outputs.append(len(arrays) - 1)
+    return arrays, outputs
+
+
+def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+
+
+class Runner:
+    """State of the runner child: pristine inputs and expected outputs per workload.
+
+    Each candidate runs on fresh copies of the pristine arrays, so a candidate that
+    writes its inputs harms no other; it is caught by comparing its inputs with the
+    pristine ones after its runs, and recorded as a wrong answer."""
+
+    def __init__(self):
+        self.cases: dict = {}
+        self.flush_buf = None
+
+    def case(self, spec, tpl, tensors, seed):
+        key = spec["workload"]
+        if key not in self.cases:
+            rng = np.random.default_rng(seed)
+            arrays, outs = _random_inputs(tensors, rng)
+            inputs = [a for i, a in enumerate(arrays) if i not in outs]
+            if tpl.reference is not None:
+                ref = tpl.reference_output([a.copy() for a in inputs], spec["args"])
+            else:  # the default config is the reference
+                space = tpl.space(*spec["args"], target=spec["target"])
+                s, ts = tpl.instantiate(space.default_config(), *spec["args"])
+                mod = pt.build(s, ts, target=spec["target"])
+                scratch = [a.copy() for a in arrays]
+                mod(*scratch)
+                ref = [scratch[i] for i in outs]
+            names = [t.name for t in tensors]
+            self.cases[key] = (arrays, outs, [np.asarray(r) for r in ref], names)
+        return self.cases[key]
+
+    def prepare(self, spec: dict, opt: dict) -> dict:
+        """Inputs and expected outputs of a workload, outside any candidate's timeout."""
+        tpl = _load_template(spec)
+        space = tpl.space(*spec["args"], target=spec["target"])
+        _, tensors = tpl.instantiate(space.default_config(), *spec["args"])
+        self.case(spec, tpl, tensors, opt["seed"])
+        return {"prepared": True}
+
+    def flush(self):
+        if self.flush_buf is None:
+            self.flush_buf = np.zeros(64 * 1024 * 1024 // 8)
+        self.flush_buf += 1.0
+
+    @staticmethod
+    def _wrote_input(arrays, pristine, outs, names) -> dict | None:
+        for i, (a, p) in enumerate(zip(arrays, pristine)):
+            if i not in outs and not _same_bytes(a, p):
+                return {
+                    "error": ErrorKind.WRONG_ANSWER.value,
+                    "msg": f"wrote to input {names[i]} (argument {i})",
+                }
+        return None
+
+    @staticmethod
+    def _compare(arrays, outs, ref, opt) -> dict | None:
+        for i, r in zip(outs, ref):
+            got = arrays[i]
+            if got.shape != r.shape or not np.allclose(got, r, rtol=opt["rtol"], atol=opt["atol"]):
+                err = (
+                    np.nanmax(np.abs(got.astype(np.float64) - r))
+                    if got.shape == r.shape
+                    else float("nan")
+                )
+                return {
+                    "error": ErrorKind.WRONG_ANSWER.value,
+                    "msg": f"output {i} differs from the reference (max abs error {err:.3g})",
+                }
+        return None
+
+    def run(self, spec: dict, opt: dict) -> dict:
+        """Build (a cache hit), run once on fresh inputs, check, then time one candidate."""
+        t0 = time.perf_counter()
+        try:
+            tpl = _load_template(spec)
+            s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
+            mod = pt.build(s, tensors, target=spec["target"], name="candidate")
+        except pt.BuildEnvironmentError as e:
+            return _fault(e)
+        except pt.BuildError as e:
+            return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
+        except Exception as e:  # noqa: BLE001
+            return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
+        try:
+            pristine, outs, ref, names = self.case(spec, tpl, tensors, opt["seed"])
+            arrays = [a.copy() for a in pristine]  # no earlier candidate touched these
+            mod(*arrays)
+            bad = self._wrote_input(arrays, pristine, outs, names)
+            if bad is None and opt["check_correctness"]:
+                bad = self._compare(arrays, outs, ref, opt)
+            if bad is not None:
+                return bad
+            costs = []
+            ev = mod.time_evaluator(
+                number=opt["number"], repeat=1, min_repeat_ms=opt["min_repeat_ms"]
+            )
+            for _ in range(opt["repeat"]):
+                if opt["flush_cache"]:
+                    self.flush()
+                costs.append(ev(*arrays).results[0])
+            bad = self._wrote_input(arrays, pristine, outs, names)
+            if bad is not None:
+                return bad
+        except Exception as e:  # noqa: BLE001
+            return {"error": ErrorKind.RUNTIME.value, "msg": _short(e)}
+        return {"costs": costs, "run_s": time.perf_counter() - t0}
+
+
+def runner_main(conn, parent_pid: int):
+    """The runner child's loop: ``("run"|"prepare", spec, opt)`` in, ``("done", dict)`` out."""
+    die_with_parent(parent_pid, signal.SIGKILL)  # a candidate may hang in C: no handler runs
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ["PYPTO_MEASURING"] = "1"
+    runner = Runner()
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg[0] == "stop":
+            return
+        kind, spec, opt = msg
+        try:
+            out = runner.run(spec, opt) if kind == "run" else runner.prepare(spec, opt)
+        except pt.BuildEnvironmentError as e:
+            out = _fault(e)
+        except Exception:  # noqa: BLE001 - never let the loop die on a bug
+            out = {"error": ErrorKind.UNKNOWN.value, "msg": traceback.format_exc()[-2000:]}
+        conn.send(("done", out))

@@ -1,0 +1,151 @@
+"""The build cache: compiled objects on disk, loaded only when verified.
+
+    entry = cache.Entry(key)            # key: sha256 of compiler, flags and source
+    so = entry.lookup()                 # the object's path if it verifies, else None
+    so = entry.store(tmp_object)        # hash it, keep the hash beside it, rename into place
+
+The directory (``$PYPTO_CACHE_DIR``, default ``~/.cache/pypto``) is created
+0700 and must be the user's own. An object is loaded only when its content
+hash matches the one written beside it when it was stored, and it is a
+regular file owned by the user that neither group nor others may write: a
+foreign or damaged file under the expected name (an empty one, a truncated
+one, another program's library) is removed and rebuilt, never loaded, so its
+constructors never run. Objects and hashes are written to a temporary file
+and renamed into place, so a killed build leaves no half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+
+from .errors import BuildEnvironmentError
+
+HASH_SUFFIX = ".sha256"
+
+
+def home() -> str:
+    """The user's pypto store: ``$PYPTO_HOME``, default ``~/.cache/pypto`` (tuning logs
+    and trained models live under it; the build cache too, unless ``$PYPTO_CACHE_DIR``)."""
+    return os.environ.get("PYPTO_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pypto")
+
+
+def cache_dir() -> str:
+    """The build cache directory, created 0700; ``BuildEnvironmentError`` when it cannot
+    be created, is another user's, or is not writable."""
+    d = os.environ.get("PYPTO_CACHE_DIR") or home()
+    hint = "; set PYPTO_CACHE_DIR to a directory of your own"
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+    except OSError as e:
+        raise BuildEnvironmentError(
+            f"cannot create the build cache directory {d}: {e.strerror or e}{hint}"
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise BuildEnvironmentError(f"the build cache {d} is not a directory{hint}")
+    if st.st_uid != os.getuid():
+        raise BuildEnvironmentError(
+            f"the build cache directory {d} belongs to another user (uid {st.st_uid}){hint}"
+        )
+    if st.st_mode & 0o022:  # ours, but others could plant objects in it
+        os.chmod(d, stat.S_IMODE(st.st_mode) & 0o700)
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise BuildEnvironmentError(f"the build cache directory {d} is not writable{hint}")
+    return d
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        remove_file(tmp)
+        raise
+
+
+def remove_file(path: str) -> None:
+    """Remove ``path`` if it is there; ``BuildEnvironmentError`` when it cannot be (a
+    directory planted under an object's name, say)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise BuildEnvironmentError(
+            f"cannot remove the damaged build cache entry {path}: {e.strerror or e}"
+        ) from None
+
+
+def _own_file_bytes(path: str) -> bytes | None:
+    """The content of ``path`` if it is a regular file (not a link) of this user that
+    group and others cannot write; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+class Entry:
+    """One cached object: ``<key>.so``, its hash ``<key>.so.sha256`` and the source
+    ``<key>.c`` (kept for error messages)."""
+
+    def __init__(self, key: str, directory: str | None = None):
+        stem = os.path.join(directory or cache_dir(), key)
+        self.so = stem + ".so"
+        self.source = stem + ".c"
+        self.hash = self.so + HASH_SUFFIX
+
+    def lookup(self) -> str | None:
+        """The object's path when it verifies; a damaged or foreign entry is removed."""
+        if not os.path.lexists(self.so):
+            return None
+        data = _own_file_bytes(self.so)
+        want = _own_file_bytes(self.hash)
+        if data and want and hashlib.sha256(data).hexdigest() == want.decode(errors="replace"):
+            return self.so
+        remove_file(self.so)
+        remove_file(self.hash)
+        return None
+
+    def write_source(self, source: str) -> None:
+        """Keep the C source beside the object (error messages point at it)."""
+        atomic_write(self.source, source.encode())
+
+    def temp_object(self) -> str:
+        """A fresh temporary path in the cache directory for the compiler's output."""
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.so), prefix=".tmp-", suffix=".so")
+        os.close(fd)
+        return tmp
+
+    def store(self, tmp: str) -> str:
+        """Move a freshly built object into place with its hash; returns its path.
+        ``BuildEnvironmentError`` when the compiler left no object."""
+        try:
+            with open(tmp, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+        if not data:
+            remove_file(tmp)
+            raise BuildEnvironmentError(
+                "the C compiler reported success but wrote no object "
+                f"(is $CC a compiler? CC={os.environ.get('CC') or 'cc'!r})",
+                source_path=self.source,
+            )
+        os.chmod(tmp, 0o700)
+        atomic_write(self.hash, hashlib.sha256(data).hexdigest().encode())
+        os.replace(tmp, self.so)
+        return self.so
