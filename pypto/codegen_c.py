@@ -82,6 +82,21 @@ static void* pt_alloc_or_die(size_t bytes) {
 }"""
 
 
+# byte counts of heap buffers: every product and sum checked, negative extents count as 0
+_SIZE_CHECK = """static inline int64_t pt_size_mul(int64_t a, int64_t b, int32_t* bad) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) { *bad = 1; return 0; }
+  return r;
+}
+static inline int64_t pt_size_add(int64_t a, int64_t b, int32_t* bad) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) { *bad = 1; return 0; }
+  return r;
+}
+static inline int64_t pt_size_dim(int64_t d) { return d > 0 ? d : 0; }"""
+
+MAX_BYTES = 2**62  # a buffer of this many bytes is refused before any allocation is tried
+
 _CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t* status) {
   if (i >= 0 && i < n) return i;
   __atomic_store_n(status, -2, __ATOMIC_RELAXED);
@@ -211,6 +226,7 @@ class CodeGen:
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
         self.frees: list[str] = []
         self.needs_alloc = False
+        self.needs_size_check = False
         self.rules = {
             Seq: self.seq,
             For: self.for_,
@@ -291,11 +307,25 @@ class CodeGen:
         scoped = self.loop_depth > 0 or name in self.frees
         on_heap = nbytes is None or nbytes > STACK_LIMIT
         self.needs_alloc |= on_heap
+        if nbytes is not None and nbytes > MAX_BYTES:
+            raise MemoryError(
+                f"{self.func.name}: temporary buffer {b.name} would need {nbytes} bytes"
+            )
         if on_heap and not scoped:
             # function level: declared NULL up front, freed once at the single exit
-            nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
             self.cleanups.append(f"{t}* restrict {name} = NULL;")
-            self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t)({nb}));")
+            if nbytes is None:  # sizes bound at call time: overflow is an error, not a wrap
+                self.emit(depth, "{")
+                self.emit(depth + 1, "int32_t pt_bad = 0;")
+                self.emit(depth + 1, f"int64_t pt_nb = {self.checked_bytes(b, 'pt_bad')};")
+                self.emit(depth + 1, f"if (pt_bad || pt_nb > INT64_C({MAX_BYTES})) {{")
+                self.emit(depth + 2, "status = -3;")
+                self.emit(depth + 2, "goto pt_exit;")
+                self.emit(depth + 1, "}")
+                self.emit(depth + 1, f"{name} = ({t}*)pt_alloc((size_t)pt_nb);")
+                self.emit(depth, "}")
+            else:
+                self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t){nbytes});")
             self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
             self.frees.append(name)
             self.stmt(s.body, depth)
@@ -310,12 +340,34 @@ class CodeGen:
             self.emit(inner, f"{t} {name}[{size.value}] __attribute__((aligned({ALIGN})));")
             self.stmt(s.body, inner)
         else:
-            nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
-            self.emit(inner, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die((size_t)({nb}));")
+            if nbytes is None:  # an overflowing size asks for SIZE_MAX bytes: a clean abort
+                flag = f"pt_bad_{name}"
+                self.emit(inner, f"int32_t {flag} = 0;")
+                self.emit(inner, f"int64_t pt_nb_{name} = {self.checked_bytes(b, flag)};")
+                nb = f"{flag} ? SIZE_MAX : (size_t)pt_nb_{name}"
+            else:
+                nb = str(nbytes)
+            self.emit(inner, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die({nb});")
             self.stmt(s.body, inner)
             self.emit(inner, f"free({name});")
         if braces:
             self.emit(depth, "}")
+
+    def checked_bytes(self, b, flag: str) -> str:
+        """C for the byte count of buffer ``b`` with every product and sum checked for
+        overflow (``flag`` is set when one overflows); a negative extent counts as 0."""
+        self.needs_size_check = True
+
+        def ck(e) -> str:
+            if isinstance(e, Binary) and e.op in ("mul", "add"):
+                fn = "pt_size_mul" if e.op == "mul" else "pt_size_add"
+                return f"{fn}({ck(e.a)}, {ck(e.b)}, &{flag})"
+            return self.p(e)
+
+        out = str(b.elem_bytes)
+        for d in b.shape:
+            out = f"pt_size_mul({out}, pt_size_dim({ck(d)}), &{flag})"
+        return out
 
     def if_(self, s: IfThenElse, depth):
         self.emit(depth, f"if ({self.p(s.cond)}) {{")
@@ -358,6 +410,8 @@ class CodeGen:
             out.append(intrin.source.strip("\n"))
         if self.needs_alloc:
             out.append(_ALLOC)
+        if self.needs_size_check:
+            out.append(_SIZE_CHECK)
         if self.p.checks:
             out.append(_CHECKED_INDEX)
         if self.p.helpers or self.needs_alloc or self.p.checks or self.intrins:

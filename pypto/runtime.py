@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
-from .codegen_c import codegen
+from .bounds_check import check_sizes
+from .codegen_c import MAX_BYTES, codegen
 from .errors import BuildError
 from .expr import Const, Var, substitute
-from .loop_ir import LoweredFunc, written_buffers
+from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
 from .lowering import lower
 from .schedule import Schedule
 from .simplify import simplify
@@ -156,6 +157,12 @@ class Module:
         ]
         written = written_buffers(func.body)
         self._written = [id(b) in written for b in func.params]
+        self._size_checks = func.attrs.get("size_checks", ())
+        self._temps = [  # heap buffers sized at call time
+            a.buffer
+            for a in walk_stmts(func.body)
+            if isinstance(a, Allocate) and not isinstance(a.size, Const)
+        ]
 
     def __repr__(self):
         return f"Module({self.name}, target={self.target.name})"
@@ -204,6 +211,9 @@ class Module:
                         f"argument {name}: dimension {d} is {got}, expected "
                         f"{w.value} (shape {_fmt_shape(shape)})"
                     )
+        check_sizes(self.name, self._size_checks, {v: val for v, (val, _) in bound.items()})
+        for b in self._temps:
+            _check_temporary(self.name, b, values)
         _check_overlap(arrays, self._specs, self._written)
         ptrs = [arr.ctypes.data for arr in arrays]
         sizes = [bound[v][0] for v in self.func.size_vars]
@@ -248,12 +258,24 @@ class Module:
 def _raise_status(name: str, status: int):
     if status == -1:
         raise MemoryError(f"{name}: could not allocate its temporary buffers")
+    if status == -3:
+        raise MemoryError(f"{name}: the byte size of a temporary buffer overflows for these sizes")
     if status == -2:
         raise IndexError(
-            f"{name}: an index read from data (such as X[i] in H[X[i]]) is out of "
-            "range; the outputs are incomplete"
+            f"{name}: an index read from data (such as X[i] in H[X[i]]) or not affine "
+            "is out of range; the outputs are incomplete"
         )
     raise RuntimeError(f"{name}: the kernel failed with status {status}")
+
+
+def _check_temporary(name: str, buf, values: dict):
+    """MemoryError before the call when a temporary buffer's byte size cannot be had."""
+    nbytes = buf.elem_bytes
+    for d in buf.shape:
+        v = simplify(substitute(d, values))
+        nbytes *= max(v.value, 0) if isinstance(v, Const) else 1
+    if nbytes > MAX_BYTES:
+        raise MemoryError(f"{name}: temporary buffer {buf.name} would need {nbytes} bytes")
 
 
 def _fmt_shape(shape) -> str:
