@@ -35,13 +35,14 @@ region covers them, and the offsets map them into the small buffer.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import islpy as isl
 
 from . import dtypes
 from .errors import ScheduleError
-from .expr import Binary, Call, Cast, Cmp, Expr, Not, Reduce, Select, TensorRead, Var, walk
+from .expr import Binary, Call, Cast, Cmp, Const, Expr, Not, Reduce, Select, TensorRead, Var, walk
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
 from .schedule import Schedule
@@ -97,14 +98,9 @@ class SizeCheck:
         return _point_text(s.lexmin().sample_point(), self.coords, ())
 
 
-_PARSED: dict = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _parsed(text: str) -> isl.Set:
-    s = _PARSED.get(text)
-    if s is None:
-        s = _PARSED[text] = isl.Set(text)
-    return s
+    return isl.Set(text)
 
 
 def check_sizes(name: str, checks, values: dict) -> None:
@@ -199,6 +195,8 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
                 axes += [a for a in x.axes if a not in axes]
             elif isinstance(x, TensorRead):
                 accessed.append(x.tensor)
+            elif _divides_by_zero(x):  # an integer division by 0 traps (SIGFPE)
+                raise ScheduleError(f"{_kind(op)} '{stage_name}': {x} divides by zero")
     names = Namer()
     coord = {iv.var: names(iv.var, f"i{d}_{iv.name}") for d, iv in enumerate(axes)}
     params = _size_vars([*body_exprs, *(e for iv in axes for e in iv.dom)], accessed)
@@ -263,6 +261,16 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
                 w = _point_text(bad.lexmin().sample_point(), [iv.name for iv in axes], params)
                 raise ScheduleError(f"{msg} at {w}")
             checks.append(SizeCheck(msg, tuple(params), str(bad), tuple(iv.name for iv in axes)))
+
+
+def _divides_by_zero(e: Expr) -> bool:
+    return (
+        isinstance(e, Binary)
+        and e.op in ("floordiv", "mod")
+        and isinstance(e.b, Const)
+        and e.b.value == 0
+        and dtypes.dtype(e.dtype).is_int
+    )
 
 
 def _kind(op) -> str:

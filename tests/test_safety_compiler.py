@@ -114,6 +114,16 @@ def test_compute_at_stage_is_covered_and_its_shrunk_buffer_is_right():
         pt.lower(s, [A, D])
 
 
+def test_integer_division_by_a_constant_zero_is_refused():
+    A = pt.placeholder((4,), "int32", name="A")
+    B = pt.compute((4,), lambda i: A[i] // 0, name="B")
+    with pytest.raises(pt.ScheduleError, match=r"compute 'B': A\[i\] // 0 divides by zero"):
+        pt.lower(pt.create_schedule(B.op), [A, B])
+    C = pt.compute((4,), lambda i: A[i % 0], name="C")
+    with pytest.raises(pt.ScheduleError, match=r"compute 'C': i % 0 divides by zero"):
+        pt.lower(pt.create_schedule(C.op), [A, C])
+
+
 # ---------------------------------------------------------------- bounds: checked at call
 
 
