@@ -151,13 +151,20 @@ def _checked(indices, shape) -> tuple:
 
 @dataclass
 class _Access:
-    text: str  # "C[i]"
-    verb: str  # "reads" | "writes"
+    node: object  # the TensorRead, or the update op for its write
     tensor: object
     indices: tuple
-    conds: list  # isl constraints of the enclosing selects
-    exact: bool  # every enclosing condition was representable
-    key: int  # id of the TensorRead, or of the update op for its write
+    conds: list  # (condition, negated) of the enclosing selects, outermost first
+
+    @property
+    def verb(self) -> str:
+        return "reads" if isinstance(self.node, TensorRead) else "writes"
+
+    @property
+    def text(self) -> str:  # printed only for a message: printing is not free
+        if isinstance(self.node, TensorRead):
+            return str(self.node)
+        return f"{self.tensor.name}[{', '.join(str(i) for i in self.indices)}]"
 
 
 def check_bounds(sch: Schedule) -> BoundsReport:
@@ -186,8 +193,7 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
     body_exprs = [op.body]
     if is_update:
         body_exprs = [*op.lhs, op.body]
-        text = f"{op.target.name}[{', '.join(str(i) for i in op.lhs)}]"
-        accesses.append(_Access(text, "writes", op.target, op.lhs, [], True, id(op)))
+        accesses.append(_Access(op, op.target, op.lhs, []))
         accessed.append(op.target)
     for e in body_exprs:
         for x in walk(e):
@@ -206,7 +212,7 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
         lo, hi = bounds(iv.dom_min, ranges)[0], bounds(iv.dom_min + iv.extent, ranges)[1]
         ranges[iv.var] = (lo, hi - 1 if hi != INF else INF)
     for e in body_exprs:
-        _collect(e, pr, [], True, accesses)
+        _collect(e, [], accesses)
     todo = []
     for a in accesses:
         dims = []
@@ -238,11 +244,17 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
         except NonAffine:
             _runtime(a, reads, writes)
             continue
-        conds = " and ".join([where, *a.conds])
+        guards, exact = [], exact_dom
+        for c, neg in a.conds:  # a condition isl cannot represent is dropped (more instances)
+            try:
+                guards.append(pr.cond(c, neg))
+            except NonAffine:
+                exact = False
+        conds = " and ".join([where, *guards])
         any_bad = " or ".join(c for _, _, c in sides)
         if isl.Set(f"{pstr} -> {{ {tup} : {conds} and ({any_bad}) }}").is_empty():
             continue
-        if not (a.exact and exact_dom):
+        if not exact:
             _runtime(a, reads, writes)
             continue
         for d, side, c in sides:
@@ -278,7 +290,7 @@ def _kind(op) -> str:
 
 
 def _runtime(a: _Access, reads: set, writes: set):
-    (writes if a.verb == "writes" else reads).add(a.key)
+    (writes if a.verb == "writes" else reads).add(id(a.node))
 
 
 def _sides(a: _Access, dims, pr: _Printer) -> list:
@@ -302,23 +314,19 @@ def _size_vars(exprs, tensors) -> list:
     return out
 
 
-def _collect(e: Expr, pr: _Printer, conds: list, exact: bool, out: list):
+def _collect(e: Expr, conds: list, out: list):
     """Every TensorRead under ``e``, with the select conditions that guard it."""
     if isinstance(e, Select):
-        _collect(e.cond, pr, conds, exact, out)
-        for branch, neg in ((e.t, False), (e.f, True)):
-            try:
-                c, ok = [*conds, pr.cond(e.cond, neg)], exact
-            except NonAffine:
-                c, ok = conds, False
-            _collect(branch, pr, c, ok, out)
+        _collect(e.cond, conds, out)
+        _collect(e.t, [*conds, (e.cond, False)], out)
+        _collect(e.f, [*conds, (e.cond, True)], out)
         return
     if isinstance(e, TensorRead):
-        out.append(_Access(str(e), "reads", e.tensor, e.indices, conds, exact, id(e)))
+        out.append(_Access(e, e.tensor, e.indices, conds))
     for name in _CHILDREN.get(type(e), ()):
         v = getattr(e, name)
         for x in v if isinstance(v, tuple) else (v,):
-            _collect(x, pr, conds, exact, out)
+            _collect(x, conds, out)
 
 
 _CHILDREN = {
