@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import pypto as pt
 from pypto.c_names import RESERVED
 from pypto.loop_ir import c_identifier
+from pypto.runtime import compiler
 
 F32 = "float32"
 
@@ -219,11 +220,11 @@ def test_kernels_named_after_c_names_compute_the_right_thing(nm):
         mod(a, np.array([0, 0, 5, 0, 0], "int32"), m, g)
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
+@pytest.mark.skipif(shutil.which(compiler()[0]) is None, reason="needs a C compiler")
 def test_the_table_holds_every_macro_of_the_included_headers():
     src = "".join(f"#include <{h}>\n" for h in ("stdint.h", "stdio.h", "stdlib.h", "math.h"))
     out = subprocess.run(
-        ["cc", "-dM", "-E", "-"], input=src, capture_output=True, text=True, timeout=60
+        [*compiler(), "-dM", "-E", "-"], input=src, capture_output=True, text=True, timeout=60
     ).stdout
     names = {re.match(r"#define (\w+)", ln).group(1) for ln in out.splitlines() if ln}
     missing = sorted(x for x in names if not x.startswith("_") and x not in RESERVED)
