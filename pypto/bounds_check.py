@@ -90,17 +90,22 @@ class SizeCheck:
 
     def violation(self, values: dict) -> str | None:
         """A witness text (``r=3``) when the sizes ``values`` (Var -> int) go out of bounds."""
-        s = _parsed(self.bad)
-        for k, v in enumerate(self.params):
-            s = s.fix_val(isl.dim_type.param, k, isl.Val(int(values[v])))
-        if s.is_empty():
-            return None
-        return _point_text(s.lexmin().sample_point(), self.coords, ())
+        return _violation(self.bad, tuple(int(values[v]) for v in self.params), self.coords)
 
 
 @functools.lru_cache(maxsize=256)
 def _parsed(text: str) -> isl.Set:
     return isl.Set(text)
+
+
+@functools.lru_cache(maxsize=1024)  # a module is called again and again at the same sizes
+def _violation(bad: str, values: tuple, coords: tuple) -> str | None:
+    s = _parsed(bad)
+    for k, v in enumerate(values):
+        s = s.fix_val(isl.dim_type.param, k, isl.Val(v))
+    if s.is_empty():
+        return None
+    return _point_text(s.lexmin().sample_point(), coords, ())
 
 
 def check_sizes(name: str, checks, values: dict) -> None:
