@@ -63,6 +63,20 @@ _HELPERS = {
         "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
         "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
     ),
+    # a divisor known only at run time: 0 stops the kernel (status -4) instead of trapping,
+    # and -1 negates without the INT_MIN / -1 trap
+    "cfloordiv": (
+        "static inline {t} pt_cfloordiv_{s}({t} a, {t} b, int32_t* status) {{\n"
+        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
+        "  if (b == -1) return ({t})(0 - (uint64_t)a);\n"
+        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
+    ),
+    "cmod": (
+        "static inline {t} pt_cmod_{s}({t} a, {t} b, int32_t* status) {{\n"
+        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
+        "  if (b == -1) return 0;\n"
+        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
+    ),
     "fmod": (
         "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
         "  {t} r = a - b * floor(a / b);\n  return r;\n}}"
@@ -106,6 +120,10 @@ _CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n,
 
 def _ctype(dt: str) -> str:
     return dtypes.dtype(dt).c_compute
+
+
+def _nonzero_const(e) -> bool:
+    return isinstance(e, Const) and e.value != 0
 
 
 class CPrinter(Printer):
@@ -153,6 +171,9 @@ class CPrinter(Printer):
         if op in ("min", "max"):
             return f"{self.helper(op, dt)}({self(e.a)}, {self(e.b)})", ATOM
         is_float = dtypes.dtype(dt).is_float
+        if op in ("floordiv", "mod") and not is_float and not _nonzero_const(e.b):
+            self.checks = True  # the status the checked division reports to
+            return f"{self.helper('c' + op, dt)}({self(e.a)}, {self(e.b)}, &status)", ATOM
         if op == "floordiv":
             if is_float:
                 f = "floorf" if _ctype(dt) == "float" else "floor"

@@ -260,6 +260,11 @@ def _raise_status(name: str, status: int):
         raise MemoryError(f"{name}: could not allocate its temporary buffers")
     if status == -3:
         raise MemoryError(f"{name}: the byte size of a temporary buffer overflows for these sizes")
+    if status == -4:
+        raise ZeroDivisionError(
+            f"{name}: an integer division by a divisor computed at run time found 0; "
+            "the outputs are incomplete"
+        )
     if status == -2:
         raise IndexError(
             f"{name}: an index read from data (such as X[i] in H[X[i]]) or not affine "

@@ -125,6 +125,21 @@ def test_integer_division_by_a_constant_zero_is_refused():
         pt.lower(pt.create_schedule(C.op), [A, C])
 
 
+def test_integer_division_by_a_run_time_zero_is_an_error_not_a_trap():
+    A = pt.placeholder((4,), "int32", name="A")
+    D = pt.placeholder((4,), "int32", name="D")
+    B = pt.compute((4,), lambda i: A[i] // D[i] + A[i] % D[i], name="B")
+    mod = _build([B], [A, D, B], name="div")
+    a = np.array([7, -7, 5, np.iinfo(np.int32).min], "int32")
+    d = np.array([2, 2, -1, -1], "int32")
+    b = np.empty(4, "int32")
+    mod(a, d, b)  # INT_MIN // -1 wraps as in numpy instead of trapping
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b, a // d + a % d)
+    with pytest.raises(ZeroDivisionError, match="div: an integer division .* found 0"):
+        mod(a, np.array([1, 0, 1, 1], "int32"), b)
+
+
 # ---------------------------------------------------------------- bounds: checked at call
 
 
