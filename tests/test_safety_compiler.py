@@ -380,3 +380,60 @@ def interpret_at(reads, write, lx, ly, i) -> bool:
                 return True
     w = i if write is None else i + write
     return not 0 <= w < ly
+
+
+_coef = st.integers(-1, 2)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    symbolic=st.booleans(),
+    lx=st.tuples(st.integers(1, 5), st.integers(1, 5)),
+    ly=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    rows=st.tuples(_coef, _coef, st.integers(-2, 2)),  # X[ai*i + aj*j + b, ...]
+    cols=st.tuples(_coef, _coef, st.integers(-2, 2)),  # X[..., ci*i + cj*j + d]
+)
+def test_fuzz_two_dimensional_reads(symbolic, lx, ly, rows, cols):
+    """``Y[i, j] = X[ai*i + aj*j + b, ci*i + cj*j + d]`` over random shapes: refused with a
+    witness that is out of bounds, refused at call, or equal to numpy; guards untouched."""
+    n, m = (pt.var("n"), pt.var("m")) if symbolic else ly
+    X = pt.placeholder(lx, F32, name="X")  # constant, so every witness is checkable
+
+    def index(c, i, j):
+        return c[0] * i + c[1] * j + c[2]
+
+    Y = pt.compute((n, m), lambda i, j: X[index(rows, i, j), index(cols, i, j)], name="Y")
+    bad = [
+        (i, j)
+        for i in range(ly[0])
+        for j in range(ly[1])
+        if not (0 <= index(rows, i, j) < lx[0] and 0 <= index(cols, i, j) < lx[1])
+    ]
+    try:
+        mod = pt.build(pt.create_schedule(Y.op), [X, Y], name="fz2")
+    except pt.ScheduleError as e:
+        w = re.search(r"at i=(-?\d+), j=(-?\d+)", str(e))
+        assert w, str(e)
+        i, j = int(w.group(1)), int(w.group(2))
+        d = int(re.search(r"dimension (\d)", str(e)).group(1))
+        assert not 0 <= index((rows, cols)[d], i, j) < lx[d], str(e)
+        if not symbolic:
+            assert bad
+        event("refused at lower")
+        return
+    x = np.random.rand(*lx).astype(F32)
+    xbuf, xv = _guarded(lx[0] * lx[1], x.ravel())
+    ybuf, yv = _guarded(ly[0] * ly[1], 0.0)
+    xv, yv = xv.reshape(lx), yv.reshape(ly)
+    if bad:
+        assert symbolic, "built a program that goes out of bounds for constant sizes"
+        with pytest.raises(ValueError, match=r"X\[.*\] reads (past|before the start of)"):
+            mod(xv, yv)
+        assert (yv == 0.0).all()
+        event("refused at call")
+    else:
+        mod(xv, yv)
+        i, j = np.indices(ly)
+        np.testing.assert_array_equal(yv, x[index(rows, i, j), index(cols, i, j)])
+        event("built, equal to numpy")
+    assert np.isnan(ybuf[:GUARD]).all() and np.isnan(ybuf[-GUARD:]).all()
