@@ -63,6 +63,20 @@ _HELPERS = {
         "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
         "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
     ),
+    # a divisor known only at run time: 0 stops the kernel (status -4) instead of trapping,
+    # and -1 negates without the INT_MIN / -1 trap
+    "cfloordiv": (
+        "static inline {t} pt_cfloordiv_{s}({t} a, {t} b, int32_t* status) {{\n"
+        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
+        "  if (b == -1) return ({t})(0 - (uint64_t)a);\n"
+        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
+    ),
+    "cmod": (
+        "static inline {t} pt_cmod_{s}({t} a, {t} b, int32_t* status) {{\n"
+        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
+        "  if (b == -1) return 0;\n"
+        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
+    ),
     "fmod": (
         "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
         "  {t} r = a - b * floor(a / b);\n  return r;\n}}"
@@ -82,6 +96,21 @@ static void* pt_alloc_or_die(size_t bytes) {
 }"""
 
 
+# byte counts of heap buffers: every product and sum checked, negative extents count as 0
+_SIZE_CHECK = """static inline int64_t pt_size_mul(int64_t a, int64_t b, int32_t* bad) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) { *bad = 1; return 0; }
+  return r;
+}
+static inline int64_t pt_size_add(int64_t a, int64_t b, int32_t* bad) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) { *bad = 1; return 0; }
+  return r;
+}
+static inline int64_t pt_size_dim(int64_t d) { return d > 0 ? d : 0; }"""
+
+MAX_BYTES = 2**62  # a buffer of this many bytes is refused before any allocation is tried
+
 _CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t* status) {
   if (i >= 0 && i < n) return i;
   __atomic_store_n(status, -2, __ATOMIC_RELAXED);
@@ -91,6 +120,10 @@ _CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n,
 
 def _ctype(dt: str) -> str:
     return dtypes.dtype(dt).c_compute
+
+
+def _nonzero_const(e) -> bool:
+    return isinstance(e, Const) and e.value != 0
 
 
 class CPrinter(Printer):
@@ -138,6 +171,9 @@ class CPrinter(Printer):
         if op in ("min", "max"):
             return f"{self.helper(op, dt)}({self(e.a)}, {self(e.b)})", ATOM
         is_float = dtypes.dtype(dt).is_float
+        if op in ("floordiv", "mod") and not is_float and not _nonzero_const(e.b):
+            self.checks = True  # the status the checked division reports to
+            return f"{self.helper('c' + op, dt)}({self(e.a)}, {self(e.b)}, &status)", ATOM
         if op == "floordiv":
             if is_float:
                 f = "floorf" if _ctype(dt) == "float" else "floor"
@@ -211,6 +247,7 @@ class CodeGen:
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
         self.frees: list[str] = []
         self.needs_alloc = False
+        self.needs_size_check = False
         self.rules = {
             Seq: self.seq,
             For: self.for_,
@@ -291,11 +328,25 @@ class CodeGen:
         scoped = self.loop_depth > 0 or name in self.frees
         on_heap = nbytes is None or nbytes > STACK_LIMIT
         self.needs_alloc |= on_heap
+        if nbytes is not None and nbytes > MAX_BYTES:
+            raise MemoryError(
+                f"{self.func.name}: temporary buffer {b.name} would need {nbytes} bytes"
+            )
         if on_heap and not scoped:
             # function level: declared NULL up front, freed once at the single exit
-            nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
             self.cleanups.append(f"{t}* restrict {name} = NULL;")
-            self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t)({nb}));")
+            if nbytes is None:  # sizes bound at call time: overflow is an error, not a wrap
+                self.emit(depth, "{")
+                self.emit(depth + 1, "int32_t pt_bad = 0;")
+                self.emit(depth + 1, f"int64_t pt_nb = {self.checked_bytes(b, 'pt_bad')};")
+                self.emit(depth + 1, f"if (pt_bad || pt_nb > INT64_C({MAX_BYTES})) {{")
+                self.emit(depth + 2, "status = -3;")
+                self.emit(depth + 2, "goto pt_exit;")
+                self.emit(depth + 1, "}")
+                self.emit(depth + 1, f"{name} = ({t}*)pt_alloc((size_t)pt_nb);")
+                self.emit(depth, "}")
+            else:
+                self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t){nbytes});")
             self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
             self.frees.append(name)
             self.stmt(s.body, depth)
@@ -310,12 +361,34 @@ class CodeGen:
             self.emit(inner, f"{t} {name}[{size.value}] __attribute__((aligned({ALIGN})));")
             self.stmt(s.body, inner)
         else:
-            nb = self.p(Binary("mul", size, Const(b.elem_bytes, "int64"), "int64"))
-            self.emit(inner, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die((size_t)({nb}));")
+            if nbytes is None:  # an overflowing size asks for SIZE_MAX bytes: a clean abort
+                flag = f"pt_bad_{name}"
+                self.emit(inner, f"int32_t {flag} = 0;")
+                self.emit(inner, f"int64_t pt_nb_{name} = {self.checked_bytes(b, flag)};")
+                nb = f"{flag} ? SIZE_MAX : (size_t)pt_nb_{name}"
+            else:
+                nb = str(nbytes)
+            self.emit(inner, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die({nb});")
             self.stmt(s.body, inner)
             self.emit(inner, f"free({name});")
         if braces:
             self.emit(depth, "}")
+
+    def checked_bytes(self, b, flag: str) -> str:
+        """C for the byte count of buffer ``b`` with every product and sum checked for
+        overflow (``flag`` is set when one overflows); a negative extent counts as 0."""
+        self.needs_size_check = True
+
+        def ck(e) -> str:
+            if isinstance(e, Binary) and e.op in ("mul", "add"):
+                fn = "pt_size_mul" if e.op == "mul" else "pt_size_add"
+                return f"{fn}({ck(e.a)}, {ck(e.b)}, &{flag})"
+            return self.p(e)
+
+        out = str(b.elem_bytes)
+        for d in b.shape:
+            out = f"pt_size_mul({out}, pt_size_dim({ck(d)}), &{flag})"
+        return out
 
     def if_(self, s: IfThenElse, depth):
         self.emit(depth, f"if ({self.p(s.cond)}) {{")
@@ -358,6 +431,8 @@ class CodeGen:
             out.append(intrin.source.strip("\n"))
         if self.needs_alloc:
             out.append(_ALLOC)
+        if self.needs_size_check:
+            out.append(_SIZE_CHECK)
         if self.p.checks:
             out.append(_CHECKED_INDEX)
         if self.p.helpers or self.needs_alloc or self.p.checks or self.intrins:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import dtypes
+from .c_names import RESERVED
 from .expr import Expr, Var
 from .printer import Printer
 
@@ -177,22 +178,15 @@ _IDENT = re.compile(r"[^A-Za-z0-9_]")
 
 
 def c_identifier(name: str) -> str:
-    """Make any string a safe C identifier (hostile names included)."""
+    """Make any string a safe C identifier (hostile names included): no keyword, macro,
+    or name the included headers declare (``c_names.RESERVED``), nothing reserved to the
+    implementation (a leading underscore) or to the generator (``pt_``)."""
     s = _IDENT.sub("_", name)
     if not s or s[0].isdigit():
         s = "v_" + s
-    if s in _C_RESERVED or s.startswith(("__", "pt_")):
+    if s in RESERVED or s.startswith(("_", "pt_")):
         s = "v_" + s
     return s
-
-
-_C_RESERVED = frozenset(
-    """auto break case char const continue default do double else enum extern float for goto
-    if inline int long register restrict return short signed sizeof static struct switch
-    typedef union unsigned void volatile while _Bool _Complex _Imaginary main exp log sqrt
-    tanh erf floor ceil pow fabs expf logf sqrtf tanhf erff floorf ceilf powf fabsf malloc
-    free int8_t int32_t int64_t uint8_t size_t omp_get_num_threads""".split()
-)
 
 
 class Namer:

@@ -17,7 +17,10 @@ Cleanup passes (simplify, guards into loop bounds, unrolling) follow in
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import passes
+from .bounds_check import NO_REPORT, BoundsReport, check_bounds
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -82,9 +85,10 @@ class StageNest:
 
 
 class Lowering:
-    def __init__(self, sch: Schedule, args, name: str):
+    def __init__(self, sch: Schedule, args, name: str, checks: BoundsReport = NO_REPORT):
         self.sch = sch
         self.name = name
+        self.checks = checks  # accesses isl could not prove get run-time checked indices
         self.ranges = Ranges()
         self.nests: dict[Stage, StageNest] = {}
         self.bodies: dict[Stage, Expr] = {}
@@ -138,7 +142,7 @@ class Lowering:
 
     def _inline_bodies(self):
         def expand(e):
-            e = map_children(e, expand)
+            e = map_children(self.checks.guarded(e), expand)
             if isinstance(e, TensorRead):
                 st = self.stage_of(e.tensor)
                 if st.inline:
@@ -161,7 +165,7 @@ class Lowering:
                 body = expand(body)
             self.bodies[st] = body
             if st.is_update:
-                self.lhs[st] = tuple(expand(i) for i in st.op.lhs)
+                self.lhs[st] = tuple(expand(i) for i in self.checks.guarded_lhs(st.op))
 
     def reads(self, st: Stage) -> list:
         """Every tensor read of a stage, the data-dependent indices of an update included."""
@@ -566,6 +570,10 @@ def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
     """``pt.lower(s, args, name)``: the loop IR of a schedule (``print`` it to read it)."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
-    low = Lowering(sch, args, name)
+    report = check_bounds(sch)
+    low = Lowering(sch, args, name, report)
     check_schedule(sch, low)
-    return low.run()
+    func = low.run()
+    if report.size_checks:  # sizes that must hold at call time (pypto.runtime checks them)
+        func = replace(func, attrs={**func.attrs, "size_checks": report.size_checks})
+    return func

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes, emulate
+from .bounds_check import SizeCheck, check_sizes
+from .codegen_c import MAX_BYTES
 from .expr import Const, Expr, Var, binary, substitute
-from .loop_ir import LoweredFunc, written_buffers
+from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
 from .simplify import simplify
 from .target import Target
 
@@ -46,14 +48,26 @@ class Param:
 
 
 @dataclass(frozen=True, slots=True)
+class Temp:
+    """A heap temporary sized at call time: its byte size is checked before the call."""
+
+    name: str
+    elem_bytes: int
+    shape: tuple  # Exprs over the size variables
+
+
+@dataclass(frozen=True, slots=True)
 class Signature:
     """What a call is checked against: the buffer arguments, then the sizes bound from
-    their shapes (passed to C after the buffers)."""
+    their shapes (passed to C after the buffers); the conditions on those sizes that
+    keep every access in bounds (``pypto.bounds_check``); the heap temporaries they size."""
 
     name: str
     cname: str
     params: tuple  # of Param
     size_vars: tuple  # of Var
+    size_checks: tuple = ()  # of bounds_check.SizeCheck
+    temps: tuple = ()  # of Temp
 
     @staticmethod
     def of(func: LoweredFunc, cname: str) -> Signature:
@@ -61,7 +75,13 @@ class Signature:
         params = tuple(
             Param(b.name, b.dtype, tuple(b.shape), id(b) in written) for b in func.params
         )
-        return Signature(func.name, cname, params, tuple(func.size_vars))
+        temps = tuple(
+            Temp(a.buffer.name, a.buffer.elem_bytes, tuple(a.buffer.shape))
+            for a in walk_stmts(func.body)
+            if isinstance(a, Allocate) and not isinstance(a.size, Const)
+        )
+        checks = tuple(func.attrs.get("size_checks", ()))
+        return Signature(func.name, cname, params, tuple(func.size_vars), checks, temps)
 
     def to_json(self) -> dict:
         return {
@@ -73,6 +93,15 @@ class Signature:
                 for p in self.params
             ],
             "size_vars": [v.name for v in self.size_vars],
+            "size_checks": [
+                {"message": c.message, "params": [v.name for v in c.params], "bad": c.bad,
+                 "coords": list(c.coords)}
+                for c in self.size_checks
+            ],
+            "temps": [
+                {"name": t.name, "elem_bytes": t.elem_bytes, "shape": [str(d) for d in t.shape]}
+                for t in self.temps
+            ],
         }  # fmt: skip
 
     @staticmethod
@@ -83,7 +112,17 @@ class Signature:
                   tuple(_shape_expr(s, sizes) for s in p["shape"]), bool(p["written"]))
             for p in d["params"]
         )  # fmt: skip
-        return Signature(d["name"], d["cname"], params, tuple(sizes.values()))
+        checks = tuple(
+            SizeCheck(str(c["message"]), tuple(sizes[n] if n in sizes else Var(n) for n in c["params"]),
+                      str(c["bad"]), tuple(c["coords"]))
+            for c in d.get("size_checks", [])
+        )  # fmt: skip
+        temps = tuple(
+            Temp(str(t["name"]), int(t["elem_bytes"]),
+                 tuple(_shape_expr(x, sizes) for x in t["shape"]))
+            for t in d.get("temps", [])
+        )  # fmt: skip
+        return Signature(d["name"], d["cname"], params, tuple(sizes.values()), checks, temps)
 
 
 # the arithmetic a printed shape may use: AST node type -> how to combine pypto Exprs
@@ -261,6 +300,9 @@ class Module:
                         f"argument {name}: dimension {d} is {got}, expected "
                         f"{w.value} (shape {_fmt_shape(shape)})"
                     )
+        check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
+        for t in self.signature.temps:
+            _check_temporary(self.name, t, values)
         _check_overlap(arrays, self._specs, self._written)
         ptrs = [arr.ctypes.data for arr in arrays]
         sizes = [bound[v][0] for v in self.signature.size_vars]
@@ -389,12 +431,29 @@ def _sha256(path: str) -> str:
 def _raise_status(name: str, status: int):
     if status == -1:
         raise MemoryError(f"{name}: could not allocate its temporary buffers")
+    if status == -3:
+        raise MemoryError(f"{name}: the byte size of a temporary buffer overflows for these sizes")
+    if status == -4:
+        raise ZeroDivisionError(
+            f"{name}: an integer division by a divisor computed at run time found 0; "
+            "the outputs are incomplete"
+        )
     if status == -2:
         raise IndexError(
-            f"{name}: an index read from data (such as X[i] in H[X[i]]) is out of "
-            "range; the outputs are incomplete"
+            f"{name}: an index read from data (such as X[i] in H[X[i]]) or not affine "
+            "is out of range; the outputs are incomplete"
         )
     raise RuntimeError(f"{name}: the kernel failed with status {status}")
+
+
+def _check_temporary(name: str, t: Temp, values: dict):
+    """MemoryError before the call when a temporary buffer's byte size cannot be had."""
+    nbytes = t.elem_bytes
+    for d in t.shape:
+        v = simplify(substitute(d, values))
+        nbytes *= max(v.value, 0) if isinstance(v, Const) else 1
+    if nbytes > MAX_BYTES:
+        raise MemoryError(f"{name}: temporary buffer {t.name} would need {nbytes} bytes")
 
 
 def _fmt_shape(shape) -> str:

@@ -49,6 +49,7 @@ import re
 from dataclasses import dataclass, fields
 
 from . import dtypes
+from .c_names import RESERVED
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -65,7 +66,7 @@ from .expr import (
     tensor_reads,
 )
 from .expr import vars_of as _vars_of
-from .loop_ir import _C_RESERVED, IntrinCall, Operand, c_identifier
+from .loop_ir import IntrinCall, Operand, c_identifier
 from .simplify import INF, Lin, simplify, upper_bound
 from .tensor import ComputeOp, PlaceholderOp, Tensor, UpdateOp
 
@@ -115,7 +116,7 @@ def decl_tensor_intrin(op, name: str, source: str, inputs=None) -> TensorIntrin:
         raise TypeError("decl_tensor_intrin: op must be a pt.compute without update definitions")
     if not isinstance(name, str) or not _C_NAME.match(name):
         raise ValueError(f"decl_tensor_intrin: {name!r} is not a C identifier")
-    if name in _C_RESERVED or name.startswith("pt_"):
+    if name in RESERVED or name.startswith(("pt_", "_")):
         raise ValueError(f"decl_tensor_intrin: {name!r} is reserved (C keywords, libc, pt_*)")
     if not isinstance(source, str) or not re.search(rf"\b{name}\s*\(", source):
         raise ValueError(f"decl_tensor_intrin: the C source does not define {name}(...)")
