@@ -112,9 +112,10 @@ class Signature:
                   tuple(_shape_expr(s, sizes) for s in p["shape"]), bool(p["written"]))
             for p in d["params"]
         )  # fmt: skip
+        var = lambda n: sizes[n] if n in sizes else Var(n)  # noqa: E731
         checks = tuple(
-            SizeCheck(str(c["message"]), tuple(sizes[n] if n in sizes else Var(n) for n in c["params"]),
-                      str(c["bad"]), tuple(c["coords"]))
+            SizeCheck(str(c["message"]), tuple(var(n) for n in c["params"]), str(c["bad"]),
+                      tuple(c["coords"]))
             for c in d.get("size_checks", [])
         )  # fmt: skip
         temps = tuple(
