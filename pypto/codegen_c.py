@@ -30,11 +30,11 @@ from .loop_ir import (
 )
 from .printer import ATOM, Printer
 from .simplify import INF, bounds
-from .target import Target
+from .target import CACHE_LINE, Target
 
 STACK_LIMIT = 4 * 1024  # bytes: larger local buffers go on the heap (a big stack array
 # next to a register tile invites 4K-aliasing stalls)
-ALIGN = 64
+ALIGN = CACHE_LINE  # local buffers start on a cache line
 
 # math function -> (float form, double form); {x} is the argument
 _MATH = {

@@ -25,13 +25,13 @@ import numpy as np
 from .cache import Entry, remove_file
 from .errors import BuildError
 from .loop_ir import LoweredFunc, written_buffers
-from .target import Target, cross_compiler, missing_features
+from .target import CACHE_LINE, Target, cross_compiler, missing_features
 
 # the user-mode emulator of each architecture
 QEMU = {"aarch64": ("qemu-aarch64", "qemu-aarch64-static"), "x86_64": ("qemu-x86_64",)}
 # flags of a shared object that a static program does not take
 _SO_ONLY = ("-shared", "-fPIC")
-ALIGN = 64
+ALIGN = CACHE_LINE  # as the generated code aligns its buffers
 
 
 def emulator(t: Target) -> str | None:
