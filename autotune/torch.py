@@ -20,6 +20,7 @@ copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 
@@ -36,6 +37,11 @@ _MODULES = ModuleCache()
 _SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
 
 
+@functools.cache
+def _target(name: str) -> pt.Target:
+    return pt.Target(name)  # "host" reads the CPU's description: once
+
+
 def _shipped_records() -> list:
     return sorted(glob.glob(os.path.join(_SHIPPED, "*.jsonl")))
 
@@ -44,7 +50,7 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
     """The built module of template ``name`` for ``args`` (cached): the best recorded
     config for the target (the caller's ``apply_history_best`` first, then the shipped
     records), else the default config."""
-    t = pt.Target(target) if isinstance(target, str) else target
+    t = _target(target) if isinstance(target, str) else target
 
     def make():
         tpl = get_template(name)

@@ -179,3 +179,19 @@ def test_user_custom_op():
         op(x.double())
     with pytest.raises(ValueError, match=r"name must be 'namespace::op', got 'sq2'"):
         ptt.custom_op("sq2", build, n_inputs=1)
+
+
+def test_transformer_block_example_agrees(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "examples/transformer_block.py", "--seq", "24", "--dim", "32"]
+    cmd += ["--ff", "48", "--heads", "2", "--experts", "4", "--repeat", "1", "--no-compile"]
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = {ln.split()[0]: ln.split() for ln in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"eager", "pypto"}
+    assert float(rows["pypto"][-1]) < 1e-4  # max |diff| against eager PyTorch
