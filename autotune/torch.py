@@ -31,7 +31,7 @@ from pypto.torch import ModuleCache, as_numpy, dtype_name, run
 
 from . import dispatch
 from .task import get_template, workload_key
-from .templates.moe import moe_route
+from .templates.moe import capacity, moe_route
 
 _MODULES = ModuleCache()
 _SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
@@ -326,7 +326,7 @@ def _(q, k, v, is_causal=False, scale=None):
 
 # ---------------------------------------------------------------- moe
 
-MOE_BLOCK = 16  # rows per expert block (the moe template's ``block``)
+MOE_BLOCK = 16  # expert capacities are rounded up to this: one module per capacity met
 _KMAJOR: dict = {}
 
 
@@ -374,19 +374,19 @@ def moe(
         )
     dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
     k = topk_ids.shape[1]
-    tok, eid, wt, inv = moe_route(
-        as_numpy(topk_ids, "topk_ids"), as_numpy(topk_weights, "topk_weights"), E, MOE_BLOCK
-    )
-    args = (T, d, F, E, k) + (() if dt == "float32" else (MOE_BLOCK, dt))
+    ids = as_numpy(topk_ids, "topk_ids")
+    cap = capacity(ids, E, MOE_BLOCK) if ids.size else MOE_BLOCK
+    tok, wt, inv_e, inv_s = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, cap)
+    args = (T, d, F, E, k, cap) + (() if dt == "float32" else (dt,))
     ins = [
         (x, "x"),
         (torch.from_numpy(tok), "tok"),
-        (torch.from_numpy(eid), "eid"),
         (torch.from_numpy(wt), "wt"),
         (_k_major(w_gate), "w_gate"),
         (_k_major(w_up), "w_up"),
         (_k_major(w_down), "w_down"),
-        (torch.from_numpy(inv), "inv"),
+        (torch.from_numpy(inv_e), "inv_e"),
+        (torch.from_numpy(inv_s), "inv_s"),
     ]
     (out,) = _call("moe", args, ins, [(T, d)], dt)
     return out

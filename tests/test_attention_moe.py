@@ -9,7 +9,7 @@ import pypto as pt
 from autotune.templates import norm_grad as ng
 from autotune.templates.attention import _attention_ref
 from autotune.templates.gelu import gelu_grad_ref, gelu_ref
-from autotune.templates.moe import _moe_ref, max_rows, moe_route
+from autotune.templates.moe import _moe_ref, capacity, moe_route
 
 RNG = np.random.default_rng(3)
 
@@ -84,23 +84,29 @@ def _moe_loop(x, wg, wu, wd, ids, w):
 @pytest.mark.parametrize("T,d,F,E,k", [(13, 24, 40, 4, 2), (30, 17, 23, 3, 1)])
 def test_moe_matches_per_token_loop(T, d, F, E, k):
     x, wg, wu, wd, ids, w = _moe_case(T, d, F, E, k)
-    tok, eid, wt, inv = moe_route(ids, w, E, 16)
-    assert tok.shape == (max_rows(T, k, E, 16),)
-    (out,) = _run("moe", (T, d, F, E, k), x, tok, eid, wt, wg, wu, wd, inv)
+    cap = capacity(ids, E)
+    assert cap % 16 == 0 and cap >= np.bincount(ids.ravel()).max()
+    tok, wt, inv_e, inv_s = moe_route(ids, w, E, cap)
+    (out,) = _run("moe", (T, d, F, E, k, cap), x, tok, wt, wg, wu, wd, inv_e, inv_s)
     np.testing.assert_allclose(out, _moe_loop(x, wg, wu, wd, ids, w), atol=2e-5, rtol=1e-5)
-    np.testing.assert_allclose(_moe_ref(x, tok, eid, wt, wg, wu, wd, inv), out, atol=2e-5)
+    np.testing.assert_allclose(
+        _moe_ref(x, tok, wt, wg, wu, wd, inv_e, inv_s), out, atol=2e-5, rtol=1e-5
+    )
 
 
-def test_moe_route_groups_rows_by_expert():
+def test_moe_route_lays_rows_out_per_expert():
     ids = np.array([[2, 0], [0, 1], [2, 1]])
     w = np.array([[0.5, 0.25], [1.0, 2.0], [3.0, 4.0]], np.float32)
-    tok, eid, wt, inv = moe_route(ids, w, 3, 2)
+    tok, wt, inv_e, inv_s = moe_route(ids, w, 3, 4)
     for t in range(3):
         for j in range(2):
-            r = inv[t, j]
-            assert tok[r] == t and wt[r] == w[t, j] and eid[r // 2] == ids[t, j]
+            e, s = inv_e[t, j], inv_s[t, j]
+            assert e == ids[t, j] and tok[e, s] == t and wt[e, s] == w[t, j]
+    assert (wt != 0).sum() == 6  # free slots weigh 0
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 3\), got 0..3"):
-        moe_route(np.array([[3, 0]]), np.ones((1, 2), np.float32), 3, 2)
+        moe_route(np.array([[3, 0]]), np.ones((1, 2), np.float32), 3, 4)
+    with pytest.raises(ValueError, match="an expert has 3 rows, more than cap = 2"):
+        moe_route(np.array([[0], [0], [0]]), np.ones((3, 1), np.float32), 3, 2)
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12)])

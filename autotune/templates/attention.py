@@ -167,25 +167,25 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32"):
     Acc = pt.compute(
         (B, H, S, D), lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, h, j, e], axis=j), name="Acc"
     )
-    O = pt.compute((B, H, S, D), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
+    Out = pt.compute((B, H, S, D), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
 
-    s = pt.create_schedule(O.op)
+    s = pt.create_schedule(Out.op)
     kb, kh = KT.op.axis[0], KT.op.axis[1]
     s[KT].parallel(s[KT].fuse(kb, kh))
     DL = s.cache_write(Dot, "local")
     s[Dot].compute_inline()
     AL = s.cache_write(Acc, "local")
     s[Acc].compute_inline()
-    b, h, i, e = O.op.axis
+    b, h, i, e = Out.op.axis
     # one split of the query rows: a ragged last tile shortens only loops inside the
     # parallel task (the register tiles live inside the accumulators' own loops)
-    qo, qi = cfg["tile_q"].apply(s, O, i)
-    task = s[O].fuse(s[O].fuse(b, h), qo)
-    s[O].parallel(task)
-    s[O].vectorize(e)
+    qo, qi = cfg["tile_q"].apply(s, Out, i)
+    task = s[Out].fuse(s[Out].fuse(b, h), qo)
+    s[Out].parallel(task)
+    s[Out].vectorize(e)
     for T in [Sc, mx_p, mx, P, sm_p, sm, rs, AL]:
         if T is not None:
-            s[T].compute_at(s[O], task)
+            s[T].compute_at(s[Out], task)
     # scores: key tiles streamed; per key tile mr_s queries x key_tile keys in registers
     jo, ji = cfg["key_tile"].apply(s, Sc, Sc.op.axis[3])
     s[Sc].reorder(jo, Sc.op.axis[2], ji)
@@ -198,4 +198,4 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32"):
     s[P].vectorize(pi)
     # P V: mr_o queries x D per register tile
     _schedule_tile_gemm(s, AL, cfg["mr_o"].val)
-    return s, [Q, K, V, O]
+    return s, [Q, K, V, Out]
