@@ -100,8 +100,8 @@ def define_attention_knobs(cfg, S: int, D: int, lanes: int):
     cfg.define_knob("mr_s", [2, 4, 6, 8], default=mr_s)
     _tile_knob(cfg, "key_tile", S, [lanes, 2 * lanes, 3 * lanes, 4 * lanes], nr)
     dv = max(1, -(-D // lanes))
-    fit = [m for m in (1, 2, 3, 4, 6, 8) if m * dv + dv + 1 <= regs]
-    cfg.define_knob("mr_o", [1, 2, 3, 4, 6, 8], default=max(fit or [1]))
+    fit = [m for m in (1, 2, 4, 8) if m * dv + dv + 1 <= regs]  # divisors of tile_q
+    cfg.define_knob("mr_o", [1, 2, 4, 8], default=max(fit or [1]))
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)
 
 
