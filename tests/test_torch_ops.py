@@ -1,11 +1,16 @@
 """torch.ops.pypto.*: against PyTorch's own compositions, forward and backward, eager
 and under torch.compile(fullgraph=True); gradcheck in float64; pypto.torch.custom_op."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+import autotune as at  # noqa: E402
 import autotune.torch  # noqa: E402, F401  (registers the operators)
 import pypto as pt  # noqa: E402
 import pypto.torch as ptt  # noqa: E402
@@ -181,11 +186,7 @@ def test_user_custom_op():
         ptt.custom_op("sq2", build, n_inputs=1)
 
 
-def test_transformer_block_example_agrees(tmp_path):
-    import os
-    import subprocess
-    import sys
-
+def test_transformer_block_example_agrees():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "examples/transformer_block.py", "--seq", "24", "--dim", "32"]
     cmd += ["--ff", "48", "--heads", "2", "--experts", "4", "--repeat", "1", "--no-compile"]
@@ -195,3 +196,21 @@ def test_transformer_block_example_agrees(tmp_path):
     rows = {ln.split()[0]: ln.split() for ln in out.stdout.splitlines()[2:]}
     assert set(rows) == {"eager", "pypto"}
     assert float(rows["pypto"][-1]) < 1e-4  # max |diff| against eager PyTorch
+
+
+def test_operator_uses_the_best_record_for_its_shape(tmp_path):
+    args = (9, 70, "none")
+    target = pt.Target("host")
+    task = at.Task("gelu", args, target=target)
+    default = task.config_space.default_config()
+    other = {"tile_j": [-1, target.vector_lanes("float32")], "unroll_j": 1}
+    assert other != {k: default[k].val for k in other}  # a config the default is not
+    rec = at.Record(at.workload_key("gelu", args), target.key, other, costs=[1e-6])
+    log = str(tmp_path / "gelu.jsonl")
+    at.append_records(log, [rec])
+    with at.apply_history_best(log):
+        mod = autotune.torch.module("gelu", args)
+    s, tensors = task.instantiate(task.config_space.config(other))
+    assert mod.source == pt.build(s, tensors, target=target, name="gelu").source
+    x = torch.randn(9, 70)
+    _close(ops.gelu(x), F.gelu(x))
