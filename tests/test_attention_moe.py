@@ -130,3 +130,17 @@ def test_rowwise_forward_and_backward(dtype, tol, rows, cols):
         check(got, ref)
     y = ng.softmax_ref(x)
     check(_run("softmax_backward", (rows, cols, dtype), y, dy)[0], ng.softmax_grad_ref(y, dy))
+
+
+@pytest.mark.parametrize("target", ["x86-avx2", "generic"])
+def test_attention_other_targets_schedules(target):
+    t = pt.Target(target)
+    if not t.can_run():
+        pytest.skip(f"this machine cannot run {target}")
+    args = (1, 2, 33, 64, True, None)
+    s, tensors = at.get_template("attention")(*args, target=t)
+    mod = pt.build(s, tensors, target=t)
+    q, k, v = (RNG.standard_normal((1, 2, 33, 64)).astype("float32") for _ in range(3))
+    o = np.empty_like(q)
+    mod(q, k, v, o)
+    np.testing.assert_allclose(o, _attention_ref(q, k, v, args=args), atol=2e-6, rtol=1e-5)

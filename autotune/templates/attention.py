@@ -13,7 +13,7 @@ computed at that loop, so the only buffers are per tile:
   tile is stored; the keys are streamed tile by tile;
 - the row max and the row sum as ``red_lanes`` vector partials per row, then
   ``P = exp(Sc - max)`` (``pt.fast_exp`` in float32), in place of the scores;
-- ``O`` in register tiles of ``mr_o`` queries x D (the P V GEMM, the reduction
+- ``O`` in register tiles of ``mr_o`` queries x ``o_cols`` of D (the P V GEMM, the reduction
   over keys outermost), scaled by 1 / sum as it is stored.
 
 No S x S buffer exists: a thread holds ``tile_q x S`` scores (64 KiB for
@@ -90,17 +90,21 @@ def _tile_knob(cfg, name, extent, options, default):
 
 def define_attention_knobs(cfg, S: int, D: int, lanes: int):
     """``tile_q`` queries per parallel task; ``mr_s`` x ``key_tile``: the score register
-    tile; ``mr_o``: query rows of the P V register tile (x D columns); ``red_lanes``:
+    tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of D); ``red_lanes``:
     vector partials of the row max and sum. Defaults from the target's vector width
     and registers."""
     regs = cfg.target.vector_registers
     _tile_knob(cfg, "tile_q", S, [8, 16, 32, 64], 16 if S >= 16 else 8)
     nr = 2 * lanes if S >= 2 * lanes else lanes
-    mr_s = max(m for m in (2, 4, 6, 8) if m * (nr // lanes) + nr // lanes + 1 <= regs)
-    cfg.define_knob("mr_s", [2, 4, 6, 8], default=mr_s)
+    mr_s = max(m for m in (2, 4, 8) if m * (nr // lanes) + nr // lanes + 1 <= regs)
+    cfg.define_knob("mr_s", [2, 4, 8], default=mr_s)  # divisors of tile_q
     _tile_knob(cfg, "key_tile", S, [lanes, 2 * lanes, 3 * lanes, 4 * lanes], nr)
+    # P V tile: as many vectors of D as leave room for 4 rows (AVX-512, D = 64: 4 x 4)
     dv = max(1, -(-D // lanes))
-    fit = [m for m in (1, 2, 4, 8) if m * dv + dv + 1 <= regs]  # divisors of tile_q
+    vecs = [v for v in (1, 2, 4, 8) if v <= dv] or [1]
+    v_d = max([v for v in vecs if 4 * v + v + 1 <= regs] or [1])
+    _tile_knob(cfg, "o_cols", D, [lanes * v for v in vecs], lanes * v_d)
+    fit = [m for m in (1, 2, 4, 8) if m * v_d + v_d + 1 <= regs]  # divisors of tile_q
     cfg.define_knob("mr_o", [1, 2, 4, 8], default=max(fit or [1]))
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)
 
@@ -196,6 +200,12 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32"):
     _schedule_partial(s, sm_p)
     po, pi = s[P].split(P.op.axis[3], factor=lanes)
     s[P].vectorize(pi)
-    # P V: mr_o queries x D per register tile
-    _schedule_tile_gemm(s, AL, cfg["mr_o"].val)
+    # P V: mr_o queries x o_cols columns of D per register tile
+    ic, dc = AL.op.axis[-2], AL.op.axis[-1]
+    (jj,) = s[AL].op.reduce_axis
+    ico, ici = s[AL].split(ic, factor=cfg["mr_o"].val)
+    dco, dci = cfg["o_cols"].apply(s, AL, dc)
+    s[AL].reorder(ico, dco, jj, ici, dci)
+    s[AL].unroll(ici)
+    s[AL].vectorize(dci)
     return s, [Q, K, V, Out]
