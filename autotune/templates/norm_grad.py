@@ -64,6 +64,17 @@ def _column_sum(s, C, lanes: int):
     s[C].vectorize(ji)
 
 
+def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str):
+    """A backward template's knobs and common inputs: ``(lanes, L, X, W, DY)``."""
+    _check(name, dtype)
+    lanes = cfg.target.vector_lanes(dtype)
+    define_row_knobs(cfg, cols, lanes)
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    W = pt.placeholder((cols,), dtype, name="W")
+    DY = pt.placeholder((rows, cols), dtype, name="DY")
+    return lanes, cfg["red_lanes"].val, X, W, DY
+
+
 def _stats_rms(X, rows, cols, eps, dtype, L):
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     ss, ss_st = row_reduce("sum", lambda i, j: X[i, j] * X[i, j], rows, cols, L, "ss")
@@ -204,14 +215,8 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
 )
 def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
     """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY."""
-    _check("rmsnorm_backward", dtype)
-    lanes = cfg.target.vector_lanes(dtype)
-    define_row_knobs(cfg, cols, lanes)
-    L = cfg["red_lanes"].val
+    lanes, L, X, W, DY = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
-    X = pt.placeholder((rows, cols), dtype, name="X")
-    W = pt.placeholder((cols,), dtype, name="W")
-    DY = pt.placeholder((rows, cols), dtype, name="DY")
     r, st = _stats_rms(X, rows, cols, eps, dtype, L)
     gx, gx_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * X[i, j], rows, cols, L, "gx")
     k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
@@ -232,14 +237,8 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
 )
 def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
     """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY."""
-    _check("layernorm_backward", dtype)
-    lanes = cfg.target.vector_lanes(dtype)
-    define_row_knobs(cfg, cols, lanes)
-    L = cfg["red_lanes"].val
+    lanes, L, X, W, DY = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
-    X = pt.placeholder((rows, cols), dtype, name="X")
-    W = pt.placeholder((cols,), dtype, name="W")
-    DY = pt.placeholder((rows, cols), dtype, name="DY")
     mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, dtype, L)
     xh = lambda i, j: (X[i, j] - mean[i]) * rstd[i]  # noqa: E731
     ga, ga_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j], rows, cols, L, "ga")
