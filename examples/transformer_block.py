@@ -5,6 +5,10 @@ prints the time per block.
 
     python examples/transformer_block.py                    # S=256, d=512, 8 experts
     python examples/transformer_block.py --seq 32 --dim 64 --ff 96 --heads 4 --repeat 1
+
+On a machine shared with other work, run it with ``OMP_WAIT_POLICY=passive`` (for
+PyTorch and pypto alike): OpenMP's spinning idle threads otherwise take the cores
+from whoever runs next, and every implementation's times scatter.
 """
 
 from __future__ import annotations
