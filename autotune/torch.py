@@ -292,6 +292,19 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
+CAUSAL_CHUNK = 128  # causal calls: queries in chunks of this many rows (at most 8 chunks)
+
+
+def _attention_chunk(q, k, v, causal: bool, scale, dt: str):
+    B, H, S, D = q.shape
+    args = (B, H, S, D, causal, scale) + (() if dt == "float32" else (dt,))
+    if k.shape[2] != S:
+        args = (B, H, S, D, causal, scale, dt, k.shape[2])
+    ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
+    (o,) = _call("attention", args, ins, [tuple(q.shape)], dt)
+    return o
+
+
 @torch.library.custom_op("pypto::attention", mutates_args=())
 def attention(
     q: torch.Tensor,
@@ -300,23 +313,36 @@ def attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)`` for
-    q, k, v of one shape ``[B, H, S, D]`` (no mask tensor, no dropout)."""
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)``: q
+    ``[B, H, S, D]``, k and v ``[B, H, S_kv, D]`` (``S_kv == S`` when causal); no mask
+    tensor, no dropout. A causal call runs in chunks of queries, each against the
+    keys up to its last query (about half of the full work for long sequences)."""
     dt = dtype_name(q, "attention: q")
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
+    B, H, S, D = q.shape
     for t, n in ((k, "k"), (v, "v")):
-        if t.shape != q.shape:
+        if t.dim() != 4 or (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D) or t.shape != k.shape:
             raise ValueError(
                 f"attention: {n} has shape {tuple(t.shape)}, q has {tuple(q.shape)} "
-                "(same B, H, S, D expected)"
+                "(k and v: [B, H, S_kv, D] with q's B, H and D)"
             )
         if dtype_name(t, f"attention: {n}") != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
-    args = (*q.shape, bool(is_causal), scale) + (() if dt == "float32" else (dt,))
-    ins = [(q, "q"), (k, "k"), (v, "v")]
-    (o,) = _call("attention", tuple(args), ins, [tuple(q.shape)], dt)
-    return o
+    if is_causal and k.shape[2] != S:
+        raise ValueError(
+            f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
+            f"for {S} queries"
+        )
+    chunks = min(8, S // CAUSAL_CHUNK) if is_causal else 1
+    if chunks <= 1:
+        return _attention_chunk(q, k, v, bool(is_causal), scale, dt)
+    out = torch.empty(q.shape, dtype=q.dtype)
+    step = -(-S // chunks)
+    for a in range(0, S, step):
+        b = min(S, a + step)  # queries a..b-1 see keys 0..b-1 (the mask aligned to key b-1)
+        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k[:, :, :b], v[:, :, :b], True, scale, dt)
+    return out
 
 
 @attention.register_fake

@@ -51,6 +51,20 @@ def test_attention_matches_reference(B, H, S, D, causal, scale):
     np.testing.assert_allclose(o, ref, atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("S,kv_len,causal", [(13, 40, True), (9, 33, False)])
+def test_attention_with_more_keys_than_queries(S, kv_len, causal):
+    args = (2, 1, S, 20, causal, None, "float32", kv_len)
+    q = RNG.standard_normal((2, 1, S, 20)).astype("float32")
+    k, v = (RNG.standard_normal((2, 1, kv_len, 20)).astype("float32") for _ in range(2))
+    (o,) = _run("attention", args, q, k, v)
+    np.testing.assert_allclose(o, _attention_ref(q, k, v, args=args), atol=2e-6, rtol=1e-5)
+
+
+def test_attention_refuses_causal_with_fewer_keys():
+    with pytest.raises(ValueError, match="causal needs kv_len >= S .* got kv_len 8 < S 9"):
+        at.get_template("attention")(1, 1, 9, 4, True, None, "float32", 8)
+
+
 def test_attention_tiles_are_knobs_for_the_target():
     space = at.Task("attention", (1, 2, 64, 16), target="x86-avx2").config_space
     assert {"tile_q", "key_tile", "mr_s", "mr_o", "red_lanes"} <= set(space.knobs)

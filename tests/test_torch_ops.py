@@ -82,6 +82,15 @@ def test_attention_matches_sdpa(causal, scale):
     _close(ops.attention(q, k, v, causal, scale), ref)
 
 
+def test_attention_causal_in_chunks_and_cross_attention():
+    _seed()
+    q, k, v = (torch.randn(1, 2, 300, 16) for _ in range(3))  # causal: 2 chunks of queries
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    _close(ops.attention(q, k, v, True, None), ref)
+    k, v = torch.randn(1, 2, 41, 16), torch.randn(1, 2, 41, 16)  # 41 keys for 300 queries
+    _close(ops.attention(q, k, v, False, 0.3), F.scaled_dot_product_attention(q, k, v, scale=0.3))
+
+
 def _moe_loop(x, wg, wu, wd, tw, ti):
     out = torch.zeros_like(x)
     for e in range(wg.shape[0]):
@@ -119,8 +128,11 @@ def test_bad_inputs_are_refused_by_name():
     with pytest.raises(ValueError, match=r"rms_norm: weight: shape \(7,\), expected \(8,\)"):
         ops.rms_norm(x, torch.ones(7), 1e-6)
     q = torch.randn(1, 2, 8, 4)
-    with pytest.raises(ValueError, match=r"attention: k has shape \(1, 2, 9, 4\)"):
-        ops.attention(q, torch.randn(1, 2, 9, 4), q, False, None)
+    with pytest.raises(ValueError, match=r"attention: k has shape \(1, 2, 8, 5\)"):
+        ops.attention(q, torch.randn(1, 2, 8, 5), q, False, None)
+    k9 = torch.randn(1, 2, 9, 4)
+    with pytest.raises(ValueError, match="is_causal needs as many keys as queries, got 9 keys"):
+        ops.attention(q, k9, k9, True, None)
     args = list(_moe_inputs())
     args[5] = args[5] + 4  # expert ids out of range
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\)"):

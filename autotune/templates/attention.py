@@ -21,9 +21,14 @@ No S x S buffer exists: a thread holds ``tile_q x S`` scores (64 KiB for
 (exact max first) form of the flash schedule, not the online-softmax one:
 the DSL has no loop-carried rescaling of an accumulator across key tiles
 short of update definitions, and with the score row of a tile in L2 the
-second pass costs no memory traffic. Causal: key tiles entirely above the
-diagonal are still computed and masked (``-inf``), so a causal call costs
-as much as a full one.
+second pass costs no memory traffic.
+
+``kv_len`` keys (default S) serve S queries; ``causal`` masks keys past
+``i + kv_len - S`` (the mask aligned to the last key, as for the last S
+queries of a longer sequence). Key tiles entirely above the diagonal are still
+computed and masked (``-inf``): the PyTorch operator therefore splits a causal
+call into chunks of queries, each against the keys up to its end
+(``kv_len``), which skips most of the masked work.
 """
 
 from __future__ import annotations
@@ -41,10 +46,10 @@ from .conv2d import _inner_tile
 def _attention_ref(q, k, v, *, args=()):
     causal = bool(args[4]) if len(args) > 4 else False
     scale = args[5] if len(args) > 5 and args[5] is not None else 1.0 / math.sqrt(q.shape[-1])
+    sq, sk = q.shape[2], k.shape[2]
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
     if causal:
-        n = s.shape[-1]
-        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+        s = np.where(np.tril(np.ones((sq, sk), bool), k=sk - sq), s, -np.inf)
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("bhij,bhjd->bhid", p, v.astype(np.float64)).astype(q.dtype)
@@ -78,17 +83,17 @@ def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
     return R, P
 
 
-def define_attention_knobs(cfg, S: int, D: int, lanes: int):
+def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
     """``tile_q`` queries per parallel task; ``mr_s`` x ``key_tile``: the score register
     tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of D); ``red_lanes``:
     vector partials of the row max and sum. Defaults from the target's vector width
     and registers."""
     regs = cfg.target.vector_registers
     _inner_tile(cfg, "tile_q", S, [8, 16, 32, 64], 16 if S >= 16 else 8)
-    nr = 2 * lanes if S >= 2 * lanes else lanes
+    nr = 2 * lanes if Sk >= 2 * lanes else lanes
     mr_s = max(m for m in (2, 4, 8) if m * (nr // lanes) + nr // lanes + 1 <= regs)
     cfg.define_knob("mr_s", [2, 4, 8], default=mr_s)  # divisors of tile_q
-    _inner_tile(cfg, "key_tile", S, [lanes, 2 * lanes, 3 * lanes, 4 * lanes], nr)
+    _inner_tile(cfg, "key_tile", Sk, [lanes, 2 * lanes, 3 * lanes, 4 * lanes], nr)
     # P V tile: as many vectors of D as leave room for 4 rows (AVX-512, D = 64: 4 x 4)
     dv = max(1, -(-D // lanes))
     vecs = [v for v in (1, 2, 4, 8) if v <= dv] or [1]
@@ -124,40 +129,47 @@ def _schedule_partial(s, P):
 
 
 @template("attention", reference=_attention_ref)
-def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32"):
+def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len=None):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
-    (``causal``: only keys j <= i)."""
+    over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
+    Sk = S if kv_len is None else int(kv_len)
+    if causal and Sk < S:
+        raise ValueError(
+            f"attention: causal needs kv_len >= S (the mask is aligned to the last key), "
+            f"got kv_len {Sk} < S {S}"
+        )
     lanes = cfg.target.vector_lanes(dtype)
-    define_attention_knobs(cfg, S, D, lanes)
-    cfg.add_flop(4.0 * B * H * S * S * D * (0.5 if causal else 1.0))
+    define_attention_knobs(cfg, S, Sk, D, lanes)
+    pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
+    cfg.add_flop(4.0 * B * H * D * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
-    K = pt.placeholder((B, H, S, D), dtype, name="K")
-    V = pt.placeholder((B, H, S, D), dtype, name="V")
-    KT = pt.compute((B, H, D, S), lambda b, h, d, j: K[b, h, j, d], name="KT")
+    K = pt.placeholder((B, H, Sk, D), dtype, name="K")
+    V = pt.placeholder((B, H, Sk, D), dtype, name="V")
+    KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
-        (B, H, S, S), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
+        (B, H, S, Sk), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
     )
     if causal:
         Sc = pt.compute(
-            (B, H, S, S),
-            lambda b, h, i, j: pt.select(j <= i, Dot[b, h, i, j] * c(sc), c(-math.inf)),
+            (B, H, S, Sk),
+            lambda b, h, i, j: pt.select(j <= i + (Sk - S), Dot[b, h, i, j] * c(sc), c(-math.inf)),
             name="Sc",
         )
     else:
-        Sc = pt.compute((B, H, S, S), lambda b, h, i, j: Dot[b, h, i, j] * c(sc), name="Sc")
+        Sc = pt.compute((B, H, S, Sk), lambda b, h, i, j: Dot[b, h, i, j] * c(sc), name="Sc")
     L = cfg["red_lanes"].val
     lead = (B, H, S)
-    mx, mx_p = _row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, S, L, "mx")
+    mx, mx_p = _row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, Sk, L, "mx")
     exp = pt.fast_exp if dtype == "float32" else pt.exp
-    P = pt.compute((B, H, S, S), lambda b, h, i, j: exp(Sc[b, h, i, j] - mx[b, h, i]), name="P")
-    sm, sm_p = _row_reduce4("sum", lambda b, h, i, j: P[b, h, i, j], lead, S, L, "sm")
+    P = pt.compute((B, H, S, Sk), lambda b, h, i, j: exp(Sc[b, h, i, j] - mx[b, h, i]), name="P")
+    sm, sm_p = _row_reduce4("sum", lambda b, h, i, j: P[b, h, i, j], lead, Sk, L, "sm")
     rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
-    j = pt.reduce_axis((0, S), name="j")
+    j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
         (B, H, S, D), lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, h, j, e], axis=j), name="Acc"
     )
