@@ -137,6 +137,9 @@ def test_bad_inputs_are_refused_by_name():
     args[5] = args[5] + 4  # expert ids out of range
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\)"):
         ops.moe(*args)
+    args[5] = -args[5]  # negative ids
+    with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\), got -"):
+        ops.moe(*args)
 
 
 def test_module_is_built_once_per_shape():

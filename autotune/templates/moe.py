@@ -34,10 +34,17 @@ from ..task import template
 from .matmul import define_gemm_knobs, schedule_gemm
 
 
+def _checked_ids(topk_ids, experts: int) -> np.ndarray:
+    ids = np.asarray(topk_ids).astype(np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= experts):
+        raise ValueError(f"moe: topk_ids must lie in [0, {experts}), got {ids.min()}..{ids.max()}")
+    return ids
+
+
 def capacity(topk_ids, experts: int, block: int = 16) -> int:
     """Slots per expert for this routing: the busiest expert's rows, rounded up to
     ``block`` (so a few distinct capacities cover many calls)."""
-    counts = np.bincount(np.asarray(topk_ids).reshape(-1).astype(np.int64), minlength=experts)
+    counts = np.bincount(_checked_ids(topk_ids, experts).reshape(-1), minlength=experts)
     return max(block, -(-int(counts.max(initial=0)) // block) * block)
 
 
@@ -46,10 +53,8 @@ def moe_route(topk_ids, topk_weights, experts: int, cap: int):
     [E, cap]), ``wt`` ([E, cap], the weights' dtype), ``inv_e`` and ``inv_s`` (int32
     [T, k]: each pair's expert and slot). Raises ``ValueError`` for an expert id
     outside ``[0, experts)`` or an expert with more than ``cap`` rows."""
-    ids = np.asarray(topk_ids).astype(np.int64)
+    ids = _checked_ids(topk_ids, experts)
     T, k = ids.shape
-    if ids.size and (ids.min() < 0 or ids.max() >= experts):
-        raise ValueError(f"moe: topk_ids must lie in [0, {experts}), got {ids.min()}..{ids.max()}")
     flat = ids.reshape(-1)
     counts = np.bincount(flat, minlength=experts)
     if counts.max(initial=0) > cap:
