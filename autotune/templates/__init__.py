@@ -1,3 +1,12 @@
 """Built-in templates, each with a good default config and a numpy reference."""
 
-from . import conv2d, dense, matmul, norm  # noqa: F401  (registers the templates)
+from . import (  # noqa: F401  (registers the templates)
+    attention,
+    conv2d,
+    dense,
+    gelu,
+    matmul,
+    moe,
+    norm,
+    norm_grad,
+)

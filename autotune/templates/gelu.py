@@ -1,0 +1,150 @@
+"""GELU over a rows x cols array, forward (``gelu``) and backward (``gelu_backward``).
+
+``approximate="none"``: ``gelu(x) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2)))``;
+``approximate="tanh"``: ``0.5 x (1 + tanh(u))`` with ``u = sqrt(2/pi) (x + 0.044715 x^3)``,
+computed as ``x / (1 + exp(-2u))`` (the same function: ``0.5 (1 + tanh(u)) = sigmoid(2u)``).
+In float32 both use the vectorizable ``pt.fast_erf`` / ``pt.fast_exp`` (libm's
+``erff``/``tanhf`` are scalar calls gcc does not vectorize); float64 uses libm.
+
+Schedule: rows in parallel, each row split by ``tile_j`` with the inner chunk
+vectorized and ``unroll_j`` chunks unrolled (elementwise: one read, one write).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import pypto as pt
+
+from ..task import template
+from .conv2d import _inner_tile
+
+_SQRT_2_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+APPROXIMATIONS = ("none", "tanh")
+
+
+def _check(approximate: str, dtype: str):
+    if approximate not in APPROXIMATIONS:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"gelu: dtype must be float32 or float64, got {dtype!r}")
+
+
+def _erf(dtype: str):
+    return pt.fast_erf if dtype == "float32" else pt.erf
+
+
+def _exp(dtype: str):
+    return pt.fast_exp if dtype == "float32" else pt.exp
+
+
+def gelu_expr(x, approximate: str, dtype: str):
+    """The GELU of expression ``x`` (``approximate``: ``"none"`` or ``"tanh"``)."""
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    if approximate == "tanh":
+        u = c(_SQRT_2_PI) * (x + c(0.044715) * x * x * x)
+        return x / (c(1.0) + _exp(dtype)(c(-2.0) * u))
+    return c(0.5) * x * (c(1.0) + _erf(dtype)(x * c(_INV_SQRT2)))
+
+
+def gelu_grad_expr(x, approximate: str, dtype: str):
+    """d gelu(x) / dx as an expression of ``x``."""
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    if approximate == "tanh":
+        u = c(_SQRT_2_PI) * (x + c(0.044715) * x * x * x)
+        du = c(_SQRT_2_PI) * (c(1.0) + c(3.0 * 0.044715) * x * x)
+        sg = c(1.0) / (c(1.0) + _exp(dtype)(c(-2.0) * u))  # sigmoid(2u) = (1 + tanh u) / 2
+        return sg + x * c(2.0) * sg * (c(1.0) - sg) * du
+    cdf = c(0.5) * (c(1.0) + _erf(dtype)(x * c(_INV_SQRT2)))
+    pdf = c(_INV_SQRT_2PI) * _exp(dtype)(c(-0.5) * x * x)
+    return cdf + x * pdf
+
+
+def define_elementwise_knobs(cfg, cols: int, lanes: int):
+    """``tile_j``: the vector chunk of a row; ``unroll_j``: chunks unrolled."""
+    _inner_tile(cfg, "tile_j", cols, [lanes * m for m in (1, 2, 4)], 2 * lanes)
+    cfg.define_knob("unroll_j", [1, 2, 4], default=2)
+
+
+def schedule_elementwise(cfg, s, Y):
+    """Rows of ``Y`` in parallel, the row split by ``tile_j`` (inner chunk vectorized,
+    ``unroll_j`` chunks unrolled)::
+
+        for i, j: Y[i, j] = f(i, j)
+        ->
+        parallel for i:
+          for jo: unrolled for ju: vectorized for ji: Y[i, (jo * U + ju) * V + ji] = ...
+    """
+    i, j = Y.op.axis
+    s[Y].parallel(i)
+    jo, ji = cfg["tile_j"].apply(s, Y, j)
+    u = cfg["unroll_j"].val
+    if u > 1:
+        jo, ju = s[Y].split(jo, factor=u)
+        s[Y].unroll(ju)
+    s[Y].vectorize(ji)
+
+
+def _erf64(x):
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def gelu_ref(x, approximate: str = "none"):
+    """GELU in float64, returned in x's dtype."""
+    x64 = x.astype(np.float64)
+    if approximate == "tanh":
+        y = 0.5 * x64 * (1.0 + np.tanh(_SQRT_2_PI * (x64 + 0.044715 * x64**3)))
+    else:
+        y = 0.5 * x64 * (1.0 + _erf64(x64 * _INV_SQRT2))
+    return y.astype(x.dtype)
+
+
+def gelu_grad_ref(x, dy, approximate: str = "none"):
+    """dy * gelu'(x) in float64, returned in x's dtype."""
+    x64 = x.astype(np.float64)
+    if approximate == "tanh":
+        t = np.tanh(_SQRT_2_PI * (x64 + 0.044715 * x64**3))
+        du = _SQRT_2_PI * (1.0 + 3 * 0.044715 * x64**2)
+        d = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t * t) * du
+    else:
+        d = 0.5 * (1.0 + _erf64(x64 * _INV_SQRT2)) + x64 * _INV_SQRT_2PI * np.exp(-0.5 * x64**2)
+    return (dy.astype(np.float64) * d).astype(x.dtype)
+
+
+def _approx(args) -> str:
+    return args[2] if len(args) > 2 else "none"
+
+
+@template("gelu", reference=lambda x, *, args=(): gelu_ref(x, _approx(args)))
+def gelu(cfg, rows, cols, approximate="none", dtype="float32"):
+    """Y[i, j] = gelu(X[i, j]) (exact erf form, or the tanh approximation)."""
+    _check(approximate, dtype)
+    define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cfg.add_flop(10.0 * rows * cols)
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    Y = pt.compute((rows, cols), lambda i, j: gelu_expr(X[i, j], approximate, dtype), name="Y")
+    s = pt.create_schedule(Y.op)
+    schedule_elementwise(cfg, s, Y)
+    return s, [X, Y]
+
+
+@template("gelu_backward", reference=lambda x, dy, *, args=(): gelu_grad_ref(x, dy, _approx(args)))
+def gelu_backward(cfg, rows, cols, approximate="none", dtype="float32"):
+    """DX[i, j] = DY[i, j] * gelu'(X[i, j])."""
+    _check(approximate, dtype)
+    define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cfg.add_flop(16.0 * rows * cols)
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    DY = pt.placeholder((rows, cols), dtype, name="DY")
+    DX = pt.compute(
+        (rows, cols),
+        lambda i, j: DY[i, j] * gelu_grad_expr(X[i, j], approximate, dtype),
+        name="DX",
+    )
+    s = pt.create_schedule(DX.op)
+    schedule_elementwise(cfg, s, DX)
+    return s, [X, DY, DX]

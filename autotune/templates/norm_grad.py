@@ -1,0 +1,282 @@
+"""Row-wise normalizations in any float dtype, and their backward passes.
+
+``rmsnorm_fwd``, ``layernorm_fwd``, ``softmax_fwd`` compute what ``norm.py``'s
+``rmsnorm``, ``layernorm`` and ``softmax`` compute, with a ``dtype`` argument
+(float32 or float64; the float32 PyTorch operators run the tuned float32
+templates, these serve float64, e.g. for ``torch.autograd.gradcheck``).
+The backward templates (``rmsnorm_backward``, ``layernorm_backward``,
+``softmax_backward``) recompute the row statistics from X (no saved state):
+
+- rmsnorm: ``r = rsqrt(mean(x^2) + eps)``, ``g = dy * w``:
+  ``dx = r g - x r^3 mean(g x)``, ``dw = sum_rows dy x r``;
+- layernorm: ``xh = (x - mean) rstd``, ``g = dy * w``:
+  ``dx = rstd (g - mean(g) - xh mean(g xh))``, ``dw = sum_rows dy xh``, ``db = sum_rows dy``;
+- softmax (from its output y): ``dx = y (dy - sum(dy y))``.
+
+Schedules reuse ``norm.py``'s: rows in parallel, row reductions as vector
+partials, elementwise passes split and vectorized. The per-row statistics that
+the column sums (dw, db) also read are root stages (parallel over rows); the
+column sums run over column panels in parallel, rows as the reduction, the
+panel's columns vectorized.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pypto as pt
+
+from ..task import template
+from .norm import _schedule_reduction, _schedule_rows, define_row_knobs, row_reduce
+
+FLOATS = ("float32", "float64")
+
+
+def _check(name: str, dtype: str):
+    if dtype not in FLOATS:
+        raise ValueError(f"{name}: dtype must be float32 or float64, got {dtype!r}")
+
+
+def _root_rows(cfg, s, R, stages, reductions):
+    """A per-row statistic ``R`` as a root stage: rows parallel, ``stages`` (what it
+    reads) computed at its row, ``reductions`` (a ``row_reduce``'s stages) vectorized."""
+    (i,) = R.op.axis
+    s[R].parallel(i)
+    for T in stages:
+        if T is not R:
+            s[T].compute_at(s[R], i)
+    _schedule_reduction(cfg, s, reductions)
+
+
+def _column_sum(s, C, lanes: int):
+    """``C[j] = sum_i ...``: column panels of ``2 lanes`` in parallel, rows the reduction,
+    the panel vectorized::
+
+        for j: C[j] = 0; for i: C[j] += f(i, j)
+        ->
+        parallel for jo: for i: vectorized for ji: C[jo * 2V + ji] += f(i, jo * 2V + ji)
+    """
+    (j,) = C.op.axis
+    (i,) = C.op.reduce_axis
+    jo, ji = s[C].split(j, factor=2 * lanes)
+    s[C].reorder(jo, i, ji)
+    s[C].parallel(jo)
+    s[C].vectorize(ji)
+
+
+def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str):
+    """A backward template's knobs and common inputs: ``(lanes, L, X, W, DY)``."""
+    _check(name, dtype)
+    lanes = cfg.target.vector_lanes(dtype)
+    define_row_knobs(cfg, cols, lanes)
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    W = pt.placeholder((cols,), dtype, name="W")
+    DY = pt.placeholder((rows, cols), dtype, name="DY")
+    return lanes, cfg["red_lanes"].val, X, W, DY
+
+
+def _stats_rms(X, rows, cols, eps, dtype, L):
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    ss, ss_st = row_reduce("sum", lambda i, j: X[i, j] * X[i, j], rows, cols, L, "ss")
+    r = pt.compute((rows,), lambda i: pt.rsqrt(ss[i] * c(1.0 / cols) + c(eps)), name="r")
+    return r, [*ss_st, r]
+
+
+def _stats_ln(X, rows, cols, eps, dtype, L):
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    sm, sm_st = row_reduce("sum", lambda i, j: X[i, j], rows, cols, L, "sm")
+    mean = pt.compute((rows,), lambda i: sm[i] * c(1.0 / cols), name="mean")
+
+    def sq(i, j):
+        dd = X[i, j] - mean[i]
+        return dd * dd
+
+    ss, ss_st = row_reduce("sum", sq, rows, cols, L, "ss")
+    rstd = pt.compute((rows,), lambda i: pt.rsqrt(ss[i] * c(1.0 / cols) + c(eps)), name="rstd")
+    return mean, rstd, [*sm_st, mean], [*ss_st, rstd]
+
+
+# ---------------------------------------------------------------- references (float64)
+
+
+def _f64(*a):
+    return [np.asarray(x, np.float64) for x in a]
+
+
+def rmsnorm_ref(x, w, eps=1e-6):
+    x64, w64 = _f64(x, w)
+    return (x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps) * w64).astype(x.dtype)
+
+
+def layernorm_ref(x, w, b, eps=1e-5):
+    x64, w64, b64 = _f64(x, w, b)
+    mu = x64.mean(-1, keepdims=True)
+    var = ((x64 - mu) ** 2).mean(-1, keepdims=True)
+    return ((x64 - mu) / np.sqrt(var + eps) * w64 + b64).astype(x.dtype)
+
+
+def softmax_ref(x):
+    (x64,) = _f64(x)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(x.dtype)
+
+
+def rmsnorm_grad_ref(x, w, dy, eps=1e-6):
+    x64, w64, dy64 = _f64(x, w, dy)
+    r = 1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps)
+    g = dy64 * w64
+    dx = r * g - x64 * r**3 * (g * x64).mean(-1, keepdims=True)
+    return dx.astype(x.dtype), (dy64 * x64 * r).sum(0).astype(x.dtype)
+
+
+def layernorm_grad_ref(x, w, dy, eps=1e-5):
+    x64, w64, dy64 = _f64(x, w, dy)
+    mu = x64.mean(-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + eps)
+    xh = (x64 - mu) * rstd
+    g = dy64 * w64
+    dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True))
+    return dx.astype(x.dtype), (dy64 * xh).sum(0).astype(x.dtype), dy64.sum(0).astype(x.dtype)
+
+
+def softmax_grad_ref(y, dy):
+    y64, dy64 = _f64(y, dy)
+    return (y64 * (dy64 - (dy64 * y64).sum(-1, keepdims=True))).astype(y.dtype)
+
+
+def _eps(args, default):
+    return args[2] if len(args) > 2 else default
+
+
+# ---------------------------------------------------------------- forward, any float dtype
+
+
+@template("rmsnorm_fwd", reference=lambda x, w, *, args=(): rmsnorm_ref(x, w, _eps(args, 1e-6)))
+def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
+    """Y = X * rsqrt(mean(X^2) + eps) * w over the last axis."""
+    _check("rmsnorm_fwd", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    W = pt.placeholder((cols,), dtype, name="W")
+    r, st = _stats_rms(X, rows, cols, eps, dtype, cfg["red_lanes"].val)
+    Y = pt.compute((rows, cols), lambda i, j: X[i, j] * r[i] * W[j], name="Y")
+    s = pt.create_schedule(Y.op)
+    _schedule_rows(cfg, s, Y, st, [Y], X, cols)
+    _schedule_reduction(cfg, s, st[:-1])
+    return s, [X, W, Y]
+
+
+@template(
+    "layernorm_fwd", reference=lambda x, w, b, *, args=(): layernorm_ref(x, w, b, _eps(args, 1e-5))
+)
+def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32"):
+    """Y = (X - mean) * rsqrt(var + eps) * w + b over the last axis."""
+    _check("layernorm_fwd", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    W = pt.placeholder((cols,), dtype, name="W")
+    Bb = pt.placeholder((cols,), dtype, name="B")
+    mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, dtype, cfg["red_lanes"].val)
+    Y = pt.compute(
+        (rows, cols), lambda i, j: (X[i, j] - mean[i]) * rstd[i] * W[j] + Bb[j], name="Y"
+    )
+    s = pt.create_schedule(Y.op)
+    _schedule_rows(cfg, s, Y, [*st1, *st2], [Y], X, cols)
+    _schedule_reduction(cfg, s, st1[:-1])
+    _schedule_reduction(cfg, s, st2[:-1])
+    return s, [X, W, Bb, Y]
+
+
+@template("softmax_fwd", reference=softmax_ref)
+def softmax_fwd(cfg, rows, cols, dtype="float32"):
+    """Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max_k X[i, k])."""
+    _check("softmax_fwd", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    L = cfg["red_lanes"].val
+    X = pt.placeholder((rows, cols), dtype, name="X")
+    mx, mx_st = row_reduce("max", lambda i, j: X[i, j], rows, cols, L, "mx")
+    exp = pt.fast_exp if dtype == "float32" else pt.exp
+    ex = pt.compute((rows, cols), lambda i, j: exp(X[i, j] - mx[i]), name="ex")
+    sm, sm_st = row_reduce("sum", lambda i, j: ex[i, j], rows, cols, L, "sm")
+    Y = pt.compute((rows, cols), lambda i, j: ex[i, j] / sm[i], name="Y")
+    s = pt.create_schedule(Y.op)
+    _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st], [ex, Y], X, cols)
+    _schedule_reduction(cfg, s, mx_st)
+    _schedule_reduction(cfg, s, sm_st)
+    return s, [X, Y]
+
+
+# ---------------------------------------------------------------- backward
+
+
+@template(
+    "rmsnorm_backward",
+    reference=lambda x, w, dy, *, args=(): rmsnorm_grad_ref(x, w, dy, _eps(args, 1e-6)),
+)
+def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
+    """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY."""
+    lanes, L, X, W, DY = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype)
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    r, st = _stats_rms(X, rows, cols, eps, dtype, L)
+    gx, gx_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * X[i, j], rows, cols, L, "gx")
+    k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
+    DX = pt.compute((rows, cols), lambda i, j: r[i] * W[j] * DY[i, j] - X[i, j] * k[i], name="DX")
+    ri = pt.reduce_axis((0, rows), name="ri")
+    DW = pt.compute((cols,), lambda j: pt.sum(DY[ri, j] * X[ri, j] * r[ri], axis=ri), name="DW")
+    s = pt.create_schedule([DX.op, DW.op])
+    _root_rows(cfg, s, r, st, st[:-1])
+    _schedule_rows(cfg, s, DX, [*gx_st, k], [DX], X, cols)
+    _schedule_reduction(cfg, s, gx_st)
+    _column_sum(s, DW, lanes)
+    return s, [X, W, DY, DX, DW]
+
+
+@template(
+    "layernorm_backward",
+    reference=lambda x, w, dy, *, args=(): layernorm_grad_ref(x, w, dy, _eps(args, 1e-5)),
+)
+def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
+    """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY."""
+    lanes, L, X, W, DY = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype)
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, dtype, L)
+    xh = lambda i, j: (X[i, j] - mean[i]) * rstd[i]  # noqa: E731
+    ga, ga_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j], rows, cols, L, "ga")
+    gb, gb_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
+    DX = pt.compute(
+        (rows, cols),
+        lambda i, j: (
+            rstd[i] * (DY[i, j] * W[j] - ga[i] * c(1.0 / cols) - xh(i, j) * gb[i] * c(1.0 / cols))
+        ),
+        name="DX",
+    )
+    ri = pt.reduce_axis((0, rows), name="ri")
+    DW = pt.compute((cols,), lambda j: pt.sum(DY[ri, j] * xh(ri, j), axis=ri), name="DW")
+    rb = pt.reduce_axis((0, rows), name="rb")
+    DB = pt.compute((cols,), lambda j: pt.sum(DY[rb, j], axis=rb), name="DB")
+    s = pt.create_schedule([DX.op, DW.op, DB.op])
+    _root_rows(cfg, s, mean, st1, st1[:-1])
+    _root_rows(cfg, s, rstd, st2, st2[:-1])
+    _schedule_rows(cfg, s, DX, [*ga_st, *gb_st], [DX], X, cols)
+    _schedule_reduction(cfg, s, ga_st)
+    _schedule_reduction(cfg, s, gb_st)
+    _column_sum(s, DW, lanes)
+    _column_sum(s, DB, lanes)
+    return s, [X, W, DY, DX, DW, DB]
+
+
+@template("softmax_backward", reference=softmax_grad_ref)
+def softmax_backward(cfg, rows, cols, dtype="float32"):
+    """DX = Y * (DY - sum_j DY * Y) per row, from softmax's output Y."""
+    _check("softmax_backward", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    Y = pt.placeholder((rows, cols), dtype, name="Y")
+    DY = pt.placeholder((rows, cols), dtype, name="DY")
+    a, a_st = row_reduce(
+        "sum", lambda i, j: DY[i, j] * Y[i, j], rows, cols, cfg["red_lanes"].val, "a"
+    )
+    DX = pt.compute((rows, cols), lambda i, j: Y[i, j] * (DY[i, j] - a[i]), name="DX")
+    s = pt.create_schedule(DX.op)
+    _schedule_rows(cfg, s, DX, a_st, [DX], Y, cols)
+    _schedule_reduction(cfg, s, a_st)
+    return s, [Y, DY, DX]

@@ -1,0 +1,160 @@
+"""New templates against their float64 numpy references: gelu, attention, moe, and
+the row-wise forwards/backwards in float32 and float64, at small (non-divisible) shapes."""
+
+import numpy as np
+import pytest
+
+import autotune as at
+import pypto as pt
+from autotune.templates import norm_grad as ng
+from autotune.templates.attention import _attention_ref
+from autotune.templates.gelu import gelu_grad_ref, gelu_ref
+from autotune.templates.moe import _moe_ref, capacity, moe_route
+
+RNG = np.random.default_rng(3)
+
+
+def _run(name, args, *inputs):
+    s, tensors = at.get_template(name)(*args)
+    mod = pt.build(s, tensors)
+    outs = [
+        np.full([int(d.value) for d in t.shape], np.nan, t.dtype) for t in tensors[len(inputs) :]
+    ]
+    mod(*inputs, *outs)
+    return outs
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype,tol", [("float32", 3e-6), ("float64", 1e-13)])
+def test_gelu_forward_backward(approximate, dtype, tol):
+    x = (RNG.standard_normal((7, 45)) * 3).astype(dtype)
+    dy = RNG.standard_normal((7, 45)).astype(dtype)
+    (y,) = _run("gelu", (7, 45, approximate, dtype), x)
+    np.testing.assert_allclose(y, gelu_ref(x, approximate), atol=tol, rtol=0)
+    (dx,) = _run("gelu_backward", (7, 45, approximate, dtype), x, dy)
+    np.testing.assert_allclose(dx, gelu_grad_ref(x, dy, approximate), atol=5 * tol, rtol=0)
+
+
+def test_gelu_refuses_unknown_approximation():
+    with pytest.raises(ValueError, match="approximate must be 'none' or 'tanh', got 'fast'"):
+        at.get_template("gelu")(4, 4, "fast")
+
+
+@pytest.mark.parametrize(
+    "B,H,S,D,causal,scale",
+    [(1, 2, 37, 16, False, None), (2, 1, 45, 20, True, 0.3), (1, 1, 5, 3, True, None)],
+)
+def test_attention_matches_reference(B, H, S, D, causal, scale):
+    q, k, v = (RNG.standard_normal((B, H, S, D)).astype("float32") for _ in range(3))
+    (o,) = _run("attention", (B, H, S, D, causal, scale), q, k, v)
+    ref = _attention_ref(q, k, v, args=(B, H, S, D, causal, scale))
+    np.testing.assert_allclose(o, ref, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("S,kv_len,causal", [(13, 40, True), (9, 33, False)])
+def test_attention_with_more_keys_than_queries(S, kv_len, causal):
+    args = (2, 1, S, 20, causal, None, "float32", kv_len)
+    q = RNG.standard_normal((2, 1, S, 20)).astype("float32")
+    k, v = (RNG.standard_normal((2, 1, kv_len, 20)).astype("float32") for _ in range(2))
+    (o,) = _run("attention", args, q, k, v)
+    np.testing.assert_allclose(o, _attention_ref(q, k, v, args=args), atol=2e-6, rtol=1e-5)
+
+
+def test_attention_refuses_causal_with_fewer_keys():
+    with pytest.raises(ValueError, match="causal needs kv_len >= S .* got kv_len 8 < S 9"):
+        at.get_template("attention")(1, 1, 9, 4, True, None, "float32", 8)
+
+
+def test_attention_tiles_are_knobs_for_the_target():
+    space = at.Task("attention", (1, 2, 64, 16), target="x86-avx2").config_space
+    assert {"tile_q", "key_tile", "mr_s", "mr_o", "red_lanes"} <= set(space.knobs)
+    d = space.default_config()
+    assert d["key_tile"].size[-1] % 8 == 0  # whole AVX2 vectors of keys
+    d512 = at.Task("attention", (1, 2, 64, 16), target="x86-avx512").config_space.default_config()
+    assert d512["key_tile"].size[-1] % 16 == 0
+
+
+def _moe_case(T, d, F, E, k, dtype="float32"):
+    x = RNG.standard_normal((T, d)).astype(dtype)
+    wg = (RNG.standard_normal((E, d, F)) / np.sqrt(d)).astype(dtype)
+    wu = (RNG.standard_normal((E, d, F)) / np.sqrt(d)).astype(dtype)
+    wd = (RNG.standard_normal((E, F, d)) / np.sqrt(F)).astype(dtype)
+    ids = np.stack([RNG.choice(E, k, replace=False) for _ in range(T)])
+    w = RNG.random((T, k)).astype(dtype)
+    return x, wg, wu, wd, ids, w
+
+
+def _moe_loop(x, wg, wu, wd, ids, w):
+    """Per token, per chosen expert: the plain definition, in float64."""
+    out = np.zeros(x.shape)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e, xx = ids[t, j], x[t].astype(np.float64)
+            g = xx @ wg[e]
+            out[t] += w[t, j] * ((g / (1 + np.exp(-g)) * (xx @ wu[e])) @ wd[e])
+    return out
+
+
+@pytest.mark.parametrize("T,d,F,E,k", [(13, 24, 40, 4, 2), (30, 17, 23, 3, 1)])
+def test_moe_matches_per_token_loop(T, d, F, E, k):
+    x, wg, wu, wd, ids, w = _moe_case(T, d, F, E, k)
+    cap = capacity(ids, E)
+    assert cap % 16 == 0 and cap >= np.bincount(ids.ravel()).max()
+    tok, wt, inv_e, inv_s = moe_route(ids, w, E, cap)
+    (out,) = _run("moe", (T, d, F, E, k, cap), x, tok, wt, wg, wu, wd, inv_e, inv_s)
+    np.testing.assert_allclose(out, _moe_loop(x, wg, wu, wd, ids, w), atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(
+        _moe_ref(x, tok, wt, wg, wu, wd, inv_e, inv_s), out, atol=2e-5, rtol=1e-5
+    )
+
+
+def test_moe_route_lays_rows_out_per_expert():
+    ids = np.array([[2, 0], [0, 1], [2, 1]])
+    w = np.array([[0.5, 0.25], [1.0, 2.0], [3.0, 4.0]], np.float32)
+    tok, wt, inv_e, inv_s = moe_route(ids, w, 3, 4)
+    for t in range(3):
+        for j in range(2):
+            e, s = inv_e[t, j], inv_s[t, j]
+            assert e == ids[t, j] and tok[e, s] == t and wt[e, s] == w[t, j]
+    assert (wt != 0).sum() == 6  # free slots weigh 0
+    with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 3\), got 0..3"):
+        moe_route(np.array([[3, 0]]), np.ones((1, 2), np.float32), 3, 4)
+    with pytest.raises(ValueError, match="an expert has 3 rows, more than cap = 2"):
+        moe_route(np.array([[0], [0], [0]]), np.ones((3, 1), np.float32), 3, 2)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12)])
+@pytest.mark.parametrize("rows,cols", [(5, 37), (9, 300)])
+def test_rowwise_forward_and_backward(dtype, tol, rows, cols):
+    x = RNG.standard_normal((rows, cols)).astype(dtype)
+    w, b = (RNG.standard_normal(cols).astype(dtype) for _ in range(2))
+    dy = RNG.standard_normal((rows, cols)).astype(dtype)
+    check = lambda got, ref: np.testing.assert_allclose(got, ref, atol=tol, rtol=tol)  # noqa: E731
+    check(_run("rmsnorm_fwd", (rows, cols, 1e-6, dtype), x, w)[0], ng.rmsnorm_ref(x, w))
+    check(_run("layernorm_fwd", (rows, cols, 1e-5, dtype), x, w, b)[0], ng.layernorm_ref(x, w, b))
+    check(_run("softmax_fwd", (rows, cols, dtype), x)[0], ng.softmax_ref(x))
+    for got, ref in zip(
+        _run("rmsnorm_backward", (rows, cols, 1e-6, dtype), x, w, dy), ng.rmsnorm_grad_ref(x, w, dy)
+    ):
+        check(got, ref)
+    for got, ref in zip(
+        _run("layernorm_backward", (rows, cols, 1e-5, dtype), x, w, dy),
+        ng.layernorm_grad_ref(x, w, dy),
+    ):
+        check(got, ref)
+    y = ng.softmax_ref(x)
+    check(_run("softmax_backward", (rows, cols, dtype), y, dy)[0], ng.softmax_grad_ref(y, dy))
+
+
+@pytest.mark.parametrize("target", ["x86-avx2", "generic"])
+def test_attention_other_targets_schedules(target):
+    t = pt.Target(target)
+    if not t.can_run():
+        pytest.skip(f"this machine cannot run {target}")
+    args = (1, 2, 33, 64, True, None)
+    s, tensors = at.get_template("attention")(*args, target=t)
+    mod = pt.build(s, tensors, target=t)
+    q, k, v = (RNG.standard_normal((1, 2, 33, 64)).astype("float32") for _ in range(3))
+    o = np.empty_like(q)
+    mod(q, k, v, o)
+    np.testing.assert_allclose(o, _attention_ref(q, k, v, args=args), atol=2e-6, rtol=1e-5)

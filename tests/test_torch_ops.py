@@ -1,0 +1,231 @@
+"""torch.ops.pypto.*: against PyTorch's own compositions, forward and backward, eager
+and under torch.compile(fullgraph=True); gradcheck in float64; pypto.torch.custom_op."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import autotune as at  # noqa: E402
+import autotune.torch  # noqa: E402, F401  (registers the operators)
+import pypto as pt  # noqa: E402
+import pypto.torch as ptt  # noqa: E402
+
+ops = torch.ops.pypto
+
+
+def _seed():
+    torch.manual_seed(0)
+
+
+def _close(a, b, tol=2e-5):
+    torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+CASES = {
+    "gelu": (lambda x, w, b: ops.gelu(x), lambda x, w, b: F.gelu(x)),
+    "gelu_tanh": (
+        lambda x, w, b: ops.gelu(x, "tanh"),
+        lambda x, w, b: F.gelu(x, approximate="tanh"),
+    ),
+    "rms_norm": (lambda x, w, b: ops.rms_norm(x, w, 1e-6), lambda x, w, b: _rms(x, w, 1e-6)),
+    "layer_norm": (
+        lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+        lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5),
+    ),
+    "softmax": (lambda x, w, b: ops.softmax(x, -1), lambda x, w, b: torch.softmax(x, -1)),
+    "softmax_dim0": (lambda x, w, b: ops.softmax(x, 0), lambda x, w, b: torch.softmax(x, 0)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_forward_and_backward_match_torch(case):
+    _seed()
+    ours, theirs = CASES[case]
+    x = torch.randn(3, 5, 37, requires_grad=True)
+    w = torch.randn(37, requires_grad=True)
+    b = torch.randn(37, requires_grad=True)
+    dy = torch.randn(3, 5, 37)
+    y1, y2 = ours(x, w, b), theirs(x, w, b)
+    _close(y1, y2)
+    g1 = torch.autograd.grad(y1, (x, w, b), dy, allow_unused=True)
+    g2 = torch.autograd.grad(y2, (x, w, b), dy, allow_unused=True)
+    for a, c in zip(g1, g2):
+        assert (a is None) == (c is None)
+        if a is not None:
+            _close(a, c, 1e-4)
+
+
+@pytest.mark.parametrize("case", ["gelu", "gelu_tanh", "rms_norm", "layer_norm", "softmax_dim0"])
+def test_gradcheck_float64(case):
+    _seed()
+    ours, _ = CASES[case]
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(ours, (x, w, b))
+
+
+@pytest.mark.parametrize("causal,scale", [(False, None), (True, 0.2)])
+def test_attention_matches_sdpa(causal, scale):
+    _seed()
+    q, k, v = (torch.randn(2, 3, 29, 16) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    _close(ops.attention(q, k, v, causal, scale), ref)
+
+
+def test_attention_causal_in_chunks_and_cross_attention():
+    _seed()
+    q, k, v = (torch.randn(1, 2, 300, 16) for _ in range(3))  # causal: 2 chunks of queries
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    _close(ops.attention(q, k, v, True, None), ref)
+    k, v = torch.randn(1, 2, 41, 16), torch.randn(1, 2, 41, 16)  # 41 keys for 300 queries
+    _close(ops.attention(q, k, v, False, 0.3), F.scaled_dot_product_attention(q, k, v, scale=0.3))
+
+
+def _moe_loop(x, wg, wu, wd, tw, ti):
+    out = torch.zeros_like(x)
+    for e in range(wg.shape[0]):
+        tok, slot = (ti == e).nonzero(as_tuple=True)
+        h = F.silu(x[tok] @ wg[e].T) * (x[tok] @ wu[e].T)
+        out.index_add_(0, tok, (h @ wd[e].T) * tw[tok, slot, None])
+    return out
+
+
+def _moe_inputs(T=21, d=24, f=40, E=4, k=2):
+    _seed()
+    x = torch.randn(T, d)
+    wg, wu = torch.randn(E, f, d) / d**0.5, torch.randn(E, f, d) / d**0.5
+    wd = torch.randn(E, d, f) / f**0.5
+    tw, ti = torch.softmax(torch.randn(T, E), -1).topk(k, -1)
+    return x, wg, wu, wd, tw, ti
+
+
+def test_moe_matches_per_expert_loop():
+    args = _moe_inputs()
+    _close(ops.moe(*args), _moe_loop(*args))
+
+
+def test_non_contiguous_input_is_copied():
+    _seed()
+    x = torch.randn(37, 6).T  # non-contiguous view
+    _close(ops.softmax(x, -1), torch.softmax(x, -1))
+    _close(ops.gelu(x), F.gelu(x))
+
+
+def test_bad_inputs_are_refused_by_name():
+    x = torch.randn(4, 8)
+    with pytest.raises(TypeError, match=r"gelu: x: dtype torch.int32 is not supported"):
+        ops.gelu(x.to(torch.int32))
+    with pytest.raises(ValueError, match=r"rms_norm: weight: shape \(7,\), expected \(8,\)"):
+        ops.rms_norm(x, torch.ones(7), 1e-6)
+    q = torch.randn(1, 2, 8, 4)
+    with pytest.raises(ValueError, match=r"attention: k has shape \(1, 2, 8, 5\)"):
+        ops.attention(q, torch.randn(1, 2, 8, 5), q, False, None)
+    k9 = torch.randn(1, 2, 9, 4)
+    with pytest.raises(ValueError, match="is_causal needs as many keys as queries, got 9 keys"):
+        ops.attention(q, k9, k9, True, None)
+    args = list(_moe_inputs())
+    args[5] = args[5] + 4  # expert ids out of range
+    with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\)"):
+        ops.moe(*args)
+    args[5] = -args[5]  # negative ids
+    with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\), got -"):
+        ops.moe(*args)
+
+
+def test_module_is_built_once_per_shape():
+    cache = autotune.torch._MODULES
+    n = len(cache)
+    ops.gelu(torch.randn(6, 10))
+    ops.gelu(torch.randn(6, 10))  # same shape: the cached module
+    assert len(cache) == n + 1
+    ops.gelu(torch.randn(7, 10))  # a new shape: one more module
+    assert len(cache) == n + 2
+    assert autotune.torch.module("gelu", (6, 10, "none")) is autotune.torch.module(
+        "gelu", (6, 10, "none")
+    )
+
+
+def test_torch_compile_fullgraph():
+    _seed()
+    x = torch.randn(4, 32, requires_grad=True)
+    w = torch.randn(32, requires_grad=True)
+    q, k, v = (torch.randn(1, 2, 12, 8) for _ in range(3))
+
+    def f(x, w, q, k, v):
+        h = ops.rms_norm(ops.gelu(x), w, 1e-6)
+        return ops.softmax(h, -1), ops.attention(q, k, v, True, None)
+
+    def ref(x, w, q, k, v):
+        h = _rms(F.gelu(x), w, 1e-6)
+        return torch.softmax(h, -1), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled = torch.compile(f, fullgraph=True)  # Inductor: no graph break around the ops
+    y, o = compiled(x, w, q, k, v)
+    y2, o2 = ref(x, w, q, k, v)
+    _close(y, y2)
+    _close(o, o2)
+    dy = torch.randn_like(y)
+    g = torch.autograd.grad(y, (x, w), dy)
+    g2 = torch.autograd.grad(y2, (x, w), dy)
+    for a, c in zip(g, g2):
+        _close(a, c, 1e-4)
+
+
+def test_user_custom_op():
+    def build(shape):
+        X = pt.placeholder(shape, "float32", name="X")
+        Y = pt.compute(shape, lambda i, j: X[i, j] * X[i, j] + pt.const(1.0, "float32"), name="Y")
+        s = pt.create_schedule(Y.op)
+        s[Y].parallel(Y.op.axis[0])
+        return s, [X, Y]
+
+    op = ptt.custom_op("pypto_test::sq1", build, n_inputs=1)
+    x = torch.randn(5, 7)
+    _close(op(x), x * x + 1)
+    _close(torch.ops.pypto_test.sq1(x), x * x + 1)
+    compiled = torch.compile(lambda t: op(t) * 2, fullgraph=True, backend="aot_eager")
+    _close(compiled(x), (x * x + 1) * 2)
+    with pytest.raises(TypeError, match=r"pypto_test::sq1 input 0: dtype float64"):
+        op(x.double())
+    with pytest.raises(ValueError, match=r"name must be 'namespace::op', got 'sq2'"):
+        ptt.custom_op("sq2", build, n_inputs=1)
+
+
+def test_transformer_block_example_agrees():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cmd = [sys.executable, "examples/transformer_block.py", "--seq", "24", "--dim", "32"]
+    cmd += ["--ff", "48", "--heads", "2", "--experts", "4", "--repeat", "1", "--no-compile"]
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = {ln.split()[0]: ln.split() for ln in out.stdout.splitlines()[2:]}
+    assert set(rows) == {"eager", "pypto"}
+    assert float(rows["pypto"][-1]) < 1e-4  # max |diff| against eager PyTorch
+
+
+def test_operator_uses_the_best_record_for_its_shape(tmp_path):
+    args = (9, 70, "none")
+    target = pt.Target("host")
+    task = at.Task("gelu", args, target=target)
+    default = task.config_space.default_config()
+    other = {"tile_j": [-1, target.vector_lanes("float32")], "unroll_j": 1}
+    assert other != {k: default[k].val for k in other}  # a config the default is not
+    rec = at.Record(at.workload_key("gelu", args), target.key, other, costs=[1e-6])
+    log = str(tmp_path / "gelu.jsonl")
+    at.append_records(log, [rec])
+    with at.apply_history_best(log):
+        mod = autotune.torch.module("gelu", args)
+    s, tensors = task.instantiate(task.config_space.config(other))
+    assert mod.source == pt.build(s, tensors, target=target, name="gelu").source
+    x = torch.randn(9, 70)
+    _close(ops.gelu(x), F.gelu(x))
