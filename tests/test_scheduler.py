@@ -1,0 +1,265 @@
+"""The task scheduler: budget shared by expected gain, resume, minute budgets, dead tasks.
+
+The measuring side is a fake (deterministic costs, a simulated clock), so these
+tests check the scheduling itself with no timing noise and no compiler.
+"""
+
+import json
+import math
+
+import pytest
+
+import autotune as at
+import pypto as pt
+from autotune.measure import ErrorKind, MeasureResult
+from autotune.scheduler import TaskScheduler
+from autotune.workloads import (
+    STANDARD,
+    Workload,
+    WorkloadError,
+    load_workloads,
+    parse_workloads,
+    standard_workloads,
+)
+
+
+@at.template("sched_toy")
+def sched_toy(cfg, n, knob_values=40):
+    """A one-stage kernel with a knob_values^2 space (the fake measurer gives the costs)."""
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((n,), lambda i: A[i] + A[i], name="B")
+    s = pt.create_schedule(B.op)
+    cfg.define_knob("a", list(range(knob_values)), default=0)
+    cfg.define_knob("b", list(range(knob_values)), default=0)
+    return s, [A, B]
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class FakeMeasurer:
+    """Cost of a config: the workload's base seconds times a fixed factor in [1, 6)
+    of its knob values; ``seconds_per_trial`` advances the fake clock."""
+
+    def __init__(self, base: dict, clock=None, seconds_per_trial=0.0, failing=()):
+        self.base, self.clock, self.spt, self.failing = base, clock, seconds_per_trial, failing
+        self.measured: dict = {}  # workload key -> configs measured
+
+    def measure(self, task, configs):
+        out = []
+        for c in configs:
+            self.measured.setdefault(task.workload_key, []).append(c.index)
+            if self.clock is not None:
+                self.clock.now += self.spt
+            if task.workload_key in self.failing:
+                out.append(MeasureResult(error=ErrorKind.COMPILE, error_msg="fake failure"))
+                continue
+            a, b = c["a"].val, c["b"].val
+            factor = 1.0 + ((a * 7 + b * 13) % 50) / 10.0
+            out.append(MeasureResult(costs=[self.base[task.workload_key] * factor]))
+        return out
+
+
+def _tasks(*sizes, knob_values=40):
+    return [at.Task("sched_toy", (n, knob_values)) for n in sizes]
+
+
+def test_the_dominant_workload_gets_most_trials():
+    # the same GFLOP/s for all three (the scheduler compares tasks of one template by it)
+    tasks = _tasks(6400, 64, 65)
+    base = {tasks[0].workload_key: 0.1, tasks[1].workload_key: 1e-3, tasks[2].workload_key: 1e-3}
+    fake = FakeMeasurer(base)
+    sched = TaskScheduler(tasks, tuner="random", measurer=fake, trials_per_round=8, seed=1)
+    sched.tune(trials=240)
+    got = {t.workload_key: len(fake.measured.get(t.workload_key, [])) for t in tasks}
+    assert sum(got.values()) == sched.trials == 240
+    assert got[tasks[0].workload_key] >= 0.75 * 240, got  # it dominates the weighted latency
+    assert all(got[t.workload_key] >= 8 for t in tasks[1:]), got  # warm-up: everyone a round
+    # the weight, not the latency alone, decides: the same set with the small ones weighted
+    # 1000x turns the order around
+    fake = FakeMeasurer(base)
+    sched = TaskScheduler(
+        tasks, [1, 1000, 1000], tuner="random", measurer=fake, trials_per_round=8, seed=1
+    )
+    sched.tune(trials=240)
+    assert len(fake.measured[tasks[0].workload_key]) <= 0.25 * 240
+
+
+def test_resume_counts_the_trials_in_the_log(tmp_path):
+    log = str(tmp_path / "toy.jsonl")
+    tasks = _tasks(64, 128)
+    base = {t.workload_key: 1e-3 for t in tasks}
+    first = TaskScheduler(tasks, logs=log, tuner="random", measurer=FakeMeasurer(base), seed=0,
+                          trials_per_round=8)  # fmt: skip
+    first.tune(trials=40)
+    recs = at.load_records(log)
+    assert len(recs) == 40
+    fake = FakeMeasurer(base)
+    again = TaskScheduler(tasks, logs=log, tuner="random", measurer=fake, seed=5,
+                          trials_per_round=8)  # fmt: skip
+    assert again.trials == 40  # the log's trials are counted before anything runs
+    assert all(st.rounds > 0 for st in again.states)  # no warm-up again
+    assert [st.tuner.best_cost for st in again.states] == [
+        st.tuner.best_cost for st in first.states
+    ]
+    again.tune(trials=56)
+    assert sum(len(v) for v in fake.measured.values()) == 16  # only the rest
+    recs = at.load_records(log)
+    assert len(recs) == 56
+    seen = {(r.workload, json.dumps(r.config, sort_keys=True)) for r in recs}
+    assert len(seen) == 56  # nothing measured twice
+    rows = {r["workload"]: r for r in again.summary()}
+    assert sum(r["trials"] for r in rows.values()) == 56
+    assert sum(r["new"] for r in rows.values()) == 16
+    # without resume, nothing is read
+    assert TaskScheduler(tasks, logs=log, tuner="random", resume=False).trials == 0
+
+
+def test_minute_budget_sized_so_it_cannot_overrun():
+    clock = FakeClock()
+    tasks = _tasks(64, 128)
+    fake = FakeMeasurer({t.workload_key: 1e-3 for t in tasks}, clock=clock, seconds_per_trial=3.0)
+    sched = TaskScheduler(tasks, tuner="random", measurer=fake, clock=clock, trials_per_round=16)
+    sched.tune(minutes=2)  # 120 s at 3 s per trial: 40 trials
+    assert clock.now <= 120.0 + 3.0  # the first round, before any estimate, may overrun one
+    assert sched.trials >= 36
+    # both limits: the trial budget ends first
+    clock2 = FakeClock()
+    fake2 = FakeMeasurer({t.workload_key: 1e-3 for t in tasks}, clock=clock2, seconds_per_trial=1)
+    sched2 = TaskScheduler(tasks, tuner="random", measurer=fake2, clock=clock2)
+    sched2.tune(trials=20, minutes=60)
+    assert sched2.trials == 20 and clock2.now == 20.0
+
+
+def test_exhausted_and_failing_tasks_stop_getting_rounds():
+    small, broken, big = _tasks(64, knob_values=3)[0], _tasks(96)[0], _tasks(128)[0]
+    base = {t.workload_key: 1e-3 for t in (small, broken, big)}
+    fake = FakeMeasurer(base, failing={broken.workload_key})
+    sched = TaskScheduler([small, broken, big], tuner="random", measurer=fake,
+                          trials_per_round=8, seed=2)  # fmt: skip
+    sched.tune(trials=120)
+    notes = {r["workload"]: r for r in sched.summary()}
+    assert notes[small.workload_key]["trials"] == 9  # its whole space, once each
+    assert notes[small.workload_key]["note"] == "space exhausted"
+    assert notes[broken.workload_key]["note"] == "no valid config in 16 trials"
+    assert notes[broken.workload_key]["best_s"] is None
+    assert notes[big.workload_key]["trials"] == 120 - 9 - 16
+    text = sched.table()
+    assert "space exhausted" in text and "(+ untuned)" in text
+    assert text.splitlines()[-1].split()[:3] == ["total", "120", "120"]
+
+
+def test_early_stopping_ends_a_task():
+    task = _tasks(64)[0]
+    fake = FakeMeasurer({task.workload_key: 1e-3})
+    sched = TaskScheduler([task], tuner="grid", measurer=fake, early_stopping=20,
+                          trials_per_round=4)  # fmt: skip
+    sched.tune(trials=1000)
+    st = sched.states[0]
+    assert st.dead == "no improvement in 20 trials"
+    assert len(st.tuner.history) - st.tuner.best_trial >= 20
+    assert sched.trials < 1000
+
+
+def test_confirm_reports_the_confirmed_best(tmp_path):
+    log = str(tmp_path / "c.jsonl")
+    tasks = _tasks(64, 128)
+    sched = TaskScheduler(tasks, logs=log, tuner="random",
+                          measurer=FakeMeasurer({t.workload_key: 1e-3 for t in tasks}))  # fmt: skip
+    sched.tune(trials=32)
+    calls = []
+
+    def fake_confirm(task, path, k, rounds, measure):
+        calls.append((task.workload_key, path, k, rounds))
+        best = at.best_by_workload(at.load_records(path))[(task.workload_key, task.target.key)]
+        slower = at.Record(best.workload, best.target, best.config, costs=[best.cost * 3] * 2)
+        at.append_records(path, [slower])  # the "lucky" best holds up worse when re-measured
+        return 1
+
+    assert sched.confirm(2, confirm_fn=fake_confirm) == 2
+    assert [c[0] for c in calls] == [t.workload_key for t in tasks]
+    for st in sched.states:
+        assert st.confirmed is not None and st.confirmed >= st.tuner.best_cost
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"weights": [1]}, r"one positive weight per task"),
+        ({"weights": [1, -2]}, r"one positive weight per task"),
+        ({"tuner": "magic"}, r"unknown tuner 'magic'"),
+        ({"logs": ["a", "b", "c"]}, r"one log per task \(2\), got 3"),
+        ({"trials_per_round": 0}, r"trials_per_round must be positive"),
+    ],
+)
+def test_bad_scheduler_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TaskScheduler(_tasks(64, 128), **kwargs)
+
+
+def test_a_budget_is_required():
+    sched = TaskScheduler(_tasks(64), tuner="random", measurer=FakeMeasurer({}))
+    with pytest.raises(ValueError, match="give the scheduler a budget"):
+        sched.tune()
+    with pytest.raises(ValueError, match="minutes must be positive"):
+        sched.tune(minutes=0)
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def test_standard_workloads_cover_every_builtin_template():
+    builtin = {n for n in at.list_templates() if at.get_template(n).module.startswith("autotune.")}
+    assert {w.template for w in STANDARD} == builtin
+    for w in STANDARD:
+        at.get_template(w.template).space(*w.task_args)  # the arguments fit the template
+    assert [w.label for w in standard_workloads(["softmax", "conv2d_nchw"])] == [
+        "conv2d 64->64 56x56 s1",
+        "conv2d 64->128 56x56 s2",
+        "softmax 4096x4096",
+    ]
+    with pytest.raises(WorkloadError, match=r"no standard workloads for 'nosuch'; templates"):
+        standard_workloads(["nosuch"])
+
+
+def test_workload_files(tmp_path):
+    p = tmp_path / "w.json"
+    p.write_text(json.dumps([{"template": "matmul", "args": [64, 64, 64], "dtype": "int8",
+                              "weight": 3}, {"template": "softmax", "args": [8, 8]}]))  # fmt: skip
+    ws = load_workloads(str(p))
+    assert ws == [
+        Workload("matmul", (64, 64, 64), weight=3.0, dtype="int8"),
+        Workload("softmax", (8, 8)),
+    ]
+    assert ws[0].task_args == (64, 64, 64, "int8") and ws[0].label == "matmul 64^3 int8"
+    bad = [
+        ({"template": "matmul"}, r"workload 0 \(matmul\): 'args' must be a list of numbers"),
+        ({"template": "matmul", "args": [1], "weight": 0}, r"'weight' must be a positive"),
+        ({"template": "matmul", "args": [1], "wieght": 2}, r"unknown field\(s\) \['wieght'\]"),
+        ({"args": [1]}, r"workload 0: 'template' must be a template name"),
+    ]
+    for entry, message in bad:
+        with pytest.raises(WorkloadError, match=message):
+            parse_workloads([entry])
+    with pytest.raises(WorkloadError, match="non-empty JSON list"):
+        parse_workloads({"template": "matmul"})
+    p.write_text("[{")
+    with pytest.raises(WorkloadError, match=r"w\.json: not valid JSON"):
+        load_workloads(str(p))
+    with pytest.raises(WorkloadError, match="cannot read workloads from"):
+        load_workloads(str(tmp_path / "missing.json"))
+
+
+def test_gradient_prefers_larger_weighted_latency():
+    tasks = _tasks(64, 128)
+    fake = FakeMeasurer({tasks[0].workload_key: 1e-3, tasks[1].workload_key: 1e-3})
+    sched = TaskScheduler(tasks, [1, 10], tuner="random", measurer=fake, trials_per_round=8)
+    sched.tune(trials=16)  # warm-up only: one round each, same costs
+    g0, g1 = (sched.gradient(st) for st in sched.states)
+    assert g0 < 0 and g1 < 0 and math.isclose(g1 / g0, 10 * sched.states[1].tuner.best_cost
+                                              / sched.states[0].tuner.best_cost)  # fmt: skip
