@@ -4,6 +4,7 @@
     pypto-tune matmul --args 1024,1024,1024 --trials 200 --resume     # continue a killed run
     pypto-tune best tuning_logs/matmul.jsonl
     pypto-tune list
+    pypto-tune all --minutes 10               # every standard workload, one shared budget
     pypto-tune train-model                    # cost_models/pretrained/<target>.json
 
 Bad arguments end with a one-line reason and exit status 2, never a traceback
@@ -66,7 +67,8 @@ def _tune_parser() -> argparse.ArgumentParser:
         description="Tune a pypto template on this machine and "
         "append the measurements to a JSON Lines log.",
         epilog="Other commands: 'pypto-tune best LOG' (best record per workload), "
-        "'pypto-tune list' (templates), 'pypto-tune train-model [LOG ...]' (the shipped "
+        "'pypto-tune list' (templates), 'pypto-tune all --minutes M' (every standard "
+        "workload, see 'pypto-tune all --help'), 'pypto-tune train-model [LOG ...]' (the shipped "
         "cost model, from tuning_logs/).",
     )
     p.add_argument("template", help="template name (see 'pypto-tune list')")
@@ -198,6 +200,14 @@ def cmd_train(argv) -> int:
     return 0
 
 
+def cmd_all(argv) -> int:
+    from . import tune_all
+
+    p = _Parser(prog="pypto-tune all", description=tune_all.DESCRIPTION)
+    tune_all.add_arguments(p)
+    return tune_all.run(p.parse_args(argv))
+
+
 def cmd_tune(argv) -> int:
     import autotune as at
     from pypto.target import Target
@@ -266,7 +276,8 @@ def main(argv=None) -> int:
         if not argv or argv[0] in ("-h", "--help"):
             _tune_parser().print_help()
             return 0 if argv else 2
-        cmd = {"list": cmd_list, "best": cmd_best, "train-model": cmd_train}.get(argv[0])
+        cmds = {"list": cmd_list, "best": cmd_best, "train-model": cmd_train, "all": cmd_all}
+        cmd = cmds.get(argv[0])
         return cmd(argv[1:]) if cmd else cmd_tune(argv)
     except UsageError as e:
         print(f"pypto-tune: error: {e}", file=sys.stderr)

@@ -31,7 +31,7 @@ def _dims(args) -> str:
 
 
 def _cube_or_dims(args) -> str:
-    return f"{args[0]}^3" if len(set(args)) == 1 else _dims(args)
+    return f"{args[0]}^3" if len(args) == 3 and len(set(args)) == 1 else _dims(args)
 
 
 def _conv_label(args) -> str:

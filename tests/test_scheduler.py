@@ -6,11 +6,15 @@ tests check the scheduling itself with no timing noise and no compiler.
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
 import autotune as at
 import pypto as pt
+from autotune.cli import main as cli_main
 from autotune.measure import ErrorKind, MeasureResult
 from autotune.scheduler import TaskScheduler
 from autotune.workloads import (
@@ -21,6 +25,7 @@ from autotune.workloads import (
     parse_workloads,
     standard_workloads,
 )
+from pypto.target import KNOWN, can_run
 
 
 @at.template("sched_toy")
@@ -263,3 +268,84 @@ def test_gradient_prefers_larger_weighted_latency():
     g0, g1 = (sched.gradient(st) for st in sched.states)
     assert g0 < 0 and g1 < 0 and math.isclose(g1 / g0, 10 * sched.states[1].tuner.best_cost
                                               / sched.states[0].tuner.best_cost)  # fmt: skip
+
+
+# ---------------------------------------------------------------- pypto-tune all
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tune_all(args, home, timeout=300):
+    env = dict(os.environ, PYPTO_HOME=str(home))
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", "all", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_tune_all_end_to_end_and_resume(tmp_path):
+    wl = tmp_path / "tiny.json"
+    wl.write_text(json.dumps([{"template": "matmul", "args": [32, 32, 32]},
+                              {"template": "softmax", "args": [16, 64], "weight": 2}]))  # fmt: skip
+    args = ["--workloads", str(wl), "--tuner", "random", "--round", "3", "--number", "1",
+            "--repeat", "1", "--confirm", "0", "--no-progress"]  # fmt: skip
+    r = _tune_all([*args, "--trials", "6"], tmp_path / "home")
+    assert r.returncode == 0, r.stderr
+    logs = tmp_path / "home" / "logs"
+    recs = {t: at.load_records(str(logs / f"{t}.jsonl")) for t in ("matmul", "softmax")}
+    assert [len(v) for v in recs.values()] == [3, 3]  # warm-up: a round each
+    host = pt.Target("host").name
+    assert all(r.target == host and r.ok for v in recs.values() for r in v)
+    assert f"tuning 2 workload(s) for {host} within 6 trials (0 trial(s) already" in r.stdout
+    table = r.stdout.splitlines()[-3:]
+    assert table[0].split()[:3] == ["matmul", "32^3", "3"]
+    assert table[1].split()[:4] == ["softmax", "16x64", "3", "3"]
+    assert table[2].split()[:3] == ["total", "6", "6"]
+    # again with a larger budget: the logs' trials count, only the rest is measured
+    r = _tune_all([*args, "--trials", "9"], tmp_path / "home")
+    assert r.returncode == 0, r.stderr
+    assert "(6 trial(s) already in the logs)" in r.stdout
+    assert "3 new trial(s)" in r.stdout
+    assert sum(len(at.load_records(str(logs / f"{t}.jsonl"))) for t in recs) == 9
+
+
+def _unrunnable_target():
+    for name in KNOWN:
+        if not can_run(pt.Target(name)):
+            return name
+    pytest.skip("this machine runs every known target")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--trials", "5", "--target", "UNRUNNABLE"], "this machine cannot run code for target"),
+        (["--only", "matmul"], "give a budget: --minutes M and/or --trials N"),
+        (["--trials", "5", "--only", "nosuch"], "no standard workloads for 'nosuch'"),
+        (["--trials", "5", "--target", "riscv"], "unknown target 'riscv'"),
+        (["--minutes", "0"], "--minutes must be positive"),
+        (["--trials", "5", "--tuner", "magic"], "argument --tuner: invalid choice"),
+        (["--trials", "5", "--workloads", "/nonexistent.json"], "cannot read workloads from"),
+    ],
+)
+def test_tune_all_refuses_before_measuring(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path))
+    argv = [_unrunnable_target() if a == "UNRUNNABLE" else a for a in argv]
+    assert cli_main(["all", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pypto-tune: error:") and message in err, err
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "logs").exists()  # nothing was measured
+
+
+def test_tune_all_refuses_workloads_that_do_not_fit(tmp_path, capsys):
+    wl = tmp_path / "bad.json"
+    wl.write_text(json.dumps([{"template": "matmul", "args": [32, 32]}]))
+    assert cli_main(["all", "--trials", "2", "--workloads", str(wl), "--log-dir",
+                     str(tmp_path)]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "workload matmul 32x32: arguments do not fit 'matmul'" in err

@@ -1,0 +1,257 @@
+"""``pypto-tune all``: tune every built-in template's standard workloads on this machine.
+
+    pypto-tune all --minutes 10                   # records in $PYPTO_HOME/logs/<template>.jsonl
+    pypto-tune all --trials 400 --only matmul,softmax
+    pypto-tune all --minutes 5 --workloads my_model.json --log my_model.jsonl
+
+One task scheduler (``autotune.scheduler``) shares the budget among the
+workloads by expected gain; each workload counts by its relative improvement
+(``normalize``), times its weight. The logs are resumed by default: their
+trials count against ``--trials`` and inform the tuners. Afterwards the
+fastest configs of each workload are re-measured side by side (``--confirm``)
+and a table shows, per workload, the trials it got and its best.
+
+``add_arguments(parser)`` and ``run(namespace) -> exit status`` are the whole
+interface, so any command-line front end can mount the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+
+from pypto.target import KNOWN, Target, can_run
+
+from .measure import MeasureOption
+from .scheduler import TUNERS, TaskScheduler
+from .space import SpaceError
+from .task import Task, get_template
+from .workloads import WorkloadError, load_workloads, standard_workloads
+
+DESCRIPTION = (
+    "Tune every built-in template's standard workloads (or those of --workloads FILE) on "
+    "this machine, one budget shared among them by expected gain."
+)
+
+
+def user_home() -> str:
+    """The user's pypto store: ``$PYPTO_HOME``, default ``~/.cache/pypto``."""
+    return os.environ.get("PYPTO_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pypto")
+
+
+def _number(name: str, kind=float, zero_ok: bool = False):
+    def conv(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes a number, got {text!r}") from None
+        if not v == v or v < 0 or (v == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(
+                f"{name} must be {'non-negative' if zero_ok else 'positive'}, got {text}"
+            )
+        return v
+
+    return conv
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``pypto-tune all``."""
+    budget = p.add_argument_group("budget (at least one; tuning stops at the first reached)")
+    budget.add_argument("--minutes", type=_number("--minutes"), help="wall-clock minutes")
+    budget.add_argument(
+        "--trials",
+        type=_number("--trials", int),
+        help="trials in all, those already in the logs included",
+    )
+    p.add_argument("--target", default="host", help="hardware target (default: this host)")
+    p.add_argument(
+        "--only",
+        default="",
+        metavar="TEMPLATE,...",
+        help="only these templates' workloads (comma-separated)",
+    )
+    p.add_argument(
+        "--workloads",
+        metavar="FILE",
+        help='tune the workloads of a JSON file instead: [{"template", "args", "dtype", '
+        '"weight"}, ...]',
+    )
+    p.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="one log per template, DIR/<template>.jsonl (default $PYPTO_HOME/logs, "
+        "PYPTO_HOME defaulting to ~/.cache/pypto)",
+    )
+    p.add_argument("--log", metavar="FILE", help="one log for every workload instead")
+    p.add_argument(
+        "--tuner", choices=sorted(TUNERS), default="xgb", help="search strategy (default xgb)"
+    )
+    p.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="count the logs' trials and learn from them (default on)",
+    )
+    p.add_argument(
+        "--confirm",
+        type=_number("--confirm", int, zero_ok=True),
+        default=4,
+        metavar="K",
+        help="afterwards, re-measure each workload's K fastest configs (default 4, 0: off)",
+    )
+    p.add_argument(
+        "--round",
+        type=_number("--round", int),
+        default=16,
+        metavar="N",
+        help="trials per scheduling round (default 16)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_number("--timeout"),
+        default=10.0,
+        help="seconds one candidate may run (default 10)",
+    )
+    p.add_argument("--number", type=_number("--number", int), default=5, help="calls per repeat")
+    p.add_argument("--repeat", type=_number("--repeat", int), default=3, help="timing repeats")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler and tuners")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a Python module that registers templates (repeatable)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+class _Refused(Exception):
+    """A bad command line or an impossible request: one line, exit status 2."""
+
+
+def _workloads(a):
+    only = [t for t in a.only.split(",") if t]
+    try:
+        if a.workloads:
+            ws = load_workloads(a.workloads)
+            if only:
+                ws = [w for w in ws if w.template in only]
+                if not ws:
+                    raise _Refused(f"--only {a.only}: no workload of {a.workloads} matches")
+            return ws
+        return standard_workloads(only or None)
+    except WorkloadError as e:
+        raise _Refused(str(e)) from None
+
+
+def _tasks(ws, target):
+    tasks = []
+    for w in ws:
+        try:
+            get_template(w.template)
+            tasks.append(Task(w.template, w.task_args, target=target))
+        except KeyError as e:
+            raise _Refused(str(e).strip("'\"")) from None
+        except (TypeError, ValueError, SpaceError) as e:
+            raise _Refused(
+                f"workload {w.label}: arguments do not fit {w.template!r}: {e}"
+            ) from None
+    return tasks
+
+
+def _prepare(a):
+    if a.minutes is None and a.trials is None:
+        raise _Refused("give a budget: --minutes M and/or --trials N")
+    try:
+        target = Target(a.target)
+    except ValueError as e:
+        raise _Refused(str(e)) from None
+    if not can_run(target):
+        runs = [n for n in KNOWN if can_run(Target(n)) and n != "generic"] or ["generic"]
+        raise _Refused(
+            f"this machine cannot run code for target {target.name!r} (it runs "
+            f"{', '.join(runs)}): tune on a machine of that target"
+        )
+    if a.imports and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for mod in a.imports:
+        try:
+            importlib.import_module(mod)
+        except ImportError as e:
+            raise _Refused(f"--import {mod}: {e}") from None
+    ws = _workloads(a)
+    tasks = _tasks(ws, target)
+    if a.log:
+        logs = [a.log] * len(ws)
+    else:
+        d = a.log_dir or os.path.join(user_home(), "logs")
+        logs = [os.path.join(d, f"{w.template}.jsonl") for w in ws]
+    return target, ws, tasks, logs
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run ``pypto-tune all`` with parsed options; returns the exit status (0: every
+    workload has a valid config, 1: some have none, 2: refused before measuring)."""
+    try:
+        target, ws, tasks, logs = _prepare(a)
+    except _Refused as e:
+        print(f"pypto-tune: error: {e}", file=sys.stderr)
+        return 2
+    opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    sched = TaskScheduler(
+        tasks,
+        [w.weight for w in ws],
+        logs,
+        tuner=a.tuner,
+        labels=[w.label for w in ws],
+        measure_option=opt,
+        measure_overrides={t.workload_key: w.measure for t, w in zip(tasks, ws) if w.measure},
+        trials_per_round=a.round,
+        normalize=True,
+        resume=a.resume,
+        seed=a.seed,
+        progress=not a.no_progress,
+    )
+    for msg in sched.warnings:
+        print(f"warning: {msg}", file=sys.stderr)
+    budget = " and ".join(
+        x
+        for x in (
+            f"{a.minutes:g} minute(s)" if a.minutes else "",
+            f"{a.trials} trials" if a.trials else "",
+        )
+        if x
+    )
+    where = a.log or os.path.dirname(logs[0])
+    print(
+        f"tuning {len(tasks)} workload(s) for {target.name} within {budget} "
+        f"({sched.trials} trial(s) already in the logs); records in {where}",
+        flush=True,
+    )
+    t0 = time.monotonic()
+    sched.tune(trials=a.trials, minutes=a.minutes, confirm_k=a.confirm)
+    tuned_s = time.monotonic() - t0
+    made = sched.confirm(a.confirm) if a.confirm else 0
+    total_s = time.monotonic() - t0
+    print(
+        f"{sum(st.new for st in sched.states)} new trial(s) in {tuned_s / 60:.1f} min"
+        + (f", {made} confirmation measurement(s)" if made else "")
+        + f"; {total_s / 60:.1f} min in all"
+    )
+    print(sched.table())
+    return 0 if all(r["best_s"] is not None for r in sched.summary()) else 1
+
+
+def main(argv=None) -> int:
+    """``python -m autotune.tune_all ...``: the command on its own."""
+    p = argparse.ArgumentParser(prog="pypto-tune all", description=DESCRIPTION)
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
