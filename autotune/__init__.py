@@ -8,6 +8,9 @@ at.XGBTuner(task).tune(n_trial=200, measure=at.MeasureOption(number=5, repeat=3)
 with at.apply_history_best("tuning_logs/matmul.jsonl"):
     s, args = at.get_template("matmul")(1024, 1024, 1024)
 
+``at.TaskScheduler(tasks, weights, logs).tune(trials=..., minutes=...)`` shares one budget
+among workloads by expected gain (``pypto-tune all``; ``at.standard_workloads()``).
+
 ``at.confirm_best(task, log, k)`` measures the k fastest configs of a log again
 (``pypto-tune --confirm``); a config counts by the median of all its timings.
 """
@@ -24,9 +27,11 @@ from .records import (
     pick_best,
     ranked_configs,
 )
+from .scheduler import TaskScheduler
 from .space import Config, ConfigSpace, SpaceError
 from .task import Task, Template, get_template, list_templates, template, workload_key
 from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner
+from .workloads import Workload, load_workloads, standard_workloads
 from .xgb_tuner import XGBTuner
 
 __all__ = [
@@ -35,4 +40,5 @@ __all__ = [
     "list_templates", "template", "workload_key", "log_to_file", "progress_bar", "ErrorKind",
     "MeasureOption", "MeasureResult", "Measurer", "measure", "GATuner", "GridSearchTuner",
     "MeasureInput", "RandomTuner", "Tuner", "XGBTuner", "confirm_best", "ranked_configs",
+    "TaskScheduler", "Workload", "load_workloads", "standard_workloads",
 ]  # fmt: skip

@@ -1,0 +1,54 @@
+"""numpy's BLAS in the benchmarks: its best kernel, and a record of which one ran.
+
+Some machines set ``OPENBLAS_CORETYPE`` (and ``OPENBLAS_L2_SIZE``) because old
+OpenBLAS builds crash or compute wrong results on their CPU; a current
+numpy then runs an older core's kernels (on an AVX-512 Zen 5: Haswell's,
+matmul 1024^3 at 119 GFLOP/s instead of 221). A benchmark compares against
+numpy at its best, so the benchmark's own worker processes -- and only
+they: never tests or CI -- run without both variables, and report the
+kernel OpenBLAS picked (threadpoolctl, the ``bench`` extra).
+
+This module imports nothing heavy: a script calls ``unforce()`` before it
+imports numpy.
+"""
+
+from __future__ import annotations
+
+import os
+
+FORCING = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def free_env(env) -> dict:
+    """A copy of ``env`` without the variables that force an OpenBLAS kernel."""
+    return {k: v for k, v in env.items() if k not in FORCING}
+
+
+def unforce() -> dict:
+    """Remove the forcing variables from this process's environment (call it before
+    numpy is imported); returns what was removed."""
+    return {k: os.environ.pop(k) for k in FORCING if k in os.environ}
+
+
+def info() -> list[dict]:
+    """The BLAS libraries loaded in this process: API, version, kernel (architecture),
+    threads; ``[]`` when threadpoolctl is not installed."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    keep = ("internal_api", "version", "architecture", "num_threads")
+    return [
+        {k: lib.get(k) for k in keep} for lib in threadpool_info() if lib.get("user_api") == "blas"
+    ]
+
+
+def describe(libs: list[dict]) -> str:
+    """One line: ``openblas 0.3.31 (SkylakeX kernels, 2 threads)``."""
+    if not libs:
+        return "BLAS kernel unknown (pip install threadpoolctl, or the 'bench' extra)"
+    return ", ".join(
+        f"{lib['internal_api']} {lib['version']} ({lib.get('architecture') or '?'} kernels, "
+        f"{lib['num_threads']} threads)"
+        for lib in libs
+    )
