@@ -8,8 +8,9 @@ The objective is the weighted total latency ``sum_i w_i * latency_i`` (with
 ``normalize=True`` each latency is divided by the task's first valid one,
 so a task counts by its relative improvement). Every task keeps one tuner
 for the whole run. Warm-up: each task gets one round (a batch of
-``trials_per_round`` trials); a task whose log already holds trials of it
-(resume) has had its rounds. Then, round after round, the task with the
+``trials_per_round`` trials, fewer where the warm-up would take more than
+half of the budget); a task whose log already holds trials of it (resume)
+has had its rounds. Then, round after round, the task with the
 largest expected decrease of the objective gets the next round::
 
     grad_i = w_i * (alpha * backward_i + (1 - alpha) * forward_i)
@@ -238,12 +239,22 @@ class TaskScheduler:
             total += k * rounds * each + PROCESS_START_S
         return total
 
-    def _round_size(self, st, trials, deadline, reserve) -> int:
+    def _round_size(self, st, trials, deadline, reserve, warm_up_of: int = 0) -> int:
+        """Trials of ``st``'s next round: what is left of the budget allows, and for a
+        first round (one of ``warm_up_of`` still to come) at most a share of half of it,
+        so a small budget is not spent on the warm-up alone."""
         n = self.per_round
-        if trials is not None:
-            n = min(n, trials - self.trials)
-        if deadline is not None:
-            n = min(n, math.floor((deadline - self.clock() - reserve) / self._spt(st)))
+        left_trials = None if trials is None else trials - self.trials
+        left_s = None if deadline is None else deadline - self.clock() - reserve
+        spt = self._spt(st)
+        if warm_up_of and left_trials is not None:
+            n = min(n, max(1, left_trials // (2 * warm_up_of)))
+        if warm_up_of and left_s is not None:
+            n = min(n, max(1, math.floor(left_s / (2 * warm_up_of) / spt)))
+        if left_trials is not None:
+            n = min(n, left_trials)
+        if left_s is not None:
+            n = min(n, math.floor(left_s / spt))
         return max(0, n)
 
     # ---- choosing
@@ -340,7 +351,7 @@ class TaskScheduler:
                 reserve = (
                     min(self._confirm_reserve(confirm_k, 2), 15.0 * minutes) if minutes else 0.0
                 )  # at most a quarter of the budget
-                n = self._round_size(st, trials, deadline, reserve)
+                n = self._round_size(st, trials, deadline, reserve, len(cold))
                 if n <= 0:
                     break
                 self._round(st, n, m, bar)
