@@ -7,11 +7,12 @@
 The objective is the weighted total latency ``sum_i w_i * latency_i`` (with
 ``normalize=True`` each latency is divided by the task's first valid one,
 so a task counts by its relative improvement). Every task keeps one tuner
-for the whole run. Warm-up: each task gets one round (a batch of
-``trials_per_round`` trials, fewer where the warm-up would take more than
-half of the budget); a task whose log already holds trials of it (resume)
-has had its rounds. Then, round after round, the task with the
-largest expected decrease of the objective gets the next round::
+for the whole run; its first trial is the template's default config.
+Warm-up: each task gets one round (a batch of ``trials_per_round`` trials,
+fewer where the warm-up would take more than half of the budget); a task
+whose log already holds trials of it (resume) has had its rounds. Then,
+round after round, the task with the largest expected decrease of the
+objective gets the next round::
 
     grad_i = w_i * (alpha * backward_i + (1 - alpha) * forward_i)
     backward_i = (best_i(now) - best_i(W rounds ago)) / W           # recent improvement
@@ -23,8 +24,10 @@ largest expected decrease of the objective gets the next round::
 A task stops getting rounds when its space is exhausted, when it has no
 valid config after ``fail_rounds`` rounds, or after ``early_stopping``
 trials without improvement. A minute budget is checked between rounds and
-the round is sized from the task's measured seconds per trial so it ends
-before the deadline (keeping back the time ``confirm`` will need).
+the round is sized from the task's measured seconds per trial (a first
+round probes two trials to measure them) so it ends before the deadline,
+keeping back the time ``confirm`` will need; a task whose round does not
+fit what is left sits out while the others go on.
 
 Measurement goes through one ``measurer`` (``measure(task, configs)``, the
 tuners' protocol), by default a ``Measurer`` that builds in parallel and
@@ -42,13 +45,12 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-from tqdm.auto import tqdm
-
 from .callbacks import log_to_file
 from .confirm import confirm_best
 from .measure import MeasureOption, Measurer
 from .records import best_by_workload, load_records
-from .tuners import GATuner, GridSearchTuner, RandomTuner, Tuner
+from .scheduler_display import Progress, summary_table
+from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner
 from .xgb_tuner import XGBTuner
 
 TUNERS = {"xgb": XGBTuner, "ga": GATuner, "random": RandomTuner, "grid": GridSearchTuner}
@@ -142,6 +144,7 @@ class TaskScheduler:
         normalize: bool = False,
         early_stopping: int | None = None,
         fail_rounds: int = 2,
+        measure_default: bool = True,
         resume: bool = True,
         seed: int | None = 0,
         clock=time.monotonic,
@@ -182,8 +185,10 @@ class TaskScheduler:
             early_stopping,
             fail_rounds,
         )
+        self.measure_default = measure_default
         self.rng = random.Random(seed)
         self.clock = clock
+        self.deadline = None  # of the last ``tune`` with a minute budget (a clock value)
         self.progress = progress
         self.warnings: list[str] = []  # e.g. corrupt log lines met while resuming
         if resume:
@@ -228,16 +233,17 @@ class TaskScheduler:
             statistics.median(known) if known else DEFAULT_SECONDS_PER_TRIAL
         )
 
-    def _confirm_reserve(self, k: int, rounds: int) -> float:
-        """Seconds ``confirm(k, rounds)`` is expected to take: re-runs of cached builds."""
+    def _confirm_seconds(self, st, k: int, rounds: int = 2) -> float:
+        """Seconds ``confirm`` is expected to take for ``st``: ``k * rounds`` re-runs of
+        cached builds, the reference computed once, and the measurement processes."""
+        runs = [r.run_s for _, r in st.tuner.history if r.ok and r.run_s > 0]
+        each = statistics.median(runs) if runs else self._spt(st)
+        return (k * rounds + 1) * each + PROCESS_START_S
+
+    def _confirm_reserve(self, k: int) -> float:
         if k <= 0:
             return 0.0
-        total = 0.0
-        for st in self.states:
-            res = [r for _, r in st.tuner.history[st.resumed :] if r.ok]
-            each = statistics.mean(r.run_s + r.build_s / 2 for r in res) if res else self._spt(st)
-            total += k * rounds * each + PROCESS_START_S
-        return total
+        return sum(self._confirm_seconds(st, k) for st in self.states if not st.dead)
 
     def _round_size(self, st, trials, deadline, reserve, warm_up_of: int = 0) -> int:
         """Trials of ``st``'s next round: what is left of the budget allows, and for a
@@ -306,16 +312,44 @@ class TaskScheduler:
 
     # ---- running
 
-    def _round(self, st, n, measurer, bar):
-        before = len(st.tuner.history)
+    def _run(self, st, n, measurer, callbacks) -> int:
+        """``n`` trials of ``st``'s tuner; returns how many were measured."""
+        before, t0 = len(st.tuner.history), self.clock()
+        if n > 0:
+            st.tuner.tune(n, measurer=measurer, callbacks=callbacks)
+        done = len(st.tuner.history) - before
+        st.seconds += self.clock() - t0
+        st.new += done
+        return done
+
+    def _measure_default(self, st, measurer, callbacks):
+        """The template's default config first: a hand-made schedule is a baseline the
+        search must beat, and the records then never rank below it."""
+        t0 = self.clock()
+        cfg = st.task.config_space.default_config()
+        inputs = [MeasureInput(st.task, cfg)]
+        results = measurer.measure(st.task, [cfg])
+        st.tuner.update(inputs, results)
+        st.tuner.trials += 1
+        for cb in callbacks:
+            cb(st.tuner, inputs, results)
+        st.seconds += self.clock() - t0
+        st.new += 1
+
+    def _round(self, st, n, measurer, bar, resize=None):
+        """One round of ``n`` trials. ``resize(st)``: for a task whose seconds per trial
+        are not known yet, the trials that fit once a probe of two has measured them."""
         callbacks = [log_to_file(st.log)] if st.log else []
         if bar is not None:
             callbacks.append(lambda tuner, inputs, results: bar.update(self, len(inputs)))
-        t0 = self.clock()
-        st.tuner.tune(n, measurer=measurer, callbacks=callbacks)
-        st.seconds += self.clock() - t0
-        done = len(st.tuner.history) - before
-        st.new += done
+        done = 0
+        if self.measure_default and not st.tuner.history:
+            self._measure_default(st, measurer, callbacks)
+            done += 1
+        if resize is not None and n > 2:
+            done += self._run(st, 2 - done, measurer, callbacks)
+            n = min(n, done + resize(st))
+        done += self._run(st, n - done, measurer, callbacks)
         st.rounds += 1
         st.curve.append(st.tuner.best_cost)
         if st.scale is None and math.isfinite(st.tuner.best_cost):
@@ -329,7 +363,9 @@ class TaskScheduler:
     ) -> list[TaskState]:
         """Tune until ``trials`` (in all, the logs' included) or ``minutes`` (of this
         call) run out, whichever is first; with ``confirm_k``, keep back the time to
-        re-measure each task's ``confirm_k`` fastest configs (``confirm``)."""
+        re-measure each task's ``confirm_k`` fastest configs (``confirm``), at most half
+        of the budget. A task whose next round does not fit what is left sits out; the
+        others go on."""
         if trials is None and minutes is None:
             raise ValueError("give the scheduler a budget: trials, minutes or both")
         if trials is not None and trials < 1:
@@ -337,24 +373,29 @@ class TaskScheduler:
         if minutes is not None and not minutes > 0:
             raise ValueError(f"minutes must be positive, got {minutes}")
         start = self.clock()
-        deadline = None if minutes is None else start + 60.0 * minutes
+        self.deadline = None if minutes is None else start + 60.0 * minutes
         own = self.measurer is None
         m = _PerTaskOption(self.option, self.overrides) if own else self.measurer
-        bar = _Progress(self, trials, minutes, start) if self.progress else None
+        bar = Progress(self, trials, minutes, start) if self.progress else None
+        sitting_out: set = set()  # tasks whose next round does not fit the time left
         try:
-            while True:
-                alive = [st for st in self.states if not st.dead]
+            while trials is None or self.trials < trials:
+                alive = [st for st in self.states if not st.dead and id(st) not in sitting_out]
                 if not alive:
                     break
                 cold = [st for st in alive if st.rounds == 0]
                 st = cold[0] if cold else self._pick(alive)
-                reserve = (
-                    min(self._confirm_reserve(confirm_k, 2), 15.0 * minutes) if minutes else 0.0
-                )  # at most a quarter of the budget
-                n = self._round_size(st, trials, deadline, reserve, len(cold))
+                reserve = 0.0
+                if minutes is not None:
+                    reserve = min(self._confirm_reserve(confirm_k), 30.0 * minutes)
+                args = (trials, self.deadline, reserve, len(cold) if st.rounds == 0 else 0)
+                n = self._round_size(st, *args)
                 if n <= 0:
-                    break
-                self._round(st, n, m, bar)
+                    sitting_out.add(id(st))
+                    continue
+                probe = minutes is not None and st.seconds_per_trial is None
+                resize = (lambda st, args=args: self._round_size(st, *args)) if probe else None
+                self._round(st, n, m, bar, resize)
         finally:
             if own:
                 m.close()
@@ -362,13 +403,20 @@ class TaskScheduler:
                 bar.close()
         return self.states
 
-    def confirm(self, k: int, rounds: int = 2, confirm_fn=confirm_best) -> int:
+    def confirm(self, k: int, rounds: int = 2, confirm_fn=confirm_best, deadline=None) -> int:
         """Re-measure the ``k`` fastest configs of every task with a log, side by side
-        (``at.confirm_best``); afterwards each task's best is its confirmed median.
-        Returns how many measurements were made."""
+        (``at.confirm_best``); afterwards each task's best is its confirmed median. With
+        a ``deadline`` (a ``clock`` value), a task whose confirmation would not end
+        before it is left as it is. Returns how many measurements were made."""
         made = 0
         for st in self.states:
             if k <= 0 or not st.log or not math.isfinite(st.tuner.best_cost):
+                continue
+            if (
+                deadline is not None
+                and self.clock() + self._confirm_seconds(st, k, rounds) > deadline
+            ):
+                st.dead = (st.dead + "; " if st.dead else "") + "not confirmed: out of time"
                 continue
             opt = dataclasses.replace(
                 self.option, **dict(self.overrides.get(st.task.workload_key, ()))
@@ -407,60 +455,4 @@ class TaskScheduler:
 
     def table(self) -> str:
         """The summary as a text table, with the weighted total."""
-        head = ["workload", "trials", "new", "best ms", "GFLOP/s", "weight", "weighted ms", "note"]
-        rows = []
-        for r in self.summary():
-            ms = lambda v: f"{v * 1e3:.4g}" if v is not None else "-"  # noqa: E731
-            rate = f"{r['gflops']:.1f}" if r["gflops"] is not None else "-"
-            rows.append(
-                [r["label"], r["trials"], r["new"], ms(r["best_s"]), rate, f"{r['weight']:g}",
-                 ms(r["weighted_s"]), r["note"]]
-            )  # fmt: skip
-        total = [r["weighted_s"] for r in self.summary()]
-        known = f"{sum(t for t in total if t is not None) * 1e3:.4g}"
-        if None in total:
-            known += " (+ untuned)"
-        new = sum(st.new for st in self.states)
-        rows.append(["total", self.trials, new, "", "", "", known, ""])
-        widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-        fmt = lambda row: "  ".join(  # noqa: E731
-            str(c).ljust(w) if i in (0, 7) else str(c).rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths))
-        ).rstrip()
-        return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
-
-
-class _Progress:
-    """One display for the whole run: a bar of trials (or seconds), and a line with each
-    task's best GFLOP/s and trials (``matmul 512^3 61@48 | softmax 4096x4096 3@16``)."""
-
-    def __init__(self, sched: TaskScheduler, trials, minutes, start):
-        self.minutes, self.start, self.clock = minutes, start, sched.clock
-        by_trials = trials is not None
-        self.by_trials = by_trials
-        self.bar = tqdm(
-            total=trials if by_trials else round(60 * minutes),
-            initial=sched.trials if by_trials else 0,
-            unit="trial" if by_trials else "s",
-            desc="tuning",
-            dynamic_ncols=True,
-        )
-        self.line = tqdm(total=0, bar_format="{desc}", position=1, dynamic_ncols=True)
-
-    def update(self, sched: TaskScheduler, n: int):
-        if self.by_trials:
-            self.bar.update(n)
-        else:
-            self.bar.n = min(self.bar.total, round(self.clock() - self.start))
-            self.bar.refresh()
-        parts = []
-        for st in sched.states:
-            best = st.tuner.best_cost
-            flop = st.task.flop if st.task.flop == st.task.flop else 0.0
-            val = f"{flop / best / 1e9:.0f}" if math.isfinite(best) and flop else "-"
-            parts.append(f"{st.label} {val}@{len(st.tuner.history)}")
-        self.line.set_description_str(" | ".join(parts))
-
-    def close(self):
-        self.line.close()
-        self.bar.close()
+        return summary_table(self.summary(), self.trials)

@@ -235,7 +235,7 @@ def run(a: argparse.Namespace) -> int:
     t0 = time.monotonic()
     sched.tune(trials=a.trials, minutes=a.minutes, confirm_k=a.confirm)
     tuned_s = time.monotonic() - t0
-    made = sched.confirm(a.confirm) if a.confirm else 0
+    made = sched.confirm(a.confirm, deadline=sched.deadline) if a.confirm else 0
     total_s = time.monotonic() - t0
     print(
         f"{sum(st.new for st in sched.states)} new trial(s) in {tuned_s / 60:.1f} min"

@@ -58,13 +58,14 @@ class FakeMeasurer:
         out = []
         for c in configs:
             self.measured.setdefault(task.workload_key, []).append(c.index)
-            if self.clock is not None:
-                self.clock.now += self.spt
+            if self.clock is not None:  # seconds per trial: one figure, or per workload
+                spt = self.spt.get(task.workload_key, 1.0) if isinstance(self.spt, dict) else 0
+                self.clock.now += spt or self.spt
             if task.workload_key in self.failing:
                 out.append(MeasureResult(error=ErrorKind.COMPILE, error_msg="fake failure"))
                 continue
             a, b = c["a"].val, c["b"].val
-            factor = 1.0 + ((a * 7 + b * 13) % 50) / 10.0
+            factor = 1.0 + ((a * 7 + b * 13 + 20) % 50) / 10.0  # the default (0, 0): 3.0
             out.append(MeasureResult(costs=[self.base[task.workload_key] * factor]))
         return out
 
@@ -368,3 +369,47 @@ def test_a_small_budget_still_warms_every_task_up():
         got = [len(fake.measured.get(t.workload_key, [])) for t in tasks]
         assert min(got) >= 1 and sum(got) <= 21, (budget, got)  # 20, or 60 s at 3 s each
         assert all(st.rounds >= 1 for st in sched.states)
+
+
+def test_the_default_config_is_every_fresh_task_s_first_trial(tmp_path):
+    log = str(tmp_path / "d.jsonl")
+    tasks = _tasks(64, 128)
+    fake = FakeMeasurer({t.workload_key: 1e-3 for t in tasks})
+    TaskScheduler(tasks, logs=log, tuner="random", measurer=fake).tune(trials=20)
+    default = tasks[0].config_space.default_config()
+    for t in tasks:
+        assert fake.measured[t.workload_key][0] == default.index
+    recs = at.load_records(log)
+    assert all(
+        [r for r in recs if r.workload == t.workload_key][0].config == default.to_json()
+        for t in tasks
+    )
+
+
+def test_a_slow_task_sits_out_while_the_others_use_the_time():
+    clock = FakeClock()
+    slow, fast = _tasks(64, 128)
+    spt = {slow.workload_key: 30.0, fast.workload_key: 1.0}
+    fake = FakeMeasurer({t.workload_key: 1e-3 for t in (slow, fast)}, clock, spt)
+    sched = TaskScheduler([slow, fast], tuner="random", measurer=fake, clock=clock, epsilon=0.0)
+    sched.tune(minutes=2)
+    n_slow, n_fast = (len(fake.measured[t.workload_key]) for t in (slow, fast))
+    assert n_slow <= 3  # a probe of two, then what its own share of the time allows
+    assert n_fast >= 20  # the rest of the budget
+    assert clock.now <= 120.0 + 1.0
+
+
+def test_confirmation_that_would_miss_the_deadline_is_left_out(tmp_path):
+    clock = FakeClock()
+    tasks = _tasks(64, 128)
+    log = str(tmp_path / "c.jsonl")
+    fake = FakeMeasurer({t.workload_key: 1e-3 for t in tasks}, clock, seconds_per_trial=1.0)
+    sched = TaskScheduler(tasks, logs=log, tuner="random", measurer=fake, clock=clock)
+    sched.tune(trials=16)
+    calls = []
+    confirm = lambda task, *a, **kw: calls.append(task) or 0  # noqa: E731
+    sched.confirm(4, confirm_fn=confirm, deadline=clock.now + 1.0)
+    assert calls == []
+    assert all(r["note"] == "not confirmed: out of time" for r in sched.summary())
+    sched.confirm(4, confirm_fn=confirm, deadline=clock.now + 1e6)
+    assert calls == tasks
