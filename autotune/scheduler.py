@@ -25,7 +25,7 @@ A task stops getting rounds when its space is exhausted, when it has no
 valid config after ``fail_rounds`` rounds, or after ``early_stopping``
 trials without improvement. A minute budget is checked between rounds and
 the round is sized from the task's measured seconds per trial (a first
-round probes two trials to measure them) so it ends before the deadline,
+round measures them on its first trial) so it ends before the deadline,
 keeping back the time ``confirm`` will need; a task whose round does not
 fit what is left sits out while the others go on.
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
 import statistics
 import time
@@ -73,6 +74,7 @@ class TaskState:
     curve: list = field(default_factory=list)  # best latency after each round
     seconds: float = 0.0  # wall time of this run's rounds
     scale: float | None = None  # the first valid latency (for normalize)
+    last_spt: float | None = None  # seconds per trial of its latest chunk
     dead: str = ""  # why it gets no more rounds
     confirmed: float | None = None  # the best latency after confirmation
 
@@ -102,6 +104,10 @@ class _PerTaskOption:
 
     def close(self):
         self.m.close()
+
+
+def _flop(st) -> float:
+    return st.task.flop if st.task.flop == st.task.flop else math.inf
 
 
 def _curve_from_records(records, per_round: int) -> list:
@@ -189,6 +195,9 @@ class TaskScheduler:
         self.rng = random.Random(seed)
         self.clock = clock
         self.deadline = None  # of the last ``tune`` with a minute budget (a clock value)
+        self.rounds_log: list = []  # (task label, trials, seconds) of each round run
+        self._limit = None  # under a minute budget: when the current round must end
+        self.chunk = max(2, self.option.n_parallel or os.cpu_count() or 1)
         self.progress = progress
         self.warnings: list[str] = []  # e.g. corrupt log lines met while resuming
         if resume:
@@ -228,10 +237,10 @@ class TaskScheduler:
         return sum(st.resumed + st.new for st in self.states)
 
     def _spt(self, st) -> float:
+        """Seconds per trial of ``st``: measured, else (a guess, to be probed) the
+        cheapest task's, so a task not measured yet gets its first trial if any fits."""
         known = [s.seconds_per_trial for s in self.states if s.seconds_per_trial]
-        return st.seconds_per_trial or (
-            statistics.median(known) if known else DEFAULT_SECONDS_PER_TRIAL
-        )
+        return st.seconds_per_trial or (min(known) if known else DEFAULT_SECONDS_PER_TRIAL)
 
     def _confirm_seconds(self, st, k: int, rounds: int = 2) -> float:
         """Seconds ``confirm`` is expected to take for ``st``: ``k * rounds`` re-runs of
@@ -313,13 +322,26 @@ class TaskScheduler:
     # ---- running
 
     def _run(self, st, n, measurer, callbacks) -> int:
-        """``n`` trials of ``st``'s tuner; returns how many were measured."""
-        before, t0 = len(st.tuner.history), self.clock()
-        if n > 0:
-            st.tuner.tune(n, measurer=measurer, callbacks=callbacks)
-        done = len(st.tuner.history) - before
-        st.seconds += self.clock() - t0
-        st.new += done
+        """Up to ``n`` trials of ``st``'s tuner; returns how many were measured. Under a
+        minute budget they run in chunks (one build per core), and the round ends early
+        when the next chunk, at the pace of the last one, would pass the time limit: a
+        kernel's time varies with its config, so a round's first estimate can be off."""
+        done = 0
+        while done < n:
+            k = n - done if self._limit is None else min(n - done, self.chunk)
+            pace = max(st.last_spt or 0.0, self._spt(st))
+            if done and self._limit is not None and self.clock() + k * pace > self._limit:
+                break
+            before, t0 = len(st.tuner.history), self.clock()
+            st.tuner.tune(k, measurer=measurer, callbacks=callbacks)
+            got, dt = len(st.tuner.history) - before, self.clock() - t0
+            st.seconds += dt
+            st.new += got
+            done += got
+            if got:
+                st.last_spt = dt / got
+            if got < k:  # the tuner has nothing more to propose
+                break
         return done
 
     def _measure_default(self, st, measurer, callbacks):
@@ -338,18 +360,20 @@ class TaskScheduler:
 
     def _round(self, st, n, measurer, bar, resize=None):
         """One round of ``n`` trials. ``resize(st)``: for a task whose seconds per trial
-        are not known yet, the trials that fit once a probe of two has measured them."""
+        are not known yet, the trials that fit once its first trial has measured them."""
         callbacks = [log_to_file(st.log)] if st.log else []
         if bar is not None:
             callbacks.append(lambda tuner, inputs, results: bar.update(self, len(inputs)))
-        done = 0
+        done, t0 = 0, self.clock()
         if self.measure_default and not st.tuner.history:
             self._measure_default(st, measurer, callbacks)
             done += 1
-        if resize is not None and n > 2:
-            done += self._run(st, 2 - done, measurer, callbacks)
+        if resize is not None and n > 1:
+            if not done:
+                done += self._run(st, 1, measurer, callbacks)
             n = min(n, done + resize(st))
         done += self._run(st, n - done, measurer, callbacks)
+        self.rounds_log.append((st.label, done, self.clock() - t0))
         st.rounds += 1
         st.curve.append(st.tuner.best_cost)
         if st.scale is None and math.isfinite(st.tuner.best_cost):
@@ -363,9 +387,9 @@ class TaskScheduler:
     ) -> list[TaskState]:
         """Tune until ``trials`` (in all, the logs' included) or ``minutes`` (of this
         call) run out, whichever is first; with ``confirm_k``, keep back the time to
-        re-measure each task's ``confirm_k`` fastest configs (``confirm``), at most half
-        of the budget. A task whose next round does not fit what is left sits out; the
-        others go on."""
+        re-measure each task's ``confirm_k`` fastest configs (``confirm``), at most a
+        fifth of the budget. A task whose next round does not fit what is left sits
+        out; the others go on."""
         if trials is None and minutes is None:
             raise ValueError("give the scheduler a budget: trials, minutes or both")
         if trials is not None and trials < 1:
@@ -384,12 +408,14 @@ class TaskScheduler:
                 if not alive:
                     break
                 cold = [st for st in alive if st.rounds == 0]
-                st = cold[0] if cold else self._pick(alive)
+                # the warm-up goes cheapest first: a small budget warms up the most tasks
+                st = min(cold, key=_flop) if cold else self._pick(alive)
                 reserve = 0.0
                 if minutes is not None:
-                    reserve = min(self._confirm_reserve(confirm_k), 30.0 * minutes)
+                    reserve = min(self._confirm_reserve(confirm_k), 12.0 * minutes)
                 args = (trials, self.deadline, reserve, len(cold) if st.rounds == 0 else 0)
                 n = self._round_size(st, *args)
+                self._limit = None if self.deadline is None else self.deadline - reserve
                 if n <= 0:
                     sitting_out.add(id(st))
                     continue
@@ -397,6 +423,7 @@ class TaskScheduler:
                 resize = (lambda st, args=args: self._round_size(st, *args)) if probe else None
                 self._round(st, n, m, bar, resize)
         finally:
+            self._limit = None
             if own:
                 m.close()
             if bar is not None:

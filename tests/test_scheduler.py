@@ -58,9 +58,13 @@ class FakeMeasurer:
         out = []
         for c in configs:
             self.measured.setdefault(task.workload_key, []).append(c.index)
-            if self.clock is not None:  # seconds per trial: one figure, or per workload
-                spt = self.spt.get(task.workload_key, 1.0) if isinstance(self.spt, dict) else 0
-                self.clock.now += spt or self.spt
+            if self.clock is not None:  # seconds per trial: a figure, per workload, or f(c)
+                if callable(self.spt):
+                    self.clock.now += self.spt(c)
+                elif isinstance(self.spt, dict):
+                    self.clock.now += self.spt[task.workload_key]
+                else:
+                    self.clock.now += self.spt
             if task.workload_key in self.failing:
                 out.append(MeasureResult(error=ErrorKind.COMPILE, error_msg="fake failure"))
                 continue
@@ -394,7 +398,7 @@ def test_a_slow_task_sits_out_while_the_others_use_the_time():
     sched = TaskScheduler([slow, fast], tuner="random", measurer=fake, clock=clock, epsilon=0.0)
     sched.tune(minutes=2)
     n_slow, n_fast = (len(fake.measured[t.workload_key]) for t in (slow, fast))
-    assert n_slow <= 3  # a probe of two, then what its own share of the time allows
+    assert n_slow <= 3  # its first trial, then what its share of the time allows
     assert n_fast >= 20  # the rest of the budget
     assert clock.now <= 120.0 + 1.0
 
@@ -413,3 +417,17 @@ def test_confirmation_that_would_miss_the_deadline_is_left_out(tmp_path):
     assert all(r["note"] == "not confirmed: out of time" for r in sched.summary())
     sched.confirm(4, confirm_fn=confirm, deadline=clock.now + 1e6)
     assert calls == tasks
+
+
+def test_a_round_that_turns_slow_ends_before_the_deadline():
+    """The default config runs in 0.5 s, every other one in 10 s: the round, sized by the
+    first, stops between chunks once the next would pass the limit."""
+    clock = FakeClock()
+    (task,) = _tasks(64)
+    default = task.config_space.default_config().index
+    fake = FakeMeasurer({task.workload_key: 1e-3}, clock,
+                        lambda c: 0.5 if c.index == default else 10.0)  # fmt: skip
+    sched = TaskScheduler([task], tuner="random", measurer=fake, clock=clock)
+    sched.tune(minutes=1)
+    assert clock.now <= 60.0 + 2 * 10.0  # at most one chunk (a build per core) over
+    assert sched.states[0].new >= 4
