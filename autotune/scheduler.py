@@ -89,17 +89,14 @@ class TaskState:
 
 class _PerTaskOption:
     """One ``Measurer`` (its processes shared by every task), with a task's own
-    ``MeasureOption`` fields (a longer timeout for a slow kernel) while it measures."""
+    ``MeasureOption`` (``option_for(task)``: a longer timeout for a slow kernel)."""
 
-    def __init__(self, base: MeasureOption, overrides: dict):
-        self.base, self.overrides = base, overrides
+    def __init__(self, base: MeasureOption, option_for):
+        self.option_for = option_for
         self.m = Measurer(base)
 
-    def option(self, task) -> MeasureOption:
-        return dataclasses.replace(self.base, **dict(self.overrides.get(task.workload_key, ())))
-
     def measure(self, task, configs):
-        self.m.option = self.option(task)
+        self.m.option = self.option_for(task)
         return self.m.measure(task, configs)
 
     def close(self):
@@ -186,11 +183,8 @@ class TaskScheduler:
         self.measurer = measurer
         self.per_round = trials_per_round
         self.alpha, self.beta, self.window, self.epsilon = alpha, beta, backward_window, epsilon
-        self.normalize, self.early_stopping, self.fail_rounds = (
-            normalize,
-            early_stopping,
-            fail_rounds,
-        )
+        self.normalize, self.early_stopping = normalize, early_stopping
+        self.fail_rounds = fail_rounds
         self.measure_default = measure_default
         self.rng = random.Random(seed)
         self.clock = clock
@@ -202,6 +196,10 @@ class TaskScheduler:
         self.warnings: list[str] = []  # e.g. corrupt log lines met while resuming
         if resume:
             self._resume()
+
+    def option_for(self, task) -> MeasureOption:
+        """How ``task`` is measured: the scheduler's option with the task's overrides."""
+        return dataclasses.replace(self.option, **dict(self.overrides.get(task.workload_key, ())))
 
     # ---- resume
 
@@ -399,7 +397,7 @@ class TaskScheduler:
         start = self.clock()
         self.deadline = None if minutes is None else start + 60.0 * minutes
         own = self.measurer is None
-        m = _PerTaskOption(self.option, self.overrides) if own else self.measurer
+        m = _PerTaskOption(self.option, self.option_for) if own else self.measurer
         bar = Progress(self, trials, minutes, start) if self.progress else None
         sitting_out: set = set()  # tasks whose next round does not fit the time left
         try:
@@ -445,10 +443,7 @@ class TaskScheduler:
             ):
                 st.dead = (st.dead + "; " if st.dead else "") + "not confirmed: out of time"
                 continue
-            opt = dataclasses.replace(
-                self.option, **dict(self.overrides.get(st.task.workload_key, ()))
-            )
-            made += confirm_fn(st.task, st.log, k, rounds=rounds, measure=opt)
+            made += confirm_fn(st.task, st.log, k, rounds=rounds, measure=self.option_for(st.task))
             key = (st.task.workload_key, st.task.target.key)
             best = best_by_workload(load_records(st.log)).get(key)
             st.confirmed = best.cost if best is not None else math.inf
