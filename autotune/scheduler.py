@@ -56,7 +56,7 @@ from .xgb_tuner import XGBTuner
 
 TUNERS = {"xgb": XGBTuner, "ga": GATuner, "random": RandomTuner, "grid": GridSearchTuner}
 DEFAULT_SECONDS_PER_TRIAL = 2.0  # a guess for a task not measured yet in this run
-PROCESS_START_S = 2.0  # a confirmation's own measurement processes starting
+PROCESS_START_S = 4.0  # a confirmation's own measurement processes starting
 
 
 @dataclass
@@ -245,7 +245,9 @@ class TaskScheduler:
         cached builds, the reference computed once, and the measurement processes."""
         runs = [r.run_s for _, r in st.tuner.history if r.ok and r.run_s > 0]
         each = statistics.median(runs) if runs else self._spt(st)
-        return (k * rounds + 1) * each + PROCESS_START_S
+        # k * rounds, and about k more: configs that climb into the k fastest are measured
+        # with them (``confirm_best``); plus the reference, computed once
+        return (k * (rounds + 1) + 1) * each + PROCESS_START_S
 
     def _confirm_reserve(self, k: int) -> float:
         if k <= 0:
