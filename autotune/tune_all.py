@@ -29,7 +29,7 @@ from .measure import MeasureOption
 from .scheduler import TUNERS, TaskScheduler
 from .space import SpaceError
 from .task import Task, get_template
-from .workloads import WorkloadError, load_workloads, standard_workloads
+from .workloads import WorkloadError, load_workloads, merge_duplicates, standard_workloads
 
 DESCRIPTION = (
     "Tune every built-in template's standard workloads (or those of --workloads FILE) on "
@@ -79,13 +79,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help='tune the workloads of a JSON file instead: [{"template", "args", "dtype", '
         '"weight"}, ...]',
     )
-    p.add_argument(
+    logs = p.add_mutually_exclusive_group()
+    logs.add_argument(
         "--log-dir",
         metavar="DIR",
         help="one log per template, DIR/<template>.jsonl (default $PYPTO_HOME/logs, "
         "PYPTO_HOME defaulting to ~/.cache/pypto)",
     )
-    p.add_argument("--log", metavar="FILE", help="one log for every workload instead")
+    logs.add_argument("--log", metavar="FILE", help="one log for every workload instead")
     p.add_argument(
         "--tuner", choices=sorted(TUNERS), default="xgb", help="search strategy (default xgb)"
     )
@@ -137,7 +138,7 @@ def _workloads(a):
     only = [t for t in a.only.split(",") if t]
     try:
         if a.workloads:
-            ws = load_workloads(a.workloads)
+            ws = merge_duplicates(load_workloads(a.workloads))
             if only:
                 ws = [w for w in ws if w.template in only]
                 if not ws:

@@ -17,6 +17,7 @@ trials, extra ``pypto-tune`` options) for scripts.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -176,6 +177,19 @@ def load_workloads(path: str) -> list[Workload]:
         return parse_workloads(data)
     except WorkloadError as e:
         raise WorkloadError(f"{path}: {e}") from None
+
+
+def merge_duplicates(workloads) -> list[Workload]:
+    """One workload per (template, arguments, dtype), in first-seen order, its weight the
+    sum of the duplicates' (a model that runs a layer twice counts its time twice)."""
+    merged: dict = {}
+    for w in workloads:
+        key = (w.template, w.task_args)
+        if key in merged:
+            merged[key] = dataclasses.replace(merged[key], weight=merged[key].weight + w.weight)
+        else:
+            merged[key] = w
+    return list(merged.values())
 
 
 def shell_lines(workloads) -> list[str]:

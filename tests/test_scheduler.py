@@ -21,6 +21,7 @@ from autotune.workloads import (
     Workload,
     WorkloadError,
     load_workloads,
+    merge_duplicates,
     parse_workloads,
     standard_workloads,
 )
@@ -257,6 +258,11 @@ def test_workload_files(tmp_path):
             parse_workloads([entry])
     with pytest.raises(WorkloadError, match="non-empty JSON list"):
         parse_workloads({"template": "matmul"})
+    dup = parse_workloads([{"template": "softmax", "args": [8, 8], "weight": 2},
+                           {"template": "matmul", "args": [4, 4, 4]},
+                           {"template": "softmax", "args": [8, 8], "weight": 3}])  # fmt: skip
+    assert merge_duplicates(dup) == [Workload("softmax", (8, 8), weight=5.0),
+                                     Workload("matmul", (4, 4, 4))]  # fmt: skip
     p.write_text("[{")
     with pytest.raises(WorkloadError, match=r"w\.json: not valid JSON"):
         load_workloads(str(p))
@@ -342,6 +348,7 @@ def _unrunnable_target():
         (["--minutes", "0"], "--minutes must be positive"),
         (["--trials", "5", "--tuner", "magic"], "argument --tuner: invalid choice"),
         (["--trials", "5", "--workloads", "/nonexistent.json"], "cannot read workloads from"),
+        (["--trials", "5", "--log", "a.jsonl", "--log-dir", "d"], "not allowed with argument"),
     ],
 )
 def test_tune_all_refuses_before_measuring(argv, message, tmp_path, capsys, monkeypatch):
