@@ -196,7 +196,9 @@ def _prepare(a):
 
 def run(a: argparse.Namespace) -> int:
     """Run ``pypto-tune all`` with parsed options; returns the exit status (0: every
-    workload has a valid config, 1: some have none, 2: refused before measuring)."""
+    workload has a valid config, 1: some have none, 2: refused before measuring). The
+    minutes count from here: reading the logs (the tuners learn from them) is in them."""
+    t0 = time.monotonic()
     try:
         target, ws, tasks, logs = _prepare(a)
     except _Refused as e:
@@ -233,8 +235,8 @@ def run(a: argparse.Namespace) -> int:
         f"({sched.trials} trial(s) already in the logs); records in {where}",
         flush=True,
     )
-    t0 = time.monotonic()
-    sched.tune(trials=a.trials, minutes=a.minutes, confirm_k=a.confirm)
+    minutes = None if a.minutes is None else max(a.minutes - (time.monotonic() - t0) / 60, 1e-3)
+    sched.tune(trials=a.trials, minutes=minutes, confirm_k=a.confirm)
     tuned_s = time.monotonic() - t0
     made = sched.confirm(a.confirm, deadline=sched.deadline) if a.confirm else 0
     total_s = time.monotonic() - t0
