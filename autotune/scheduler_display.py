@@ -59,7 +59,7 @@ class Progress:
             desc="tuning",
             dynamic_ncols=True,
         )
-        self.line = tqdm(total=0, bar_format="{desc}", position=1, dynamic_ncols=True)
+        self.line = tqdm(total=0, bar_format="{desc}", position=1, dynamic_ncols=True, leave=False)
 
     def update(self, sched, n: int):
         if self.by_trials:
