@@ -99,9 +99,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--confirm",
         type=_number("--confirm", int, zero_ok=True),
-        default=4,
+        default=2,
         metavar="K",
-        help="afterwards, re-measure each workload's K fastest configs (default 4, 0: off)",
+        help="afterwards, re-measure each workload's K fastest configs side by side, "
+        "within the budget (default 2, 0: off)",
     )
     p.add_argument(
         "--round",

@@ -192,7 +192,7 @@ def test_confirm_reports_the_confirmed_best(tmp_path):
         return 1
 
     assert sched.confirm(2, confirm_fn=fake_confirm) == 2
-    assert [c[0] for c in calls] == [t.workload_key for t in tasks]
+    assert sorted(c[0] for c in calls) == sorted(t.workload_key for t in tasks)
     for st in sched.states:
         assert st.confirmed is not None and st.confirmed >= st.tuner.best_cost
 
@@ -423,7 +423,7 @@ def test_confirmation_that_would_miss_the_deadline_is_left_out(tmp_path):
     assert calls == []
     assert all(r["note"] == "not confirmed: out of time" for r in sched.summary())
     sched.confirm(4, confirm_fn=confirm, deadline=clock.now + 1e6)
-    assert calls == tasks
+    assert sorted(t.workload_key for t in calls) == sorted(t.workload_key for t in tasks)
 
 
 def test_a_round_that_turns_slow_ends_before_the_deadline():
