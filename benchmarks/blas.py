@@ -30,25 +30,36 @@ def unforce() -> dict:
     return {k: os.environ.pop(k) for k in FORCING if k in os.environ}
 
 
+def _owner(path: str) -> str:
+    """The package that ships a library: ``.../site-packages/numpy.libs/x.so`` -> numpy."""
+    parts = os.path.normpath(path or "").split(os.sep)
+    for i, part in enumerate(parts[:-1]):
+        if part in ("site-packages", "dist-packages"):
+            return parts[i + 1].removesuffix(".libs")
+    return os.path.basename(path or "?")
+
+
 def info() -> list[dict]:
-    """The BLAS libraries loaded in this process: API, version, kernel (architecture),
-    threads; ``[]`` when threadpoolctl is not installed."""
+    """The BLAS libraries loaded in this process: the package that ships it, API,
+    version, kernel (architecture), threads; ``[]`` when threadpoolctl is missing."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
         return []
     keep = ("internal_api", "version", "architecture", "num_threads")
     return [
-        {k: lib.get(k) for k in keep} for lib in threadpool_info() if lib.get("user_api") == "blas"
+        {"package": _owner(lib.get("filepath", "")), **{k: lib.get(k) for k in keep}}
+        for lib in threadpool_info()
+        if lib.get("user_api") == "blas"
     ]
 
 
 def describe(libs: list[dict]) -> str:
-    """One line: ``openblas 0.3.31 (SkylakeX kernels, 2 threads)``."""
+    """One line: ``numpy's openblas 0.3.31 (SkylakeX kernels, 2 threads)``."""
     if not libs:
         return "BLAS kernel unknown (pip install threadpoolctl, or the 'bench' extra)"
-    return ", ".join(
-        f"{lib['internal_api']} {lib['version']} ({lib.get('architecture') or '?'} kernels, "
-        f"{lib['num_threads']} threads)"
+    return "; ".join(
+        f"{lib['package']}'s {lib['internal_api']} {lib['version']} "
+        f"({lib.get('architecture') or '?'} kernels, {lib['num_threads']} threads)"
         for lib in libs
     )

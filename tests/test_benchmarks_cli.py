@@ -71,12 +71,12 @@ def test_numpy_workers_run_without_forced_openblas_kernels(tmp_path, monkeypatch
 
 
 def test_blas_description():
-    libs = [{"internal_api": "openblas", "version": "0.3.31", "architecture": "SkylakeX",
-             "num_threads": 2}]  # fmt: skip
-    assert blas.describe(libs) == "openblas 0.3.31 (SkylakeX kernels, 2 threads)"
+    libs = [{"package": "numpy", "internal_api": "openblas", "version": "0.3.31",
+             "architecture": "SkylakeX", "num_threads": 2}]  # fmt: skip
+    assert blas.describe(libs) == "numpy's openblas 0.3.31 (SkylakeX kernels, 2 threads)"
     assert "threadpoolctl" in blas.describe([])
     for lib in blas.info():  # whatever this machine has, in the same shape
-        assert set(lib) == {"internal_api", "version", "architecture", "num_threads"}
+        assert set(lib) == {"package", "internal_api", "version", "architecture", "num_threads"}
 
 
 def test_kernels_come_from_the_standard_workloads():
