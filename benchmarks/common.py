@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 
+from benchmarks.blas import free_env
+
 
 def median_seconds(fn, number: int = 3, repeat: int = 7, warmup: int = 2) -> float:
     """Median over ``repeat`` of the mean time of ``number`` calls, after warm-up."""
@@ -29,12 +31,16 @@ def run_workers(script: str, threads, extra_args=()) -> dict:
 
     Thread counts of BLAS libraries are fixed when they load, so each count
     gets its own process; inside it, pypto and the references are measured
-    in the same run.
+    in the same run. The workers run without the variables that force an
+    OpenBLAS kernel (``benchmarks/blas.py``): numpy runs its best one.
     """
     out = {}
     for t in threads:
         env = dict(
-            os.environ, OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t), MKL_NUM_THREADS=str(t)
+            free_env(os.environ),
+            OMP_NUM_THREADS=str(t),
+            OPENBLAS_NUM_THREADS=str(t),
+            MKL_NUM_THREADS=str(t),
         )
         # stderr passes through: progress and failures show as they happen
         r = subprocess.run(

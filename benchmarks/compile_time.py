@@ -8,6 +8,7 @@ should stay far below the C compiler's own time.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -51,14 +52,14 @@ def skewed_dp():
     return s, [S, T]
 
 
-def legality_ms(make) -> float:
+def legality_ms(make, reps: int = 15) -> float:
     """Median time of the whole-schedule legality check (isl) that ``lower`` runs."""
     from pypto.legality import check_schedule
     from pypto.lowering import Lowering
 
     s, args = make()
     times = []
-    for _ in range(15):
+    for _ in range(reps):
         low = Lowering(s, args, "check")
         t0 = time.perf_counter()
         check_schedule(s, low)
@@ -66,10 +67,15 @@ def legality_ms(make) -> float:
     return float(np.median(times)) * 1e3
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions (medians)")
+    a = p.parse_args(argv)
+    if a.reps < 1:
+        p.error(f"--reps must be positive, got {a.reps}")
     target = pt.Target("host")
     t_lower, t_gen, t_cc = [], [], []
-    for rep in range(15):
+    for rep in range(a.reps):
         t0 = time.perf_counter()
         s, args = tiled_matmul()
         func = pt.lower(s, args, name="mm")
@@ -89,8 +95,8 @@ def main():
     print(f"  C generation     : {ms(t_gen)}")
     print(f"  C compiler (cc)  : {ms(t_cc)}")
     print("legality check (isl), medians")
-    print(f"  tiled matmul, parallel + vectorize : {legality_ms(tiled_matmul):.1f} ms")
-    print(f"  skewed 2-D DP, parallel wavefront  : {legality_ms(skewed_dp):.1f} ms")
+    print(f"  tiled matmul, parallel + vectorize : {legality_ms(tiled_matmul, a.reps):.1f} ms")
+    print(f"  skewed 2-D DP, parallel wavefront  : {legality_ms(skewed_dp, a.reps):.1f} ms")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """The kernels of the benchmark suite and their references.
 
-Each entry names a built-in template and its arguments (the shapes the
-shipped tuning records cover), how to make inputs, how big the work is
-(flop for compute-bound kernels, bytes moved for memory-bound ones) and the
-references: numpy where numpy has the operation, PyTorch eager and
-``torch.compile`` where torch is installed. Every reference writes into a
-preallocated output where its API allows (``out=``), as pypto does.
+The workloads are the standard ones (``autotune.workloads``: the shapes the
+shipped tuning records and ``pypto-tune all`` cover); this module adds, per
+template, how big the work is (flop for compute-bound kernels, bytes moved
+for memory-bound ones) and the references: numpy where numpy has the
+operation, PyTorch eager and ``torch.compile`` where torch is installed.
+Every reference writes into a preallocated output where its API allows
+(``out=``), as pypto does. Input and output shapes come from the template.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.workloads import Workload, standard_workloads
+
 
 @dataclass(frozen=True)
 class Kernel:
     label: str
     template: str
     args: tuple
-    shapes: tuple  # input shapes then the output shape, in the template's order
     work: float  # flop, or bytes moved when unit == "GB/s"
     unit: str = "GFLOP/s"
     numpy: object = None  # (inputs..., out) -> None
@@ -38,38 +40,39 @@ def _mm_torch(torch):
     return lambda a, b, c: torch.matmul(a, b, out=c)
 
 
-def matmul(m, n, k) -> Kernel:
-    return Kernel(
-        f"matmul {m}x{n}x{k}" if len({m, n, k}) > 1 else f"matmul {m}^3",
-        "matmul",
-        (m, n, k),
-        ((m, k), (k, n), (m, n)),
-        2.0 * m * n * k,
-        numpy=_mm_np,
-        torch=_mm_torch,
-    )
+def _matmul(w: Workload) -> Kernel:
+    m, n, k = w.args[:3]
+    return Kernel(w.label, w.template, w.args, 2.0 * m * n * k, numpy=_mm_np, torch=_mm_torch)
 
 
-def conv2d(c, hw, k, stride) -> Kernel:
-    o = (hw + 2 - 3) // stride + 1
+def _batch_matmul(w: Workload) -> Kernel:
+    b, m, n, k = w.args[:4]
+    return Kernel(w.label, w.template, w.args, 2.0 * b * m * n * k, numpy=_mm_np, torch=_mm_torch)
 
-    def torch_fn(torch):
-        import torch.nn.functional as F
 
-        def run(x, w, out):
-            out.copy_(F.conv2d(x, w, stride=stride, padding=1))
+def _conv(groups_of):
+    """conv2d_nchw (N, C, H, W, K, R, S, stride, pad) and depthwise (N, C, H, W, R, S, ...)."""
 
-        return run
+    def make(w: Workload) -> Kernel:
+        a = w.args
+        depthwise = w.template == "depthwise_conv2d_nchw"
+        n, c, h, wd = a[:4]
+        k, (r, s, stride, pad) = (c, a[4:8]) if depthwise else (a[4], a[5:9])
+        oh, ow = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
+        groups = groups_of(c)
 
-    return Kernel(
-        f"conv2d {c}->{k} {hw}x{hw} s{stride}",
-        "conv2d_nchw",
-        (1, c, hw, hw, k, 3, 3, stride, 1),
-        ((1, c, hw, hw), (k, c, 3, 3), (1, k, o, o)),
-        2.0 * k * c * 9 * o * o,
-        torch=torch_fn,
-        rtol=1e-3,
-    )
+        def torch_fn(torch):
+            import torch.nn.functional as F
+
+            def run(x, wt, out):
+                out.copy_(F.conv2d(x, wt, stride=stride, padding=pad, groups=groups))
+
+            return run
+
+        flop = 2.0 * n * k * (c // groups) * r * s * oh * ow
+        return Kernel(w.label, w.template, a, flop, torch=torch_fn, rtol=1e-3)
+
+    return make
 
 
 def _softmax_np(x, y):
@@ -114,6 +117,18 @@ def _layernorm_compiled(torch):
     return lambda x, g, b, y: y.copy_(F.layer_norm(x, [x.shape[1]], g, b, 1e-5))
 
 
+def _rmsnorm_np(x, g, y):
+    ms = np.einsum("ij,ij->i", x, x)[:, None] / x.shape[1]
+    np.multiply(x, 1.0 / np.sqrt(ms + 1e-6), out=y)
+    y *= g
+
+
+def _rmsnorm_torch(torch):
+    import torch.nn.functional as F
+
+    return lambda x, g, y: y.copy_(F.rms_norm(x, [x.shape[1]], g, 1e-6))
+
+
 def _dense_torch(torch):
     import torch.nn.functional as F
 
@@ -128,55 +143,34 @@ def _dense_np(x, w, b, y):
     y *= 0.5 * (1.0 + erf(y * np.float32(1.0 / math.sqrt(2.0))))
 
 
-def memory_bound(label, template, shapes, numpy, torch, compiled) -> Kernel:
-    rows, cols = shapes[0]
-    return Kernel(
-        label,
-        template,
-        (rows, cols),
-        shapes,
-        2.0 * 4 * rows * cols,  # the input read once and the output written once
-        unit="GB/s",
-        numpy=numpy,
-        torch=torch,
-        compiled=compiled,
-    )
+def _dense(w: Workload) -> Kernel:
+    m, n, k = w.args[:3]
+    return Kernel(w.label, w.template, w.args, 2.0 * m * n * k, numpy=_dense_np,
+                  torch=_dense_torch, compiled=_dense_torch, rtol=1e-3)  # fmt: skip
+
+
+def _memory_bound(numpy, torch, compiled):
+    def make(w: Workload) -> Kernel:
+        rows, cols = w.args[:2]
+        return Kernel(w.label, w.template, w.args, 2.0 * 4 * rows * cols,  # read once, write once
+                      unit="GB/s", numpy=numpy, torch=torch, compiled=compiled)  # fmt: skip
+
+    return make
+
+
+# template -> how its standard workloads are benchmarked
+KERNELS = {
+    "matmul": _matmul,
+    "batch_matmul": _batch_matmul,
+    "dense_bias_gelu": _dense,
+    "conv2d_nchw": _conv(lambda c: 1),
+    "depthwise_conv2d_nchw": _conv(lambda c: c),
+    "softmax": _memory_bound(_softmax_np, _softmax_torch, _softmax_compiled),
+    "layernorm": _memory_bound(_layernorm_np, _layernorm_torch, _layernorm_compiled),
+    "rmsnorm": _memory_bound(_rmsnorm_np, _rmsnorm_torch, _rmsnorm_torch),
+}
 
 
 def all_kernels() -> list[Kernel]:
-    n = 4096
-    return [
-        matmul(512, 512, 512),
-        matmul(1024, 1024, 1024),
-        matmul(2048, 2048, 2048),
-        matmul(128, 3072, 768),
-        conv2d(64, 56, 64, 1),
-        conv2d(64, 56, 128, 2),
-        memory_bound(
-            f"softmax {n}x{n}",
-            "softmax",
-            ((n, n), (n, n)),
-            _softmax_np,
-            _softmax_torch,
-            _softmax_compiled,
-        ),
-        memory_bound(
-            f"layernorm {n}x{n}",
-            "layernorm",
-            ((n, n), (n,), (n,), (n, n)),
-            _layernorm_np,
-            _layernorm_torch,
-            _layernorm_compiled,
-        ),
-        Kernel(
-            "dense+bias+gelu 128x3072x768",
-            "dense_bias_gelu",
-            (128, 3072, 768),
-            ((128, 768), (3072, 768), (3072,), (128, 3072)),
-            2.0 * 128 * 3072 * 768,
-            numpy=_dense_np,
-            torch=_dense_torch,
-            compiled=_dense_torch,
-            rtol=1e-3,
-        ),
-    ]
+    """One kernel per standard workload of a template this suite knows how to measure."""
+    return [KERNELS[w.template](w) for w in standard_workloads() if w.template in KERNELS]

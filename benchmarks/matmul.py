@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pypto as pt  # noqa: E402
 from autotune.store import user_log  # noqa: E402
+from benchmarks import blas  # noqa: E402
 from benchmarks.common import median_seconds, run_workers, table  # noqa: E402
 
 
@@ -90,7 +91,7 @@ def worker(sizes, log):
             t = median_seconds(lambda m=mod, a=a, b=b, c=c: m(a, b, c), number=number)
             row[name] = 2 * n**3 / t / 1e9
         out[n] = row
-    print(json.dumps(out))
+    print(json.dumps({"sizes": out, "blas": blas.info()}))
 
 
 def main(argv=None):
@@ -116,12 +117,14 @@ def main(argv=None):
     rows = []
     for t in threads:
         for n in sizes:
-            r = res[t][str(n)]
+            r = res[t]["sizes"][str(n)]
             cells = [
                 f"{r[k]:.1f} ({r[k] / r['numpy']:.2f}x)" if k in r else "no record" for k in KERNELS
             ]
             rows.append([t, f"{n}^3", f"{r['numpy']:.1f}", *cells])
     print(f"fp32 matmul on {pt.Target('host').name}: GFLOP/s (ratio to numpy), medians")
+    for t in threads:
+        print(f"numpy, {t} thread(s): {blas.describe(res[t].get('blas', []))}")
     print(
         table(
             ["threads", "size", "numpy", "hand schedule", "template default", "tuned (records)"],

@@ -1,36 +1,33 @@
 #!/usr/bin/env bash
-# How the records in tuning_logs/<target>/ were produced (on the machine they are for).
-# Re-run on a new machine to extend them; --resume measures only what is missing.
+# How the records in tuning_logs/<target>/ were produced, on the machine they are for: every
+# standard workload of autotune/workloads.py with the trials, exploration pass and
+# options listed there. Re-run on a new machine to extend them (--resume measures only
+# what is missing), or let one budget cover them all: pypto-tune all --minutes M.
+#
+#   benchmarks/ship_records.sh [matmul|conv|norm|all]     (default all)
 set -euo pipefail
+case "${1:-all}" in
+  -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  matmul) templates="matmul batch_matmul dense_bias_gelu" ;;
+  conv) templates="conv2d_nchw depthwise_conv2d_nchw" ;;
+  norm) templates="softmax layernorm rmsnorm" ;;
+  all) templates="" ;;
+  *) echo "ship_records.sh: unknown group '$1' (matmul, conv, norm or all)" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 T=$(python -c 'import pypto; print(pypto.Target("host").key)')  # records are per target
-tune() { python -m autotune "$@" --tuner xgb --resume --no-progress; }
-case "${1:-all}" in
-  matmul|all)
-    tune matmul --args 512,512,512 --trials 48 --log tuning_logs/$T/matmul.jsonl
-    tune matmul --args 1024,1024,1024 --trials 112 --log tuning_logs/$T/matmul.jsonl
-    tune matmul --args 2048,2048,2048 --trials 48 --timeout 30 --number 2 --log tuning_logs/$T/matmul.jsonl
-    tune matmul --args 128,3072,768 --trials 48 --log tuning_logs/$T/matmul.jsonl
-    tune batch_matmul --args 8,256,256,256 --trials 32 --log tuning_logs/$T/batch_matmul.jsonl
-    tune dense_bias_gelu --args 128,3072,768 --trials 48 --log tuning_logs/$T/dense_bias_gelu.jsonl
-    ;;&
-  conv|all)
-    # the micro-kernel knob (ukernel) came later: records from before it carry ukernel 0
-    # (the schedule they measured); a random pass explored it before the model-guided one
-    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 128 --log tuning_logs/$T/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 185 --tuner random --confirm 0 \
-      --log tuning_logs/$T/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,64,3,3,1,1 --trials 225 --log tuning_logs/$T/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 160 --log tuning_logs/$T/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 215 --tuner random --confirm 0 \
-      --log tuning_logs/$T/conv2d_nchw.jsonl
-    tune conv2d_nchw --args 1,64,56,56,128,3,3,2,1 --trials 250 --log tuning_logs/$T/conv2d_nchw.jsonl
-    tune depthwise_conv2d_nchw --args 1,64,56,56,3,3,1,1 --trials 32 \
-      --log tuning_logs/$T/depthwise_conv2d_nchw.jsonl
-    ;;&
-  norm|all)
-    tune softmax --args 4096,4096 --trials 64 --log tuning_logs/$T/softmax.jsonl
-    tune layernorm --args 4096,4096 --trials 32 --log tuning_logs/$T/layernorm.jsonl
-    tune rmsnorm --args 4096,4096 --trials 32 --log tuning_logs/$T/rmsnorm.jsonl
-    ;;
-esac
+tune() {  # the tuner given after the defaults wins
+  local name=$1
+  shift
+  python -m autotune "$name" --tuner xgb --resume --no-progress "$@" </dev/null
+}
+# shellcheck disable=SC2086  # $templates and $opts are lists of words
+python -m autotune.workloads --shell $templates | while read -r name args trials explore opts; do
+  log="tuning_logs/$T/$name.jsonl"
+  if [ "$explore" -gt 0 ]; then
+    # conv2d's micro-kernel knob (ukernel) is seen by the cost model only through the partial
+    # tiles it keeps: a random pass explores it before the model-guided one
+    tune "$name" --args "$args" --trials "$explore" --tuner random --confirm 0 $opts --log "$log"
+  fi
+  tune "$name" --args "$args" --trials "$trials" $opts --log "$log"
+done

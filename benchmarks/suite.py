@@ -1,15 +1,19 @@
 """Every kernel of the suite against numpy, PyTorch and the machine's peak.
 
     python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--repeat 3] [--json out.json]
+                         [--logs DIR]
 
 For each thread count a fresh worker process (numpy, OpenMP, MKL and torch
-pinned to that count) builds each kernel from its built-in template with
-the best config of the shipped tuning records (tuning_logs/<target>/), checks its
-output against the template's float64 reference, and times it together with
-its references: each in two blocks of timed rounds (forward, then reverse
+pinned to that count) builds each kernel from its built-in template twice:
+with the best config of the tuning records (``--logs DIR``, default the
+shipped tuning_logs/<target>/; e.g. a directory that ``pypto-tune all`` wrote) and
+with the template's default config (no records), checks both outputs
+against the template's float64 reference, and times them together with
+the references: each in two blocks of timed rounds (forward, then reverse
 order, with a pause and a warm-up before each block), the figure is the
-median round. The tuned figures are measured here, in this process, not
-taken from the tuner's records.
+median round. The figures are measured here, in this process, not taken
+from the tuner's records. numpy runs its best OpenBLAS kernel (the worker
+unsets OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE) and the kernel it ran is printed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import blas  # noqa: E402
 from benchmarks.common import run_workers, table  # noqa: E402
 from benchmarks.kernels import Kernel, all_kernels  # noqa: E402
 
@@ -64,24 +69,51 @@ def block_medians(fns: dict, rounds: int = 10, round_s: float = 0.2) -> dict:
 PAUSE_S = 0.3  # longer than the spin time of the usual OpenMP runtimes (200 ms)
 
 
-def _pypto_kernel(k: Kernel, arrays):
+def _schedules(k: Kernel, logs: str):
+    """``(tuned, default)`` schedules of the kernel's template: the best config of the
+    records in ``logs`` for this host's target (None without one), and the default
+    config (the template called outside ``apply_history_best``)."""
     import autotune as at
     import pypto as pt
 
     tpl = at.get_template(k.template)
-    log = os.path.join(LOGS, pt.Target("host").key, f"{k.template}.jsonl")
+    default = tpl(*k.args)
+    log = os.path.join(logs, f"{k.template}.jsonl")
+    if not os.path.exists(log):
+        return None, default
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with at.apply_history_best(log if os.path.exists(log) else []):
+        with at.apply_history_best(log):
             key = at.workload_key(k.template, k.args)
             tuned = bool(at.dispatch.lookup(key, pt.Target("host").key))
             s, tensors = tpl(*k.args)
     tuned = tuned and not any("using the default config" in str(w.message) for w in caught)
-    mod = pt.build(s, tensors, name=k.template)
-    mod(*arrays)
-    want = tpl.reference_output(arrays[:-1], k.args)[0]
-    np.testing.assert_allclose(arrays[-1], want, rtol=k.rtol, atol=k.rtol * np.abs(want).max())
-    return (lambda: mod(*arrays)), tuned
+    return ((s, tensors) if tuned else None), default
+
+
+def _pypto_kernels(k: Kernel, logs: str, rng) -> tuple:
+    """Built and checked: ``(arrays, {"pypto": run, "default": run})`` -- "default" only
+    when there is a tuned config to compare it with."""
+    import autotune as at
+    import pypto as pt
+
+    tuned, default = _schedules(k, logs)
+    shapes = [tuple(int(d.value) for d in t.shape) for t in default[1]]
+    arrays = [rng.standard_normal(sh, dtype=np.float32) for sh in shapes]
+    want = at.get_template(k.template).reference_output(arrays[:-1], k.args)[0]
+    kernels = {"pypto": tuned or default}
+    if tuned:
+        kernels["default"] = default
+    fns = {}
+    for name, (s, tensors) in kernels.items():
+        mod = pt.build(s, tensors, name=f"{k.template}_{name}")
+        arrays[-1][...] = np.nan
+        mod(*arrays)
+        np.testing.assert_allclose(
+            arrays[-1], want, rtol=k.rtol, atol=k.rtol * np.abs(want).max(), err_msg=name
+        )
+        fns[name] = lambda mod=mod: mod(*arrays)
+    return arrays, fns
 
 
 def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
@@ -101,23 +133,24 @@ def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
     return fns
 
 
-def worker(names, threads: int, with_compile: bool):
+def worker(names, threads: int, with_compile: bool, logs: str):
     rng = np.random.default_rng(0)
     out = {}
     for k in all_kernels():
         if names and not any(n in k.label for n in names):
             continue
-        arrays = [rng.standard_normal(sh, dtype=np.float32) for sh in k.shapes]
-        pypto_fn, tuned = _pypto_kernel(k, arrays)
-        fns = {"pypto": pypto_fn}
+        arrays, fns = _pypto_kernels(k, logs, rng)
+        tuned = "default" in fns
         if k.numpy is not None:
             fns["numpy"] = lambda f=k.numpy, a=arrays: f(*a)
         fns.update(_torch_fns(k, arrays, threads, with_compile))
         secs = block_medians(fns)
         out[k.label] = {"unit": k.unit, "tuned": tuned}
         out[k.label].update({n: k.work / t / 1e9 for n, t in secs.items()})
+        if not tuned:  # no record: the default config is the kernel just measured
+            out[k.label]["default"] = out[k.label]["pypto"]
         print(f"[{threads} thread(s)] {k.label}: done", file=sys.stderr, flush=True)
-    print(json.dumps(out))
+    print(json.dumps({"kernels": out, "blas": blas.info()}))
 
 
 def combine(runs: list) -> dict:
@@ -126,13 +159,15 @@ def combine(runs: list) -> dict:
     out = {}
     for t in runs[0]:
         out[t] = {}
-        for label, first in runs[0][t].items():
-            rs = [run[t][label] for run in runs]
+        for label, first in runs[0][t]["kernels"].items():
+            rs = [run[t]["kernels"][label] for run in runs]
             cell = {"unit": first["unit"], "tuned": all(r.get("tuned", True) for r in rs)}
             for name in ("pypto", *REFS):
                 if all(name in r for r in rs):
                     cell[name] = float(np.median([r[name] for r in rs]))
                     cell[f"ratio {name}"] = float(np.median([r["pypto"] / r[name] for r in rs]))
+            cell["default"] = float(np.median([r["default"] for r in rs]))
+            cell["default/tuned"] = float(np.median([r["default"] / r["pypto"] for r in rs]))
             out[t][label] = cell
     return out
 
@@ -143,14 +178,23 @@ def report(results: dict, peaks: dict) -> str:
         for label, r in res.items():
             mem = r["unit"] == "GB/s"
             peak = peaks[t]["triad_gbps" if mem else "fma_gflops"]
-            name = label if r.get("tuned", True) else f"{label} (default config: no record)"
+            tuned = r.get("tuned", True)
+            name = label if tuned else f"{label} (default: no record)"
             cells = [t, name, r["unit"], f"{r['pypto']:.1f}", f"{r['pypto'] / peak:.0%}"]
+            d = f"{r['default']:.1f} ({r['default/tuned']:.2f})" if tuned else "same"
+            cells.append(d)
             for ref in REFS:
                 v = r.get(ref)
                 cells.append(f"{v:.1f} ({r[f'ratio {ref}']:.2f}x)" if v else "-")
             rows.append(cells)
-    head = ["threads", "kernel", "unit", "pypto", "of peak"]
+    head = ["threads", "kernel", "unit", "pypto tuned", "of peak", "default (/tuned)"]
     return table(head + [f"{ref} (pypto/ref)" for ref in REFS], rows)
+
+
+def _host_key() -> str:
+    import pypto as pt
+
+    return pt.Target("host").key
 
 
 def main(argv=None):
@@ -166,8 +210,18 @@ def main(argv=None):
         "--repeat", type=int, default=1, help="whole runs; medians over them are reported"
     )
     p.add_argument("--json", default="", help="also write the figures to this file")
+    p.add_argument(
+        "--logs",
+        default=None,
+        metavar="DIR",
+        help="tuning records, DIR/<template>.jsonl (default: the shipped "
+        "tuning_logs/<target>/ of this host's target)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    a.logs = a.logs or os.path.join(LOGS, _host_key())
+    if not os.path.isdir(a.logs):
+        p.error(f"--logs {a.logs}: no such directory")
     names = [n for n in a.only.split(",") if n]
     try:
         threads = [int(x) for x in a.threads.split(",")]
@@ -177,12 +231,12 @@ def main(argv=None):
     if names and not any(n in lb for n in names for lb in labels):
         p.error(f"--only {a.only!r} matches no kernel; kernels: {', '.join(labels)}")
     if a.worker:
-        return worker(names, int(os.environ["OMP_NUM_THREADS"]), not a.no_compile)
+        return worker(names, int(os.environ["OMP_NUM_THREADS"]), not a.no_compile, a.logs)
     import pypto as pt
     from benchmarks import peak
 
     t0 = time.time()
-    extra = ["--only", a.only] + (["--no-compile"] if a.no_compile else [])
+    extra = ["--only", a.only, "--logs", a.logs] + (["--no-compile"] if a.no_compile else [])
     runs, peak_runs = [], []
     for _ in range(max(1, a.repeat)):
         peak_runs.append({t: peak.measure(t) for t in threads})
@@ -193,6 +247,13 @@ def main(argv=None):
     }
     results = combine(runs)
     print(f"pypto {pt.__version__} on {pt.Target('host').name}, {os.cpu_count()} cores")
+    print(f"tuned configs from {a.logs}")
+    for t in threads:
+        libs = runs[0][t].get("blas", [])
+        print(f"numpy, {t} thread(s): {blas.describe(libs)}")
+    unset = [k for k in blas.FORCING if k in os.environ]
+    if unset:
+        print(f"(the workers ran without {', '.join(unset)}, set in this environment)")
     for t in threads:
         pk = peaks[t]
         print(

@@ -15,9 +15,13 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import blas  # noqa: E402
+
+blas.unforce()  # this process times numpy: its best kernel, before numpy loads
+
+import numpy as np  # noqa: E402
 
 import autotune as at  # noqa: E402
 from benchmarks.common import median_seconds, table  # noqa: E402
@@ -90,6 +94,7 @@ def main(argv=None):
             ]
         )
     print(f"matmul {n}^3 on {task.target.name}: numpy {np_gflops:.1f} GFLOP/s (same run)")
+    print(f"numpy: {blas.describe(blas.info())}")
     print(
         table(
             [

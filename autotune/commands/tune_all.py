@@ -1,0 +1,208 @@
+"""``pypto-tune all``: tune every built-in template's standard workloads on this machine.
+
+    pypto-tune all --minutes 10                   # records in $PYPTO_HOME/logs/<template>.jsonl
+    pypto-tune all --trials 400 --only matmul,softmax
+    pypto-tune all --minutes 5 --workloads my_model.json --log my_model.jsonl
+
+One task scheduler (``autotune.scheduler``) shares the budget among the
+workloads by expected gain; each workload counts by its relative improvement
+(``normalize``), times its weight. The logs are resumed by default: their
+trials count against ``--trials`` and inform the tuners. Afterwards the
+fastest configs of each workload are re-measured side by side (``--confirm``)
+and a table shows, per workload, the trials it got and its best.
+
+``add_arguments(parser)`` and ``run(namespace) -> exit status`` are the whole
+interface, so any command-line front end can mount the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .. import store
+from ..measure import MeasureOption
+from ..scheduler import TUNERS, TaskScheduler
+from ..space import SpaceError
+from ..task import Task, get_template
+from ..workloads import WorkloadError, load_workloads, merge_duplicates, standard_workloads
+from .common import UsageError, import_modules, positive, target_of
+
+DESCRIPTION = (
+    "Tune every built-in template's standard workloads (or those of --workloads FILE) on "
+    "this machine, one budget shared among them by expected gain."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``pypto-tune all``."""
+    budget = p.add_argument_group("budget (at least one; tuning stops at the first reached)")
+    budget.add_argument(
+        "--minutes", type=positive("--minutes", real=True), help="wall-clock minutes"
+    )
+    budget.add_argument(
+        "--trials",
+        type=positive("--trials"),
+        help="trials in all, those already in the logs included",
+    )
+    p.add_argument("--target", default="host", help="hardware target (default: this host)")
+    p.add_argument(
+        "--only",
+        default="",
+        metavar="TEMPLATE,...",
+        help="only these templates' workloads (comma-separated)",
+    )
+    p.add_argument(
+        "--workloads",
+        metavar="FILE",
+        help='tune the workloads of a JSON file instead: [{"template", "args", "dtype", '
+        '"weight"}, ...]',
+    )
+    logs = p.add_mutually_exclusive_group()
+    logs.add_argument(
+        "--log-dir",
+        metavar="DIR",
+        help="one log per template, DIR/<template>.jsonl (default $PYPTO_HOME/logs, "
+        "PYPTO_HOME defaulting to ~/.cache/pypto)",
+    )
+    logs.add_argument("--log", metavar="FILE", help="one log for every workload instead")
+    p.add_argument(
+        "--tuner", choices=sorted(TUNERS), default="xgb", help="search strategy (default xgb)"
+    )
+    p.add_argument(
+        "--resume",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="count the logs' trials and learn from them (default on)",
+    )
+    p.add_argument(
+        "--confirm",
+        type=positive("--confirm", zero_ok=True),
+        default=2,
+        metavar="K",
+        help="afterwards, re-measure each workload's K fastest configs side by side, "
+        "within the budget (default 2, 0: off)",
+    )
+    p.add_argument(
+        "--round",
+        type=positive("--round"),
+        default=16,
+        metavar="N",
+        help="trials per scheduling round (default 16)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive("--timeout", real=True),
+        default=10.0,
+        help="seconds one candidate may run (default 10)",
+    )
+    p.add_argument("--number", type=positive("--number"), default=5, help="calls per repeat")
+    p.add_argument("--repeat", type=positive("--repeat"), default=3, help="timing repeats")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler and tuners")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a Python module that registers templates (repeatable)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def _workloads(a):
+    only = [t for t in a.only.split(",") if t]
+    try:
+        if a.workloads:
+            ws = merge_duplicates(load_workloads(a.workloads))
+            if only:
+                ws = [w for w in ws if w.template in only]
+                if not ws:
+                    raise UsageError(f"--only {a.only}: no workload of {a.workloads} matches")
+            return ws
+        return standard_workloads(only or None)
+    except WorkloadError as e:
+        raise UsageError(str(e)) from None
+
+
+def _tasks(ws, target):
+    tasks = []
+    for w in ws:
+        try:
+            get_template(w.template)
+            tasks.append(Task(w.template, w.task_args, target=target))
+        except KeyError as e:
+            raise UsageError(str(e).strip("'\"")) from None
+        except (TypeError, ValueError, SpaceError) as e:
+            raise UsageError(
+                f"workload {w.label}: arguments do not fit {w.template!r}: {e}"
+            ) from None
+    return tasks
+
+
+def _prepare(a):
+    if a.minutes is None and a.trials is None:
+        raise UsageError("give a budget: --minutes M and/or --trials N")
+    target = target_of(a.target, must_run=True)
+    import_modules(a.imports)
+    ws = _workloads(a)
+    tasks = _tasks(ws, target)
+    if a.log:
+        logs = [a.log] * len(ws)
+    else:
+        d = a.log_dir or store.logs_dir()
+        logs = [os.path.join(d, f"{w.template}.jsonl") for w in ws]
+    return target, ws, tasks, logs
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run ``pypto-tune all`` with parsed options; returns the exit status (0: every
+    workload has a valid config, 1: some have none, 2: refused before measuring). The
+    minutes count from here: reading the logs (the tuners learn from them) is in them."""
+    t0 = time.monotonic()
+    target, ws, tasks, logs = _prepare(a)
+    opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    sched = TaskScheduler(
+        tasks,
+        [w.weight for w in ws],
+        logs,
+        tuner=a.tuner,
+        labels=[w.label for w in ws],
+        measure_option=opt,
+        measure_overrides={t.workload_key: w.measure for t, w in zip(tasks, ws) if w.measure},
+        trials_per_round=a.round,
+        normalize=True,
+        resume=a.resume,
+        seed=a.seed,
+        progress=not a.no_progress,
+    )
+    for msg in sched.warnings:
+        print(f"warning: {msg}", file=sys.stderr)
+    budget = " and ".join(
+        x
+        for x in (
+            f"{a.minutes:g} minute(s)" if a.minutes else "",
+            f"{a.trials} trials" if a.trials else "",
+        )
+        if x
+    )
+    where = a.log or os.path.dirname(logs[0])
+    print(
+        f"tuning {len(tasks)} workload(s) for {target.name} within {budget} "
+        f"({sched.trials} trial(s) already in the logs); records in {where}",
+        flush=True,
+    )
+    minutes = None if a.minutes is None else max(a.minutes - (time.monotonic() - t0) / 60, 1e-3)
+    sched.tune(trials=a.trials, minutes=minutes, confirm_k=a.confirm)
+    tuned_s = time.monotonic() - t0
+    made = sched.confirm(a.confirm, deadline=sched.deadline) if a.confirm else 0
+    total_s = time.monotonic() - t0
+    print(
+        f"{sum(st.new for st in sched.states)} new trial(s) in {tuned_s / 60:.1f} min"
+        + (f", {made} confirmation measurement(s)" if made else "")
+        + f"; {total_s / 60:.1f} min in all"
+    )
+    print(sched.table())
+    return 0 if all(r["best_s"] is not None for r in sched.summary()) else 1

@@ -1,0 +1,135 @@
+"""The benchmark scripts: --help everywhere, numpy's workers free of forced OpenBLAS kernels,
+kernels from the standard workloads, the default-config column. Nothing here times a kernel."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from autotune.workloads import STANDARD
+from benchmarks import blas
+from benchmarks.common import run_workers
+from benchmarks.kernels import KERNELS, all_kernels
+from benchmarks.suite import combine, report
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _scripts():
+    found = [
+        p.name for p in sorted(BENCH.glob("*.py")) if '__name__ == "__main__"' in p.read_text()
+    ]
+    # the scripts there today; a new one is picked up by the glob above
+    assert {"compile_time.py", "matmul.py", "peak.py", "suite.py", "tuning.py",
+            "tuning_efficiency.py"} <= set(found)  # fmt: skip
+    return found
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [[sys.executable, str(BENCH / name)] for name in _scripts()]
+    + [[sys.executable, "-m", "benchmarks"], ["bash", str(BENCH / "ship_records.sh")]],
+    ids=lambda c: c[-1].rsplit("/", 1)[-1],
+)
+def test_every_benchmark_script_honours_help(cmd):
+    r = subprocess.run([*cmd, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.strip()
+    # the usage and nothing else: no benchmark ran
+    assert out.startswith(("usage:", "How the records")), out[:300]
+    assert "GFLOP/s," not in out and "medians of" not in out
+
+
+def test_numpy_workers_run_without_forced_openblas_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.setenv("OPENBLAS_L2_SIZE", "512")
+    monkeypatch.setenv("PYPTO_SOMETHING_ELSE", "kept")
+    script = tmp_path / "show_env.py"
+    script.write_text(
+        "import json, os\n"
+        "keys = ['OPENBLAS_CORETYPE', 'OPENBLAS_L2_SIZE', 'PYPTO_SOMETHING_ELSE',"
+        " 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS']\n"
+        "print(json.dumps({k: os.environ.get(k) for k in keys}))\n"
+    )
+    got = run_workers(str(script), [1, 2])
+    for t in (1, 2):
+        assert got[t] == {
+            "OPENBLAS_CORETYPE": None,
+            "OPENBLAS_L2_SIZE": None,
+            "PYPTO_SOMETHING_ELSE": "kept",
+            "OMP_NUM_THREADS": str(t),
+            "OPENBLAS_NUM_THREADS": str(t),
+        }
+    assert os.environ["OPENBLAS_CORETYPE"] == "Haswell"  # this process keeps them
+    assert blas.free_env({"OPENBLAS_CORETYPE": "x", "OPENBLAS_L2_SIZE": "1", "A": "b"}) == {
+        "A": "b"
+    }
+
+
+def test_blas_description():
+    libs = [{"package": "numpy", "internal_api": "openblas", "version": "0.3.31",
+             "architecture": "SkylakeX", "num_threads": 2}]  # fmt: skip
+    assert blas.describe(libs) == "numpy's openblas 0.3.31 (SkylakeX kernels, 2 threads)"
+    assert "threadpoolctl" in blas.describe([])
+    for lib in blas.info():  # whatever this machine has, in the same shape
+        assert set(lib) == {"package", "internal_api", "version", "architecture", "num_threads"}
+
+
+def test_kernels_come_from_the_standard_workloads():
+    ks = all_kernels()
+    assert [(k.template, k.args) for k in ks] == [
+        (w.template, w.args) for w in STANDARD if w.template in KERNELS
+    ]
+    # every template is benchmarked but the PyTorch operators' kernels (not in the suite yet)
+    operators = {"gelu", "attention", "moe", "softmax_fwd", "layernorm_fwd", "rmsnorm_fwd"}
+    operators |= {f"{n}_backward" for n in ("gelu", "softmax", "layernorm", "rmsnorm")}
+    assert {w.template for w in STANDARD} - set(KERNELS) == operators
+    assert len({k.label for k in ks}) == len(ks)
+    by = {k.label: k for k in ks}
+    assert by["conv2d 64->64 56x56 s1"].work == 2.0 * 64 * 64 * 9 * 56 * 56
+    assert by["conv2d 64->128 56x56 s2"].work == 2.0 * 128 * 64 * 9 * 28 * 28
+    assert by["depthwise 64ch 3x3 56x56 s1"].work == 2.0 * 64 * 9 * 56 * 56
+    assert by["matmul 128x3072x768"].work == 2.0 * 128 * 3072 * 768
+    assert by["softmax 4096x4096"].unit == "GB/s"
+
+
+def test_report_shows_the_default_config_next_to_the_tuned_one():
+    def run(tuned_speed, default_speed):
+        return {
+            1: {
+                "kernels": {
+                    "matmul 512^3": {
+                        "unit": "GFLOP/s",
+                        "tuned": True,
+                        "pypto": tuned_speed,
+                        "default": default_speed,
+                        "numpy": 100.0,
+                    },
+                    "softmax 4096x4096": {
+                        "unit": "GB/s",
+                        "tuned": False,
+                        "pypto": 10.0,
+                        "default": 10.0,
+                    },
+                },  # fmt: skip
+                "blas": [],
+            }
+        }
+
+    res = combine([run(90.0, 81.0), run(100.0, 80.0), run(80.0, 76.0)])
+    cell = res[1]["matmul 512^3"]
+    assert cell["pypto"] == 90.0 and cell["default"] == 80.0
+    assert cell["default/tuned"] == pytest.approx(0.9)  # median of 0.9, 0.8, 0.95
+    assert cell["ratio numpy"] == pytest.approx(0.9)
+    text = report(res, {1: {"fma_gflops": 100.0, "triad_gbps": 20.0}})
+    lines = text.splitlines()
+    assert "default (/tuned)" in lines[0]
+    mm = next(x for x in lines if "matmul 512^3" in x)
+    assert "80.0 (0.90)" in mm and "100.0 (0.90x)" in mm  # numpy, pypto at 0.9x
+    sm = next(x for x in lines if "softmax" in x)
+    assert "(default: no record)" in sm and " same " in sm
+    json.dumps(res)  # the --json output stays plain data
