@@ -1,6 +1,6 @@
 """Every kernel of the suite against numpy, PyTorch and the machine's peak.
 
-    python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--repeat 3] [--json out.json]
+    python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--repeat 3] [--json [FILE]]
                          [--logs DIR]
 
 For each thread count a fresh worker process (numpy, OpenMP, MKL and torch
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import blas  # noqa: E402
+from benchmarks import blas, history  # noqa: E402
 from benchmarks.common import run_workers, table  # noqa: E402
 from benchmarks.kernels import Kernel, all_kernels  # noqa: E402
 
@@ -209,7 +209,15 @@ def main(argv=None):
     p.add_argument(
         "--repeat", type=int, default=1, help="whole runs; medians over them are reported"
     )
-    p.add_argument("--json", default="", help="also write the figures to this file")
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const=history.HISTORY,
+        default="",
+        metavar="FILE",
+        help="append the figures to a history file, one JSON line per run (default "
+        "benchmarks/history.jsonl; the README's table comes from it: benchmarks/history.py)",
+    )
     p.add_argument(
         "--logs",
         default=None,
@@ -264,8 +272,10 @@ def main(argv=None):
     what = f"medians over {len(runs)} runs of " if len(runs) > 1 else "medians of "
     print(f"{what}timed rounds; {time.time() - t0:.0f} s in all")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"peaks": peaks, "results": results, "runs": runs}, f, indent=1)
+        libs = blas.describe(runs[0][threads[0]].get("blas", []))
+        e = history.entry(results, peaks, len(runs), pt.Target("host").name, pt.__version__, libs)
+        history.append(e, a.json)
+        print(f"appended to {a.json}")
 
 
 if __name__ == "__main__":
