@@ -17,7 +17,7 @@ Cleanup passes (simplify, guards into loop bounds, unrolling) follow in
 
 from __future__ import annotations
 
-from . import passes
+from . import domain, passes
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -69,7 +69,9 @@ class StageNest:
         self.stage = stage
         self.region = None  # [(min, extent)] per output dimension
         self.prefix = []  # enclosing leaves [(IterVar, extent)] of the attach point
-        self.leaf_ext = {}  # IterVar -> extent
+        self.leaf_ext = {}  # IterVar -> loop extent (may name outer leaves)
+        self.box_ext = {}  # IterVar -> extent of the leaf's box (sizes and enclosing loops)
+        self.root_min = {}  # root IterVar -> the value its leaf coordinates start from
         self.root_value = {}  # root IterVar -> Expr of leaves
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
         self.buffer = None
@@ -78,7 +80,8 @@ class StageNest:
 
     @property
     def context(self):
-        return self.prefix + [(iv, self.leaf_ext[iv]) for iv in self.stage.leaf_iter_vars]
+        """Enclosing and own leaves with their box extents (a superset of each range)."""
+        return self.prefix + [(iv, self.box_ext[iv]) for iv in self.stage.leaf_iter_vars]
 
 
 class Lowering:
@@ -270,6 +273,13 @@ class Lowering:
                 ext[iv], dom_min[iv] = e, m
         for iv in st.op.reduce_axis:
             ext[iv], dom_min[iv] = iv.extent, iv.dom_min
+        true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
+        dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
+        if dependent:  # a polyhedron: relations work on the box of each such root
+            for iv, (m, e) in domain.root_boxes(
+                st.name, st.root_iter_vars, true_dom, dependent
+            ).items():
+                dom_min[iv], ext[iv] = m, e
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[rel.parent]
@@ -289,6 +299,7 @@ class Lowering:
             if hi == INF:
                 self.ranges.extents[iv.var] = ext[iv]
         n.leaf_ext = {iv: ext[iv] for iv in st.leaf_iter_vars}
+        n.box_ext = dict(n.leaf_ext)
         n.ext = ext
         # values of every iteration variable in terms of the leaves
         val = {iv: iv.var for iv in st.leaf_iter_vars}
@@ -310,9 +321,13 @@ class Lowering:
                 f, inner_ext = val[rel.fused], ext[rel.inner]
                 val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
                 val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
+        n.root_min = dom_min
         n.root_value = {
             iv: simplify(dom_min[iv] + val[iv], self.ranges) for iv in st.root_iter_vars
         }
+        if dependent:
+            conds += domain.bound_guards(dependent, true_dom, n.root_value)
+            conds = domain.tighten(n, true_dom, conds, self.ranges)
         pos = {iv.var: p for p, iv in enumerate(st.leaf_iter_vars)}
         for cond, is_red in conds:
             c = simplify(cond, self.ranges)

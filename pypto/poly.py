@@ -274,9 +274,8 @@ class GroupModel:
         ext = n.ext
         coords: dict = {}
         aliases: dict = {}  # leaf -> the leaf whose time dims it shares
-        for d, iv in enumerate(s.roots):
-            lo, _ = self._root_range(st, n, iv)
-            coords[iv] = [f"(i{d} - {pr(lo)})"]
+        for d, iv in enumerate(s.roots):  # leaf coordinates start at the box's minimum
+            coords[iv] = [f"(i{d} - {pr(n.root_min[iv])})"]
         for rel in st.relations:
             if isinstance(rel, Split):
                 if rel.parent not in coords:

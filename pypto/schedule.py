@@ -527,18 +527,24 @@ class Schedule:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
-        if st.relations or st.attrs or st.attach or st.inline:
+        applied = [x for x in self.steps if x.get("stage") == st.name]
+        if applied or st.relations or st.attrs or st.attach or st.inline or st.prefetches:
+            done = ", ".join(_step_text(x) for x in applied)
             raise ScheduleError(
                 f"cache_write on stage '{st.name}': call it before scheduling the stage"
+                + (f" ({done} was applied)" if done else "")
             )
         op = st.op
         axis = tuple(
             make_iter_var(iv.name + ".c", iv.dom_min, iv.extent, "spatial") for iv in op.axis
         )
-        raxis = tuple(
-            make_iter_var(iv.name, iv.dom_min, iv.extent, "reduce") for iv in op.reduce_axis
-        )
-        mapping = {old.var: new.var for old, new in zip(op.axis + op.reduce_axis, axis + raxis)}
+        mapping = {old.var: new.var for old, new in zip(op.axis, axis)}
+        raxis = []
+        for iv in op.reduce_axis:  # bounds may name the axes renamed before them
+            lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
+            raxis.append(make_iter_var(iv.name, lo, ext, "reduce"))
+            mapping[iv.var] = raxis[-1].var
+        raxis = tuple(raxis)
         body = op.body
         if isinstance(body, Reduce):
             body = Reduce(body.combiner, substitute(body.source, mapping), raxis, body.dtype)
@@ -557,6 +563,12 @@ class Schedule:
         self._insert_before(cst, [st])
         self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
         return cache.output(0)
+
+
+def _step_text(step: dict) -> str:
+    """``reorder(j, i)``: a step record as the call that made it."""
+    loops = step.get("loops") or ([step["loop"]] if "loop" in step else [])
+    return f"{step['prim']}({', '.join(loops)})"
 
 
 def _copy_op(name: str, tensor: Tensor) -> Tensor:

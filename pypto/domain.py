@@ -1,0 +1,245 @@
+"""Loop bounds of non-rectangular domains, derived from the isl domain (as PPCG does).
+
+A root loop whose bounds name another loop of its stage (``j = pt.reduce_axis((0, i))``,
+``k`` in ``[0, i + 1)``) makes the stage's iteration domain a polyhedron, not a box.
+Lowering then, per stage:
+
+1. ``root_boxes``: gives each such root its *box*, the range it takes over all values
+   of the other loops (the domain projected on it), so that split, fuse and skew
+   extents never name a loop variable;
+2. guards the statement with the root's own bounds, written in the leaf loops (always
+   exact, whatever the schedule);
+3. ``leaf_bounds``: tightens each leaf loop to the range its iterations take given the
+   outer leaves (the domain in leaf coordinates projected on the first k + 1 leaves,
+   the outer k as parameters, then isl's dim_min / dim_max), total: empty where the
+   outer leaves leave no iteration. The loop then runs a 0-based counter offset by
+   that lower bound:
+
+       for i in [1, n):                     for i' in [0, n - 1):           (i = i' + 1)
+         for j in [0, i):          ->         for j in [0, i' + 1):
+           Y[i] += X[j]                          Y[i' + 1] += X[j]
+
+       reorder(j, i):                       for j in [0, n - 1):
+                                               for i' in [0, n - j - 1):   (i = i' + j + 1)
+
+Leaf coordinates here are the box coordinates of the schedule's relations; the
+counters order the same way (each shift depends on outer leaves only), so the
+dependence analysis in ``poly`` is unchanged.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from .errors import ScheduleError
+from .expr import Binary, Cmp, Const, Expr, Select, Var, substitute, vars_of
+from .loop_ir import Namer
+from .poly import IslPrinter, NonAffine
+from .simplify import simplify
+
+
+def dependent_roots(roots: list, dom: dict) -> list:
+    """The roots whose bounds (``dom[iv] = (min, extent)``) name another root."""
+    root_vars = {iv.var for iv in roots}
+    return [iv for iv in roots if any(v in root_vars for e in dom[iv] for v in vars_of(e))]
+
+
+class _Space:
+    """isl names for the variables of one stage: set dimensions and parameters."""
+
+    def __init__(self, dims: list):
+        self.namer = Namer()
+        self.dims = [self.namer(v, f"d_{v.name}") for v in dims]
+        self.names = dict(zip(dims, self.dims))
+        self.params: dict = {}
+
+    def printer(self, exprs) -> IslPrinter:
+        for e in exprs:
+            for v in vars_of(e):
+                if v not in self.names:
+                    self.params[v] = self.names[v] = self.namer(v, f"p_{v.name}")
+        return IslPrinter(self.names)
+
+    def set(self, cons: list[str]) -> isl.Set:
+        cons = cons + [f"{p} >= 0" for p in self.params.values()]  # sizes and counters
+        ps = ", ".join(self.params.values())
+        return isl.Set(f"[{ps}] -> {{ [{', '.join(self.dims)}] : {' and '.join(cons)} }}")
+
+    def var_of(self, name: str) -> Var:
+        return next(v for v, n in self.names.items() if n == name)
+
+
+def _range(pr: IslPrinter, x: str, lo: Expr, ext: Expr) -> str:
+    return f"{pr(lo)} <= {x} < {pr(lo)} + {pr(ext)}"
+
+
+def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict:
+    """``{root: (min, extent)}`` of each dependent root over all values of the others,
+    in sizes and enclosing loops only."""
+    sp = _Space([iv.var for iv in roots])
+    pr = sp.printer([e for iv in roots for e in dom[iv]])
+    try:
+        cons = [_range(pr, sp.names[iv.var], *dom[iv]) for iv in roots]
+    except NonAffine as e:
+        bad = next(iv for iv in dependent)
+        raise ScheduleError(
+            f"stage '{stage_name}': the bounds of loop {bad.name} ({dom[bad][0]} .. "
+            f"{dom[bad][0]} + {dom[bad][1]}) are not affine in the outer loops and sizes "
+            f"({e})"
+        ) from None
+    domain = sp.set(cons)
+    out = {}
+    for iv in dependent:
+        d = roots.index(iv)
+        line = domain.project_out(isl.dim_type.set, d + 1, len(roots) - d - 1)
+        line = line.project_out(isl.dim_type.set, 0, d)
+        lo, hi = line.dim_min(0).coalesce(), line.dim_max(0).coalesce()
+        ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
+        out[iv] = (_expr(lo, sp), _expr(ext, sp))
+    return out
+
+
+def leaf_bounds(leaves: list, tighten: set, box_ext: dict, root_value: dict, dom: dict):
+    """``{leaf: (min, extent)}`` for the leaves in ``tighten``: the exact range of each
+    given the outer leaves (in the outer leaves' own values and the sizes), or None
+    when a leaf's relation to the roots is not affine (the box and guards then stay).
+
+    ``root_value[root]`` is the root in leaf variables, ``dom[root]`` its true
+    ``(min, extent)`` in root variables, ``box_ext[leaf]`` the leaf's box extent."""
+    sp = _Space([iv.var for iv in leaves])
+    to_leaves = {iv.var: v for iv, v in root_value.items()}
+    bounds = [
+        (root_value[iv], substitute(lo, to_leaves), substitute(ext, to_leaves))
+        for iv, (lo, ext) in dom.items()
+    ]
+    pr = sp.printer([e for b in bounds for e in b] + list(box_ext.values()))
+    try:
+        cons = [_range(pr, pr(v), lo, ext) for v, lo, ext in bounds]
+    except NonAffine:
+        return None
+    box_cons = []
+    for iv in leaves:
+        box_cons.append(f"0 <= {sp.names[iv.var]}")
+        try:
+            box_cons.append(f"{sp.names[iv.var]} < {pr(box_ext[iv])}")
+        except NonAffine:
+            pass  # the roots' bounds bound it
+    domain, box = sp.set(cons + box_cons), sp.set(box_cons)
+    out = {}
+    for k, iv in enumerate(leaves):
+        if iv in tighten:
+            out[iv] = _slice_bounds(_slice(domain, k), _slice(box, k), sp)
+    return out
+
+
+def tighten(n, true_dom: dict, conds: list, ranges) -> list:
+    """Leaf loops of the non-rectangular stage of nest ``n`` (a ``lowering.StageNest``)
+    run over their exact range given the outer leaves (``leaf_bounds``), as counters
+    from its lower bound; its root values and the guards ``conds`` are rewritten in
+    those counters. A pure stage's spatial loops keep their box: its init statement
+    runs over all of them."""
+    st = n.stage
+    leaves = st.leaf_iter_vars
+    chosen = {iv for iv in leaves if st.is_update or iv.kind == "reduce"}
+    tight = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom)
+    if tight is None:
+        return conds
+    shift = {}
+    for iv in leaves:
+        if iv not in tight:
+            continue
+        lo, ext = (simplify(substitute(e, shift), ranges) for e in tight[iv])
+        n.leaf_ext[iv] = ext
+        if not (isinstance(lo, Const) and lo.value == 0):
+            shift[iv.var] = Binary("add", iv.var, lo, "int64")
+    n.root_value = {iv: simplify(substitute(v, shift), ranges) for iv, v in n.root_value.items()}
+    return [(substitute(c, shift), red) for c, red in conds]
+
+
+def _slice(s: isl.Set, k: int) -> isl.Set:
+    """Dimension k of ``s`` alone, the dimensions before it made parameters."""
+    s = s.project_out(isl.dim_type.set, k + 1, s.dim(isl.dim_type.set) - k - 1)
+    return s.move_dims(isl.dim_type.param, s.dim(isl.dim_type.param), isl.dim_type.set, 0, k)
+
+
+def _slice_bounds(line: isl.Set, box: isl.Set, sp: _Space) -> tuple:
+    """(min, extent) of a slice: exact where the slice is not empty, its expressions
+    simplified there (gist); elsewhere within the box the extent must not be positive,
+    or it gets an explicit piece 0 there."""
+    lo, hi = line.dim_min(0), line.dim_max(0)
+    where = lo.domain()
+    one = isl.Val.one(lo.get_ctx())
+    ext = hi.sub(lo).add_constant_val(one)
+    lo_g, ext_g = lo.gist(where).coalesce(), ext.gist(where).coalesce()
+    outside = box.params().subtract(where)
+    if not ext_g.pos_set().intersect(outside).is_empty():
+        ext_g = ext.union_add(isl.PwAff.val_on_domain(outside, isl.Val.zero(lo.get_ctx())))
+        ext_g = ext_g.coalesce()
+    return _expr(lo_g, sp), _expr(ext_g, sp)
+
+
+def _expr(pa: isl.PwAff, sp: _Space) -> Expr:
+    """A pypto expression of a piecewise affine function (through isl's AST builder)."""
+    build = isl.AstBuild.from_context(isl.Set.universe(pa.domain().get_space()))
+    return _from_ast(build.expr_from_pw_aff(pa), sp)
+
+
+def _int(a: Expr, b: Expr, op: str) -> Expr:
+    return Binary(op, a, b, "int64")
+
+
+_OPS = isl.ast_expr_op_type
+_AST_RULES = {
+    _OPS.add: lambda a: _int(a[0], a[1], "add"),
+    _OPS.sub: lambda a: _int(a[0], a[1], "sub"),
+    _OPS.mul: lambda a: _int(a[0], a[1], "mul"),
+    _OPS.minus: lambda a: _int(Const(0, "int64"), a[0], "sub"),
+    _OPS.min: lambda a: _fold(a, "min"),
+    _OPS.max: lambda a: _fold(a, "max"),
+    _OPS.fdiv_q: lambda a: _int(a[0], a[1], "floordiv"),
+    _OPS.pdiv_q: lambda a: _int(a[0], a[1], "floordiv"),
+    _OPS.div: lambda a: _int(a[0], a[1], "floordiv"),
+    _OPS.pdiv_r: lambda a: _int(a[0], a[1], "mod"),
+    _OPS.zdiv_r: lambda a: _int(a[0], a[1], "mod"),  # only ever compared with 0
+    _OPS.cond: lambda a: Select(a[0], a[1], a[2], "int64"),
+    _OPS.select: lambda a: Select(a[0], a[1], a[2], "int64"),
+    _OPS.eq: lambda a: Cmp("eq", a[0], a[1]),
+    _OPS.le: lambda a: Cmp("le", a[0], a[1]),
+    _OPS.lt: lambda a: Cmp("lt", a[0], a[1]),
+    _OPS.ge: lambda a: Cmp("ge", a[0], a[1]),
+    _OPS.gt: lambda a: Cmp("gt", a[0], a[1]),
+    _OPS.and_: lambda a: Binary("and", a[0], a[1], "bool"),
+    _OPS.and_then: lambda a: Binary("and", a[0], a[1], "bool"),
+    _OPS.or_: lambda a: Binary("or", a[0], a[1], "bool"),
+    _OPS.or_else: lambda a: Binary("or", a[0], a[1], "bool"),
+}
+
+
+def _fold(args: list, op: str) -> Expr:
+    out = args[0]
+    for a in args[1:]:
+        out = _int(out, a, op)
+    return out
+
+
+def _from_ast(e: isl.AstExpr, sp: _Space) -> Expr:
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return Const(e.get_val().to_python(), "int64")
+    if t == isl.ast_expr_type.id:
+        return sp.var_of(e.get_id().get_name())
+    args = [_from_ast(e.get_op_arg(k), sp) for k in range(e.get_op_n_arg())]
+    return _AST_RULES[e.get_op_type()](args)
+
+
+def bound_guards(dependent: list, dom: dict, root_value: dict) -> list:
+    """``[(cond, is_reduce)]``: each dependent root within its own bounds, in leaves."""
+    to_leaves = {iv.var: v for iv, v in root_value.items()}
+    out = []
+    for iv in dependent:
+        lo, ext = (substitute(e, to_leaves) for e in dom[iv])
+        v = root_value[iv]
+        red = iv.kind == "reduce"
+        out.append((Cmp("ge", v, lo), red))
+        out.append((Cmp("lt", v, Binary("add", lo, ext, "int64")), red))
+    return out
