@@ -125,11 +125,21 @@ def leaf_bounds(leaves: list, tighten: set, box_ext: dict, root_value: dict, dom
         except NonAffine:
             pass  # the roots' bounds bound it
     domain, box = sp.set(cons + box_cons), sp.set(box_cons)
+    reach = box.params()  # the values of sizes and outer leaves the loops reach
     out = {}
     for k, iv in enumerate(leaves):
         if iv in tighten:
-            out[iv] = _slice_bounds(_slice(domain, k), _slice(box, k), sp)
+            line = _slice(domain, k).intersect_params(reach)
+            out[iv] = _slice_bounds(line, reach, sp)
+            le = isl.Map.lex_le(line.get_space())  # the slice's hull: what the loop runs
+            line = line.apply(le).intersect(line.apply(le.reverse()))
+        else:
+            line = _slice(box, k).intersect_params(reach)
+        reach = line.move_dims(isl.dim_type.param, line.dim(isl.dim_type.param), *_SET0).params()
     return out
+
+
+_SET0 = (isl.dim_type.set, 0, 1)
 
 
 def tighten(n, true_dom: dict, conds: list, ranges) -> list:
@@ -162,19 +172,19 @@ def _slice(s: isl.Set, k: int) -> isl.Set:
     return s.move_dims(isl.dim_type.param, s.dim(isl.dim_type.param), isl.dim_type.set, 0, k)
 
 
-def _slice_bounds(line: isl.Set, box: isl.Set, sp: _Space) -> tuple:
-    """(min, extent) of a slice: exact where the slice is not empty, its expressions
-    simplified there (gist); elsewhere within the box the extent must not be positive,
-    or it gets an explicit piece 0 there."""
+def _slice_bounds(line: isl.Set, reach: isl.Set, sp: _Space) -> tuple:
+    """(min, extent) of a slice for the outer values in ``reach``: exact where the slice
+    is not empty and simplified there (gist); where it is empty the extent must not be
+    positive, or it gets an explicit piece 0 there."""
     lo, hi = line.dim_min(0), line.dim_max(0)
     where = lo.domain()
     one = isl.Val.one(lo.get_ctx())
     ext = hi.sub(lo).add_constant_val(one)
     lo_g, ext_g = lo.gist(where).coalesce(), ext.gist(where).coalesce()
-    outside = box.params().subtract(where)
+    outside = reach.subtract(where)
     if not ext_g.pos_set().intersect(outside).is_empty():
         ext_g = ext.union_add(isl.PwAff.val_on_domain(outside, isl.Val.zero(lo.get_ctx())))
-        ext_g = ext_g.coalesce()
+        ext_g = ext_g.gist(reach).coalesce()
     return _expr(lo_g, sp), _expr(ext_g, sp)
 
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .expr import Binary, Const, Expr, TensorRead, Var, walk
+from . import dtypes
+from .expr import Binary, Cmp, Const, Expr, Not, Select, TensorRead, Var, children, walk
 from .loop_ir import Namer
 from .schedule import Fuse, Skew, Split, Stage
 
@@ -203,10 +204,13 @@ class GroupModel:
         tensor = self.tensor_op
         shape = tensor.shape
         writes, reads = self._access_exprs(s)
-        for kind, idx, text in [("write", w, t) for w, t in writes] + [
-            ("read", r, t) for r, t in reads
+        for kind, idx, text, when in [("write", w, t, ()) for w, t in writes] + [
+            ("read", *r) for r in reads
         ]:
-            s.accesses.append(Access(kind, self._access_map(s, idx, shape, pr), text))
+            rel = self._access_map(s, idx, shape, pr)
+            for cond, holds in when:  # a read in a branch of pt.select happens only there
+                rel = rel.intersect_domain(self._condition(s, cond, holds, pr))
+            s.accesses.append(Access(kind, rel, text))
         # original order: group sequence, then the definition's own loops
         spatial = [
             f"i{d}" for d, iv in enumerate(s.roots) if iv in s.stage.op.axis or s.stage.is_update
@@ -237,7 +241,7 @@ class GroupModel:
             lhs = tuple(spatial)
             text = f"{self.tensor_op.name}[{', '.join(v.name for v in spatial)}]"
             writes = [(lhs, text)]
-            reads = [(lhs, text)] if s.part == "update" else []
+            reads = [(lhs, text, ())] if s.part == "update" else []
             s.lhs_text = text + (" (init)" if s.part == "init" else "")
             return writes, reads
         lhs = op.lhs
@@ -245,11 +249,21 @@ class GroupModel:
         s.lhs_text = text
         reads = []
         for e in (*lhs, op.body):
-            for x in walk(e):
-                if isinstance(x, TensorRead) and x.tensor.op in tensor_ops:
-                    reads.append((x.indices, str(x)))
+            for x, when in guarded_reads(e):
+                if x.tensor.op in tensor_ops:
+                    reads.append((x.indices, str(x), when))
         assert len(lhs) == ndim
         return [(lhs, text)], reads
+
+    def _condition(self, s: Statement, cond: Expr, holds: bool, pr) -> isl.Set:
+        """The instances of ``s`` where ``cond`` is ``holds``; all of them when ``cond``
+        is not affine (the read is then assumed to happen everywhere)."""
+        try:
+            text = _isl_condition(cond, pr)
+        except NonAffine:
+            return s.domain
+        where = isl.Set(f"{self._pstr()} -> {{ {s.name}[{s._coords}] : {text} }}")
+        return s.domain.intersect(where) if holds else s.domain.subtract(where)
 
     def _access_map(self, s: Statement, idx, shape, pr) -> isl.Map:
         names = self._names(s)
@@ -428,6 +442,37 @@ class GroupModel:
         if key not in self._prefix_cache:
             self._prefix_cache[key] = _equal_prefix(a, b, n)
         return self._prefix_cache[key]
+
+
+_ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "!="}
+
+
+def _isl_condition(c: Expr, pr: IslPrinter) -> str:
+    """An affine condition in isl syntax (NonAffine otherwise)."""
+    if isinstance(c, Cmp) and c.op in _ISL_CMP and dtypes.dtype(c.a.dtype).is_int:
+        return f"{pr(c.a)} {_ISL_CMP[c.op]} {pr(c.b)}"
+    if isinstance(c, Binary) and c.op in ("and", "or"):
+        return f"({_isl_condition(c.a, pr)}) {c.op} ({_isl_condition(c.b, pr)})"
+    if isinstance(c, Not):
+        return f"not ({_isl_condition(c.a, pr)})"
+    if isinstance(c, Const) and c.dtype == "bool":
+        return "1 = 1" if c.value else "1 = 0"
+    raise NonAffine(str(c))
+
+
+def guarded_reads(e: Expr, when: tuple = ()):
+    """``(read, conditions)`` for every tensor read in ``e``: the conditions
+    ``(cond, holds)`` of the ``pt.select`` branches it sits in (the branch not taken
+    reads nothing)."""
+    if isinstance(e, TensorRead):
+        yield e, when
+    if isinstance(e, Select):
+        yield from guarded_reads(e.cond, when)
+        yield from guarded_reads(e.t, (*when, (e.cond, True)))
+        yield from guarded_reads(e.f, (*when, (e.cond, False)))
+        return
+    for c in children(e):
+        yield from guarded_reads(c, when)
 
 
 def _equal_prefix(a: Statement, b: Statement, n: int) -> isl.Map:

@@ -171,3 +171,121 @@ def test_cache_write_after_reorder_refused():
     ):
         s.cache_write(C, "local")
     assert [st["prim"] for st in s.steps] == ["reorder"]
+
+
+# ---------------------------------------------------------------- select: the branch not taken
+
+
+def guarded_update(lo):
+    """Y[r] = r >= 1 ? 2 * Y[r] : Y[r + 1] + X[r], for r in [lo, n)"""
+    n = 16
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n + 1,), lambda i: pt.const(1.0, "float32"), name="Y")
+    r = pt.reduce_axis((lo, n), name="r")
+    Y[r] = pt.select(r >= 1, Y[r] * 2.0, Y[r + 1] + X[r])
+    return X, Y, r
+
+
+def ref_guarded_update(x, lo):
+    y = np.ones(len(x) + 1, np.float32)
+    for r in range(lo, len(x)):
+        y[r] = y[r] * 2 if r >= 1 else y[r + 1] + x[r]
+    return y
+
+
+def test_read_in_the_branch_not_taken_is_no_dependence():
+    X, Y, r = guarded_update(1)  # r >= 1 always: Y[r + 1] is never read
+    s = pt.create_schedule(Y.op)
+    s[Y].update(0).parallel(r)
+    x = RNG.random(16, dtype=np.float32)
+    y = build_run(s, [X, Y], x, np.full(17, np.nan, np.float32))
+    np.testing.assert_array_equal(y, ref_guarded_update(x, 1))
+
+
+def test_read_in_the_branch_taken_is_a_dependence():
+    X, Y, r = guarded_update(0)  # r = 0 reads Y[1], which r = 1 overwrites
+    s = pt.create_schedule(Y.op)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"parallel\(r\) on 'Y.update\(0\)' would race: Y\[r\] overwrites the element "
+        r"that Y\[r\] reads as Y\[r \+ 1\].*witness: r=0 -> r=1",
+    ):
+        s[Y].update(0).parallel(r)
+
+
+# ---------------------------------------------------------------- triangular 3-D nests, any order
+
+
+def schur(n):
+    """LU's trailing update: for k, for i > k, for j > k: A[i, j] -= A[i, k] * A[k, j]"""
+    T = pt.placeholder((n, n), "float64", name="T")
+    A = pt.compute((n, n), lambda i, j: T[i, j], name="A")
+    k = pt.reduce_axis((0, n), name="k")
+    i = pt.reduce_axis((k + 1, n), name="i")
+    j = pt.reduce_axis((k + 1, n), name="j")
+    A[i, j] = A[i, j] - A[i, k] * A[k, j]
+    return T, A, {"k": k, "i": i, "j": j}
+
+
+def ref_schur(t):
+    a = t.copy()
+    n = len(a)
+    for k in range(n):
+        for i in range(k + 1, n):
+            for j in range(k + 1, n):
+                a[i, j] -= a[i, k] * a[k, j]
+    return a
+
+
+def cholesky_like(n):
+    """for j, for i >= j, for k < j: A[i, j] -= A[i, k] * A[j, k]"""
+    T = pt.placeholder((n, n), "float64", name="T")
+    A = pt.compute((n, n), lambda i, j: T[i, j], name="A")
+    j = pt.reduce_axis((0, n), name="j")
+    i = pt.reduce_axis((j, n), name="i")
+    k = pt.reduce_axis((0, j), name="k")
+    A[i, j] = A[i, j] - A[i, k] * A[j, k]
+    return T, A, {"j": j, "i": i, "k": k}
+
+
+def ref_cholesky_like(t):
+    a = t.copy()
+    n = len(a)
+    for j in range(n):
+        for i in range(j, n):
+            for k in range(j):
+                a[i, j] -= a[i, k] * a[j, k]
+    return a
+
+
+@pytest.mark.parametrize(
+    "kernel, order, split, annotate",
+    [
+        ("schur", "ikj", None, None),  # lu i-k-j
+        ("schur", "ikj", "j", "vectorize"),
+        ("schur", "kji", "i", None),
+        ("schur", "kij", "j", "parallel_i"),
+        ("cholesky", "jik", None, None),  # cholesky j-i-k
+        ("cholesky", "ijk", "k", None),
+        ("cholesky", "jki", "i", None),
+    ],
+)
+def test_triangular_nest_reordered_and_split(kernel, order, split, annotate):
+    make, ref = {"schur": (schur, ref_schur), "cholesky": (cholesky_like, ref_cholesky_like)}[
+        kernel
+    ]
+    n = pt.var("n") if split == "j" else 9
+    T, A, ax = make(n)
+    s = pt.create_schedule(A.op)
+    u = s[A].update(0)
+    u.reorder(*[ax[c] for c in order])
+    if split is not None:
+        outer, inner = u.split(ax[split], factor=4)
+        if annotate == "vectorize":
+            u.vectorize(inner)
+    if annotate == "parallel_i":
+        u.parallel(ax["i"])
+    for size in (1, 9) if split == "j" else (9,):
+        t = RNG.random((size, size))
+        a = build_run(s, [T, A], t, np.full((size, size), np.nan))
+        np.testing.assert_allclose(a, ref(t), rtol=1e-12)
