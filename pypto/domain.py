@@ -44,14 +44,15 @@ def dependent_roots(roots: list, dom: dict) -> list:
     return [iv for iv in roots if any(v in root_vars for e in dom[iv] for v in vars_of(e))]
 
 
-class _Space:
-    """isl names for the variables of one stage: set dimensions and parameters."""
+class IslSpace:
+    """isl names for set dimensions and parameters (every other variable)."""
 
-    def __init__(self, dims: list):
-        self.namer = Namer()
+    def __init__(self, dims: list, parent: IslSpace | None = None):
+        """``parent``: another space whose parameter names this one shares."""
+        self.namer = parent.namer if parent else Namer()
+        self.params: dict = parent.params if parent else {}
         self.dims = [self.namer(v, f"d_{v.name}") for v in dims]
-        self.names = dict(zip(dims, self.dims))
-        self.params: dict = {}
+        self.names = {**self.params, **dict(zip(dims, self.dims))}
 
     def printer(self, exprs) -> IslPrinter:
         for e in exprs:
@@ -66,7 +67,7 @@ class _Space:
         return isl.Set(f"[{ps}] -> {{ [{', '.join(self.dims)}] : {' and '.join(cons)} }}")
 
     def var_of(self, name: str) -> Var:
-        return next(v for v, n in self.names.items() if n == name)
+        return next(v for v, n in (*self.names.items(), *self.params.items()) if n == name)
 
 
 def _range(pr: IslPrinter, x: str, lo: Expr, ext: Expr) -> str:
@@ -76,7 +77,7 @@ def _range(pr: IslPrinter, x: str, lo: Expr, ext: Expr) -> str:
 def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict:
     """``{root: (min, extent)}`` of each dependent root over all values of the others,
     in sizes and enclosing loops only."""
-    sp = _Space([iv.var for iv in roots])
+    sp = IslSpace([iv.var for iv in roots])
     pr = sp.printer([e for iv in roots for e in dom[iv]])
     try:
         cons = [_range(pr, sp.names[iv.var], *dom[iv]) for iv in roots]
@@ -106,7 +107,7 @@ def leaf_bounds(leaves: list, tighten: set, box_ext: dict, root_value: dict, dom
 
     ``root_value[root]`` is the root in leaf variables, ``dom[root]`` its true
     ``(min, extent)`` in root variables, ``box_ext[leaf]`` the leaf's box extent."""
-    sp = _Space([iv.var for iv in leaves])
+    sp = IslSpace([iv.var for iv in leaves])
     to_leaves = {iv.var: v for iv, v in root_value.items()}
     bounds = [
         (root_value[iv], substitute(lo, to_leaves), substitute(ext, to_leaves))
@@ -130,7 +131,7 @@ def leaf_bounds(leaves: list, tighten: set, box_ext: dict, root_value: dict, dom
     for k, iv in enumerate(leaves):
         if iv in tighten:
             line = _slice(domain, k).intersect_params(reach)
-            out[iv] = _slice_bounds(line, reach, sp)
+            out[iv] = slice_bounds(line, reach, sp)
             le = isl.Map.lex_le(line.get_space())  # the slice's hull: what the loop runs
             line = line.apply(le).intersect(line.apply(le.reverse()))
         else:
@@ -172,7 +173,7 @@ def _slice(s: isl.Set, k: int) -> isl.Set:
     return s.move_dims(isl.dim_type.param, s.dim(isl.dim_type.param), isl.dim_type.set, 0, k)
 
 
-def _slice_bounds(line: isl.Set, reach: isl.Set, sp: _Space) -> tuple:
+def slice_bounds(line: isl.Set, reach: isl.Set, sp: IslSpace) -> tuple:
     """(min, extent) of a slice for the outer values in ``reach``: exact where the slice
     is not empty and simplified there (gist); where it is empty the extent must not be
     positive, or it gets an explicit piece 0 there."""
@@ -188,7 +189,7 @@ def _slice_bounds(line: isl.Set, reach: isl.Set, sp: _Space) -> tuple:
     return _expr(lo_g, sp), _expr(ext_g, sp)
 
 
-def _expr(pa: isl.PwAff, sp: _Space) -> Expr:
+def _expr(pa: isl.PwAff, sp: IslSpace) -> Expr:
     """A pypto expression of a piecewise affine function (through isl's AST builder)."""
     build = isl.AstBuild.from_context(isl.Set.universe(pa.domain().get_space()))
     return _from_ast(build.expr_from_pw_aff(pa), sp)
@@ -232,7 +233,7 @@ def _fold(args: list, op: str) -> Expr:
     return out
 
 
-def _from_ast(e: isl.AstExpr, sp: _Space) -> Expr:
+def _from_ast(e: isl.AstExpr, sp: IslSpace) -> Expr:
     t = e.get_type()
     if t == isl.ast_expr_type.int:
         return Const(e.get_val().to_python(), "int64")

@@ -17,7 +17,7 @@ Cleanup passes (simplify, guards into loop bounds, unrolling) follow in
 
 from __future__ import annotations
 
-from . import domain, passes
+from . import domain, passes, regions
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -29,7 +29,6 @@ from .expr import (
     Load,
     Reduce,
     TensorRead,
-    Var,
     conjunction,
     map_children,
     substitute,
@@ -41,7 +40,7 @@ from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
 from .prefetch import prefetch_stmts
 from .schedule import Fuse, Schedule, Skew, Split, Stage
-from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
+from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 from .tensorize import bind
 
@@ -222,6 +221,7 @@ class Lowering:
         lo = [None] * len(shape)
         hi = [None] * len(shape)
         consumers = self.consumers[st]
+        accesses, exact = [], False  # exact: intervals may be too wide, ask isl
         if not consumers:
             raise ScheduleError(f"compute_at on stage '{st.name}': nothing reads it")
         for c in consumers:
@@ -233,12 +233,16 @@ class Lowering:
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
+            inner = [iv for iv, _ in cctx[len(prefix_ids) :]]
+            exact |= cn.leaf_ext != cn.box_ext  # a consumer that is not a box
             for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:
                     continue
-                for d, idx in enumerate(read.indices):
-                    idx = simplify(self.in_leaves(cn, idx), self.ranges)
-                    r = _relax(idx, relaxed, self.ranges)
+                indices = [simplify(self.in_leaves(cn, i), self.ranges) for i in read.indices]
+                accesses.append((cn, inner, indices))
+                for d, idx in enumerate(indices):
+                    exact |= regions.needs_exact(idx, relaxed)
+                    r = regions.relax(idx, relaxed, self.ranges)
                     if r is None:  # not analysable: the whole dimension
                         r = (Const(0, "int64"), Binary("sub", shape[d], Const(1, "int64"), "int64"))
                     lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], "int64")
@@ -259,7 +263,22 @@ class Lowering:
                     ),
                 )
             )
+        if exact:
+            region = self._exact_region(st, region, accesses, n.prefix)
         n.region = region
+
+    def _exact_region(self, st: Stage, region: list, accesses: list, prefix: list) -> list:
+        """Per dimension, the exact hull (``regions.read_region``) where it is smaller."""
+        better = regions.read_region(st.op.shape, accesses, prefix)
+        if better is None:
+            return region
+        out = []
+        for (lo, ext), (xlo, xext) in zip(region, better):
+            xext = simplify(xext, self.ranges)
+            if upper_bound(xext, self.ranges) < upper_bound(ext, self.ranges):
+                lo, ext = simplify(xlo, self.ranges), xext
+            out.append((lo, ext))
+        return out
 
     def _loops(self, n: StageNest):
         st = n.stage
@@ -273,7 +292,7 @@ class Lowering:
                 ext[iv], dom_min[iv] = e, m
         for iv in st.op.reduce_axis:
             ext[iv], dom_min[iv] = iv.extent, iv.dom_min
-        true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
+        true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
         if dependent:  # a polyhedron: relations work on the box of each such root
             for iv, (m, e) in domain.root_boxes(
@@ -285,8 +304,9 @@ class Lowering:
                 pe = ext[rel.parent]
                 if rel.factor is not None:
                     ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
-                else:
-                    ext[rel.outer], ext[rel.inner] = rel.nparts, _ceildiv(pe, rel.nparts)
+                else:  # no more parts than it takes to cover the parent (8 in 32 parts: 8)
+                    ext[rel.inner] = _ceildiv(pe, rel.nparts)
+                    ext[rel.outer] = _ceildiv(pe, ext[rel.inner])
             elif isinstance(rel, Fuse):
                 ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
             else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
@@ -529,52 +549,6 @@ def _allocate(buf: Buffer, body):
     for d in buf.shape:
         size = Binary("mul", size, d, "int64")
     return Allocate(buf, simplify(size), body)
-
-
-def _relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
-    """Symbolic (lo, hi) of ``e`` as the ``relaxed`` variables sweep ``[0, extent)``."""
-    if not any(v in relaxed for v in vars_of(e)):
-        return (e, e)
-    if isinstance(e, (Load, TensorRead)):
-        return None
-    lin = Lin.of(e)
-    lo = Lin({}, lin.const, "int64")
-    hi = Lin({}, lin.const, "int64")
-    for atom, c in lin.terms.values():
-        if not any(v in relaxed for v in vars_of(atom)):
-            a = (atom, atom)
-        elif isinstance(atom, Var):
-            a = (Const(0, "int64"), Binary("sub", relaxed[atom], Const(1, "int64"), "int64"))
-        elif isinstance(atom, Binary) and atom.op in ("floordiv", "min", "max"):
-            ra = _relax(atom.a, relaxed, ranges)
-            rb = _relax(atom.b, relaxed, ranges)
-            if ra is None or rb is None:
-                return None
-            if atom.op == "floordiv":
-                if not (isinstance(atom.b, Const) and atom.b.value > 0):
-                    return None
-                a = (
-                    Binary("floordiv", ra[0], atom.b, "int64"),
-                    Binary("floordiv", ra[1], atom.b, "int64"),
-                )
-            else:
-                a = (Binary(atom.op, ra[0], rb[0], "int64"), Binary(atom.op, ra[1], rb[1], "int64"))
-        elif (
-            isinstance(atom, Binary)
-            and atom.op == "mod"
-            and isinstance(atom.b, Const)
-            and atom.b.value > 0
-        ):
-            a = (Const(0, "int64"), Const(atom.b.value - 1, "int64"))
-        else:
-            return None
-        if c > 0:
-            lo = lo.plus(Lin.of(a[0]).scale(c, "int64"), 1, "int64")
-            hi = hi.plus(Lin.of(a[1]).scale(c, "int64"), 1, "int64")
-        else:
-            lo = lo.plus(Lin.of(a[1]).scale(c, "int64"), 1, "int64")
-            hi = hi.plus(Lin.of(a[0]).scale(c, "int64"), 1, "int64")
-    return simplify(lo.to_expr(), ranges), simplify(hi.to_expr(), ranges)
 
 
 def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:

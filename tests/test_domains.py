@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import pypto as pt
+from pypto.loop_ir import Allocate, For, walk_stmts
 
 RNG = np.random.default_rng(14)
 
@@ -289,3 +290,88 @@ def test_triangular_nest_reordered_and_split(kernel, order, split, annotate):
         t = RNG.random((size, size))
         a = build_run(s, [T, A], t, np.full((size, size), np.nan))
         np.testing.assert_allclose(a, ref(t), rtol=1e-12)
+
+
+# ---------------------------------------------------------------- bound inference
+
+
+def producer_consumer(shape):
+    A = pt.placeholder(shape, "float32", name="A")
+    P = pt.compute(shape, lambda *i: A[i] + 1.0, name="P")
+    C = pt.compute(shape, lambda *i: P[i] * 2.0, name="C")
+    return A, P, C
+
+
+def local_buffer(func, name):
+    found = [
+        b for b in _allocations(func.body) if b.buffer.name == name and b.buffer.scope == "local"
+    ]
+    assert found, f"no local buffer {name}"
+    return found[0].size.value
+
+
+def _allocations(s):
+    return [x for x in walk_stmts(s) if isinstance(x, Allocate)]
+
+
+def test_region_of_a_fused_and_split_consumer_is_exact():
+    """(m, 6) fused and split by 3: each outer iteration reads 3 elements of one row."""
+    A, P, C = producer_consumer((5, 6))
+    s = pt.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    fo, fi = s[C].split(f, factor=3)
+    s[P].compute_at(s[C], fo)
+    assert local_buffer(pt.lower(s, [A, C]), "P") == 3  # was 6 columns (and 2 rows)
+    a = RNG.random((5, 6), dtype=np.float32)
+    c = build_run(s, [A, C], a, np.full((5, 6), np.nan, np.float32))
+    np.testing.assert_array_equal(c, (a + 1) * 2)
+
+
+def test_region_of_a_fused_consumer_split_by_4_spans_two_rows():
+    A, P, C = producer_consumer((5, 6))
+    s = pt.create_schedule(C.op)
+    f = s[C].fuse(*C.op.axis)
+    fo, fi = s[C].split(f, factor=4)  # iteration 1 reads (0, 4), (0, 5), (1, 0), (1, 1)
+    s[P].compute_at(s[C], fo)
+    a = RNG.random((5, 6), dtype=np.float32)
+    c = build_run(s, [A, C], a, np.full((5, 6), np.nan, np.float32))
+    np.testing.assert_array_equal(c, (a + 1) * 2)
+
+
+def test_split_into_more_parts_than_iterations():
+    A, P, C = producer_consumer((8,))
+    s = pt.create_schedule(C.op)
+    o, i = s[C].split(C.op.axis[0], nparts=32)
+    s[P].compute_at(s[C], o)
+    func = pt.lower(s, [A, C])
+    loops = _loops(func.body)
+    assert loops and loops[0].extent.value == 8  # not 32 iterations, 24 of them idle
+    a = RNG.random(8, dtype=np.float32)
+    c = build_run(s, [A, C], a, np.full(8, np.nan, np.float32))
+    np.testing.assert_array_equal(c, (a + 1) * 2)
+
+
+def _loops(s):
+    return [x for x in walk_stmts(s) if isinstance(x, For)]
+
+
+def test_producer_attached_inside_a_banded_update():
+    """Y[i] += P[j] for j in [i - 1, i + 1): P computed per i, two elements at a time."""
+    n = 7
+    X = pt.placeholder((n,), "float32", name="X")
+    Y0 = pt.placeholder((n,), "float32", name="Y0")
+    P = pt.compute((n,), lambda i: X[i] * 2.0, name="P")
+    Y = pt.compute((n,), lambda i: Y0[i], name="Y")
+    i = pt.reduce_axis((1, n), name="i")
+    j = pt.reduce_axis((i - 1, i + 1), name="j")
+    Y[i] = Y[i] + P[j]
+    s = pt.create_schedule(Y.op)
+    s[P].compute_at(s[Y].update(0), i)
+    assert local_buffer(pt.lower(s, [X, Y0, Y]), "P") == 2
+    x, y0 = RNG.random(n, dtype=np.float32), RNG.random(n, dtype=np.float32)
+    y = build_run(s, [X, Y0, Y], x, y0, np.full(n, np.nan, np.float32))
+    ref = y0.copy()
+    for a in range(1, n):
+        for b in range(a - 1, a + 1):
+            ref[a] += 2 * x[b]
+    np.testing.assert_allclose(y, ref, rtol=1e-6)
