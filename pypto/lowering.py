@@ -44,6 +44,8 @@ from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 from .tensorize import bind
 
+_relax = regions.relax  # the name tensorize imports it by
+
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
     return Binary(
@@ -322,7 +324,9 @@ class Lowering:
         n.box_ext = dict(n.leaf_ext)
         n.ext = ext
         # values of every iteration variable in terms of the leaves
-        val = {iv: iv.var for iv in st.leaf_iter_vars}
+        # a loop of one iteration is 0 (so chains of attached stages do not drag a
+        # variable per level through every region expression)
+        val = {iv: _zero_if_single(iv, ext[iv]) for iv in st.leaf_iter_vars}
         conds = []
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
@@ -531,6 +535,10 @@ class Lowering:
             self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args)
         )
         return passes.finalize(func)
+
+
+def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
+    return Const(0, iv.var.dtype) if isinstance(ext, Const) and ext.value == 1 else iv.var
 
 
 def _checked(indices, shape) -> list:

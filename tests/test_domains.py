@@ -375,3 +375,32 @@ def test_producer_attached_inside_a_banded_update():
         for b in range(a - 1, a + 1):
             ref[a] += 2 * x[b]
     np.testing.assert_allclose(y, ref, rtol=1e-6)
+
+
+# ---------------------------------------------------------------- long chains of stages
+
+
+def plus_one(t, name):
+    return pt.compute(t.shape, lambda i: t[i] + 1.0, name=name)
+
+
+@pytest.mark.parametrize("how", ["inline", "compute_at"])
+def test_chain_of_three_hundred_stages(how):
+    n, depth = 16, 300
+    X = pt.placeholder((n,), "float32", name="X")
+    chain = [X]
+    for k in range(depth):
+        chain.append(plus_one(chain[-1], f"T{k}"))
+    out = chain[-1]
+    s = pt.create_schedule(out.op)
+    for t, consumer in zip(chain[1:-1], chain[2:]):
+        if how == "inline":
+            s[t].compute_inline()
+        else:
+            s[t].compute_at(s[consumer], consumer.op.axis[0])
+    x = RNG.random(n, dtype=np.float32)
+    y = build_run(s, [X, out], x, np.full(n, np.nan, np.float32))
+    ref = x.copy()
+    for _ in range(depth):
+        ref = ref + np.float32(1)
+    np.testing.assert_array_equal(y, ref)
