@@ -190,7 +190,10 @@ def slice_bounds(line: isl.Set, reach: isl.Set, sp: IslSpace) -> tuple:
 
 
 def _expr(pa: isl.PwAff, sp: IslSpace) -> Expr:
-    """A pypto expression of a piecewise affine function (through isl's AST builder)."""
+    """A pypto expression of a piecewise affine function (through isl's AST builder);
+    0 where it is defined nowhere (the bounds of a domain that is empty for all sizes)."""
+    if pa.domain().is_empty():
+        return Const(0, "int64")
     build = isl.AstBuild.from_context(isl.Set.universe(pa.domain().get_space()))
     return _from_ast(build.expr_from_pw_aff(pa), sp)
 
