@@ -35,7 +35,7 @@ from .errors import ScheduleError
 from .expr import Binary, Cmp, Const, Expr, Select, Var, substitute, vars_of
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
-from .simplify import simplify
+from .simplify import Lin, simplify
 
 
 def dependent_roots(roots: list, dom: dict) -> list:
@@ -215,8 +215,8 @@ _AST_RULES = {
     _OPS.div: lambda a: _int(a[0], a[1], "floordiv"),
     _OPS.pdiv_r: lambda a: _int(a[0], a[1], "mod"),
     _OPS.zdiv_r: lambda a: _int(a[0], a[1], "mod"),  # only ever compared with 0
-    _OPS.cond: lambda a: Select(a[0], a[1], a[2], "int64"),
-    _OPS.select: lambda a: Select(a[0], a[1], a[2], "int64"),
+    _OPS.cond: lambda a: _select(*a),
+    _OPS.select: lambda a: _select(*a),
     _OPS.eq: lambda a: Cmp("eq", a[0], a[1]),
     _OPS.le: lambda a: Cmp("le", a[0], a[1]),
     _OPS.lt: lambda a: Cmp("lt", a[0], a[1]),
@@ -226,6 +226,29 @@ _AST_RULES = {
     _OPS.and_then: lambda a: Binary("and", a[0], a[1], "bool"),
     _OPS.or_: lambda a: Binary("or", a[0], a[1], "bool"),
     _OPS.or_else: lambda a: Binary("or", a[0], a[1], "bool"),
+}
+
+
+# a condition ``d >= 0`` as d - (f - t): -1 or 0 means ``f > t`` or ``f >= t``, so
+# ``t`` is the smaller (min); d + (f - t) of -1 or 0 means ``t`` is the larger (max)
+def _select(cond: Expr, t: Expr, f: Expr) -> Expr:
+    """``cond ? t : f``, as ``min(t, f)`` or ``max(t, f)`` when that is what it says (isl's
+    AST writes minima as selects; loop partitioning and the simplifier know min)."""
+    if isinstance(cond, Cmp) and cond.op in _NONNEG:
+        d = _NONNEG[cond.op](Lin.of(cond.a), Lin.of(cond.b))
+        g = Lin.of(f).plus(Lin.of(t), -1, "int64")
+        for op, sign in (("min", -1), ("max", 1)):
+            diff = d.plus(g, sign, "int64")
+            if not diff.terms and diff.const in (-1, 0):
+                return _int(t, f, op)
+    return Select(cond, t, f, "int64")
+
+
+_NONNEG = {  # Cmp(op, a, b) as ``d >= 0``
+    "ge": lambda a, b: a.plus(b, -1, "int64"),
+    "gt": lambda a, b: a.plus(b, -1, "int64").plus(Lin({}, 1, "int64"), -1, "int64"),
+    "le": lambda a, b: b.plus(a, -1, "int64"),
+    "lt": lambda a, b: b.plus(a, -1, "int64").plus(Lin({}, 1, "int64"), -1, "int64"),
 }
 
 
