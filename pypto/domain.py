@@ -33,8 +33,8 @@ import islpy as isl
 
 from .errors import ScheduleError
 from .expr import Binary, Cmp, Const, Expr, Select, Var, substitute, vars_of
+from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
-from .poly import IslPrinter, NonAffine
 from .simplify import Lin, simplify
 
 

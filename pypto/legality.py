@@ -21,9 +21,11 @@ import islpy as isl
 
 from .errors import ScheduleError
 from .expr import Var, walk
+from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
-from .poly import Dependence, GroupModel, IslPrinter, NonAffine, witness
-from .schedule import Fuse, Schedule, Skew, Split, Stage
+from .poly import Dependence, GroupModel, witness
+from .relations import Fuse, Skew, Split
+from .schedule import Schedule, Stage
 
 _VERB = {"parallel": "parallel", "vectorized": "vectorize"}
 

@@ -39,7 +39,8 @@ from .expr import (
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
 from .prefetch import prefetch_stmts
-from .schedule import Fuse, Schedule, Skew, Split, Stage
+from .relations import Fuse, Skew, Split
+from .schedule import Schedule, Stage
 from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 from .tensorize import bind

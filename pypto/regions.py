@@ -20,7 +20,7 @@ import islpy as isl
 
 from .domain import IslSpace, slice_bounds
 from .expr import Binary, Const, Expr, Load, Select, TensorRead, Var, substitute, vars_of, walk
-from .poly import NonAffine
+from .isl_expr import NonAffine
 from .simplify import Lin, simplify
 
 

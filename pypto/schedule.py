@@ -8,11 +8,10 @@ the region each stage must compute is known.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import ScheduleError
-from .expr import Const, Expr, Reduce, TensorRead, as_expr, map_children, substitute
+from .expr import Const, Reduce, TensorRead, as_expr, map_children, substitute
 from .prefetch import check_prefetch
+from .relations import Fuse, Skew, Split, created
 from .tensor import (
     ComputeOp,
     IterVar,
@@ -25,32 +24,6 @@ from .tensor import (
 )
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Split:
-    parent: IterVar
-    outer: IterVar
-    inner: IterVar
-    factor: Expr | None
-    nparts: Expr | None
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Fuse:
-    outer: IterVar
-    inner: IterVar
-    fused: IterVar
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Skew:
-    """``skewed = inner + factor * outer``; ``inner`` is ``skewed - factor * outer``."""
-
-    outer: IterVar
-    inner: IterVar
-    skewed: IterVar
-    factor: int
 
 
 def _as_op(x) -> Operation:
@@ -133,12 +106,12 @@ class Stage:
     def _known(self, iv) -> bool:
         if iv in self.root_iter_vars:
             return True
-        return any(iv in _created(r) for r in self.relations)
+        return any(iv in created(r) for r in self.relations)
 
     def _new_iv(self, name: str, kind: str) -> IterVar:
         taken = {v.name for v in self.root_iter_vars}
         for r in self.relations:
-            taken.update(v.name for v in _created(r))
+            taken.update(v.name for v in created(r))
         base, n = name, 1
         while name in taken:
             name = f"{base}{n}"
@@ -421,15 +394,6 @@ class Stage:
             raise self._err("compute_inline", "an output cannot be inlined")
         self.inline, self.attach = True, None
         self._record("compute_inline")
-
-
-def _created(r) -> tuple:
-    """The loop variables a relation creates."""
-    if isinstance(r, Split):
-        return (r.outer, r.inner)
-    if isinstance(r, Fuse):
-        return (r.fused,)
-    return (r.skewed,)
 
 
 def _jsonable(x):
