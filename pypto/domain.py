@@ -11,9 +11,9 @@ Lowering then, per stage:
    exact, whatever the schedule);
 3. ``leaf_bounds``: tightens each leaf loop to the range its iterations take given the
    outer leaves (the domain in leaf coordinates projected on the first k + 1 leaves,
-   the outer k as parameters, then isl's dim_min / dim_max), total: empty where the
-   outer leaves leave no iteration. The loop then runs a 0-based counter offset by
-   that lower bound:
+   the outer k as parameters, then isl's dim_min / dim_max), simplified (gist) for the
+   outer values the loops actually reach, and empty where those leave no iteration.
+   The loop then runs a 0-based counter offset by that lower bound:
 
        for i in [1, n):                     for i' in [0, n - 1):           (i = i' + 1)
          for j in [0, i):          ->         for j in [0, i' + 1):
@@ -83,10 +83,11 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict
         cons = [_range(pr, sp.names[iv.var], *dom[iv]) for iv in roots]
     except NonAffine as e:
         bad = next(iv for iv in dependent)
+        lo, ext = dom[bad]
         raise ScheduleError(
-            f"stage '{stage_name}': the bounds of loop {bad.name} ({dom[bad][0]} .. "
-            f"{dom[bad][0]} + {dom[bad][1]}) are not affine in the outer loops and sizes "
-            f"({e})"
+            f"stage '{stage_name}': the range [{lo}, {simplify(lo + ext)}) of loop {bad.name} "
+            f"is not affine in the outer loops and sizes ({e} is not); write it with "
+            "+, -, multiplication by constants, // and % by constants, min and max"
         ) from None
     domain = sp.set(cons)
     out = {}

@@ -404,3 +404,19 @@ def test_chain_of_three_hundred_stages(how):
     for _ in range(depth):
         ref = ref + np.float32(1)
     np.testing.assert_array_equal(y, ref)
+
+
+def test_bound_not_affine_in_outer_loops_refused():
+    A = pt.placeholder((6, 40), "float32", name="A")
+
+    def row(i):
+        k = pt.reduce_axis((0, i * i), name="k")
+        return pt.sum(A[i, k], axis=k)
+
+    S = pt.compute((6,), row, name="S")
+    s = pt.create_schedule(S.op)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"stage 'S': the range \[0, i \* i\) of loop k is not affine in the outer loops",
+    ):
+        pt.lower(s, [A, S])
