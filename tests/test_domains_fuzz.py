@@ -2,8 +2,8 @@
 
 Hypothesis draws a program whose loop bounds are affine in outer loops, with offsets
 (an update definition over two or three reduce axes, each bounded by the ones before
-it), and a random schedule of its update stage (splits, reorders, fuses, parallel and
-vectorize; a primitive the legality check refuses is skipped, the schedule unchanged).
+it), and a random schedule of its update stage (splits, reorders, fuses, skews, parallel
+and vectorize; a primitive the legality check refuses is skipped, the schedule unchanged).
 The built kernel must match a Python loop nest of the unscheduled program exactly.
 A second family: a triangular reduction in a pure stage, computed at a split consumer.
 
@@ -126,7 +126,9 @@ def _random_schedule(data, u):
     log = []
     for _ in range(data.draw(st.integers(0, 4), label="steps")):
         leaves = list(u.leaf_iter_vars)
-        kind = data.draw(st.sampled_from(["split", "reorder", "fuse", "annotate"]), label="op")
+        kind = data.draw(
+            st.sampled_from(["split", "reorder", "fuse", "skew", "annotate"]), label="op"
+        )
         if kind == "split":
             iv = data.draw(st.sampled_from(leaves), label="split_loop")
             f = data.draw(st.integers(2, 3), label="factor")
@@ -137,6 +139,11 @@ def _random_schedule(data, u):
         elif kind == "fuse" and len(leaves) >= 2:
             k = data.draw(st.integers(0, len(leaves) - 2), label="fuse_at")
             _try(log, f"fuse({leaves[k].name}, {leaves[k + 1].name})", u.fuse, *leaves[k : k + 2])
+        elif kind == "skew" and len(leaves) >= 2:
+            k = data.draw(st.integers(0, len(leaves) - 2), label="skew_at")
+            f = data.draw(st.integers(1, 2), label="skew_factor")
+            what = f"skew({leaves[k].name}, {leaves[k + 1].name}, {f})"
+            _try(log, what, u.skew, leaves[k], leaves[k + 1], factor=f)
         elif kind == "annotate":
             iv = data.draw(st.sampled_from(leaves), label="annotated")
             how = data.draw(st.sampled_from(["parallel", "vectorize"]), label="how")
