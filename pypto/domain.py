@@ -156,6 +156,7 @@ def tighten(n, true_dom: dict, conds: list, ranges) -> list:
     tight = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom)
     if tight is None:
         return conds
+    n.tightened = True
     shift = {}
     for iv in leaves:
         if iv not in tight:

@@ -4,10 +4,12 @@ For each stage, in the order the attach tree needs:
 
 1. its domain: the whole tensor at the root, or, under ``compute_at``, the
    region its consumers read during one iteration of the attach loop
-   (indices relaxed over the inner loops by interval arithmetic, clamped
-   to the tensor);
+   (indices relaxed over the inner loops by interval arithmetic, or exactly
+   by isl where that is tighter, clamped to the tensor; ``regions``);
 2. its loops: leaf extents from the split/fuse relations, root indices as
    expressions of the leaves, and a guard for each split that may overrun;
+   where a loop's bounds name other loops, bounds from the isl domain
+   (``domain``);
 3. its statements: ``init`` and ``update`` for reductions, the producers
    attached at each loop placed at the top of that loop's body.
 
@@ -75,6 +77,8 @@ class StageNest:
         self.box_ext = {}  # IterVar -> extent of the leaf's box (sizes and enclosing loops)
         self.root_min = {}  # root IterVar -> the value its leaf coordinates start from
         self.root_value = {}  # root IterVar -> Expr of leaves
+        self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
+        self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
         self.buffer = None
         self.offsets = None  # per dimension, subtracted from indices (local buffers)
@@ -237,7 +241,7 @@ class Lowering:
                 )
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
             inner = [iv for iv, _ in cctx[len(prefix_ids) :]]
-            exact |= cn.leaf_ext != cn.box_ext  # a consumer that is not a box
+            exact |= cn.tightened  # a consumer whose loops are not a box
             for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:
                     continue
