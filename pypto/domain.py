@@ -33,7 +33,7 @@ import islpy as isl
 
 from .errors import ScheduleError
 from .expr import Binary, Cmp, Const, Expr, Select, Var, substitute, vars_of
-from .isl_expr import IslPrinter, NonAffine
+from .isl_expr import IslPrinter, NonAffine, isl_condition
 from .loop_ir import Namer
 from .simplify import Lin, simplify
 
@@ -101,22 +101,29 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict
     return out
 
 
-def leaf_bounds(leaves: list, tighten: set, box_ext: dict, root_value: dict, dom: dict):
-    """``{leaf: (min, extent)}`` for the leaves in ``tighten``: the exact range of each
-    given the outer leaves (in the outer leaves' own values and the sizes), or None
-    when a leaf's relation to the roots is not affine (the box and guards then stay).
+def leaf_bounds(
+    leaves: list, tighten: set, box_ext: dict, root_value: dict, dom: dict, guards: list
+):
+    """``({leaf: (min, extent)}, exact)`` for the leaves in ``tighten``: the exact range
+    of each given the outer leaves (in the outer leaves' own values and the sizes), and
+    whether the loops so bounded run exactly the domain (no point outside it: then no
+    guard is needed); None when a leaf's relation to the roots is not affine (the box
+    and guards then stay).
 
     ``root_value[root]`` is the root in leaf variables, ``dom[root]`` its true
-    ``(min, extent)`` in root variables, ``box_ext[leaf]`` the leaf's box extent."""
+    ``(min, extent)`` in root variables, ``box_ext[leaf]`` the leaf's box extent,
+    ``guards`` the conditions the relations put on the leaves (the range of a split's
+    inner loop that was skewed or fused since, ...)."""
     sp = IslSpace([iv.var for iv in leaves])
     to_leaves = {iv.var: v for iv, v in root_value.items()}
     bounds = [
         (root_value[iv], substitute(lo, to_leaves), substitute(ext, to_leaves))
         for iv, (lo, ext) in dom.items()
     ]
-    pr = sp.printer([e for b in bounds for e in b] + list(box_ext.values()))
+    pr = sp.printer([e for b in bounds for e in b] + list(box_ext.values()) + guards)
     try:
         cons = [_range(pr, pr(v), lo, ext) for v, lo, ext in bounds]
+        cons += [isl_condition(g, pr) for g in guards]
     except NonAffine:
         return None
     box_cons = []
@@ -138,7 +145,8 @@ def leaf_bounds(leaves: list, tighten: set, box_ext: dict, root_value: dict, dom
         else:
             line = _slice(box, k).intersect_params(reach)
         reach = line.move_dims(isl.dim_type.param, line.dim(isl.dim_type.param), *_SET0).params()
-    return out
+    every = domain.move_dims(isl.dim_type.param, len(sp.params), isl.dim_type.set, 0, len(leaves))
+    return out, reach.is_subset(every.params())
 
 
 _SET0 = (isl.dim_type.set, 0, 1)
@@ -153,9 +161,13 @@ def tighten(n, true_dom: dict, conds: list, ranges) -> list:
     st = n.stage
     leaves = st.leaf_iter_vars
     chosen = {iv for iv in leaves if st.is_update or iv.kind == "reduce"}
-    tight = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom)
-    if tight is None:
+    guards = [c for c, _ in conds]
+    found = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom, guards)
+    if found is None:
         return conds
+    tight, exact = found
+    if exact:  # the loops run exactly the domain: the update nest needs no guard
+        conds = [(c, red) for c, red in conds if not red]
     n.tightened = True
     shift = {}
     for iv in leaves:
@@ -177,27 +189,34 @@ def _slice(s: isl.Set, k: int) -> isl.Set:
 
 def slice_bounds(line: isl.Set, reach: isl.Set, sp: IslSpace) -> tuple:
     """(min, extent) of a slice for the outer values in ``reach``: exact where the slice
-    is not empty and simplified there (gist); where it is empty the extent must not be
-    positive, or it gets an explicit piece 0 there."""
+    is not empty; where it is empty the extent is not positive. The minimum matters only
+    where the extent is positive. One affine extent is kept when it is not positive
+    wherever the slice is empty (``n - j - 1``), else the extent gets a piece 0 there."""
     lo, hi = line.dim_min(0), line.dim_max(0)
     where = lo.domain()
-    one = isl.Val.one(lo.get_ctx())
-    ext = hi.sub(lo).add_constant_val(one)
-    lo_g, ext_g = lo.gist(where).coalesce(), ext.gist(where).coalesce()
+    ext = hi.sub(lo).add_constant_val(isl.Val.one(lo.get_ctx()))
     outside = reach.subtract(where)
-    if not ext_g.pos_set().intersect(outside).is_empty():
-        ext_g = ext.union_add(isl.PwAff.val_on_domain(outside, isl.Val.zero(lo.get_ctx())))
-        ext_g = ext_g.gist(reach).coalesce()
-    return _expr(lo_g, sp), _expr(ext_g, sp)
+    simple = ext.gist(where).coalesce()
+    if simple.n_piece() == 1:  # one affine function: check it where the slice is empty
+        aff = simple.get_pieces()[0][1]
+        simple = isl.PwAff.from_aff(aff).intersect_domain(reach)
+        if simple.pos_set().intersect(outside).is_empty():
+            return _expr(lo, sp, where), _expr(simple, sp, reach)
+    if not outside.is_empty():
+        zero = isl.PwAff.val_on_domain(outside, isl.Val.zero(lo.get_ctx()))
+        ext = ext.union_add(zero)
+    return _expr(lo, sp, where), _expr(ext.coalesce(), sp, reach)
 
 
-def _expr(pa: isl.PwAff, sp: IslSpace) -> Expr:
-    """A pypto expression of a piecewise affine function (through isl's AST builder);
-    0 where it is defined nowhere (the bounds of a domain that is empty for all sizes)."""
+def _expr(pa: isl.PwAff, sp: IslSpace, context: isl.Set | None = None) -> Expr:
+    """A pypto expression equal to ``pa`` wherever ``context`` holds (through isl's AST
+    builder); 0 where it is defined nowhere (the bounds of an empty domain)."""
     if pa.domain().is_empty():
         return Const(0, "int64")
-    build = isl.AstBuild.from_context(isl.Set.universe(pa.domain().get_space()))
-    return _from_ast(build.expr_from_pw_aff(pa), sp)
+    if context is None:
+        context = isl.Set.universe(pa.domain().get_space())
+    build = isl.AstBuild.from_context(context)
+    return _from_ast(build.expr_from_pw_aff(pa.gist(context)), sp)
 
 
 def _int(a: Expr, b: Expr, op: str) -> Expr:
