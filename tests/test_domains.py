@@ -420,3 +420,39 @@ def test_bound_not_affine_in_outer_loops_refused():
         match=r"stage 'S': the range \[0, i \* i\) of loop k is not affine in the outer loops",
     ):
         pt.lower(s, [A, S])
+
+
+# ---------------------------------------------------------------- pure stages, two-sided bounds
+
+
+@pytest.mark.parametrize(
+    "sched", ["k_outer", "ikj_vectorized", "split_i_parallel", "fused_parallel"]
+)
+def test_band_reduction_in_a_pure_stage(sched):
+    """C[i, j] = sum(A[i, k] * A[k, j] for k in [j, i + 1))"""
+    n = 7
+    A = pt.placeholder((n, n), "float64", name="A")
+    ks = []
+
+    def body(i, j):
+        ks.append(pt.reduce_axis((j, i + 1), name="k"))
+        return pt.sum(A[i, ks[-1]] * A[ks[-1], j], axis=ks[-1])
+
+    C = pt.compute((n, n), body, name="C")
+    k, (i, j) = ks[0], C.op.axis
+    s = pt.create_schedule(C.op)
+    if sched == "k_outer":
+        s[C].reorder(k, i, j)
+    elif sched == "ikj_vectorized":
+        s[C].reorder(i, k, j)
+        s[C].vectorize(j)
+    elif sched == "split_i_parallel":
+        io, ii = s[C].split(i, factor=3)
+        s[C].reorder(io, k, ii, j)
+        s[C].parallel(io)
+    else:
+        s[C].parallel(s[C].fuse(i, j))
+    a = RNG.random((n, n))
+    c = build_run(s, [A, C], a, np.full((n, n), np.nan))
+    ref = [[sum(a[x, z] * a[z, y] for z in range(y, x + 1)) for y in range(n)] for x in range(n)]
+    np.testing.assert_allclose(c, ref, rtol=1e-12)
