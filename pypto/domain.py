@@ -156,16 +156,19 @@ def tighten(n, true_dom: dict, conds: list, ranges) -> list:
     """Leaf loops of the non-rectangular stage of nest ``n`` (a ``lowering.StageNest``)
     run over their exact range given the outer leaves (``leaf_bounds``), as counters
     from its lower bound; its root values and the guards ``conds`` are rewritten in
-    those counters. A pure stage's spatial loops keep their box: its init statement
-    runs over all of them."""
+    those counters. A pure stage's spatial loops outside its first reduce loop keep
+    their box (its init statement runs over all of them); the init nest keeps the box
+    of the spatial loops inside too (``n.init_value``, ``n.init_conds``)."""
     st = n.stage
     leaves = st.leaf_iter_vars
-    chosen = {iv for iv in leaves if st.is_update or iv.kind == "reduce"}
+    first = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+    chosen = set(leaves if st.is_update else leaves[first:])
     guards = [c for c, _ in conds]
     found = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom, guards)
     if found is None:
         return conds
     tight, exact = found
+    n.init_value, n.init_conds = dict(n.root_value), conds  # the init nest keeps the box
     if exact:  # the loops run exactly the domain: the update nest needs no guard
         conds = [(c, red) for c, red in conds if not red]
     n.tightened = True

@@ -79,6 +79,9 @@ class StageNest:
         self.root_value = {}  # root IterVar -> Expr of leaves
         self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
         self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
+        self.init_value = None  # root_value and guards of a reduction's init nest, which
+        self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
+        self.init_guards = {}
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
         self.buffer = None
         self.offsets = None  # per dimension, subtracted from indices (local buffers)
@@ -357,13 +360,23 @@ class Lowering:
         if dependent:
             conds += domain.bound_guards(dependent, true_dom, n.root_value)
             conds = domain.tighten(n, true_dom, conds, self.ranges)
+        n.guards = self._place_guards(st, conds)
+        if n.init_conds is None:
+            n.init_value, n.init_guards = n.root_value, n.guards
+        else:
+            n.init_guards = self._place_guards(st, n.init_conds)
+
+    def _place_guards(self, st: Stage, conds: list) -> dict:
+        """Each condition at the innermost leaf it names: {position: [(cond, is_reduce)]}."""
         pos = {iv.var: p for p, iv in enumerate(st.leaf_iter_vars)}
+        out: dict = {}
         for cond, is_red in conds:
             c = simplify(cond, self.ranges)
             if isinstance(c, Const) and c.value:
                 continue
             deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
-            n.guards.setdefault(deepest, []).append((c, is_red))
+            out.setdefault(deepest, []).append((c, is_red))
+        return out
 
     def in_leaves(self, n: StageNest, e: Expr) -> Expr:
         """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
@@ -438,8 +451,8 @@ class Lowering:
             return self._nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
-        buf, idx = self.buffer_index(st, [iv.var for iv in st.op.axis])
-        idx = simplify(self.in_leaves(n, idx), self.ranges)
+        buf, flat = self.buffer_index(st, [iv.var for iv in st.op.axis])
+        idx = simplify(self.in_leaves(n, flat), self.ranges)
         leaves = st.leaf_iter_vars
         t = len(leaves) if st.tensorized is None else self._tensorized_at(st)
         if not isinstance(body, Reduce):
@@ -449,7 +462,8 @@ class Lowering:
         ident = body.combiner.identity(body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
-        init = Store(buf, idx, ident)
+        init_idx = substitute(flat, {iv.var: v for iv, v in n.init_value.items()})
+        init = Store(buf, simplify(init_idx, self.ranges), ident)
         p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
         init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
@@ -482,12 +496,14 @@ class Lowering:
             iv = st.leaf_iter_vars[p]
             if attached:
                 s = self._with_attached(st, iv, s)
-            conds = [c for c, red in n.guards.get(p, ()) if with_reduce or not red]
+            guards = n.guards if with_reduce else n.init_guards  # init: the box
+            conds = [c for c, red in guards.get(p, ()) if with_reduce or not red]
             if conds:
                 s = IfThenElse(conjunction(conds), s)
             if attached:
                 s = seq(*prefetch_stmts(self, n, p), s)
-            s = For(iv.var, n.leaf_ext[iv], st.attrs.get(iv, "serial"), s)
+            ext = n.leaf_ext[iv] if with_reduce else n.box_ext[iv]
+            s = For(iv.var, ext, st.attrs.get(iv, "serial"), s)
         return s
 
     def _with_attached(self, st: Stage, iv: IterVar, body):

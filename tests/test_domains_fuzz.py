@@ -5,7 +5,8 @@ Hypothesis draws a program whose loop bounds are affine in outer loops, with off
 it), and a random schedule of its update stage (splits, reorders, fuses, skews, parallel
 and vectorize; a primitive the legality check refuses is skipped, the schedule unchanged).
 The built kernel must match a Python loop nest of the unscheduled program exactly.
-A second family: a triangular reduction in a pure stage, computed at a split consumer.
+A second family: a triangular reduction in a pure stage, computed at a split consumer,
+its reduce loop split or moved outside the spatial one.
 
 PYPTO_FUZZ_EXAMPLES sets the number of examples per test (default 25).
 """
@@ -182,9 +183,10 @@ def test_random_domain_and_schedule_match_the_interpreter(prog, data):
     hi=st.sampled_from(["i+1", "N", "N-i"]),
     factor=st.integers(1, 4),
     split_k=st.booleans(),
+    k_outside=st.booleans(),
 )
 def test_random_triangular_reduction_attached_matches_the_interpreter(
-    size, lo, hi, factor, split_k
+    size, lo, hi, factor, split_k, k_outside
 ):
     n = size
     A = pt.placeholder((n, n), "float64", name="A")
@@ -201,8 +203,11 @@ def test_random_triangular_reduction_attached_matches_the_interpreter(
     s = pt.create_schedule(D.op)
     io, ii = s[D].split(D.op.axis[0], factor=factor)
     s[S].compute_at(s[D], io)
+    k = ks[-1]
     if split_k:
-        s[S].split(ks[-1], factor=2)
+        k, ki = s[S].split(k, factor=2)
+    if k_outside:  # the reduce loop outside the spatial one
+        s[S].reorder(k, S.op.axis[0])
     a = np.random.default_rng(size).integers(-3, 4, (n, n)).astype(np.float64)
     d = np.full(n, np.nan)
     pt.build(s, [A, D])(a, d)
