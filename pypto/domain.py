@@ -35,6 +35,7 @@ from .errors import ScheduleError
 from .expr import Binary, Cmp, Const, Expr, Select, Var, substitute, vars_of
 from .isl_expr import IslPrinter, NonAffine, isl_condition
 from .loop_ir import Namer
+from .relations import root_sources
 from .simplify import Lin, simplify
 
 
@@ -42,6 +43,27 @@ def dependent_roots(roots: list, dom: dict) -> list:
     """The roots whose bounds (``dom[iv] = (min, extent)``) name another root."""
     root_vars = {iv.var for iv in roots}
     return [iv for iv in roots if any(v in root_vars for e in dom[iv] for v in vars_of(e))]
+
+
+def own_min_roots(stage, dependent: list, dom: dict) -> list:
+    """The dependent roots whose leaf loops all lie inside the loops of every root their
+    minimum names, and whose value no other bound names: their leaf coordinates start at
+    each iteration's own minimum (a split of ``j`` in ``[k + 1, n)`` under ``k`` tiles
+    ``[k + 1, n)`` from ``k + 1``), the others' at their box's minimum."""
+    leaves = stage.leaf_iter_vars
+    roots = stage.root_iter_vars
+    srcs = [root_sources(stage.relations, leaf) for leaf in leaves]
+    named_by_others = {v for r in roots for e in dom[r] for v in vars_of(e)}
+    out = []
+    for iv in dependent:
+        if iv.var in named_by_others:
+            continue
+        mine = [k for k, s in enumerate(srcs) if iv in s]
+        outer = {r for r in roots if r.var in set(vars_of(dom[iv][0]))}
+        theirs = [k for k, s in enumerate(srcs) if s & outer]
+        if mine and all(k < min(mine) for k in theirs):
+            out.append(iv)
+    return out
 
 
 class IslSpace:

@@ -24,7 +24,7 @@ from .expr import Var, walk
 from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
 from .poly import Dependence, GroupModel, witness
-from .relations import Fuse, Skew, Split
+from .relations import root_sources
 from .schedule import Schedule, Stage
 
 _VERB = {"parallel": "parallel", "vectorized": "vectorize"}
@@ -250,30 +250,10 @@ def describe(d: Dependence) -> str:
     return f"{d.dst.lhs_text} and {d.src.lhs_text} write the same element"
 
 
-def _root_sources(stage: Stage, leaf) -> set:
-    """The root loop variables a leaf loop is computed from."""
-    parents = {}
-    for r in stage.relations:
-        if isinstance(r, Split):
-            parents[r.outer] = parents[r.inner] = (r.parent,)
-        elif isinstance(r, Fuse):
-            parents[r.fused] = (r.outer, r.inner)
-        elif isinstance(r, Skew):
-            parents[r.skewed] = (r.inner, r.outer)
-    out, todo = set(), [leaf]
-    while todo:
-        iv = todo.pop()
-        if iv in parents:
-            todo.extend(parents[iv])
-        else:
-            out.add(iv)
-    return out
-
-
 def _carried_root_level(m: GroupModel, stage: Stage, leaf):
     """Without an affine schedule: a loop carries every dependence whose distance may be
     non-zero along one of the root variables it is computed from (conservative)."""
-    roots = _root_sources(stage, leaf)
+    roots = root_sources(stage.relations, leaf)
     for d in m.deps:
         if d.src is not d.dst or d.src.stage is not stage:
             continue

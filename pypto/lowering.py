@@ -305,10 +305,12 @@ class Lowering:
         true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
         if dependent:  # a polyhedron: relations work on the box of each such root
+            own = domain.own_min_roots(st, dependent, true_dom)
+            offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
             for iv, (m, e) in domain.root_boxes(
-                st.name, st.root_iter_vars, true_dom, dependent
+                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
             ).items():
-                dom_min[iv], ext[iv] = m, e
+                dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[rel.parent]
@@ -354,9 +356,10 @@ class Lowering:
                 val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
                 val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
         n.root_min = dom_min
-        n.root_value = {
-            iv: simplify(dom_min[iv] + val[iv], self.ranges) for iv in st.root_iter_vars
-        }
+        n.root_value = {}  # a minimum may name roots before it: their values, in leaves
+        for iv in st.root_iter_vars:
+            m = substitute(dom_min[iv], {r.var: v for r, v in n.root_value.items()})
+            n.root_value[iv] = simplify(m + val[iv], self.ranges)
         if dependent:
             conds += domain.bound_guards(dependent, true_dom, n.root_value)
             conds = domain.tighten(n, true_dom, conds, self.ranges)

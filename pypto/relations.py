@@ -45,3 +45,23 @@ def created(r) -> tuple:
     if isinstance(r, Fuse):
         return (r.fused,)
     return (r.skewed,)
+
+
+def root_sources(relations: list, leaf: IterVar) -> set:
+    """The root loop variables a leaf loop is computed from."""
+    parents: dict = {}
+    for r in relations:
+        if isinstance(r, Split):
+            parents[r.outer] = parents[r.inner] = (r.parent,)
+        elif isinstance(r, Fuse):
+            parents[r.fused] = (r.outer, r.inner)
+        elif isinstance(r, Skew):
+            parents[r.skewed] = (r.inner, r.outer)
+    out, todo = set(), [leaf]
+    while todo:
+        iv = todo.pop()
+        if iv in parents:
+            todo.extend(parents[iv])
+        else:
+            out.add(iv)
+    return out

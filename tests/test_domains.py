@@ -456,3 +456,20 @@ def test_band_reduction_in_a_pure_stage(sched):
     c = build_run(s, [A, C], a, np.full((n, n), np.nan))
     ref = [[sum(a[x, z] * a[z, y] for z in range(y, x + 1)) for y in range(n)] for x in range(n)]
     np.testing.assert_allclose(c, ref, rtol=1e-12)
+
+
+def test_split_of_a_loop_with_an_outer_dependent_minimum_tiles_from_that_minimum():
+    """j in [k + 1, n) split by 4 under k: tiles start at k + 1, so full tiles have a
+    constant trip count (vectorized as such), the last one the rest."""
+    n = pt.var("n")
+    T, A, ax = schur(n)
+    s = pt.create_schedule(A.op)
+    u = s[A].update(0)
+    u.reorder(ax["i"], ax["k"], ax["j"])
+    jo, ji = u.split(ax["j"], factor=4)
+    u.vectorize(ji)
+    vec = [x for x in _loops(pt.lower(s, [T, A]).body) if x.kind == "vectorized"]
+    assert any(isinstance(x.extent, pt.expr.Const) and x.extent.value == 4 for x in vec)
+    t = RNG.random((10, 10))
+    a = build_run(s, [T, A], t, np.full((10, 10), np.nan))
+    np.testing.assert_allclose(a, ref_schur(t), rtol=1e-12)
