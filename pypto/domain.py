@@ -22,9 +22,12 @@ Lowering then, per stage:
        reorder(j, i):                       for j in [0, n - 1):
                                                for i' in [0, n - j - 1):   (i = i' + j + 1)
 
-Leaf coordinates here are the box coordinates of the schedule's relations; the
-counters order the same way (each shift depends on outer leaves only), so the
-dependence analysis in ``poly`` is unchanged.
+The relations (split, fuse, skew) act on leaf coordinates that start at the box's
+minimum, or, for a root whose loops all lie inside the loops its minimum names, at
+each iteration's own minimum (``own_min_roots``: a split of ``j`` in ``[k + 1, n)``
+tiles from ``k + 1``). ``poly`` places its time vectors on the same coordinates
+(``StageNest.root_min``); the counters order like them (each shift depends on outer
+leaves only), so the dependence analysis sees the loops that run.
 """
 
 from __future__ import annotations
