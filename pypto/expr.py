@@ -9,12 +9,20 @@ dtypes need an explicit ``pt.cast`` (integers of different widths widen).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
 from . import dtypes
 from .dtypes import INDEX
+
+# Expressions and loop nests are trees, walked recursively (rewrites, simplification,
+# printing); a chain of a few hundred inlined or attached stages nests that deep, a few
+# Python frames per level, past Python's default limit of 1000. Raised, never lowered.
+MAX_DEPTH_FRAMES = 8000
+if sys.getrecursionlimit() < MAX_DEPTH_FRAMES:
+    sys.setrecursionlimit(MAX_DEPTH_FRAMES)
 
 
 class ExprOp:

@@ -21,9 +21,11 @@ import islpy as isl
 
 from .errors import ScheduleError
 from .expr import Var, walk
+from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
-from .poly import Dependence, GroupModel, IslPrinter, NonAffine, witness
-from .schedule import Fuse, Schedule, Skew, Split, Stage
+from .poly import Dependence, GroupModel, witness
+from .relations import root_sources
+from .schedule import Schedule, Stage
 
 _VERB = {"parallel": "parallel", "vectorized": "vectorize"}
 
@@ -65,8 +67,64 @@ def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
             check_carried(m, stage, iv, what)
 
 
+def check_acyclic(sch: Schedule, lowering) -> None:
+    """Tensors must not read each other: all definitions of a tensor (its pure definition
+    and its updates) run together, producers first, so in a cycle one of them would read
+    another's buffer before anything wrote it."""
+    edges: dict = {}  # pure stage -> {producer pure stage: the stage that reads it}
+    for st in sch.stages:
+        if st.is_placeholder or st.inline:
+            continue
+        for read in lowering.reads(st):
+            p = _pure(lowering.stage_of(read.tensor))
+            if p is not _pure(st) and not p.is_placeholder:
+                edges.setdefault(_pure(st), {}).setdefault(p, (st, read.tensor))
+    state: dict = {}
+    for start in sch.stages:
+        path = _cycle_from(start, edges, state, [])
+        if path:
+            first = min(range(len(path)), key=lambda k: sch.stages.index(path[k]))
+            path = path[first:] + path[:first]  # in schedule order, for a stable message
+            names = [f"'{st.name}'" for st in path]
+            who = " and ".join(names) if len(names) == 2 else ", ".join(names)
+            reads = ", ".join(
+                f"'{edges[a][b][0].name}' reads {edges[a][b][1].name}"
+                for a, b in zip(path, path[1:] + path[:1])
+            )
+            raise ScheduleError(
+                f"tensors {who} read each other ({reads}): the definitions of a tensor run "
+                "together, producers first, so one of them would read a buffer before it is "
+                "written; compute one of them from a copy of the other"
+            )
+
+
+def _cycle_from(st, edges: dict, state: dict, path: list) -> list | None:
+    """A cycle of ``edges`` reachable from ``st`` (iterative depth-first search)."""
+    if state.get(st) is not None:
+        return None
+    stack = [(st, iter(edges.get(st, {})))]
+    state[st] = "open"
+    path = [st]
+    while stack:
+        node, it = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            state[node] = "done"
+            stack.pop()
+            path.pop()
+            continue
+        if state.get(nxt) == "open":
+            return path[path.index(nxt) :]
+        if nxt not in state:
+            state[nxt] = "open"
+            path.append(nxt)
+            stack.append((nxt, iter(edges.get(nxt, {}))))
+    return None
+
+
 def check_schedule(sch: Schedule, lowering) -> None:
     """Check every stage of a finished schedule (called by ``lower``)."""
+    check_acyclic(sch, lowering)
     for st in sch.stages:
         if st.is_placeholder or st.inline or st.is_update:
             continue
@@ -192,30 +250,10 @@ def describe(d: Dependence) -> str:
     return f"{d.dst.lhs_text} and {d.src.lhs_text} write the same element"
 
 
-def _root_sources(stage: Stage, leaf) -> set:
-    """The root loop variables a leaf loop is computed from."""
-    parents = {}
-    for r in stage.relations:
-        if isinstance(r, Split):
-            parents[r.outer] = parents[r.inner] = (r.parent,)
-        elif isinstance(r, Fuse):
-            parents[r.fused] = (r.outer, r.inner)
-        elif isinstance(r, Skew):
-            parents[r.skewed] = (r.inner, r.outer)
-    out, todo = set(), [leaf]
-    while todo:
-        iv = todo.pop()
-        if iv in parents:
-            todo.extend(parents[iv])
-        else:
-            out.add(iv)
-    return out
-
-
 def _carried_root_level(m: GroupModel, stage: Stage, leaf):
     """Without an affine schedule: a loop carries every dependence whose distance may be
     non-zero along one of the root variables it is computed from (conservative)."""
-    roots = _root_sources(stage, leaf)
+    roots = root_sources(stage.relations, leaf)
     for d in m.deps:
         if d.src is not d.dst or d.src.stage is not stage:
             continue

@@ -4,10 +4,12 @@ For each stage, in the order the attach tree needs:
 
 1. its domain: the whole tensor at the root, or, under ``compute_at``, the
    region its consumers read during one iteration of the attach loop
-   (indices relaxed over the inner loops by interval arithmetic, clamped
-   to the tensor);
+   (indices relaxed over the inner loops by interval arithmetic, or exactly
+   by isl where that is tighter, clamped to the tensor; ``regions``);
 2. its loops: leaf extents from the split/fuse relations, root indices as
    expressions of the leaves, and a guard for each split that may overrun;
+   where a loop's bounds name other loops, bounds from the isl domain
+   (``domain``);
 3. its statements: ``init`` and ``update`` for reductions, the producers
    attached at each loop placed at the top of that loop's body.
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import passes
+from . import domain, passes, regions
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
 from .errors import ScheduleError
 from .expr import (
@@ -32,7 +34,6 @@ from .expr import (
     Load,
     Reduce,
     TensorRead,
-    Var,
     conjunction,
     map_children,
     substitute,
@@ -43,10 +44,13 @@ from .expr import (
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
 from .prefetch import prefetch_stmts
-from .schedule import Fuse, Schedule, Skew, Split, Stage
-from .simplify import INF, Lin, Ranges, bounds, simplify, upper_bound
+from .relations import Fuse, Skew, Split
+from .schedule import Schedule, Stage
+from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 from .tensorize import bind
+
+_relax = regions.relax  # the name tensorize imports it by
 
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
@@ -72,8 +76,15 @@ class StageNest:
         self.stage = stage
         self.region = None  # [(min, extent)] per output dimension
         self.prefix = []  # enclosing leaves [(IterVar, extent)] of the attach point
-        self.leaf_ext = {}  # IterVar -> extent
+        self.leaf_ext = {}  # IterVar -> loop extent (may name outer leaves)
+        self.box_ext = {}  # IterVar -> extent of the leaf's box (sizes and enclosing loops)
+        self.root_min = {}  # root IterVar -> the value its leaf coordinates start from
         self.root_value = {}  # root IterVar -> Expr of leaves
+        self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
+        self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
+        self.init_value = None  # root_value and guards of a reduction's init nest, which
+        self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
+        self.init_guards = {}
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
         self.buffer = None
         self.offsets = None  # per dimension, subtracted from indices (local buffers)
@@ -81,7 +92,8 @@ class StageNest:
 
     @property
     def context(self):
-        return self.prefix + [(iv, self.leaf_ext[iv]) for iv in self.stage.leaf_iter_vars]
+        """Enclosing and own leaves with their box extents (a superset of each range)."""
+        return self.prefix + [(iv, self.box_ext[iv]) for iv in self.stage.leaf_iter_vars]
 
 
 class Lowering:
@@ -223,6 +235,7 @@ class Lowering:
         lo = [None] * len(shape)
         hi = [None] * len(shape)
         consumers = self.consumers[st]
+        accesses, exact = [], False  # exact: intervals may be too wide, ask isl
         if not consumers:
             raise ScheduleError(f"compute_at on stage '{st.name}': nothing reads it")
         for c in consumers:
@@ -234,12 +247,16 @@ class Lowering:
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
+            inner = [iv for iv, _ in cctx[len(prefix_ids) :]]
+            exact |= cn.tightened  # a consumer whose loops are not a box
             for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:
                     continue
-                for d, idx in enumerate(read.indices):
-                    idx = simplify(self.in_leaves(cn, idx), self.ranges)
-                    r = _relax(idx, relaxed, self.ranges)
+                indices = [simplify(self.in_leaves(cn, i), self.ranges) for i in read.indices]
+                accesses.append((cn, inner, indices))
+                for d, idx in enumerate(indices):
+                    exact |= regions.needs_exact(idx, relaxed)
+                    r = regions.relax(idx, relaxed, self.ranges)
                     if r is None:  # not analysable: the whole dimension
                         r = (Const(0, "int64"), Binary("sub", shape[d], Const(1, "int64"), "int64"))
                     lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], "int64")
@@ -260,7 +277,22 @@ class Lowering:
                     ),
                 )
             )
+        if exact:
+            region = self._exact_region(st, region, accesses, n.prefix)
         n.region = region
+
+    def _exact_region(self, st: Stage, region: list, accesses: list, prefix: list) -> list:
+        """Per dimension, the exact hull (``regions.read_region``) where it is smaller."""
+        better = regions.read_region(st.op.shape, accesses, prefix)
+        if better is None:
+            return region
+        out = []
+        for (lo, ext), (xlo, xext) in zip(region, better):
+            xext = simplify(xext, self.ranges)
+            if upper_bound(xext, self.ranges) < upper_bound(ext, self.ranges):
+                lo, ext = simplify(xlo, self.ranges), xext
+            out.append((lo, ext))
+        return out
 
     def _loops(self, n: StageNest):
         st = n.stage
@@ -274,13 +306,23 @@ class Lowering:
                 ext[iv], dom_min[iv] = e, m
         for iv in st.op.reduce_axis:
             ext[iv], dom_min[iv] = iv.extent, iv.dom_min
+        true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
+        dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
+        if dependent:  # a polyhedron: relations work on the box of each such root
+            own = domain.own_min_roots(st, dependent, true_dom)
+            offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
+            for iv, (m, e) in domain.root_boxes(
+                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
+            ).items():
+                dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
         for rel in st.relations:
             if isinstance(rel, Split):
                 pe = ext[rel.parent]
                 if rel.factor is not None:
                     ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
-                else:
-                    ext[rel.outer], ext[rel.inner] = rel.nparts, _ceildiv(pe, rel.nparts)
+                else:  # no more parts than it takes to cover the parent (8 in 32 parts: 8)
+                    ext[rel.inner] = _ceildiv(pe, rel.nparts)
+                    ext[rel.outer] = _ceildiv(pe, ext[rel.inner])
             elif isinstance(rel, Fuse):
                 ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
             else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
@@ -293,9 +335,12 @@ class Lowering:
             if hi == INF:
                 self.ranges.extents[iv.var] = ext[iv]
         n.leaf_ext = {iv: ext[iv] for iv in st.leaf_iter_vars}
+        n.box_ext = dict(n.leaf_ext)
         n.ext = ext
         # values of every iteration variable in terms of the leaves
-        val = {iv: iv.var for iv in st.leaf_iter_vars}
+        # a loop of one iteration is 0 (so chains of attached stages do not drag a
+        # variable per level through every region expression)
+        val = {iv: _zero_if_single(iv, ext[iv]) for iv in st.leaf_iter_vars}
         conds = []
         for rel in reversed(st.relations):
             if isinstance(rel, Split):
@@ -314,16 +359,31 @@ class Lowering:
                 f, inner_ext = val[rel.fused], ext[rel.inner]
                 val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
                 val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
-        n.root_value = {
-            iv: simplify(dom_min[iv] + val[iv], self.ranges) for iv in st.root_iter_vars
-        }
+        n.root_min = dom_min
+        n.root_value = {}  # a minimum may name roots before it: their values, in leaves
+        for iv in st.root_iter_vars:
+            m = substitute(dom_min[iv], {r.var: v for r, v in n.root_value.items()})
+            n.root_value[iv] = simplify(m + val[iv], self.ranges)
+        if dependent:
+            conds += domain.bound_guards(dependent, true_dom, n.root_value)
+            conds = domain.tighten(n, true_dom, conds, self.ranges)
+        n.guards = self._place_guards(st, conds)
+        if n.init_conds is None:
+            n.init_value, n.init_guards = n.root_value, n.guards
+        else:
+            n.init_guards = self._place_guards(st, n.init_conds)
+
+    def _place_guards(self, st: Stage, conds: list) -> dict:
+        """Each condition at the innermost leaf it names: {position: [(cond, is_reduce)]}."""
         pos = {iv.var: p for p, iv in enumerate(st.leaf_iter_vars)}
+        out: dict = {}
         for cond, is_red in conds:
             c = simplify(cond, self.ranges)
             if isinstance(c, Const) and c.value:
                 continue
             deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
-            n.guards.setdefault(deepest, []).append((c, is_red))
+            out.setdefault(deepest, []).append((c, is_red))
+        return out
 
     def in_leaves(self, n: StageNest, e: Expr) -> Expr:
         """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
@@ -398,8 +458,8 @@ class Lowering:
             return self._nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
-        buf, idx = self.buffer_index(st, [iv.var for iv in st.op.axis])
-        idx = simplify(self.in_leaves(n, idx), self.ranges)
+        buf, flat = self.buffer_index(st, [iv.var for iv in st.op.axis])
+        idx = simplify(self.in_leaves(n, flat), self.ranges)
         leaves = st.leaf_iter_vars
         t = len(leaves) if st.tensorized is None else self._tensorized_at(st)
         if not isinstance(body, Reduce):
@@ -409,7 +469,8 @@ class Lowering:
         ident = body.combiner.identity(body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
-        init = Store(buf, idx, ident)
+        init_idx = substitute(flat, {iv.var: v for iv, v in n.init_value.items()})
+        init = Store(buf, simplify(init_idx, self.ranges), ident)
         p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
         init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
@@ -442,12 +503,14 @@ class Lowering:
             iv = st.leaf_iter_vars[p]
             if attached:
                 s = self._with_attached(st, iv, s)
-            conds = [c for c, red in n.guards.get(p, ()) if with_reduce or not red]
+            guards = n.guards if with_reduce else n.init_guards  # init: the box
+            conds = [c for c, red in guards.get(p, ()) if with_reduce or not red]
             if conds:
                 s = IfThenElse(conjunction(conds), s)
             if attached:
                 s = seq(*prefetch_stmts(self, n, p), s)
-            s = For(iv.var, n.leaf_ext[iv], st.attrs.get(iv, "serial"), s)
+            ext = n.leaf_ext[iv] if with_reduce else n.box_ext[iv]
+            s = For(iv.var, ext, st.attrs.get(iv, "serial"), s)
         return s
 
     def _with_attached(self, st: Stage, iv: IterVar, body):
@@ -502,6 +565,10 @@ class Lowering:
         return passes.finalize(func)
 
 
+def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
+    return Const(0, iv.var.dtype) if isinstance(ext, Const) and ext.value == 1 else iv.var
+
+
 def _checked(indices, shape) -> list:
     """Indices computed from data (``H[X[i]]``) are checked at run time: out of range,
     the kernel touches element 0 instead and reports an error to the caller."""
@@ -518,52 +585,6 @@ def _allocate(buf: Buffer, body):
     for d in buf.shape:
         size = Binary("mul", size, d, "int64")
     return Allocate(buf, simplify(size), body)
-
-
-def _relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
-    """Symbolic (lo, hi) of ``e`` as the ``relaxed`` variables sweep ``[0, extent)``."""
-    if not any(v in relaxed for v in vars_of(e)):
-        return (e, e)
-    if isinstance(e, (Load, TensorRead)):
-        return None
-    lin = Lin.of(e)
-    lo = Lin({}, lin.const, "int64")
-    hi = Lin({}, lin.const, "int64")
-    for atom, c in lin.terms.values():
-        if not any(v in relaxed for v in vars_of(atom)):
-            a = (atom, atom)
-        elif isinstance(atom, Var):
-            a = (Const(0, "int64"), Binary("sub", relaxed[atom], Const(1, "int64"), "int64"))
-        elif isinstance(atom, Binary) and atom.op in ("floordiv", "min", "max"):
-            ra = _relax(atom.a, relaxed, ranges)
-            rb = _relax(atom.b, relaxed, ranges)
-            if ra is None or rb is None:
-                return None
-            if atom.op == "floordiv":
-                if not (isinstance(atom.b, Const) and atom.b.value > 0):
-                    return None
-                a = (
-                    Binary("floordiv", ra[0], atom.b, "int64"),
-                    Binary("floordiv", ra[1], atom.b, "int64"),
-                )
-            else:
-                a = (Binary(atom.op, ra[0], rb[0], "int64"), Binary(atom.op, ra[1], rb[1], "int64"))
-        elif (
-            isinstance(atom, Binary)
-            and atom.op == "mod"
-            and isinstance(atom.b, Const)
-            and atom.b.value > 0
-        ):
-            a = (Const(0, "int64"), Const(atom.b.value - 1, "int64"))
-        else:
-            return None
-        if c > 0:
-            lo = lo.plus(Lin.of(a[0]).scale(c, "int64"), 1, "int64")
-            hi = hi.plus(Lin.of(a[1]).scale(c, "int64"), 1, "int64")
-        else:
-            lo = lo.plus(Lin.of(a[1]).scale(c, "int64"), 1, "int64")
-            hi = hi.plus(Lin.of(a[0]).scale(c, "int64"), 1, "int64")
-    return simplify(lo.to_expr(), ranges), simplify(hi.to_expr(), ranges)
 
 
 def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:

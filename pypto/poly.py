@@ -25,13 +25,11 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .expr import Binary, Const, Expr, TensorRead, Var, walk
+from .expr import Const, Expr, Var, walk
+from .isl_expr import IslPrinter, NonAffine, guarded_reads, isl_condition
 from .loop_ir import Namer
-from .schedule import Fuse, Skew, Split, Stage
-
-
-class NonAffine(Exception):
-    """An expression isl cannot represent exactly."""
+from .relations import Fuse, Skew, Split
+from .schedule import Stage
 
 
 @dataclass
@@ -69,36 +67,6 @@ class Dependence:
     @property
     def commutative(self) -> bool:
         return self.src is self.dst and self.src.reduction
-
-
-class IslPrinter:
-    """Affine expressions in isl syntax; anything else raises NonAffine."""
-
-    def __init__(self, names: dict):
-        self.names = names  # Var -> isl identifier
-
-    def __call__(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            if not isinstance(e.value, int):
-                raise NonAffine(str(e))
-            return str(e.value)
-        if isinstance(e, Var):
-            if e not in self.names:
-                raise NonAffine(e.name)
-            return self.names[e]
-        if isinstance(e, Binary):
-            a, b = e.a, e.b
-            if e.op in ("add", "sub"):
-                return f"({self(a)} {'+' if e.op == 'add' else '-'} {self(b)})"
-            if e.op == "mul" and (isinstance(a, Const) or isinstance(b, Const)):
-                return f"({self(a)} * {self(b)})"
-            if e.op in ("floordiv", "mod") and isinstance(b, Const) and b.value > 0:
-                if e.op == "floordiv":
-                    return f"floor(({self(a)})/{b.value})"
-                return f"(({self(a)}) mod {b.value})"
-            if e.op in ("min", "max"):
-                return f"{e.op}({self(a)}, {self(b)})"
-        raise NonAffine(str(e))
 
 
 class GroupModel:
@@ -203,10 +171,13 @@ class GroupModel:
         tensor = self.tensor_op
         shape = tensor.shape
         writes, reads = self._access_exprs(s)
-        for kind, idx, text in [("write", w, t) for w, t in writes] + [
-            ("read", r, t) for r, t in reads
+        for kind, idx, text, when in [("write", w, t, ()) for w, t in writes] + [
+            ("read", *r) for r in reads
         ]:
-            s.accesses.append(Access(kind, self._access_map(s, idx, shape, pr), text))
+            rel = self._access_map(s, idx, shape, pr)
+            for cond, holds in when:  # a read in a branch of pt.select happens only there
+                rel = rel.intersect_domain(self._condition(s, cond, holds, pr))
+            s.accesses.append(Access(kind, rel, text))
         # original order: group sequence, then the definition's own loops
         spatial = [
             f"i{d}" for d, iv in enumerate(s.roots) if iv in s.stage.op.axis or s.stage.is_update
@@ -237,7 +208,7 @@ class GroupModel:
             lhs = tuple(spatial)
             text = f"{self.tensor_op.name}[{', '.join(v.name for v in spatial)}]"
             writes = [(lhs, text)]
-            reads = [(lhs, text)] if s.part == "update" else []
+            reads = [(lhs, text, ())] if s.part == "update" else []
             s.lhs_text = text + (" (init)" if s.part == "init" else "")
             return writes, reads
         lhs = op.lhs
@@ -245,11 +216,21 @@ class GroupModel:
         s.lhs_text = text
         reads = []
         for e in (*lhs, op.body):
-            for x in walk(e):
-                if isinstance(x, TensorRead) and x.tensor.op in tensor_ops:
-                    reads.append((x.indices, str(x)))
+            for x, when in guarded_reads(e):
+                if x.tensor.op in tensor_ops:
+                    reads.append((x.indices, str(x), when))
         assert len(lhs) == ndim
         return [(lhs, text)], reads
+
+    def _condition(self, s: Statement, cond: Expr, holds: bool, pr) -> isl.Set:
+        """The instances of ``s`` where ``cond`` is ``holds``; all of them when ``cond``
+        is not affine (the read is then assumed to happen everywhere)."""
+        try:
+            text = isl_condition(cond, pr)
+        except NonAffine:
+            return s.domain
+        where = isl.Set(f"{self._pstr()} -> {{ {s.name}[{s._coords}] : {text} }}")
+        return s.domain.intersect(where) if holds else s.domain.subtract(where)
 
     def _access_map(self, s: Statement, idx, shape, pr) -> isl.Map:
         names = self._names(s)
@@ -274,9 +255,8 @@ class GroupModel:
         ext = n.ext
         coords: dict = {}
         aliases: dict = {}  # leaf -> the leaf whose time dims it shares
-        for d, iv in enumerate(s.roots):
-            lo, _ = self._root_range(st, n, iv)
-            coords[iv] = [f"(i{d} - {pr(lo)})"]
+        for d, iv in enumerate(s.roots):  # leaf coordinates start at the box's minimum
+            coords[iv] = [f"(i{d} - {pr(n.root_min[iv])})"]
         for rel in st.relations:
             if isinstance(rel, Split):
                 if rel.parent not in coords:

@@ -8,11 +8,10 @@ the region each stage must compute is known.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .errors import ScheduleError
-from .expr import Const, Expr, Reduce, TensorRead, as_expr, map_children, substitute
+from .expr import Const, Reduce, TensorRead, as_expr, map_children, substitute
 from .prefetch import check_prefetch
+from .relations import Fuse, Skew, Split, created
 from .tensor import (
     ComputeOp,
     IterVar,
@@ -25,32 +24,6 @@ from .tensor import (
 )
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Split:
-    parent: IterVar
-    outer: IterVar
-    inner: IterVar
-    factor: Expr | None
-    nparts: Expr | None
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Fuse:
-    outer: IterVar
-    inner: IterVar
-    fused: IterVar
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Skew:
-    """``skewed = inner + factor * outer``; ``inner`` is ``skewed - factor * outer``."""
-
-    outer: IterVar
-    inner: IterVar
-    skewed: IterVar
-    factor: int
 
 
 def _as_op(x) -> Operation:
@@ -133,12 +106,12 @@ class Stage:
     def _known(self, iv) -> bool:
         if iv in self.root_iter_vars:
             return True
-        return any(iv in _created(r) for r in self.relations)
+        return any(iv in created(r) for r in self.relations)
 
     def _new_iv(self, name: str, kind: str) -> IterVar:
         taken = {v.name for v in self.root_iter_vars}
         for r in self.relations:
-            taken.update(v.name for v in _created(r))
+            taken.update(v.name for v in created(r))
         base, n = name, 1
         while name in taken:
             name = f"{base}{n}"
@@ -423,15 +396,6 @@ class Stage:
         self._record("compute_inline")
 
 
-def _created(r) -> tuple:
-    """The loop variables a relation creates."""
-    if isinstance(r, Split):
-        return (r.outer, r.inner)
-    if isinstance(r, Fuse):
-        return (r.fused,)
-    return (r.skewed,)
-
-
 def _jsonable(x):
     if x is None or isinstance(x, (int, float, str)):
         return x
@@ -527,18 +491,24 @@ class Schedule:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
-        if st.relations or st.attrs or st.attach or st.inline:
+        applied = [x for x in self.steps if x.get("stage") == st.name]
+        if applied or st.relations or st.attrs or st.attach or st.inline or st.prefetches:
+            done = ", ".join(_step_text(x) for x in applied)
             raise ScheduleError(
                 f"cache_write on stage '{st.name}': call it before scheduling the stage"
+                + (f" ({done} was applied)" if done else "")
             )
         op = st.op
         axis = tuple(
             make_iter_var(iv.name + ".c", iv.dom_min, iv.extent, "spatial") for iv in op.axis
         )
-        raxis = tuple(
-            make_iter_var(iv.name, iv.dom_min, iv.extent, "reduce") for iv in op.reduce_axis
-        )
-        mapping = {old.var: new.var for old, new in zip(op.axis + op.reduce_axis, axis + raxis)}
+        mapping = {old.var: new.var for old, new in zip(op.axis, axis)}
+        raxis = []
+        for iv in op.reduce_axis:  # bounds may name the axes renamed before them
+            lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
+            raxis.append(make_iter_var(iv.name, lo, ext, "reduce"))
+            mapping[iv.var] = raxis[-1].var
+        raxis = tuple(raxis)
         body = op.body
         if isinstance(body, Reduce):
             body = Reduce(body.combiner, substitute(body.source, mapping), raxis, body.dtype)
@@ -557,6 +527,12 @@ class Schedule:
         self._insert_before(cst, [st])
         self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
         return cache.output(0)
+
+
+def _step_text(step: dict) -> str:
+    """``reorder(j, i)``: a step record as the call that made it."""
+    loops = step.get("loops") or ([step["loop"]] if "loop" in step else [])
+    return f"{step['prim']}({', '.join(loops)})"
 
 
 def _copy_op(name: str, tensor: Tensor) -> Tensor:

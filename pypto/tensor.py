@@ -118,7 +118,18 @@ def rdom(doms, names="r") -> tuple:
 
 
 def reduce_axis(dom, name: str = "k") -> IterVar:
-    """``pt.reduce_axis((lo, hi), name)``: a reduction variable over ``[lo, hi)``."""
+    """``pt.reduce_axis((lo, hi), name)``: a reduction variable over ``[lo, hi)``.
+
+    ``lo`` and ``hi`` may be affine in the sizes and in the loops outside this one: the
+    spatial axes of its ``pt.compute`` or reduce axes declared before it, with offsets.
+    Every schedule of such a domain runs exactly its points (loop bounds from isl):
+
+        i = pt.reduce_axis((1, n), name="i")
+        j = pt.reduce_axis((0, i), name="j")          # for i in [1, n): for j in [0, i):
+        Y[i] = Y[i] + X[j]
+
+        S = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k))   # k = reduce_axis((0, i + 1))
+    """
     iv = _reduce_iv(dom, name)
     RDom((iv,))
     return iv
