@@ -16,7 +16,7 @@ from typing import Any
 
 from . import dtypes
 from .c_names import RESERVED
-from .expr import Expr, Var
+from .expr import Expr, Var, vars_of
 from .printer import Printer
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -168,6 +168,32 @@ def written_buffers(s: Stmt) -> set:
             out.add(id(x.buffer))
         elif isinstance(x, IntrinCall):
             out.add(id(x.operands[-1].buffer))
+    return out
+
+
+# the expressions a statement holds itself (not those of the statements inside it)
+_OWN_EXPRS = {
+    For: lambda s: (s.extent,),
+    Store: lambda s: (s.index, s.value),
+    Allocate: lambda s: (s.size, *s.buffer.shape),
+    IfThenElse: lambda s: (s.cond,),
+    Prefetch: lambda s: (s.index,),
+    IntrinCall: lambda s: tuple(o.index for o in s.operands),
+    Seq: lambda s: (),
+}
+
+
+def unbound_vars(func: LoweredFunc) -> list:
+    """The variables ``func``'s body uses that neither a loop nor an argument's shape
+    binds (each once, in order of first use): C would not know them."""
+    bound = {id(v) for v in func.size_vars}
+    bound |= {id(s.var) for s in walk_stmts(func.body) if isinstance(s, For)}
+    out: list = []
+    for s in walk_stmts(func.body):
+        for e in _OWN_EXPRS[type(s)](s):
+            for v in vars_of(e):
+                if id(v) not in bound and all(v is not u for u in out):
+                    out.append(v)
     return out
 
 

@@ -42,7 +42,7 @@ from .expr import (
     walk,
 )
 from .legality import check_schedule
-from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq
+from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
 from .prefetch import prefetch_stmts
 from .relations import Fuse, Skew, Split
 from .schedule import Schedule, Stage
@@ -595,6 +595,14 @@ def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
     low = Lowering(sch, args, name, report)
     check_schedule(sch, low)
     func = low.run()
+    unbound = unbound_vars(func)
+    if unbound:  # e.g. a symbolic split factor that no argument's shape carries
+        names = ", ".join(v.name for v in unbound)
+        raise ScheduleError(
+            f"{func.name}: the size variable(s) {names} appear in the schedule but in no "
+            "argument's shape, so no call can bind them; pass a tensor whose shape has "
+            "them, or use constants"
+        )
     if report.size_checks:  # sizes that must hold at call time (pypto.runtime checks them)
         func = replace(func, attrs={**func.attrs, "size_checks": report.size_checks})
     return func

@@ -457,3 +457,15 @@ def test_fuzz_two_dimensional_reads(symbolic, lx, ly, rows, cols):
         np.testing.assert_array_equal(yv, x[index(rows, i, j), index(cols, i, j)])
         event("built, equal to numpy")
     assert np.isnan(ybuf[:GUARD]).all() and np.isnan(ybuf[-GUARD:]).all()
+
+
+def test_a_size_variable_no_argument_binds_is_refused_before_the_c_compiler():
+    """Was: a split factor pt.var that no argument's shape carries reached cc ('f'
+    undeclared)."""
+    n, f = pt.var("n"), pt.var("f")
+    A = pt.placeholder((n,), F32, name="A")
+    B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = pt.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=f)
+    with pytest.raises(pt.ScheduleError, match=r"size variable\(s\) f appear in the schedule"):
+        pt.lower(s, [A, B], name="k")
