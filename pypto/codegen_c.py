@@ -226,9 +226,10 @@ class CPrinter(Printer):
 class CodeGen:
     """Emit one C function (plus the helpers it uses) for a LoweredFunc."""
 
-    def __init__(self, func: LoweredFunc, target: Target):
+    def __init__(self, func: LoweredFunc, target: Target, timers: dict | None = None):
         self.func = func
         self.target = target
+        self.timers = timers or {}  # id(statement) -> slot it is timed in (pypto.profile)
         self.intrins = {}  # name -> TensorIntrin, each emitted once
         for s in walk_stmts(func.body):
             if isinstance(s, IntrinCall):
@@ -262,7 +263,12 @@ class CodeGen:
         self.lines.append("  " * depth + text)
 
     def stmt(self, s, depth: int):
+        slot = self.timers.get(id(s))
+        if slot is not None:
+            self.emit(depth, "pt_prof_t = omp_get_wtime();")
         self.rules[type(s)](s, depth)
+        if slot is not None:
+            self.emit(depth, f"pt_prof_seconds[{slot}] += omp_get_wtime() - pt_prof_t;")
 
     def seq(self, s, depth):
         for x in s.stmts:
@@ -422,9 +428,14 @@ class CodeGen:
             "#include <stdlib.h>",
             "#include <math.h>",
         ]
-        if any(isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(f.body)):
+        if self.timers or any(
+            isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(f.body)
+        ):
             out.append("#include <omp.h>")
         out.append("")
+        if self.timers:  # seconds per slot, summed over calls, read by pypto.profile
+            out.append(f"double pt_prof_seconds[{max(self.timers.values()) + 1}];")
+            out.append("static double pt_prof_t;")
         out.extend(self.p.helpers.values())
         for intrin in self.intrins.values():
             out.append(f"// tensor intrinsic {intrin.name}: {intrin.signature}")
@@ -455,8 +466,10 @@ def _has_inner_annotated_loop(s) -> bool:
     return any(isinstance(x, For) and x.kind in ("vectorized", "parallel") for x in walk_stmts(s))
 
 
-def codegen(func: LoweredFunc, target: Target) -> tuple[str, str]:
-    """C source for ``func`` and the C name of its entry point."""
-    g = CodeGen(func, target)
+def codegen(func: LoweredFunc, target: Target, timers: dict | None = None) -> tuple[str, str]:
+    """C source for ``func`` and the C name of its entry point. ``timers`` (a profiling
+    build, see ``pypto.profile``): statement id -> slot of ``pt_prof_seconds`` that the
+    statement's wall time is added to."""
+    g = CodeGen(func, target, timers)
     src = g.generate()
     return src, g.fname
