@@ -7,7 +7,9 @@ Both kernels are C compiled with the target's own flags: the FMA kernel keeps
 ``PEAK_ACCUMULATORS`` independent vectors of the target's float32 width (GCC vector
 extensions, so it is the same source for every ISA) in flight; the triad
 ``a[i] = b[i] + s * c[i]`` streams three arrays of twice the target's last-level
-cache (at least 16 MiB each) and counts 24 bytes per element. The numbers are kept in
+cache (at least 16 MiB each) and counts 24 bytes per element. Several threads that do
+less than one are measured again (up to ``_TRIES`` times; other processes had the
+cores). The numbers are kept in
 ``$PYPTO_HOME/peaks.json`` keyed by target and thread count, so they are measured once
 per machine; delete the file to measure again.
 """
@@ -27,6 +29,7 @@ PEAK_ACCUMULATORS = 12  # independent FMA chains: latency x ports on current cor
 _FMA_ITERS = 2_000_000
 _TRIAD_MIN_BYTES = 16 << 20
 _ROUNDS = 5  # best of
+_TRIES = 3  # measurements with several threads while they lose to one thread
 
 _SOURCE = """#include <stdint.h>
 #include <stdlib.h>
@@ -122,7 +125,15 @@ def measure_peaks(target: Target, compile_source, threads: int) -> Peaks:
         fn.argtypes = [ctypes.c_int64, ctypes.c_int]
     llc = max((v for v in (target.cache_sizes or {}).values() if v), default=0)
     n = max(2 * llc, _TRIAD_MIN_BYTES) // 8
-    peaks = Peaks(lib.pt_peak_fma(_FMA_ITERS, threads), lib.pt_peak_triad(n, threads), threads)
+    single = measure_peaks(target, compile_source, 1) if threads > 1 else None
+    gflops = gbps = 0.0
+    for _ in range(_TRIES):
+        gflops = max(gflops, lib.pt_peak_fma(_FMA_ITERS, threads))
+        gbps = max(gbps, lib.pt_peak_triad(n, threads))
+        # more threads doing less than one: other work had the cores, so measure again
+        if single is None or gflops >= single.gflops:
+            break
+    peaks = Peaks(gflops, gbps, threads)
     if peaks.gflops <= 0 or peaks.gbps <= 0:
         raise RuntimeError(f"measuring the peaks of {target.name} failed: {peaks}")
     data = _read()
