@@ -192,10 +192,17 @@ class CPrinter(Printer):
     def select(self, e):
         return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})", ATOM
 
+    def storage(self, dt: str):
+        """The load/store/cast forms of a storage type computed in float (or None)."""
+        forms = dtypes.STORAGE.get(dt)
+        if forms is not None and forms.helpers:
+            self.helpers.setdefault(f"storage {dt}", forms.helpers)
+        return forms
+
     def cast(self, e):
         inner = self(e.value)
-        if e.dtype == "float16":
-            return f"((float)(_Float16)({inner}))", ATOM
+        if forms := self.storage(e.dtype):
+            return forms.cast.format(inner), ATOM
         return f"(({_ctype(e.dtype)})({inner}))", ATOM
 
     def call(self, e):
@@ -218,8 +225,8 @@ class CPrinter(Printer):
     def load(self, e):
         name = self.namer(e.buffer, e.buffer.name)
         text = f"{name}[{self(e.index)}]"
-        if e.buffer.dtype == "float16":
-            return f"((float){text})", ATOM
+        if forms := self.storage(e.buffer.dtype):
+            return forms.load.format(text), ATOM
         return text, ATOM
 
 
@@ -299,7 +306,9 @@ class CodeGen:
         b = s.buffer
         value = self.p(s.value)
         d = dtypes.dtype(b.dtype)
-        if d.c_storage != d.c_compute:
+        if forms := self.p.storage(b.dtype):
+            value = forms.store.format(value)
+        elif d.c_storage != d.c_compute:
             value = f"({d.c_storage})({value})"
         self.emit(depth, f"{self.namer(b, b.name)}[{self.p(s.index)}] = {value};")
 

@@ -218,7 +218,7 @@ class Module:
         self.lib_path = lib_path
         self.target = target
         sig = self.signature
-        self._specs = [(p.name, np.dtype(dtypes.dtype(p.dtype).numpy), p.shape) for p in sig.params]
+        self._specs = [(p.name, dtypes.numpy_dtype(p.dtype), p.shape) for p in sig.params]
         self._written = [p.written for p in sig.params]
 
     def __repr__(self):

@@ -24,6 +24,7 @@ TOLERANCES = {
     "float64": (1e-10, 1e-10),
     "float32": (1e-4, 1e-4),
     "float16": (1e-2, 1e-3),
+    "bfloat16": (2e-2, 1e-3),  # two of its 8-bit-mantissa steps
 }
 EXACT = (0.0, 0.0)
 
