@@ -103,8 +103,11 @@ def describe(sch) -> tuple:
         reads, work, loop_vars = {}, [], []
         for st in inside:
             op = st.op
-            work.append(Work(_ops(op.body, stage_of), (*op.axis, *op.reduce_axis)))
-            for e in (op.body, *getattr(op, "lhs", ())):  # an update's indices may read data
+            body = getattr(op, "body", None)
+            exprs = [e for e in (body, *getattr(op, "lhs", ())) if e is not None]
+            ops = _ops(body, stage_of) if body is not None else 0
+            work.append(Work(ops, (*getattr(op, "axis", ()), *getattr(op, "reduce_axis", ()))))
+            for e in exprs:  # an update's indices may read data too
                 _reads(e, stage_of, reads)
             loop_vars += [iv.var for iv in (*st.leaf_iter_vars, *st.root_iter_vars)]
         outside = [t for k, t in reads.items() if k not in written]

@@ -148,3 +148,17 @@ def test_the_tuners_check_names_the_error_and_first_mismatch():
     assert "output K: 3 of 3 elements beyond rtol=0, atol=0" in off["msg"]
     shape = Runner._compare([ints], [0], [ints[:2]], ["K"], opt)
     assert shape["msg"] == "output K: shape (3,), but the reference returned (2,)"
+
+
+def test_pypto_tune_validate_prints_the_report(capsys):
+    from autotune.cli import main as cli_main
+
+    assert cli_main(["validate", "matmul", "--args", "16,24,8"]) == 0
+    out = capsys.readouterr().out
+    assert "default config {" in out and ": ok against the reference (max abs error" in out
+    header = next(line for line in out.splitlines() if "ulp 0" in line)
+    for col in ("output", "max abs", "max rel", "ulp >256", "mismatch", "nan/inf", "ok"):
+        assert col in header
+    row = out.splitlines()[out.splitlines().index(header) + 1].split()
+    assert row[0] == "C" and row[1] == "float32" and row[-3:] == ["0", "0", "yes"]
+    assert sum(int(c) for c in row[4:10]) == 16 * 24  # every element in one ULP bucket
