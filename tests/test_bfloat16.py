@@ -1,5 +1,6 @@
 """bfloat16 as a storage type: numpy arrays through ml_dtypes, arithmetic in float32,
-every store rounded to nearest even, compared bit for bit with ml_dtypes' conversions."""
+every store rounded to nearest even, compared bit for bit with ml_dtypes' conversions;
+reductions over float16 and bfloat16 accumulated in float32 by cache_write."""
 
 import numpy as np
 import pytest
@@ -7,14 +8,20 @@ import pytest
 import pypto as pt
 from pypto import dtypes
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
-BF16 = np.dtype(ml_dtypes.bfloat16)
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    ml_dtypes = BF16 = None
+needs_ml_dtypes = pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes")
 
 
 def _bits(a):
     return np.ascontiguousarray(a).view(np.uint16)
 
 
+@needs_ml_dtypes
 @pytest.mark.parametrize("vectorize", [False, True])
 def test_elementwise_matches_numpy_bit_for_bit(vectorize):
     n = pt.var("n")
@@ -37,6 +44,7 @@ def test_elementwise_matches_numpy_bit_for_bit(vectorize):
     assert np.array_equal(_bits(c), _bits(want))
 
 
+@needs_ml_dtypes
 def test_rounding_ties_overflow_and_specials():
     X = pt.placeholder((16,), "float32", name="X")
     Y = pt.compute((16,), lambda i: pt.cast("bfloat16", X[i]), name="Y")
@@ -60,6 +68,7 @@ def test_rounding_ties_overflow_and_specials():
     assert np.array_equal(z[~np.isnan(x)], want.astype(np.float32)[~np.isnan(x)])
 
 
+@needs_ml_dtypes
 def test_matmul_accumulated_in_float32_against_float64():
     M, N, K = 24, 40, 4096
     A = pt.placeholder((M, K), "bfloat16", name="A")
@@ -83,6 +92,7 @@ def test_matmul_accumulated_in_float32_against_float64():
     assert r.max_rel_err < 1e-2 and r.ulp["0"] + r.ulp["1"] == M * N
 
 
+@needs_ml_dtypes
 def test_arguments_are_checked_and_ml_dtypes_is_named_when_missing(monkeypatch):
     A = pt.placeholder((4,), "bfloat16", name="A")
     B = pt.compute((4,), lambda i: A[i] + 1.0, name="B")
@@ -94,3 +104,31 @@ def test_arguments_are_checked_and_ml_dtypes_is_named_when_missing(monkeypatch):
     monkeypatch.setattr(dtypes, "ml_dtypes", None)
     with pytest.raises(TypeError, match=r"bfloat16 arrays need ml_dtypes: pip install"):
         pt.build(s, [A, B], name="plus")
+
+
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=needs_ml_dtypes)])
+def test_cache_write_accumulates_16_bit_reductions_in_float32(dtype):
+    M, N, K = 16, 24, 4096
+    A = pt.placeholder((M, K), dtype, name="A")
+    B = pt.placeholder((K, N), dtype, name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 8)
+    s[CL].compute_at(s[C], jo)
+    s[C].vectorize(ji)
+    assert CL.dtype == "float32" and C.dtype == dtype
+    mod = pt.build(s, [A, B, C], name="mm_acc")
+    assert "float C_local[32]" in mod.source  # the 4 x 8 accumulator tile
+    np_dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (M, K)).astype(np_dt)
+    b = rng.uniform(-1, 1, (K, N)).astype(np_dt)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    r = pt.validate(mod, lambda a, b: ref, [a, b])
+    assert r.ok, str(r)
+    # rounded once: within one step of the output type of the float64 result
+    assert r.ulp["0"] + r.ulp["1"] == M * N
+    rel = np.linalg.norm(mod(a, b).astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert rel < 1e-2
