@@ -132,3 +132,22 @@ def test_cache_write_accumulates_16_bit_reductions_in_float32(dtype):
     assert r.ulp["0"] + r.ulp["1"] == M * N
     rel = np.linalg.norm(mod(a, b).astype(np.float64) - ref) / np.linalg.norm(ref)
     assert rel < 1e-2
+
+
+@needs_ml_dtypes
+@pytest.mark.parametrize("target", ["generic", "x86-avx2", "aarch64-neon"])
+def test_every_target_rounds_the_same(target):
+    from pypto import emulate
+
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    A = pt.placeholder((64,), "bfloat16", name="A")
+    C = pt.compute((64,), lambda i: A[i] * 3.0 + 0.5, name="C")
+    s = pt.create_schedule(C)
+    s[C].vectorize(C.op.axis[0])
+    a = np.linspace(-3, 3, 64).astype(BF16)
+    c = pt.build(s, [A, C], target=t, name="tri")(a)
+    want = (a.astype(np.float32) * np.float32(3) + np.float32(0.5)).astype(BF16)
+    assert np.array_equal(c.view(np.uint16), want.view(np.uint16))
