@@ -311,10 +311,13 @@ class Profiler:
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ValueError(f"repeat must be a positive number of calls, got {repeat!r}")
         timers = assign(mod.func, self.stages)
+        if not timers:
+            raise RuntimeError(f"{mod.name} has no statements to time")
         source, cname = codegen(mod.func, mod.target, timers)
         so = self.compile(source, mod.target.cflags)
         prof = Module(mod.func, source, cname, so, mod.target)
-        slots = (ctypes.c_double * len(self.stages)).in_dll(ctypes.CDLL(so), "pt_prof_seconds")
+        n_slots = max(timers.values()) + 1  # as many as codegen declared
+        slots = (ctypes.c_double * n_slots).in_dll(ctypes.CDLL(so), "pt_prof_seconds")
         cargs, keep = prof._prepare(prof._with_outputs(args)[0])
         sizes = {
             v: Const(x, "int64")
@@ -335,9 +338,10 @@ class Profiler:
         if threads > 1:
             peaks[threads] = measure_peaks(mod.target, self.compile, threads)
         parallel = {k for s, k in _stmt_stages(mod.func, timers) if _has_parallel(s)}
+        per_call = [slots[k] / repeat if k < n_slots else 0.0 for k in range(len(self.stages))]
         entries = tuple(
-            _entry(st, slots[k] / repeat, sizes, peaks[threads if k in parallel else 1])
-            for k, st in enumerate(self.stages)
+            _entry(st, seconds, sizes, peaks[threads if k in parallel else 1])
+            for k, (st, seconds) in enumerate(zip(self.stages, per_call))
         )
         return Profile(mod.name, mod.target.name, entries, total / repeat, tuple(peaks.values()))
 
