@@ -33,6 +33,7 @@ from pypto.codegen_c import codegen
 from pypto.runtime import compile_source, kill_compilers
 from pypto.target import Target
 from pypto.tensor import PlaceholderOp
+from pypto.validate import ValidationReport, compare_one
 
 from .records import ErrorKind
 from .task import get_template
@@ -203,20 +204,24 @@ class Runner:
         return None
 
     @staticmethod
-    def _compare(arrays, outs, ref, opt) -> dict | None:
+    def _compare(arrays, outs, ref, names, opt) -> dict | None:
+        """A wrong answer (how many elements, the largest error, the first index) or None:
+        ``pt.validate``'s comparison, float outputs with the measurement's tolerances,
+        integer outputs exactly."""
+        checks = []
         for i, r in zip(outs, ref):
-            got = arrays[i]
-            if got.shape != r.shape or not np.allclose(got, r, rtol=opt["rtol"], atol=opt["atol"]):
-                err = (
-                    np.nanmax(np.abs(got.astype(np.float64) - r))
-                    if got.shape == r.shape
-                    else float("nan")
-                )
-                return {
-                    "error": ErrorKind.WRONG_ANSWER.value,
-                    "msg": f"output {i} differs from the reference (max abs error {err:.3g})",
-                }
-        return None
+            tol = (opt["rtol"], opt["atol"]) if arrays[i].dtype.kind == "f" else (None, None)
+            try:
+                checks.append(compare_one(arrays[i], r, names[i], *tol))
+            except ValueError as e:  # a shape the reference does not have
+                return {"error": ErrorKind.WRONG_ANSWER.value, "msg": str(e)}
+        report = ValidationReport(tuple(checks))
+        if report.ok:
+            return None
+        return {
+            "error": ErrorKind.WRONG_ANSWER.value,
+            "msg": f"differs from the reference: {report.summary()}",
+        }
 
     def run(self, spec: dict, opt: dict) -> dict:
         """Build (a cache hit), run once on fresh inputs, check, then time one candidate."""
@@ -237,7 +242,7 @@ class Runner:
             mod(*arrays)
             bad = self._wrote_input(arrays, pristine, outs, names)
             if bad is None and opt["check_correctness"]:
-                bad = self._compare(arrays, outs, ref, opt)
+                bad = self._compare(arrays, outs, ref, names, opt)
             if bad is not None:
                 return bad
             costs = []

@@ -50,6 +50,7 @@ from .tensor import (
     var,
 )
 from .tensorize import TensorIntrin, decl_tensor_intrin
+from .validate import ValidationReport, validate
 
 __all__ = [
     "DTYPES", "BuildError", "BuildEnvironmentError", "PyptoError", "ScheduleError", "TargetError",
@@ -60,4 +61,5 @@ __all__ = [
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
     "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin",
+    "validate", "ValidationReport",
 ]  # fmt: skip

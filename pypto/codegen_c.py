@@ -192,10 +192,17 @@ class CPrinter(Printer):
     def select(self, e):
         return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})", ATOM
 
+    def storage(self, dt: str):
+        """The load/store/cast forms of a storage type computed in float (or None)."""
+        forms = dtypes.STORAGE.get(dt)
+        if forms is not None and forms.helpers:
+            self.helpers.setdefault(f"storage {dt}", forms.helpers)
+        return forms
+
     def cast(self, e):
         inner = self(e.value)
-        if e.dtype == "float16":
-            return f"((float)(_Float16)({inner}))", ATOM
+        if forms := self.storage(e.dtype):
+            return forms.cast.format(inner), ATOM
         return f"(({_ctype(e.dtype)})({inner}))", ATOM
 
     def call(self, e):
@@ -218,17 +225,18 @@ class CPrinter(Printer):
     def load(self, e):
         name = self.namer(e.buffer, e.buffer.name)
         text = f"{name}[{self(e.index)}]"
-        if e.buffer.dtype == "float16":
-            return f"((float){text})", ATOM
+        if forms := self.storage(e.buffer.dtype):
+            return forms.load.format(text), ATOM
         return text, ATOM
 
 
 class CodeGen:
     """Emit one C function (plus the helpers it uses) for a LoweredFunc."""
 
-    def __init__(self, func: LoweredFunc, target: Target):
+    def __init__(self, func: LoweredFunc, target: Target, timers: dict | None = None):
         self.func = func
         self.target = target
+        self.timers = timers or {}  # id(statement) -> slot it is timed in (pypto.profile)
         self.intrins = {}  # name -> TensorIntrin, each emitted once
         for s in walk_stmts(func.body):
             if isinstance(s, IntrinCall):
@@ -262,7 +270,12 @@ class CodeGen:
         self.lines.append("  " * depth + text)
 
     def stmt(self, s, depth: int):
+        slot = self.timers.get(id(s))
+        if slot is not None:
+            self.emit(depth, "pt_prof_t = omp_get_wtime();")
         self.rules[type(s)](s, depth)
+        if slot is not None:
+            self.emit(depth, f"pt_prof_seconds[{slot}] += omp_get_wtime() - pt_prof_t;")
 
     def seq(self, s, depth):
         for x in s.stmts:
@@ -293,7 +306,9 @@ class CodeGen:
         b = s.buffer
         value = self.p(s.value)
         d = dtypes.dtype(b.dtype)
-        if d.c_storage != d.c_compute:
+        if forms := self.p.storage(b.dtype):
+            value = forms.store.format(value)
+        elif d.c_storage != d.c_compute:
             value = f"({d.c_storage})({value})"
         self.emit(depth, f"{self.namer(b, b.name)}[{self.p(s.index)}] = {value};")
 
@@ -422,9 +437,14 @@ class CodeGen:
             "#include <stdlib.h>",
             "#include <math.h>",
         ]
-        if any(isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(f.body)):
+        if self.timers or any(
+            isinstance(s, For) and s.kind == "parallel" for s in walk_stmts(f.body)
+        ):
             out.append("#include <omp.h>")
         out.append("")
+        if self.timers:  # seconds per slot, summed over calls, read by pypto.profile
+            out.append(f"double pt_prof_seconds[{max(self.timers.values()) + 1}];")
+            out.append("static double pt_prof_t;")
         out.extend(self.p.helpers.values())
         for intrin in self.intrins.values():
             out.append(f"// tensor intrinsic {intrin.name}: {intrin.signature}")
@@ -455,8 +475,10 @@ def _has_inner_annotated_loop(s) -> bool:
     return any(isinstance(x, For) and x.kind in ("vectorized", "parallel") for x in walk_stmts(s))
 
 
-def codegen(func: LoweredFunc, target: Target) -> tuple[str, str]:
-    """C source for ``func`` and the C name of its entry point."""
-    g = CodeGen(func, target)
+def codegen(func: LoweredFunc, target: Target, timers: dict | None = None) -> tuple[str, str]:
+    """C source for ``func`` and the C name of its entry point. ``timers`` (a profiling
+    build, see ``pypto.profile``): statement id -> slot of ``pt_prof_seconds`` that the
+    statement's wall time is added to."""
+    g = CodeGen(func, target, timers)
     src = g.generate()
     return src, g.fname

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:  # numpy's bfloat16 (an optional dependency: the bfloat16 extra)
+    import ml_dtypes
+except ImportError:  # pragma: no cover - exercised where ml_dtypes is absent
+    ml_dtypes = None
+
 
 @dataclass(frozen=True, slots=True)
 class DType:
@@ -40,6 +45,8 @@ _TABLE = {
         DType("float64", "double", "double", "float64", 64, "float"),
         # float16 is a storage type: loads widen to float, stores narrow.
         DType("float16", "_Float16", "float", "float16", 16, "float"),
+        # bfloat16 too, its bits kept in a uint16_t (C has no portable type for it)
+        DType("bfloat16", "uint16_t", "float", "bfloat16", 16, "float"),
         DType("int8", "int8_t", "int32_t", "int8", 8, "int"),
         DType("int32", "int32_t", "int32_t", "int32", 32, "int"),
         DType("int64", "int64_t", "int64_t", "int64", 64, "int"),
@@ -64,3 +71,44 @@ def dtype(name: str | np.dtype | type) -> DType:
 def check(name) -> str:
     """Return the canonical dtype name, or raise TypeError."""
     return dtype(name).name
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of arrays of ``name``; bfloat16 needs ``ml_dtypes`` (TypeError
+    saying so without it)."""
+    d = dtype(name)
+    if d.name == "bfloat16" and ml_dtypes is None:
+        raise TypeError("bfloat16 arrays need ml_dtypes: pip install 'pypto[bfloat16]'")
+    return np.dtype(ml_dtypes.bfloat16) if d.name == "bfloat16" else np.dtype(d.numpy)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageForms:
+    """C for a storage type computed in float: a load widening an element (``{0}``), a
+    store narrowing a float, a cast rounding a float to the type (a float again), and
+    the helper functions they call."""
+
+    load: str
+    store: str
+    cast: str
+    helpers: str = ""
+
+
+# float -> bfloat16 rounds to nearest even; NaN stays a (quiet) NaN
+_BF16_HELPERS = """static inline float pt_bf16_load(uint16_t b) {
+  union { uint32_t u; float f; } v = { (uint32_t)b << 16 };
+  return v.f;
+}
+static inline uint16_t pt_bf16_store(float f) {
+  union { float f; uint32_t u; } v = { f };
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}"""
+
+STORAGE = {
+    "float16": StorageForms("((float){0})", "(_Float16)({0})", "((float)(_Float16)({0}))"),
+    "bfloat16": StorageForms(
+        "pt_bf16_load({0})", "pt_bf16_store({0})", "pt_bf16_load(pt_bf16_store({0}))",
+        _BF16_HELPERS,
+    ),
+}  # fmt: skip

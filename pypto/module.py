@@ -196,8 +196,10 @@ class Module:
         lib_path: str,
         target: Target,
         signature: Signature | None = None,
+        profiler=None,
     ):
         self._describe(func, source, cname, lib_path, target, signature)
+        self.profiler = profiler  # pypto.profile.Profiler, given by pt.build
         lib = ctypes.CDLL(lib_path)
         self._c = getattr(lib, cname)
         self._c.restype = ctypes.c_int32
@@ -209,13 +211,14 @@ class Module:
     def _describe(self, func, source, cname, lib_path, target, signature=None):
         """What every module knows of its kernel: the signature its calls are checked by."""
         self.func = func  # None for a module loaded from a file
+        self.profiler = None
         self.signature = signature or Signature.of(func, cname)
         self.source = source
         self.name = self.signature.name
         self.lib_path = lib_path
         self.target = target
         sig = self.signature
-        self._specs = [(p.name, np.dtype(dtypes.dtype(p.dtype).numpy), p.shape) for p in sig.params]
+        self._specs = [(p.name, dtypes.numpy_dtype(p.dtype), p.shape) for p in sig.params]
         self._written = [p.written for p in sig.params]
 
     def __repr__(self):
@@ -353,6 +356,14 @@ class Module:
             return TimeResult(tuple(results))
 
         return evaluate
+
+    def profile(self, *args, repeat: int = 10):
+        """Each root stage timed over ``repeat`` calls of a build with timers: a
+        ``pypto.profile.Profile`` (print it; ``.plot(png)``), see ``pypto.profile``."""
+        if self.profiler is None:
+            raise RuntimeError(f"{self.name} cannot be profiled: only a module pt.build made "
+                               "from a schedule, run on this machine, has its stages")  # fmt: skip
+        return self.profiler(self, args, repeat)
 
     def export_library(self, path: str) -> str:
         """Save the compiled kernel: the shared object at ``path`` and its signature, target

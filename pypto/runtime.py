@@ -30,6 +30,7 @@ from .errors import BuildEnvironmentError, BuildError
 from .loop_ir import LoweredFunc
 from .lowering import lower
 from .module import EmulatedModule, Module, TimeResult, load_module
+from .profile import Profiler, describe
 from .schedule import Schedule
 from .target import as_target, can_run, missing_features
 
@@ -238,7 +239,8 @@ def build(
         prog = emulate.compile_program(source, driver, tgt, timeout)
         return EmulatedModule(func, source, cname, prog, tgt)
     so = compile_source(source, tgt.cflags, timeout)
-    return Module(func, source, cname, so, tgt)
+    profiler = Profiler(describe(sch), compile_source) if isinstance(sch, Schedule) else None
+    return Module(func, source, cname, so, tgt, profiler=profiler)
 
 
 @functools.lru_cache(maxsize=1)

@@ -8,8 +8,9 @@ the region each stage must compute is known.
 
 from __future__ import annotations
 
+from .dtypes import STORAGE
 from .errors import ScheduleError
-from .expr import Const, Reduce, TensorRead, as_expr, map_children, substitute
+from .expr import Const, Reduce, TensorRead, as_expr, cast, map_children, substitute
 from .prefetch import check_prefetch
 from .relations import Fuse, Skew, Split, created
 from .tensor import (
@@ -510,14 +511,18 @@ class Schedule:
             mapping[iv.var] = raxis[-1].var
         raxis = tuple(raxis)
         body = op.body
+        # a reduction over a storage type (float16, bfloat16) accumulates in float32
+        acc = "float32" if isinstance(body, Reduce) and op.dtype in STORAGE else op.dtype
         if isinstance(body, Reduce):
-            body = Reduce(body.combiner, substitute(body.source, mapping), raxis, body.dtype)
+            src = substitute(body.source, mapping)
+            body = Reduce(body.combiner, src if acc == op.dtype else cast(acc, src), raxis, acc)
         else:
             body = substitute(body, mapping)
         name = f"{op.name}.{scope}"
-        cache = ComputeOp(name, axis, body, op.dtype, raxis if op.reduce_axis else ())
+        cache = ComputeOp(name, axis, body, acc, raxis if op.reduce_axis else ())
+        read = cache.output(0)[tuple(iv.var for iv in op.axis)]
         copy = ComputeOp(
-            op.name, op.axis, cache.output(0)[tuple(iv.var for iv in op.axis)], op.dtype
+            op.name, op.axis, read if acc == op.dtype else cast(op.dtype, read), op.dtype
         )
         st.op = copy
         st._reset_leaves()

@@ -1,7 +1,9 @@
 """``pypto-tune validate TEMPLATE --args ...``: build the template's default config and its
 best recorded one (your records, then the shipped ones), run each on random inputs and
 compare every output with the template's numpy reference (without one: with the default
-config's outputs). Exit 1 when a config is wrong."""
+config's outputs) through ``pt.validate``, printing its report (errors, ULP histogram,
+mismatches). Tolerances default to the outputs' dtypes (``pypto.validate.TOLERANCES``).
+Exit 1 when a config is wrong."""
 
 from __future__ import annotations
 
@@ -20,8 +22,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """This subcommand's arguments."""
     add_workload_arguments(p, "hardware target (default: this host); it must run here")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    p.add_argument("--rtol", type=positive("--rtol", real=True), default=1e-3)
-    p.add_argument("--atol", type=positive("--atol", real=True), default=1e-3)
+    p.add_argument(
+        "--rtol",
+        type=positive("--rtol", real=True),
+        default=None,
+        help="relative tolerance (default: by output dtype; integers exact)",
+    )
+    p.add_argument(
+        "--atol",
+        type=positive("--atol", real=True),
+        default=None,
+        help="absolute tolerance (default: by output dtype; integers exact)",
+    )
 
 
 def random_inputs(tensors, rng) -> list:
@@ -39,9 +51,13 @@ def random_inputs(tensors, rng) -> list:
     return out
 
 
-def _outputs(task, values, inputs) -> list:
+def _module(task, values):
     s, tensors = task.instantiate(task.config_space.config(values))
-    got = pt.build(s, tensors, target=task.target)(*inputs)
+    return pt.build(s, tensors, target=task.target)
+
+
+def _outputs(task, values, inputs) -> list:
+    got = _module(task, values)(*inputs)
     return list(got) if isinstance(got, tuple) else [got]
 
 
@@ -67,19 +83,17 @@ def run(a: argparse.Namespace) -> int:
         break
     wrong = 0
     for what, values in configs.items():
-        errs = []
-        for got, want in zip(_outputs(task, values, inputs), expected):
-            want = np.asarray(want)
-            ok = got.shape == want.shape and np.allclose(got, want, rtol=a.rtol, atol=a.atol)
-            err = (
-                np.max(np.abs(got.astype(np.float64) - want)) if got.shape == want.shape else np.inf
-            )
-            errs.append((ok, float(err)))
-        good = all(ok for ok, _ in errs)
-        wrong += not good
-        worst = max(e for _, e in errs)
-        print(f"{what} {values}: {'ok' if good else 'WRONG'} against {against} "
-              f"(max abs error {worst:.3g})")  # fmt: skip
+        mod = _module(task, values)
+        try:
+            report = pt.validate(mod, lambda *_: expected, inputs, rtol=a.rtol, atol=a.atol)
+        except ValueError as e:  # outputs the reference does not have
+            wrong += 1
+            print(f"{what} {values}: WRONG against {against} ({e})")
+            continue
+        wrong += not report.ok
+        print(f"{what} {values}: {'ok' if report.ok else 'WRONG'} against {against} "
+              f"(max abs error {report.max_abs_err:.3g})")  # fmt: skip
+        print("  " + str(report).replace("\n", "\n  "))
     if "best recorded config" not in configs:
         print(f"no recorded config for {task.workload_key} on {task.target.key}")
     return 1 if wrong else 0

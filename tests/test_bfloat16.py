@@ -1,0 +1,153 @@
+"""bfloat16 as a storage type: numpy arrays through ml_dtypes, arithmetic in float32,
+every store rounded to nearest even, compared bit for bit with ml_dtypes' conversions;
+reductions over float16 and bfloat16 accumulated in float32 by cache_write."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+from pypto import dtypes
+
+try:
+    import ml_dtypes
+
+    BF16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    ml_dtypes = BF16 = None
+needs_ml_dtypes = pytest.mark.skipif(ml_dtypes is None, reason="bfloat16 needs ml_dtypes")
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint16)
+
+
+@needs_ml_dtypes
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_elementwise_matches_numpy_bit_for_bit(vectorize):
+    n = pt.var("n")
+    A = pt.placeholder((n,), "bfloat16", name="A")
+    B = pt.placeholder((n,), "bfloat16", name="B")
+    C = pt.compute((n,), lambda i: A[i] * B[i] + 1.0, name="C")
+    s = pt.create_schedule(C)
+    if vectorize:
+        _, xi = s[C].split(C.op.axis[0], factor=16)
+        s[C].vectorize(xi)
+    mod = pt.build(s, [A, B, C], name="fma16")
+    assert "uint16_t* restrict C" in mod.source and "pt_bf16_store(" in mod.source
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(1003).astype(BF16)
+    b = rng.standard_normal(1003).astype(BF16)
+    c = mod(a, b)
+    assert c.dtype == BF16
+    # a bfloat16 product is exact in float32: one rounding to float32, one to bfloat16
+    want = (a.astype(np.float32) * b.astype(np.float32) + np.float32(1)).astype(BF16)
+    assert np.array_equal(_bits(c), _bits(want))
+
+
+@needs_ml_dtypes
+def test_rounding_ties_overflow_and_specials():
+    X = pt.placeholder((16,), "float32", name="X")
+    Y = pt.compute((16,), lambda i: pt.cast("bfloat16", X[i]), name="Y")
+    Z = pt.compute((16,), lambda i: pt.cast("float32", pt.cast("bfloat16", X[i])), name="Z")
+    mod = pt.build(pt.create_schedule([Y, Z]), [X, Y, Z], name="round16")
+    one = np.float32(1.0).view(np.uint32)
+    ties = np.array([one + 0x8000, one + 0x18000, one + 0x7FFF, one + 0x8001], np.uint32)
+    x = np.concatenate(
+        [
+            ties.view(np.float32),  # halfway: down to even, up to even; below, above half
+            np.float32([3.4e38, -3.4e38, np.inf, -np.inf, np.nan, -0.0, 0.0, 1e-40]),
+            np.float32([65504.0, -2.5, 0.1, 1.00390625]),
+        ]
+    ).astype(np.float32)
+    y, z = mod(x)
+    want = x.astype(BF16)
+    assert np.array_equal(_bits(y)[~np.isnan(x)], _bits(want)[~np.isnan(x)])
+    assert np.isnan(y.astype(np.float32)[np.isnan(x)]).all() and np.isnan(z[np.isnan(x)]).all()
+    assert np.array_equal(_bits(y)[:4], [0x3F80, 0x3F82, 0x3F80, 0x3F81])
+    assert np.isposinf(y[4].astype(np.float32)) and np.isneginf(y[5].astype(np.float32))
+    assert np.array_equal(z[~np.isnan(x)], want.astype(np.float32)[~np.isnan(x)])
+
+
+@needs_ml_dtypes
+def test_matmul_accumulated_in_float32_against_float64():
+    M, N, K = 24, 40, 4096
+    A = pt.placeholder((M, K), "bfloat16", name="A")
+    B = pt.placeholder((K, N), "bfloat16", name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    acc = pt.compute(
+        (M, N),
+        lambda i, j: pt.sum(pt.cast("float32", A[i, k]) * pt.cast("float32", B[k, j]), axis=k),
+        name="acc",
+    )
+    C = pt.compute((M, N), lambda i, j: pt.cast("bfloat16", acc[i, j]), name="C")
+    s = pt.create_schedule(C)
+    s[acc].compute_at(s[C], C.op.axis[0])
+    mod = pt.build(s, [A, B, C], name="mm16")
+    rng = np.random.default_rng(1)
+    a = rng.uniform(-1, 1, (M, K)).astype(BF16)
+    b = rng.uniform(-1, 1, (K, N)).astype(BF16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    r = pt.validate(mod, lambda a, b: ref, [a, b])
+    assert r.ok and r.outputs[0].dtype == "bfloat16" and r.outputs[0].rtol == 2e-2
+    assert r.max_rel_err < 1e-2 and r.ulp["0"] + r.ulp["1"] == M * N
+
+
+@needs_ml_dtypes
+def test_arguments_are_checked_and_ml_dtypes_is_named_when_missing(monkeypatch):
+    A = pt.placeholder((4,), "bfloat16", name="A")
+    B = pt.compute((4,), lambda i: A[i] + 1.0, name="B")
+    s = pt.create_schedule(B)
+    mod = pt.build(s, [A, B], name="plus")
+    with pytest.raises(TypeError, match="argument A: dtype float16, expected bfloat16"):
+        mod(np.ones(4, np.float16))
+    assert dtypes.dtype(BF16).name == "bfloat16" and dtypes.dtype("bfloat16").bytes == 2
+    monkeypatch.setattr(dtypes, "ml_dtypes", None)
+    with pytest.raises(TypeError, match=r"bfloat16 arrays need ml_dtypes: pip install"):
+        pt.build(s, [A, B], name="plus")
+
+
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=needs_ml_dtypes)])
+def test_cache_write_accumulates_16_bit_reductions_in_float32(dtype):
+    M, N, K = 16, 24, 4096
+    A = pt.placeholder((M, K), dtype, name="A")
+    B = pt.placeholder((K, N), dtype, name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 8)
+    s[CL].compute_at(s[C], jo)
+    s[C].vectorize(ji)
+    assert CL.dtype == "float32" and C.dtype == dtype
+    mod = pt.build(s, [A, B, C], name="mm_acc")
+    assert "float C_local[32]" in mod.source  # the 4 x 8 accumulator tile
+    np_dt = BF16 if dtype == "bfloat16" else np.dtype(dtype)
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (M, K)).astype(np_dt)
+    b = rng.uniform(-1, 1, (K, N)).astype(np_dt)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    r = pt.validate(mod, lambda a, b: ref, [a, b])
+    assert r.ok, str(r)
+    # rounded once: within one step of the output type of the float64 result
+    assert r.ulp["0"] + r.ulp["1"] == M * N
+    rel = np.linalg.norm(mod(a, b).astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert rel < 1e-2
+
+
+@needs_ml_dtypes
+@pytest.mark.parametrize("target", ["generic", "x86-avx2", "aarch64-neon"])
+def test_every_target_rounds_the_same(target):
+    from pypto import emulate
+
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    A = pt.placeholder((64,), "bfloat16", name="A")
+    C = pt.compute((64,), lambda i: A[i] * 3.0 + 0.5, name="C")
+    s = pt.create_schedule(C)
+    s[C].vectorize(C.op.axis[0])
+    a = np.linspace(-3, 3, 64).astype(BF16)
+    c = pt.build(s, [A, C], target=t, name="tri")(a)
+    want = (a.astype(np.float32) * np.float32(3) + np.float32(0.5)).astype(BF16)
+    assert np.array_equal(c.view(np.uint16), want.view(np.uint16))

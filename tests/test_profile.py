@@ -1,0 +1,137 @@
+"""mod.profile: an instrumented build timing each root stage, its work counted from the
+definitions, held against the machine's measured (and cached) peaks."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+import pypto as pt
+from pypto import peak
+from pypto import profile as prof_mod
+
+
+def _chain(n_var=None, size=192):
+    """C = A @ B (tiled, C.local accumulated inside C), D = relu(C) with E inlined into it,
+    F = 2 * D + 1: three root stages C, D, F."""
+    n = n_var if n_var is not None else size
+    A = pt.placeholder((n, n), "float32", name="A")
+    B = pt.placeholder((n, n), "float32", name="B")
+    k = pt.reduce_axis((0, n), name="k")
+    C = pt.compute((n, n), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    E = pt.compute((n, n), lambda i, j: C[i, j] - 0.5, name="E")
+    D = pt.compute((n, n), lambda i, j: pt.max(E[i, j], pt.const(0, "float32")), name="D")
+    F = pt.compute((n, n), lambda i, j: D[i, j] * 2.0 + 1.0, name="F")
+    s = pt.create_schedule(F.op)
+    s[E].compute_inline()
+    CL = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], 16, 16)
+    s[CL].compute_at(s[C], jo)
+    s[C].parallel(io)
+    s[D].vectorize(D.op.axis[1])
+    return s, [A, B, F]
+
+
+@pytest.fixture(scope="module")
+def profiled():
+    n = 192
+    s, args = _chain(size=n)
+    mod = pt.build(s, args, name="chain")
+    rng = np.random.default_rng(0)
+    a, b = (rng.random((n, n), dtype=np.float32) for _ in range(2))
+    return mod, mod.profile(a, b, repeat=5), (a, b)
+
+
+def test_entries_name_every_root_stage_with_exact_work(profiled):
+    mod, p, _ = profiled
+    n = 192
+    assert [e.stage for e in p] == ["C", "D", "F"]  # C.local inside C, E inlined into D
+    # C: a multiply and an add per point of (i, j, k) in C.local, a copy in C
+    assert p["C"].flops == 2 * n**3 and p["C"].bytes == 3 * n * n * 4
+    assert p["D"].flops == 2 * n * n and p["D"].bytes == 2 * n * n * 4  # E's sub, max
+    assert p["F"].flops == 2 * n * n and p[2] is p["F"]
+    with pytest.raises(KeyError, match="chain has no root stage 'E'"):
+        p["E"]
+    for e in p:
+        values = (e.seconds, e.gflops, e.gbps, e.peak_fraction, e.intensity)
+        assert all(math.isfinite(v) and v > 0 for v in values), e
+        assert e.gflops == pytest.approx(e.flops / e.seconds / 1e9)
+        assert e.gbps == pytest.approx(e.bytes / e.seconds / 1e9)
+    assert p["C"].bound == "compute" and p["F"].bound == "memory"
+    assert p["D"].threads == 1  # no parallel loop: held against the one-thread peak
+
+
+def test_stage_seconds_add_up_to_the_call(profiled):
+    _, p, _ = profiled
+    staged = sum(e.seconds for e in p)
+    # the whole call adds only the ctypes call and the untimed allocations
+    assert 0.7 * p.total_seconds <= staged <= p.total_seconds * 1.02, (staged, p.total_seconds)
+
+
+def test_the_profiling_build_computes_the_same_and_prints_a_table(profiled):
+    mod, p, (a, b) = profiled
+    text = str(p)
+    assert text.startswith("chain on ") and "ms per call" in text
+    for col in ("stage", "GFLOP/s", "GB/s", "of peak"):
+        assert col in text
+    assert "peak with 1 thread(s): FMA" in text
+    assert mod.profiler is not None and "pt_prof" not in mod.source  # the module itself is plain
+    timers = prof_mod.assign(mod.func, mod.profiler.stages)
+    src, _ = prof_mod.codegen(mod.func, mod.target, timers)
+    assert src.count("pt_prof_t = omp_get_wtime();") == len(timers) >= 3
+    ref = np.maximum(a.astype(np.float64) @ b - 0.5, 0) * 2 + 1
+    np.testing.assert_allclose(mod(a, b), ref, rtol=1e-4)
+
+
+def test_symbolic_sizes_and_update_stages():
+    n = pt.var("n")
+    s, args = _chain(n_var=n)
+    p = pt.build(s, args, name="sym").profile(*[np.ones((40, 40), np.float32)] * 2, repeat=2)
+    assert p["C"].flops == 2 * 40**3 and p["F"].bytes == 2 * 40 * 40 * 4
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n,), lambda i: X[i], name="Y")
+    r = pt.reduce_axis((1, n), name="r")
+    Y[r] = Y[r - 1] + X[r]
+    p = pt.build(pt.create_schedule(Y), [X, Y], name="scan").profile(np.ones(1000, "f4"))
+    assert [e.stage for e in p] == ["Y", "Y.update(0)"]
+    assert p["Y.update(0)"].flops == 999 and p["Y"].flops == 0
+    assert p["Y.update(0)"].bytes == 2 * 1000 * 4
+
+
+def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path))
+    s, args = _chain(size=32)
+    mod = pt.build(s, args, name="small")
+    x = np.ones((32, 32), np.float32)
+    first = mod.profile(x, x, repeat=1)
+    store = tmp_path / "peaks.json"
+    cached = json.loads(store.read_text())
+    assert f"{mod.target.name}/1" in cached
+    assert cached[f"{mod.target.name}/1"]["gflops"] == first.peaks[0].gflops > 0
+    stamp = os.path.getmtime(store)
+    monkeypatch.setattr(peak, "peak_source", lambda t: pytest.fail("measured twice"))
+    assert mod.profile(x, x, repeat=1).peaks == first.peaks and os.path.getmtime(store) == stamp
+
+
+def test_refusals(profiled, tmp_path, monkeypatch):
+    mod, p, (a, b) = profiled
+    with pytest.raises(ValueError, match="repeat must be a positive number of calls, got 0"):
+        mod.profile(a, b, repeat=0)
+    path = mod.export_library(str(tmp_path / "k.so"))
+    with pytest.raises(RuntimeError, match="chain cannot be profiled: only a module pt.build"):
+        pt.load_module(path).profile(a, b)
+    with pytest.raises(TypeError, match="argument A: dtype float64"):
+        mod.profile(a.astype(np.float64), b)
+    monkeypatch.setattr(prof_mod.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="Profile.plot needs matplotlib"):
+        p.plot(str(tmp_path / "r.png"))
+
+
+def test_roofline_png(profiled, tmp_path):
+    pytest.importorskip("matplotlib")
+    _, p, _ = profiled
+    out = p.plot(str(tmp_path / "roof.png"))
+    with open(out, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"

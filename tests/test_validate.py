@@ -1,0 +1,164 @@
+"""pt.validate: kernels that are right, slightly off, badly off at a few indices, and
+producing NaN, each compared with a numpy reference with exact expected counts."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+from pypto.validate import compare, compare_one
+
+N, M = 6, 8
+
+
+def _build(body, dtype="float32", name="k"):
+    A = pt.placeholder((N, M), dtype, name="A")
+    B = pt.placeholder((N, M), dtype, name="B")
+    C = pt.compute((N, M), lambda i, j: body(A, B, i, j), name="C")
+    return pt.build(pt.create_schedule(C), [A, B, C], name=name)
+
+
+def _inputs(dtype="float32", seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(1, 2, (N, M)).astype(dtype) for _ in range(2)]
+
+
+def _add(a, b):
+    return a.astype(np.float64) + b
+
+
+def test_a_right_kernel_is_ok():
+    mod = _build(lambda A, B, i, j: A[i, j] + B[i, j])
+    r = pt.validate(mod, _add, _inputs())
+    assert r.ok and r.mismatches == 0 and r.first_mismatches == () and r.nan_mismatches == 0
+    # float32 sums rounded once: at most half an ulp from the float64 reference
+    assert r.ulp["0"] == N * M and sum(r.ulp.values()) == N * M
+    assert 0 < r.max_abs_err < 2.0**-22 * 4 and 0 < r.max_rel_err < 2.0**-24
+    assert "yes" in str(r) and r.summary().startswith("ok")
+
+
+def test_slightly_off_is_ok_within_tolerance_with_its_ulps_counted():
+    # every element one float32 step (at [2, 4)) too large: 2**-22 absolute
+    mod = _build(lambda A, B, i, j: A[i, j] + B[i, j] + pt.const(2.0**-22, "float32"))
+    r = pt.validate(mod, _add, _inputs())
+    assert r.ok and r.mismatches == 0
+    assert r.ulp["1"] + r.ulp["2-4"] == N * M and r.ulp["0"] == 0
+    assert r.max_abs_err == pytest.approx(2.0**-22, rel=0.6)
+    tight = pt.validate(mod, _add, _inputs(), rtol=0, atol=1e-9)  # the override bites
+    assert not tight.ok and tight.mismatches == N * M
+    assert tight.first_mismatches == tuple((0, j) for j in range(M)) + ((1, 0), (1, 1))
+
+
+def test_badly_off_at_a_few_indices():
+    def body(A, B, i, j):
+        wrong = pt.select(((i == 1) & (j == 2)) | ((i == 4) & (j == 7)), 1.0, 0.0)
+        return A[i, j] + B[i, j] + pt.cast("float32", wrong)
+
+    mod = _build(body)
+    r = pt.validate(mod, _add, _inputs())
+    assert not r.ok
+    assert r.mismatches == 2 and r.first_mismatches == ((1, 2), (4, 7))
+    assert r.nan_mismatches == 0
+    assert r.max_abs_err == pytest.approx(1.0, abs=1e-6)
+    assert r.ulp[">256"] == 2 and r.ulp["0"] == N * M - 2
+    assert "output C: 2 of 48 elements beyond rtol=0.0001, atol=0.0001" in r.summary()
+    assert "first at (1, 2)" in r.summary() and "C: first mismatches at (1, 2), (4, 7)" in str(r)
+
+
+def test_nan_and_inf_disagreements():
+    def body(A, B, i, j):
+        nan = pt.const(float("nan"), "float32")
+        inf = pt.const(float("inf"), "float32")
+        v = A[i, j] + B[i, j]
+        return pt.select(j == 0, nan, pt.select((i == 5) & (j == 3), inf, v))
+
+    mod = _build(body)
+
+    def ref(a, b):
+        out = a.astype(np.float64) + b
+        out[0, 0] = np.nan  # the reference agrees at (0, 0) only
+        out[2, 5] = -np.inf  # and has an infinity the kernel does not
+        return out
+
+    r = pt.validate(mod, ref, _inputs())
+    # column 0 except (0, 0): 5 NaNs; (5, 3): Inf; (2, 5): the reference's -Inf
+    assert r.nan_mismatches == 7 and r.mismatches == 7
+    assert r.first_mismatches == ((1, 0), (2, 0), (2, 5), (3, 0), (4, 0), (5, 0), (5, 3))
+    assert sum(r.ulp.values()) == N * M - 8  # histogram over elements finite in both
+    assert np.isfinite(r.max_abs_err) and not r.ok
+
+
+def test_integer_outputs_are_exact_and_float16_has_its_own_tolerance():
+    got = np.array([[1, 2], [3, 4]], np.int32)
+    c = compare_one(got, np.array([[1, 2], [3, 5]], np.int64), "C")
+    assert (c.mismatches, c.first_mismatches, c.max_abs_err) == (1, ((1, 1),), 1.0)
+    assert dict(c.ulp)["1"] == 1 and dict(c.ulp)["0"] == 3
+    big = np.array([2**60 + 1], np.int64)  # exact past float64's 53 bits
+    assert compare_one(big, np.array([2**60], np.int64)).mismatches == 1
+    h = np.array([1.0, 2.0, 3.0], np.float16)
+    near = compare_one(h, h.astype(np.float64) * (1 + 4e-3))  # float32 would reject it
+    assert near.ok and near.rtol == 1e-2
+    assert not compare_one(h.astype(np.float32), h.astype(np.float64) * (1 + 4e-3)).ok
+
+
+def test_several_outputs_and_bad_calls():
+    A = pt.placeholder((N,), "float32", name="A")
+    X = pt.compute((N,), lambda i: A[i] * 2.0, name="X")
+    Y = pt.compute((N,), lambda i: A[i] + pt.cast("float32", pt.select(i == 3, 1.0, 0.0)), name="Y")
+    mod = pt.build(pt.create_schedule([X, Y]), [A, X, Y], name="two")
+    a = np.arange(N, dtype=np.float32)
+    r = pt.validate(mod, lambda a: (a * 2.0, a), [a])
+    assert [o.name for o in r.outputs] == ["X", "Y"] and [o.ok for o in r.outputs] == [True, False]
+    assert r.mismatches == 1 and r.first_mismatches == ((3,),)
+    with pytest.raises(
+        ValueError, match=r"has 2 output\(s\) \(X, Y\), but the reference returned 1"
+    ):
+        pt.validate(mod, lambda a: a, [a])
+    with pytest.raises(
+        ValueError, match=r"output Y: shape \(6,\), but the reference returned \(5,\)"
+    ):
+        pt.validate(mod, lambda a: (a * 2, a[:5]), [a])
+    with pytest.raises(TypeError, match=r"two takes 1 input\(s\) \(A\), got 2"):
+        pt.validate(mod, lambda a: (a, a), [a, a])
+    with pytest.raises(ValueError, match="rtol must be a non-negative finite number"):
+        pt.validate(mod, lambda a: (a, a), [a], rtol=-1)
+    with pytest.raises(
+        ValueError, match=r"has 1 output\(s\) \(out\), but the reference returned 2"
+    ):
+        compare([a], [a, a], names=["out"])
+
+
+def test_the_tuners_check_names_the_error_and_first_mismatch():
+    from autotune.workers import Runner
+
+    opt = {"rtol": 1e-3, "atol": 1e-3}
+    want = np.ones((4, 4), np.float32)
+    got = want.copy()
+    got[2, 1] = np.nan
+    got[3, 3] = 1.5
+    arrays = [np.zeros(3, np.float32), got]
+    bad = Runner._compare(arrays, [1], [want], ["A", "C"], opt)
+    assert bad["error"] == "WRONG_ANSWER"
+    assert bad["msg"] == (
+        "differs from the reference: output C: 2 of 16 elements beyond rtol=0.001, "
+        "atol=0.001, 1 NaN/Inf disagreements (max abs error 0.5, first at (2, 1))"
+    )
+    assert Runner._compare([arrays[0], want.copy()], [1], [want], ["A", "C"], opt) is None
+    ints = np.full(3, 10_000, np.int32)  # integer outputs exact, whatever atol says
+    off = Runner._compare([ints + 1], [0], [ints], ["K"], opt)
+    assert "output K: 3 of 3 elements beyond rtol=0, atol=0" in off["msg"]
+    shape = Runner._compare([ints], [0], [ints[:2]], ["K"], opt)
+    assert shape["msg"] == "output K: shape (3,), but the reference returned (2,)"
+
+
+def test_pypto_tune_validate_prints_the_report(capsys):
+    from autotune.cli import main as cli_main
+
+    assert cli_main(["validate", "matmul", "--args", "16,24,8"]) == 0
+    out = capsys.readouterr().out
+    assert "default config {" in out and ": ok against the reference (max abs error" in out
+    header = next(line for line in out.splitlines() if "ulp 0" in line)
+    for col in ("output", "max abs", "max rel", "ulp >256", "mismatch", "nan/inf", "ok"):
+        assert col in header
+    row = out.splitlines()[out.splitlines().index(header) + 1].split()
+    assert row[0] == "C" and row[1] == "float32" and row[-3:] == ["0", "0", "yes"]
+    assert sum(int(c) for c in row[4:10]) == 16 * 24  # every element in one ULP bucket
