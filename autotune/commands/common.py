@@ -61,6 +61,11 @@ def add_workload_arguments(p: argparse.ArgumentParser, target_help: str) -> None
         "--args", required=True, help="the template's arguments, comma-separated, e.g. 64,64,64"
     )
     p.add_argument("--target", default="host", help=target_help)
+    add_import_argument(p)
+
+
+def add_import_argument(p: argparse.ArgumentParser) -> None:
+    """--import MODULE (repeatable): modules that register user templates."""
     p.add_argument(
         "--import",
         dest="imports",
@@ -68,6 +73,25 @@ def add_workload_arguments(p: argparse.ArgumentParser, target_help: str) -> None
         default=[],
         metavar="MODULE",
         help="import a Python module that registers templates (repeatable)",
+    )
+
+
+def add_measure_arguments(p: argparse.ArgumentParser) -> None:
+    """--timeout, --number, --repeat: how each candidate is measured."""
+    p.add_argument(
+        "--timeout",
+        type=positive("--timeout", real=True),
+        default=10.0,
+        help="seconds one candidate may run before it is recorded as a timeout (default 10)",
+    )
+    p.add_argument(
+        "--number", type=positive("--number"), default=5, help="calls per timing repeat (default 5)"
+    )
+    p.add_argument(
+        "--repeat",
+        type=positive("--repeat"),
+        default=3,
+        help="timing repeats per candidate (default 3)",
     )
 
 

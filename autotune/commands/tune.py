@@ -8,9 +8,15 @@ import argparse
 import autotune as at
 
 from .. import store
-from .common import add_workload_arguments, load_logs, positive, task_of, writable_log
-
-TUNERS = {"xgb": "XGBTuner", "ga": "GATuner", "random": "RandomTuner", "grid": "GridSearchTuner"}
+from ..scheduler import TUNERS
+from .common import (
+    add_measure_arguments,
+    add_workload_arguments,
+    load_logs,
+    positive,
+    task_of,
+    writable_log,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,21 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="count the log's records of this workload as done and measure the rest (with "
         "the default log, the records shipped for the target count too)",
     )
-    p.add_argument(
-        "--timeout",
-        type=positive("--timeout", real=True),
-        default=10.0,
-        help="seconds one candidate may run before it is recorded as a timeout (default 10)",
-    )
-    p.add_argument(
-        "--number", type=positive("--number"), default=5, help="calls per timing repeat (default 5)"
-    )
-    p.add_argument(
-        "--repeat",
-        type=positive("--repeat"),
-        default=3,
-        help="timing repeats per candidate (default 3)",
-    )
+    add_measure_arguments(p)
     p.add_argument(
         "--early-stopping",
         type=positive("--early-stopping"),
@@ -74,7 +66,7 @@ def run(a: argparse.Namespace) -> int:
     """Run the subcommand on parsed arguments; returns the exit status."""
     task = task_of(a)
     log = writable_log(a.log or store.user_log(task.name))
-    tuner = getattr(at, TUNERS[a.tuner])(task, seed=a.seed)
+    tuner = TUNERS[a.tuner](task, seed=a.seed)
     done = 0
     sources = [log] + ([] if a.log else store.shipped_logs(task.target))
     if a.resume:

@@ -28,7 +28,14 @@ from ..scheduler import TUNERS, TaskScheduler
 from ..space import SpaceError
 from ..task import Task, get_template
 from ..workloads import WorkloadError, load_workloads, merge_duplicates, standard_workloads
-from .common import UsageError, import_modules, positive, target_of
+from .common import (
+    UsageError,
+    add_import_argument,
+    add_measure_arguments,
+    import_modules,
+    positive,
+    target_of,
+)
 
 DESCRIPTION = (
     "Tune every built-in template's standard workloads (or those of --workloads FILE) on "
@@ -92,23 +99,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="trials per scheduling round (default 16)",
     )
-    p.add_argument(
-        "--timeout",
-        type=positive("--timeout", real=True),
-        default=10.0,
-        help="seconds one candidate may run (default 10)",
-    )
-    p.add_argument("--number", type=positive("--number"), default=5, help="calls per repeat")
-    p.add_argument("--repeat", type=positive("--repeat"), default=3, help="timing repeats")
+    add_measure_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler and tuners")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="import a Python module that registers templates (repeatable)",
-    )
+    add_import_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
