@@ -50,8 +50,6 @@ from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 from .tensorize import bind
 
-_relax = regions.relax  # the name tensorize imports it by
-
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
     return Binary(

@@ -67,6 +67,8 @@ from .expr import (
 )
 from .expr import vars_of as _vars_of
 from .loop_ir import IntrinCall, Operand, c_identifier
+from .regions import relax
+from .relations import Split
 from .simplify import INF, Lin, simplify, upper_bound
 from .tensor import ComputeOp, PlaceholderOp, Tensor, UpdateOp
 
@@ -188,8 +190,6 @@ def _err(st, intrin, msg: str) -> ScheduleError:
 def _roots(st) -> dict:
     """Leaf -> (root index, path): the axis a loop comes from, and the outer (0) / inner
     (1) choices of the splits on the way; fused and skewed loops are not mapped."""
-    from .schedule import Split
-
     up = {}
     for rel in st.relations:
         if isinstance(rel, Split):
@@ -431,8 +431,6 @@ def bind(low, n, pos: int, intrin: TensorIntrin):
 
 def _whole(low, n, pos: int, intrin, consts: dict, conds: list):
     """Conditions under which every guard inside the region holds for the whole tile."""
-    from .lowering import _relax
-
     relaxed = {iv.var: Const(c, "int64") for iv, c in consts.items()}
     out = list(conds)
     for p, guards in n.guards.items():
@@ -442,7 +440,7 @@ def _whole(low, n, pos: int, intrin, consts: dict, conds: list):
             if not isinstance(cond, Cmp) or cond.op not in ("lt", "le", "gt", "ge"):
                 raise _err(n.stage, intrin, f"cannot tell when guard {cond} holds for a tile")
             d = Binary("sub", cond.a, cond.b, "int64")
-            r = _relax(d, relaxed, low.ranges)
+            r = relax(d, relaxed, low.ranges)
             if r is None:
                 raise _err(n.stage, intrin, f"guard {cond} is not analysable")
             lo, hi = r
