@@ -13,7 +13,8 @@ class log_to_file:  # noqa: N801 - a callback named like AutoTVM's
         self.path = str(path)
 
     def __call__(self, tuner, inputs, results):
-        append_records(self.path, [to_record(i, r) for i, r in zip(inputs, results)])
+        name = getattr(tuner, "name", "")
+        append_records(self.path, [to_record(i, r, name) for i, r in zip(inputs, results)])
 
 
 class progress_bar:  # noqa: N801

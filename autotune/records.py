@@ -78,6 +78,7 @@ class Record(Measured):
     run_s: float = 0.0
     ts: float = field(default_factory=time.time)
     pypto: str = PYPTO_VERSION
+    tuner: str = ""  # the search that proposed the config ("" when not known)
 
     @property
     def gflops(self) -> float:
@@ -105,6 +106,7 @@ class Record(Measured):
             "build_s": round(self.build_s, 6),
             "run_s": round(self.run_s, 6),
             "ts": self.ts,
+            **({"tuner": self.tuner} if self.tuner else {}),
         }
         return json.dumps(d, separators=(",", ":"))
 
@@ -132,7 +134,7 @@ class Record(Measured):
         error = d.get("error")
         if not (error is None or isinstance(error, str)) or (error is None and not costs):
             raise ValueError("bad error")
-        for key in ("target", "error_msg", "pypto"):
+        for key in ("target", "error_msg", "pypto", "tuner"):
             if not isinstance(d.get(key, ""), str):
                 raise ValueError(f"bad {key}")
         return Record(
@@ -147,6 +149,7 @@ class Record(Measured):
             run_s=_number(d.get("run_s") or 0.0, "run_s"),
             ts=_number(d.get("ts") or 0.0, "ts"),
             pypto=d.get("pypto", ""),
+            tuner=d.get("tuner", ""),
         )
 
 

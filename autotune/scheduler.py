@@ -53,7 +53,7 @@ from .scheduler_display import Progress, summary_table
 from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner
 from .xgb_tuner import XGBTuner
 
-TUNERS = {"xgb": XGBTuner, "ga": GATuner, "random": RandomTuner, "grid": GridSearchTuner}
+TUNERS = {cls.name: cls for cls in (XGBTuner, GATuner, RandomTuner, GridSearchTuner)}
 DEFAULT_SECONDS_PER_TRIAL = 2.0  # a guess for a task not measured yet in this run
 PROCESS_START_S = 4.0  # a confirmation's own measurement processes starting
 

@@ -23,7 +23,8 @@ class MeasureInput:
     config: Config
 
 
-def to_record(inp: MeasureInput, res: MeasureResult) -> Record:
+def to_record(inp: MeasureInput, res: MeasureResult, tuner: str = "") -> Record:
+    """The log line of one measurement (``tuner``: the search that proposed it)."""
     return Record(
         workload=inp.task.workload_key,
         target=inp.task.target.key,
@@ -35,11 +36,14 @@ def to_record(inp: MeasureInput, res: MeasureResult) -> Record:
         build_s=res.build_s,
         run_s=res.run_s,
         ts=res.ts,
+        tuner=tuner,
     )
 
 
 class Tuner:
     """Base tuner: bookkeeping of visited configs and the best one so far."""
+
+    name = ""  # a subclass's short name, as pypto-tune --tuner and the records call it
 
     model_based = False
     batch_size = 8
@@ -207,12 +211,16 @@ class Tuner:
 class RandomTuner(Tuner):
     """Uniform samples without repetition."""
 
+    name = "random"  # as pypto-tune --tuner and the records call it
+
     def next_batch(self, n):
         return self._random_unvisited(n, set())
 
 
 class GridSearchTuner(Tuner):
     """Every config in index order."""
+
+    name = "grid"  # as pypto-tune --tuner and the records call it
 
     def __init__(self, task, seed=None):
         super().__init__(task, seed)
@@ -229,6 +237,8 @@ class GridSearchTuner(Tuner):
 
 class GATuner(Tuner):
     """A genetic algorithm: fitness-proportional parents, knob-wise crossover, mutation."""
+
+    name = "ga"  # as pypto-tune --tuner and the records call it
 
     def __init__(self, task, seed=None, pop_size: int = 32, mutation_prob: float = 0.15):
         super().__init__(task, seed)

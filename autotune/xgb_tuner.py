@@ -31,6 +31,8 @@ from .tuners import Tuner
 class XGBTuner(Tuner):
     """Fit, anneal on the model, measure the most promising configs."""
 
+    name = "xgb"  # as pypto-tune --tuner and the records call it
+
     model_based = True
 
     def __init__(

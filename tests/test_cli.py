@@ -241,6 +241,20 @@ def test_plot_writes_a_png_of_best_so_far(tmp_path, capsys):
     assert plot_cmd.curves(at.load_records(logs[1])) == [(1, 0.5), (2, 1.0), (3, 1.0)]
 
 
+def test_records_name_their_tuner_and_plot_draws_a_line_per_tuner(tmp_path):
+    """Two tuners appending to one log: each record says which proposed it."""
+    log = str(tmp_path / "both.jsonl")
+    task = at.Task("matmul", (16, 16, 16))
+    fast = at.MeasureOption(number=1, repeat=1)
+    for tuner in (at.RandomTuner(task, seed=1), at.GridSearchTuner(task)):
+        tuner.tune(2, measure=fast, callbacks=[at.log_to_file(log)])
+    recs = at.load_records(log)
+    assert [r.tuner for r in recs] == ["random", "random", "grid", "grid"]
+    (lines,) = plot_cmd.series([log]).values()
+    assert sorted(lines) == ["both: grid", "both: random"]
+    assert all(len(v) == 2 for v in lines.values())
+
+
 def test_plot_without_matplotlib_says_what_to_install(tmp_path, monkeypatch, capsys):
     log = tmp_path / "l.jsonl"
     at.append_records(str(log), [at.Record(at.workload_key("m", [1]), "generic", {}, [1.0])])

@@ -1,7 +1,7 @@
 """``pypto-tune plot LOG [LOG ...] -o FILE.png``: best-so-far GFLOP/s against trials, one
-panel per workload and target, one line per log (tune each tuner into its own log to
-compare tuners: ``--tuner random --log random.jsonl``). Needs matplotlib (the ``plot``
-extra: ``pip install 'pypto[plot]'``)."""
+panel per workload and target, one line per log and tuner (records name the tuner that
+proposed them; records of older versions, which do not, make one line per log). Needs
+matplotlib (the ``plot`` extra: ``pip install 'pypto[plot]'``)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,19 @@ def curves(records) -> list[tuple[int, float]]:
     return out
 
 
+def series(paths) -> dict:
+    """(workload, target) -> line label -> its records in order: one line per log and
+    tuner (``log: xgb``), or per log for records that do not name their tuner."""
+    panels: dict = {}
+    for path in paths:
+        label = os.path.splitext(os.path.basename(path))[0]
+        for r in load_logs([path]):
+            if r.flop:
+                line = f"{label}: {r.tuner}" if r.tuner else label
+                panels.setdefault((r.workload, r.target), {}).setdefault(line, []).append(r)
+    return panels
+
+
 def run(a: argparse.Namespace) -> int:
     """Run the subcommand on parsed arguments; returns the exit status."""
     if plt is None:
@@ -45,20 +58,15 @@ def run(a: argparse.Namespace) -> int:
         )
     if not a.out.lower().endswith(".png"):
         raise UsageError(f"-o {a.out}: the picture is a PNG; name it FILE.png")
-    panels: dict = {}
-    for path in a.logs:
-        label = os.path.splitext(os.path.basename(path))[0]
-        for r in load_logs([path]):
-            if r.flop:
-                panels.setdefault((r.workload, r.target), {}).setdefault(label, []).append(r)
+    panels = series(a.logs)
     if not panels:
         raise UsageError(f"{', '.join(a.logs)}: no records with a FLOP count to plot")
     cols = min(2, len(panels))
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.4 * cols, 4.2 * rows), squeeze=False)
-    for ax, ((workload, target), series) in zip(axes.flat, sorted(panels.items())):
+    for ax, ((workload, target), lines) in zip(axes.flat, sorted(panels.items())):
         name, args = json.loads(workload)
-        for label, recs in sorted(series.items()):
+        for label, recs in sorted(lines.items()):
             xs, ys = zip(*curves(recs))
             ax.step(xs, ys, where="post", label=f"{label} ({len(recs)} trials)")
         ax.set_title(f"{name} {'x'.join(map(str, args))} on {target}", fontsize=10)
