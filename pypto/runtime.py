@@ -195,9 +195,29 @@ def _killpg(pgid: int) -> None:
 
 def kill_compilers() -> None:
     """Kill every compiler this process is waiting for, with its whole process group
-    (for a worker that must end now: on SIGTERM, or when its parent is gone)."""
-    for pid in list(_running):
+    (for a worker that must end now: on SIGTERM, or when its parent is gone). A compiler
+    started a moment before the signal, not yet registered, is found among this
+    process's children (each compiler leads its own session)."""
+    for pid in {*_running, *_children()}:
         _killpg(pid)
+
+
+def _children() -> list:
+    """This process's children that lead their own process group (Linux /proc)."""
+    me, out = os.getpid(), []
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me and int(fields[2]) == pid:  # ppid, pgrp
+            out.append(pid)
+    return out
 
 
 def build(
