@@ -55,12 +55,13 @@ def test_every_subcommand_has_help(command, capsys):
     assert out.startswith(f"usage: pypto-tune {command}") and err == ""
 
 
-def test_list_shows_arguments_docs_and_shipped_workloads(capsys):
+def test_list_shows_arguments_docs_and_standard_workloads(capsys):
     assert cli_main(["list"]) == 0
     out = capsys.readouterr().out
     assert "conv2d_nchw(N, C, H, W, K, R, S, stride=1, padding=0, dtype='float32')" in out
     assert "matmul(M, N, K, dtype='float32')\n    C[i, j] = sum_k A[i, k] * B[k, j]" in out
-    assert f"shipped: --args 1024,1024,1024  ({SHIPPED_TARGET}" in out
+    assert "standard: --args 1024,1024,1024  (records for x86-avx2, x86-avx512)" in out
+    assert "standard: --args 1,8,1024,64  (no shipped records)" in out  # attention
 
 
 def test_show_knobs_default_and_best(capsys):

@@ -124,7 +124,8 @@ def test_installed_wheel_finds_records_and_models_from_any_directory(wheel, tmp_
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert (
-        "matmul(M, N, K, dtype='float32')" in r.stdout and "shipped: --args 512,512,512" in r.stdout
+        "matmul(M, N, K, dtype='float32')" in r.stdout
+        and "standard: --args 512,512,512  (records for" in r.stdout
     )
     assert os.listdir(work) == []  # nothing written where it ran
 

@@ -1,5 +1,6 @@
 """``pypto-tune list``: the templates, each with its arguments (by name, from its signature),
-what it computes (its docstring's first line) and the workloads records are shipped for."""
+what it computes (its docstring's first line), and its standard workloads (what
+``pypto-tune all`` tunes) with the targets records are shipped for."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import json
 import autotune as at
 
 from .. import store
-from .common import import_modules, load_logs
+from ..workloads import standard_workloads
+from .common import add_import_argument, import_modules, load_logs
 
 
 def signature(tpl) -> str:
@@ -21,10 +23,7 @@ def signature(tpl) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """This subcommand's arguments."""
-    p.add_argument(
-        "--import", dest="imports", action="append", default=[], metavar="MODULE",
-        help="import a Python module that registers templates (repeatable)",
-    )  # fmt: skip
+    add_import_argument(p)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -32,14 +31,18 @@ def run(a: argparse.Namespace) -> int:
     import_modules(a.imports)
     shipped: dict = {}
     for r in load_logs(store.shipped_logs()):
-        shipped.setdefault(r.template, {}).setdefault(json.dumps(r.args), set()).add(r.target)
+        shipped.setdefault((r.template, json.dumps(r.args)), set()).add(r.target)
+    standard: dict = {}
+    for w in standard_workloads():
+        standard.setdefault(w.template, []).append(w.task_args)
     for name in at.list_templates():
         t = at.get_template(name)
         doc = (t.__doc__ or "").strip().splitlines()
         print(f"{name}({signature(t)})")
         if doc:
             print(f"    {doc[0]}")
-        for args, targets in sorted(shipped.get(name, {}).items()):
-            print(f"    shipped: --args {','.join(map(str, json.loads(args)))}"
-                  f"  ({', '.join(sorted(targets))})")  # fmt: skip
+        for args in standard.get(name, []):
+            targets = sorted(shipped.get((name, json.dumps(list(args))), ()))
+            where = f"records for {', '.join(targets)}" if targets else "no shipped records"
+            print(f"    standard: --args {','.join(map(str, args))}  ({where})")
     return 0
