@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from . import dtypes
 from .dtypes import INDEX
 
@@ -500,7 +502,5 @@ def identity_value(kind: str, dtype: str):
     d = dtypes.dtype(dtype)
     if d.is_float:
         return math.inf if kind == "max" else -math.inf
-    import numpy as np
-
     info = np.iinfo(d.numpy)
     return int(info.max) if kind == "max" else int(info.min)

@@ -32,6 +32,7 @@ from .loop_ir import (
     Seq,
     Store,
     seq,
+    walk_stmts,
 )
 from .simplify import FLIP, INF, Lin, Ranges, simplify
 
@@ -199,8 +200,6 @@ def _min_const(e):
 
 
 def _partition_candidate(s, bound: set):
-    from .loop_ir import walk_stmts
-
     for x in walk_stmts(s):
         if not isinstance(x, For):
             continue
@@ -216,8 +215,6 @@ def _partition_candidate(s, bound: set):
 
 
 def _replace_extent(s, key, new: Expr):
-    from .expr import skey
-
     def go(x):
         if isinstance(x, Seq):
             return seq(*[go(y) for y in x.stmts])
@@ -234,8 +231,6 @@ def _replace_extent(s, key, new: Expr):
 
 
 def partition_loops(s, bound: set, budget: int = MAX_PARTITIONS):
-    from .expr import skey
-
     if s is None:
         return None
     if budget > 0:

@@ -17,6 +17,7 @@ from .errors import ScheduleError
 from .expr import Const, Expr, Load, TensorRead, Var, skey, substitute, walk
 from .loop_ir import Prefetch
 from .simplify import Lin, simplify
+from .tensor import Tensor
 
 PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
 
@@ -46,8 +47,6 @@ def check_prefetch(st, tensor, offset) -> None:
     """Validate ``st.prefetch(tensor, loop, offset)`` (``st`` a Stage): ``tensor`` is
     read by the stage (through inlined stages too), is its own output, or is an
     elementwise consumer of it; ``offset`` is a nonzero int (0 allowed for a consumer)."""
-    from .tensor import Tensor
-
     if not isinstance(tensor, Tensor):
         raise st._err("prefetch", f"expected a tensor, got {tensor!r}")
     consumer = tensor.op is not st.op and not any(tensor.op is op for op in _read_ops(st))
