@@ -23,6 +23,7 @@ from .tensor import (
     collect_ops,
     make_iter_var,
 )
+from .tensorize import TensorIntrin
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
 
@@ -342,8 +343,6 @@ class Stage:
             for xo:                               for xo:
               for k, xi: C[xo*4 + xi] += ..  ->     kernel(A + .., strides, C + xo*4, 1)
         """
-        from .tensorize import TensorIntrin
-
         self._leaf(iv, "tensorize")
         if not isinstance(intrin, TensorIntrin):
             raise self._err("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
