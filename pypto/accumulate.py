@@ -19,7 +19,7 @@ keeps it: ``cache_write`` (already a float32 stage) or a reduction cast to float
 
 from __future__ import annotations
 
-from .expr import Binary, Cast, Const, Expr, Load
+from .expr import Binary, Cast, Const, Expr, Load, skey
 from .loop_ir import Allocate, Buffer, Stmt, Store, seq
 from .schedule import accumulator_dtype
 from .simplify import INF, simplify, upper_bound
@@ -63,9 +63,10 @@ def accumulated_reduction(low, n, body, buf: Buffer, idx: Expr, init_idx: Expr, 
 
 def _tile_sizes(low, n, inner) -> list | None:
     """Constant extents of the spatial loops inside the reduction, or None where one has
-    none or the loops are bounded per outer iteration (their leaves are then counters
-    that mean different points in the init and the update nests)."""
-    if n.tightened and inner:
+    none or where loops bounded per outer iteration (a polyhedral domain) made the
+    leaves mean different output points in the init and the update nests."""
+    spatial = [iv for iv in n.stage.root_iter_vars if iv.kind == "spatial"]
+    if inner and any(skey(n.init_value[r]) != skey(n.root_value[r]) for r in spatial):
         return None
     sizes = []
     for iv in inner:

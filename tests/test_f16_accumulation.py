@@ -119,3 +119,39 @@ def test_int8_products_summed_as_int32_are_exact():
     out = mod(a, b)
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_symbolic_and_triangular_reductions_accumulate_in_float32(dtype):
+    """Spatial loops inside the reduction with no constant extent (symbolic n): a float32
+    twin of the buffer is the accumulator; a reduction bounded by an outer loop (a
+    triangle) keeps the tile of the spatial loops inside it."""
+    n = pt.var("n")
+    A = pt.placeholder((K, n), dtype, name="A")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((4, n), lambda i, j: pt.sum(A[k, j] * pt.cast(dtype, i + 1), axis=k), name="C")
+    s = pt.create_schedule(C)
+    s[C].reorder(C.op.axis[0], k, C.op.axis[1])  # j (extent n) inside k
+    mod = pt.build(s, [A, C], name=f"colsum_{dtype}")
+    assert "float* restrict C_acc" in mod.source  # sized at call time: on the heap
+    a = np.random.default_rng(1).uniform(0, 1, (K, 12)).astype(_np(dtype))
+    ref = np.arange(1, 5)[:, None] * a.astype(np.float64).sum(axis=0)
+    out = mod(a).astype(np.float64)
+    assert np.max(np.abs(out - ref) / ref) < 1e-2
+
+    # S[i, j] = sum of B[k, j] for k < 64 * (i + 1): the bound of k names the loop i
+    B = pt.placeholder((K, 8), dtype, name="B")
+
+    def prefix(i, j):
+        kk = pt.reduce_axis((0, i * 64 + 64), name="kk")
+        return pt.sum(B[kk, j], axis=kk)
+
+    S = pt.compute((K // 64, 8), prefix, name="S")
+    s2 = pt.create_schedule(S)
+    s2[S].reorder(S.op.axis[0], S.op.reduce_axis[0], S.op.axis[1])
+    mod2 = pt.build(s2, [B, S], name=f"tri_{dtype}")
+    assert "float S_acc[8]" in mod2.source
+    b = np.random.default_rng(2).uniform(0, 1, (K, 8)).astype(_np(dtype))
+    ref2 = np.cumsum(b.astype(np.float64), axis=0)[63::64]
+    out2 = mod2(b).astype(np.float64)
+    assert np.max(np.abs(out2 - ref2) / ref2) < 1e-2
