@@ -155,3 +155,23 @@ def test_symbolic_and_triangular_reductions_accumulate_in_float32(dtype):
     ref2 = np.cumsum(b.astype(np.float64), axis=0)[63::64]
     out2 = mod2(b).astype(np.float64)
     assert np.max(np.abs(out2 - ref2) / ref2) < 1e-2
+
+
+def test_what_the_user_wrote_is_kept():
+    """Told otherwise: a cache_write stage (already float32) and a reduction cast to
+    float32 by the user get no second accumulator; float32 kernels are unchanged."""
+    A = pt.placeholder((M, K), "float16", name="A")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M,), lambda i: pt.sum(A[i, k], axis=k), name="C")
+    s = pt.create_schedule(C)
+    CL = s.cache_write(C, "local")
+    s[CL].compute_at(s[C], C.op.axis[0])
+    src = pt.build(s, [A, C], name="rowsum_cw").source
+    assert "C_local" in src and "_acc" not in src
+    F = pt.compute((M,), lambda i: pt.sum(pt.cast("float32", A[i, k]), axis=k), name="F")
+    src = pt.build(pt.create_schedule(F), [A, F], name="rowsum_f32").source
+    assert "float* restrict F" in src and "_acc" not in src
+    a = np.random.default_rng(4).uniform(0, 1, (M, K)).astype(np.float16)
+    ref = a.astype(np.float64).sum(axis=1)
+    out = pt.build(pt.create_schedule(F), [A, F], name="rowsum_f32")(a)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
