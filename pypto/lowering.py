@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import domain, passes, regions
+from .accumulate import accumulated_reduction, needs_accumulator
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
 from .errors import ScheduleError
 from .expr import (
@@ -464,12 +465,17 @@ class Lowering:
             store = Store(buf, idx, self.lower_expr(n, body))
             inner = self._nest(n, range(t, len(leaves)), store, with_reduce=True, attached=True)
             return self._nest(n, range(t), self._tensorize(n, inner), True, True)
+        init_idx = simplify(
+            substitute(flat, {iv.var: v for iv, v in n.init_value.items()}), self.ranges
+        )
+        p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+        if needs_accumulator(body) and st.tensorized is None:  # float16/bfloat16: in float32
+            inner = accumulated_reduction(self, n, body, buf, idx, init_idx, p)
+            return self._nest(n, range(p), inner, True, True)
         ident = body.combiner.identity(body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
-        init_idx = substitute(flat, {iv.var: v for iv, v in n.init_value.items()})
-        init = Store(buf, simplify(init_idx, self.ranges), ident)
-        p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
+        init = Store(buf, init_idx, ident)
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
         init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
         upd_nest = self._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)

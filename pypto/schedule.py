@@ -510,8 +510,7 @@ class Schedule:
             mapping[iv.var] = raxis[-1].var
         raxis = tuple(raxis)
         body = op.body
-        # a reduction over a storage type (float16, bfloat16) accumulates in float32
-        acc = "float32" if isinstance(body, Reduce) and op.dtype in STORAGE else op.dtype
+        acc = accumulator_dtype(op.dtype) if isinstance(body, Reduce) else op.dtype
         if isinstance(body, Reduce):
             src = substitute(body.source, mapping)
             body = Reduce(body.combiner, src if acc == op.dtype else cast(acc, src), raxis, acc)
@@ -531,6 +530,12 @@ class Schedule:
         self._insert_before(cst, [st])
         self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
         return cache.output(0)
+
+
+def accumulator_dtype(dtype: str) -> str:
+    """The dtype a reduction into ``dtype`` accumulates in: float32 for the storage types
+    (float16, bfloat16; rounded once, when stored), else ``dtype`` itself."""
+    return "float32" if dtype in STORAGE else dtype
 
 
 def _step_text(step: dict) -> str:
