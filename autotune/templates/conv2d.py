@@ -260,7 +260,8 @@ def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes):
     vectors dividing K), ``vk_w`` / ``vk_h`` output columns / rows per tile (at most
     8 x 2: the accumulators must fit the vector registers), the reduction order,
     the padded input at the root or inlined, and (where the target has one) the
-    hand-written micro-kernel for whole tiles.
+    hand-written micro-kernel for whole tiles, on by default: at the default tile it
+    measured 1.1-1.5x gcc's code for the plain schedule with one AVX-512 thread.
 
     The default tile holds half the target's vector registers in accumulators
     (two vectors of channels x 4 columns x ``vk_h`` rows: 8 on AVX2's 16 registers,
@@ -279,7 +280,7 @@ def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes):
     _inner_tile(cfg, "vk_h", OH, hbs, hb_d)
     _define_red_pad_knobs(cfg, red_axes, stride, padding)
     if ukernels.simd_isa(cfg.target) is not None:
-        cfg.define_knob("ukernel", [0, 1], default=0)
+        cfg.define_knob("ukernel", [0, 1], default=1)
 
 
 def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
