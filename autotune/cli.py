@@ -31,6 +31,7 @@ from .measure import EnvironmentFault
 COMMANDS = {
     "tune": ("autotune.commands.tune", "tune a template on this machine, appending to a log"),
     "all": ("autotune.commands.tune_all", "tune every standard workload within one budget"),
+    "network": ("autotune.commands.network", "tune a model's workloads, report its time"),
     "best": ("autotune.commands.best", "the best config per workload in tuning logs"),
     "list": ("autotune.commands.listing", "the templates, their arguments and shipped workloads"),
     "show": ("autotune.commands.show", "a template's knobs and default config for given args"),
