@@ -1,10 +1,17 @@
 """Whole-model tuning: built-in networks, workloads from torch.fx, ``pypto-tune network``."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 import autotune as at
 from autotune.networks import NETWORKS, network_workloads
 from autotune.workloads import WorkloadError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_resnet18_conv_workloads_and_weights():
@@ -95,3 +102,107 @@ def test_from_torch_module_refuses_a_non_module():
 
     with pytest.raises(TypeError, match="expected a torch.nn.Module"):
         from_torch_module(lambda x: x, ())
+
+
+def _tune(*args, home):
+    env = dict(os.environ, PYPTO_HOME=str(home))
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", "network", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _report_line(stdout, label):
+    """The report's cells after ``label`` (the report follows the scheduler's table)."""
+    report = stdout.split("against PyTorch eager", 1)[1]
+    line = next(x for x in report.splitlines() if x.startswith(label + " "))
+    return line[len(label) :].split()
+
+
+def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
+    pytest.importorskip("torch")
+    f = tmp_path / "net.json"
+    f.write_text(
+        json.dumps(
+            [
+                {"template": "matmul", "args": [32, 32, 32], "weight": 3},
+                {"template": "softmax", "args": [64, 64]},
+                {"template": "matmul", "args": [32, 32, 32]},  # merged: weight 4
+            ]
+        )
+    )
+    quick = ["--round", "2", "--confirm", "0", "--no-progress", "--number", "2", "--repeat", "2"]
+    p = _tune(str(f), "--trials", "6", "--tuner", "random", *quick, home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    recs = at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))
+    recs += at.load_records(str(tmp_path / "logs" / "softmax.jsonl"))
+    assert len(recs) == 6 and all(r.ok for r in recs)
+    best = at.best_by_workload(recs)
+    mm = next(r for (key, _), r in best.items() if json.loads(key)[0] == "matmul")
+    # weight, best ms from the log
+    assert _report_line(p.stdout, "matmul 32^3")[:2] == ["4", f"{mm.cost * 1e3:.4g}"]
+    assert float(_report_line(p.stdout, "matmul 32^3")[2]) > 0  # PyTorch eager's ms
+    assert _report_line(p.stdout, "model (sum weight x time)")[-1].endswith("x")
+
+    r = _tune(str(f), "--report-only", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "tuning" not in r.stdout  # nothing measured
+    assert next(x for x in r.stdout.splitlines() if x.startswith("matmul 32^3 ")).split()[2:4] == [
+        "4",
+        f"{mm.cost * 1e3:.4g}",
+    ]
+    assert len(at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))) == len(
+        [x for x in recs if x.template == "matmul"]
+    )
+
+
+def test_report_only_without_logs_exits_1(tmp_path):
+    r = _tune("bert-base-layer", "--report-only", home=tmp_path)
+    assert r.returncode == 1 and "pypto ms" in r.stdout
+    assert "without both times are left out" in r.stdout
+
+
+def test_report_table_totals_weight_times_time():
+    from autotune.commands.network import report_table
+
+    rows = [
+        {"label": "a", "weight": 2.0, "best_s": 1e-3, "torch_s": 3e-3},
+        {"label": "b", "weight": 1.0, "best_s": 2e-3, "torch_s": 2e-3},
+        {"label": "c", "weight": 1.0, "best_s": None, "torch_s": 1e-3},
+    ]
+    lines = report_table(rows).splitlines()
+    assert lines[1].split() == ["a", "2", "1", "3", "3.00x"]
+    assert lines[3].split() == ["c", "1", "-", "1", "-"]
+    assert lines[4].split()[-3:] == ["4", "8", "2.00x"]  # 2*1+1*2 ms against 2*3+1*2 ms
+    assert "1 workload(s) without both times" in lines[5]
+
+
+@pytest.mark.parametrize(
+    "installed, message",
+    [(False, "ray is not installed; install the distributed extra"),
+     (True, "Ray support is not implemented yet")],
+)  # fmt: skip
+def test_ray_is_refused(monkeypatch, capsys, installed, message):
+    from autotune import cli
+    from autotune.commands import network
+
+    monkeypatch.setattr(network, "_installed", lambda m: installed if m == "ray" else True)
+    assert cli.main(["network", "resnet18", "--trials", "1", "--ray", "auto"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["resnet19", "--trials", "1"], "no network 'resnet19'"),
+     (["resnet18"], "give a budget"),
+     (["resnet18", "--trials", "1", "--torch-threads", "0"], "--torch-threads must be positive")],
+)  # fmt: skip
+def test_network_cli_refusals(capsys, argv, message):
+    from autotune import cli
+
+    assert cli.main(["network", *argv]) == 2
+    assert message in capsys.readouterr().err

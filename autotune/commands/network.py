@@ -51,8 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
 def _refuse_ray(address: str) -> None:
-    if importlib.util.find_spec("ray") is None:
+    if not _installed("ray"):
         raise UsageError(
             f"--ray {address}: ray is not installed; install the distributed extra "
             "(pip install 'pypto[distributed]')"
@@ -62,7 +66,7 @@ def _refuse_ray(address: str) -> None:
 
 def _eager():
     """``autotune.torch_eager.eager_seconds``, or None without torch."""
-    if importlib.util.find_spec("torch") is None:
+    if not _installed("torch"):
         return None
     return importlib.import_module("autotune.torch_eager").eager_seconds
 
