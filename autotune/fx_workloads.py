@@ -8,8 +8,9 @@
 every value for the example inputs. Each operator a rule of ``_MODULE_RULES``,
 ``_FUNCTION_RULES`` or ``_METHOD_RULES`` knows becomes a template with its
 arguments (conv2d with groups 1 or depthwise, linear and matmul, layer norm,
-softmax over the last axis, scaled dot-product attention); equal workloads
-merge, their weights summed. Every other call is counted in ``not_covered``
+rms norm, GELU, softmax over the last axis, scaled dot-product attention; a
+linear layer with bias whose only consumer is an exact GELU becomes one
+``dense_bias_gelu``); equal workloads merge, their weights summed. Every other call is counted in ``not_covered``
 under its name, with the reason when a known operator has an unsupported form
 (``Conv2d (dilation 2)``). Float32 only: other dtypes are not covered.
 """
@@ -77,10 +78,22 @@ def _linear(x, out_features: int) -> tuple:
     return "matmul", (m, out_features, k)
 
 
-def _layernorm(x, normalized_shape) -> tuple:
-    if len(tuple(normalized_shape)) != 1:
-        raise _NotCovered(f"normalized over {len(tuple(normalized_shape))} axes")
-    return "layernorm", _rows_cols(x)
+def _norm(template):
+    def rule(x, normalized_shape) -> tuple:
+        axes = len(tuple(normalized_shape))
+        if axes != 1:
+            raise _NotCovered(f"normalized over {axes} axes")
+        return template, _rows_cols(x)
+
+    return rule
+
+
+_layernorm, _rmsnorm = _norm("layernorm"), _norm("rmsnorm")
+
+
+def _gelu(x, approximate) -> tuple:
+    rows, cols = _rows_cols(x)
+    return "gelu", (rows, cols) if approximate == "none" else (rows, cols, approximate)
 
 
 def _softmax(x, dim) -> tuple:
@@ -121,6 +134,8 @@ _MODULE_RULES = {
     nn.Linear: lambda node, m: _linear(node.args[0], m.out_features),
     nn.LayerNorm: lambda node, m: _layernorm(node.args[0], m.normalized_shape),
     nn.Softmax: lambda node, m: _softmax(node.args[0], m.dim),
+    nn.RMSNorm: lambda node, m: _rmsnorm(node.args[0], m.normalized_shape),
+    nn.GELU: lambda node, m: _gelu(node.args[0], m.approximate),
 }
 
 # function -> node -> (template, args)
@@ -135,6 +150,8 @@ _FUNCTION_RULES = {
     ),
     F.linear: lambda n: _linear(n.args[0], _shape(_arg(n, 1, "weight"))[0]),
     F.layer_norm: lambda n: _layernorm(n.args[0], _arg(n, 1, "normalized_shape")),
+    F.rms_norm: lambda n: _rmsnorm(n.args[0], _arg(n, 1, "normalized_shape")),
+    F.gelu: lambda n: _gelu(n.args[0], n.kwargs.get("approximate", "none")),
     F.softmax: lambda n: _softmax(n.args[0], _arg(n, 1, "dim")),
     torch.softmax: lambda n: _softmax(n.args[0], _arg(n, 1, "dim")),
     torch.matmul: lambda n: _matmul(n.args[0], n.args[1]),
@@ -152,6 +169,33 @@ _METHOD_RULES = {
 # calls that move no data worth tuning (shape bookkeeping): neither covered nor reported
 _IGNORED_FUNCTIONS = {getattr, operator.getitem}
 _IGNORED_METHODS = {"size", "dim"}
+
+
+def _has_bias(node, gm) -> bool:
+    if node.op == "call_module":
+        return getattr(gm.get_submodule(node.target), "bias", None) is not None
+    return _arg(node, 2, "bias") is not None
+
+
+def _fused_gelu(node, gm, template, args):
+    """The exact GELU node that alone consumes ``node`` when ``node`` is a linear layer
+    with bias (together they are one ``dense_bias_gelu``), else None."""
+    if template != "matmul" or len(node.users) != 1 or not _is_linear(node, gm):
+        return None
+    (user,) = node.users
+    if not _has_bias(node, gm) or user.op not in ("call_module", "call_function"):
+        return None
+    rule, _ = _rule(user, gm)
+    try:
+        return user if rule is not None and rule(user) == ("gelu", args[:2]) else None
+    except _NotCovered:
+        return None
+
+
+def _is_linear(node, gm) -> bool:
+    if node.op == "call_module":
+        return isinstance(gm.get_submodule(node.target), nn.Linear)
+    return node.op == "call_function" and node.target is F.linear
 
 
 def _rule(node, gm):
@@ -180,9 +224,9 @@ def from_torch_module(
         raise TypeError(f"from_torch_module: torch.fx cannot trace the module: {e}") from e
     with torch.no_grad():
         ShapeProp(gm).propagate(*example_inputs)
-    found, missing = [], Counter()
+    found, missing, fused = [], Counter(), set()
     for node in gm.graph.nodes:
-        if node.op not in ("call_module", "call_function", "call_method"):
+        if node.op not in ("call_module", "call_function", "call_method") or node in fused:
             continue
         if node.target in _IGNORED_FUNCTIONS or node.target in _IGNORED_METHODS:
             continue
@@ -195,5 +239,9 @@ def from_torch_module(
         except _NotCovered as e:
             missing[f"{name} ({e})"] += 1
             continue
+        gelu = _fused_gelu(node, gm, template, args)
+        if gelu is not None:  # X W^T + b, then GELU: one kernel
+            fused.add(gelu)
+            template = "dense_bias_gelu"
         found.append(Workload(template, tuple(args)))
     return merge_duplicates(found), dict(missing)

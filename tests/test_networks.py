@@ -206,3 +206,58 @@ def test_network_cli_refusals(capsys, argv, message):
 
     assert cli.main(["network", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def _bert_layer():
+    torch = pytest.importorskip("torch")
+    nn, F = torch.nn, torch.nn.functional
+
+    class Layer(nn.Module):  # one BERT-base encoder layer, post-norm
+        def __init__(self, d=768, heads=12, ff=3072):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.up, self.act, self.down = nn.Linear(d, ff), nn.GELU(), nn.Linear(ff, d)
+            self.heads = heads
+
+        def split(self, t):  # 1 x S x d -> 1 x heads x S x d/heads
+            return t.view(1, 128, self.heads, -1).transpose(1, 2)
+
+        def forward(self, x):
+            a = F.scaled_dot_product_attention(
+                self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+            )
+            x = self.ln1(x + self.o(a.transpose(1, 2).reshape(1, 128, 768)))
+            return self.ln2(x + self.down(self.act(self.up(x))))
+
+    return Layer(), (torch.randn(1, 128, 768),)
+
+
+def test_from_torch_module_of_a_bert_layer_is_the_builtin_network():
+    from autotune.fx_workloads import from_torch_module
+
+    ws, missing = from_torch_module(*_bert_layer())
+    got = {(w.template, w.args): w.weight for w in ws}
+    want = {(w.template, w.args): w.weight for w in network_workloads("bert-base-layer")}
+    assert got == want  # the up projection and its GELU fused into dense_bias_gelu
+    assert missing == {"view": 3, "transpose": 4, "reshape": 1, "add": 2}
+
+
+def test_gelu_fuses_only_after_a_linear_with_bias():
+    torch = pytest.importorskip("torch")
+    from autotune.fx_workloads import from_torch_module
+
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Linear(16, 32, bias=False), nn.GELU(), nn.Linear(32, 8), nn.GELU("tanh")
+    )
+    ws, missing = from_torch_module(model, (torch.randn(4, 16),))
+    assert [(w.template, w.args) for w in ws] == [
+        ("matmul", (4, 32, 16)),
+        ("gelu", (4, 32)),
+        ("matmul", (4, 8, 32)),  # the tanh GELU is not dense_bias_gelu's exact one
+        ("gelu", (4, 8, "tanh")),
+    ]
+    assert missing == {}
+    for w in ws:
+        assert at.Task(w.template, w.task_args, target="host").flop > 0
