@@ -143,18 +143,16 @@ def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
     assert len(recs) == 6 and all(r.ok for r in recs)
     best = at.best_by_workload(recs)
     mm = next(r for (key, _), r in best.items() if json.loads(key)[0] == "matmul")
-    # weight, best ms from the log
-    assert _report_line(p.stdout, "matmul 32^3")[:2] == ["4", f"{mm.cost * 1e3:.4g}"]
-    assert float(_report_line(p.stdout, "matmul 32^3")[2]) > 0  # PyTorch eager's ms
+    n_mm = str(sum(r.template == "matmul" for r in recs))
+    # weight, trials and best ms from the log
+    assert _report_line(p.stdout, "matmul 32^3")[:3] == ["4", n_mm, f"{mm.cost * 1e3:.4g}"]
+    assert float(_report_line(p.stdout, "matmul 32^3")[3]) > 0  # PyTorch eager's ms
     assert _report_line(p.stdout, "model (sum weight x time)")[-1].endswith("x")
 
     r = _tune(str(f), "--report-only", home=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "tuning" not in r.stdout  # nothing measured
-    assert next(x for x in r.stdout.splitlines() if x.startswith("matmul 32^3 ")).split()[2:4] == [
-        "4",
-        f"{mm.cost * 1e3:.4g}",
-    ]
+    assert _report_line(r.stdout, "matmul 32^3")[:3] == ["4", n_mm, f"{mm.cost * 1e3:.4g}"]
     assert len(at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))) == len(
         [x for x in recs if x.template == "matmul"]
     )
@@ -170,14 +168,14 @@ def test_report_table_totals_weight_times_time():
     from autotune.commands.network import report_table
 
     rows = [
-        {"label": "a", "weight": 2.0, "best_s": 1e-3, "torch_s": 3e-3},
-        {"label": "b", "weight": 1.0, "best_s": 2e-3, "torch_s": 2e-3},
-        {"label": "c", "weight": 1.0, "best_s": None, "torch_s": 1e-3},
+        {"label": "a", "weight": 2.0, "trials": 5, "best_s": 1e-3, "torch_s": 3e-3},
+        {"label": "b", "weight": 1.0, "trials": 2, "best_s": 2e-3, "torch_s": 2e-3},
+        {"label": "c", "weight": 1.0, "trials": 0, "best_s": None, "torch_s": 1e-3},
     ]
     lines = report_table(rows).splitlines()
-    assert lines[1].split() == ["a", "2", "1", "3", "3.00x"]
-    assert lines[3].split() == ["c", "1", "-", "1", "-"]
-    assert lines[4].split()[-3:] == ["4", "8", "2.00x"]  # 2*1+1*2 ms against 2*3+1*2 ms
+    assert lines[1].split() == ["a", "2", "5", "1", "3", "3.00x"]
+    assert lines[3].split() == ["c", "1", "0", "-", "1", "-"]
+    assert lines[4].split()[-4:] == ["7", "4", "8", "2.00x"]  # 2*1+1*2 ms against 2*3+1*2 ms
     assert "1 workload(s) without both times" in lines[5]
 
 

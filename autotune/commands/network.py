@@ -20,8 +20,9 @@ import importlib
 import importlib.util
 import os
 import time
+from collections import Counter
 
-from ..networks import network_workloads
+from ..networks import NETWORKS, network_workloads
 from ..records import best_by_workload, load_records
 from ..workloads import WorkloadError
 from .common import UsageError, import_modules, positive, target_of
@@ -32,7 +33,7 @@ DESCRIPTION = "Tune a model's workloads within one budget, then report its estim
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``pypto-tune network``: the scheduler's (as ``all``) and the report's."""
-    p.add_argument("network", help="a built-in network (resnet18, bert-base-layer) or FILE")
+    p.add_argument("network", help=f"a built-in network ({', '.join(NETWORKS)}) or FILE")
     add_tuning_arguments(p)
     p.add_argument(
         "--report-only", action="store_true", help="print the report from the logs; no tuning"
@@ -76,18 +77,22 @@ def _ms(s) -> str:
 
 
 def report_rows(ws, tasks, logs, threads: int = 1) -> list[dict]:
-    """Per workload: label, weight, best seconds in the logs (None: none valid) and
-    PyTorch eager's seconds (None: no torch or no equivalent)."""
+    """Per workload: label, weight, trials in the logs, best seconds in them (None: none
+    valid) and PyTorch eager's seconds (None: no torch or no equivalent)."""
     existing = sorted({p for p in logs if os.path.isfile(p)})
-    best = best_by_workload(load_records(existing)) if existing else {}
+    records = load_records(existing) if existing else []
+    best = best_by_workload(records)
+    trials = Counter((r.workload, r.target) for r in records)
     eager = _eager()
     rows = []
     for w, t in zip(ws, tasks):
-        rec = best.get((t.workload_key, t.target.key))
+        key = (t.workload_key, t.target.key)
+        rec = best.get(key)
         rows.append(
             {
                 "label": w.label,
                 "weight": w.weight,
+                "trials": trials[key],
                 "best_s": rec.cost if rec is not None else None,
                 "torch_s": eager(w, threads=threads) if eager else None,
             }
@@ -97,16 +102,20 @@ def report_rows(ws, tasks, logs, threads: int = 1) -> list[dict]:
 
 def report_table(rows: list[dict]) -> str:
     """The report as text: a line per workload, then the model's estimated times."""
-    head = ["workload", "weight", "pypto ms", "torch ms", "speedup"]
+    head = ["workload", "weight", "trials", "pypto ms", "torch ms", "speedup"]
     body = []
     for r in rows:
         both = r["best_s"] is not None and r["torch_s"] is not None
         ratio = f"{r['torch_s'] / r['best_s']:.2f}x" if both else "-"
-        body.append([r["label"], f"{r['weight']:g}", _ms(r["best_s"]), _ms(r["torch_s"]), ratio])
+        body.append(
+            [r["label"], f"{r['weight']:g}", str(r["trials"]), _ms(r["best_s"]),
+             _ms(r["torch_s"]), ratio]
+        )  # fmt: skip
     both = [r for r in rows if r["best_s"] is not None and r["torch_s"] is not None]
     ours = sum(r["weight"] * r["best_s"] for r in both)
     theirs = sum(r["weight"] * r["torch_s"] for r in both)
-    total = ["model (sum weight x time)", "", _ms(ours if both else None)]
+    total = ["model (sum weight x time)", "", str(sum(r["trials"] for r in rows))]
+    total += [_ms(ours if both else None)]
     total += [_ms(theirs if both else None), f"{theirs / ours:.2f}x" if both else "-"]
     body.append(total)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
