@@ -10,9 +10,10 @@ every value for the example inputs. Each operator a rule of ``_MODULE_RULES``,
 arguments (conv2d with groups 1 or depthwise, linear and matmul, layer norm,
 rms norm, GELU, softmax over the last axis, scaled dot-product attention; a
 linear layer with bias whose only consumer is an exact GELU becomes one
-``dense_bias_gelu``); equal workloads merge, their weights summed. Every other call is counted in ``not_covered``
-under its name, with the reason when a known operator has an unsupported form
-(``Conv2d (dilation 2)``). Float32 only: other dtypes are not covered.
+``dense_bias_gelu``); equal workloads merge, their weights summed. Every
+other call is counted in ``not_covered`` under its name, with the reason when
+a known operator has an unsupported form (``Conv2d (dilation 2)``). Float32
+only: other dtypes are not covered.
 """
 
 from __future__ import annotations
