@@ -1,6 +1,7 @@
 """``pypto-tune``: tune templates, read and plot logs, train cost models, validate configs.
 
     pypto-tune all --minutes 10                                 # every standard workload
+    pypto-tune network resnet18 --minutes 20                    # a model's workloads
     pypto-tune tune matmul --args 1024,1024,1024 --trials 200   # to $PYPTO_HOME/logs/
     pypto-tune matmul --args 1024,1024,1024 --trials 200        # the same (short form)
     pypto-tune best LOG [--json]          pypto-tune list
@@ -31,6 +32,7 @@ from .measure import EnvironmentFault
 COMMANDS = {
     "tune": ("autotune.commands.tune", "tune a template on this machine, appending to a log"),
     "all": ("autotune.commands.tune_all", "tune every standard workload within one budget"),
+    "network": ("autotune.commands.network", "tune a model's workloads, report its time"),
     "best": ("autotune.commands.best", "the best config per workload in tuning logs"),
     "list": ("autotune.commands.listing", "the templates, their arguments and shipped workloads"),
     "show": ("autotune.commands.show", "a template's knobs and default config for given args"),

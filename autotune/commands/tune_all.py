@@ -45,16 +45,7 @@ DESCRIPTION = (
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``pypto-tune all``."""
-    budget = p.add_argument_group("budget (at least one; tuning stops at the first reached)")
-    budget.add_argument(
-        "--minutes", type=positive("--minutes", real=True), help="wall-clock minutes"
-    )
-    budget.add_argument(
-        "--trials",
-        type=positive("--trials"),
-        help="trials in all, those already in the logs included",
-    )
-    p.add_argument("--target", default="host", help="hardware target (default: this host)")
+    add_tuning_arguments(p)
     p.add_argument(
         "--only",
         default="",
@@ -67,6 +58,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help='tune the workloads of a JSON file instead: [{"template", "args", "dtype", '
         '"weight"}, ...]',
     )
+
+
+def add_tuning_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a task scheduler run (``all``, ``network``): budget, target, logs,
+    tuner, resume, confirmation, round size, measurement, seed, imports, progress."""
+    budget = p.add_argument_group("budget (at least one; tuning stops at the first reached)")
+    budget.add_argument(
+        "--minutes", type=positive("--minutes", real=True), help="wall-clock minutes"
+    )
+    budget.add_argument(
+        "--trials",
+        type=positive("--trials"),
+        help="trials in all, those already in the logs included",
+    )
+    p.add_argument("--target", default="host", help="hardware target (default: this host)")
     logs = p.add_mutually_exclusive_group()
     logs.add_argument(
         "--log-dir",
@@ -120,7 +126,8 @@ def _workloads(a):
         raise UsageError(str(e)) from None
 
 
-def _tasks(ws, target):
+def tasks_of(ws, target) -> list:
+    """One task per workload, each checked against its template (``UsageError`` if not)."""
     tasks = []
     for w in ws:
         try:
@@ -135,19 +142,27 @@ def _tasks(ws, target):
     return tasks
 
 
-def _prepare(a):
+def log_paths(a, ws) -> list[str]:
+    """Each workload's log: ``--log`` for all, else ``DIR/<template>.jsonl`` (DIR: --log-dir
+    or the store)."""
+    if a.log:
+        return [a.log] * len(ws)
+    d = a.log_dir or store.logs_dir()
+    return [os.path.join(d, f"{w.template}.jsonl") for w in ws]
+
+
+def check_budget(a) -> None:
+    """Refuse a run without ``--minutes`` or ``--trials``."""
     if a.minutes is None and a.trials is None:
         raise UsageError("give a budget: --minutes M and/or --trials N")
+
+
+def _prepare(a):
+    check_budget(a)
     target = target_of(a.target, must_run=True)
     import_modules(a.imports)
     ws = _workloads(a)
-    tasks = _tasks(ws, target)
-    if a.log:
-        logs = [a.log] * len(ws)
-    else:
-        d = a.log_dir or store.logs_dir()
-        logs = [os.path.join(d, f"{w.template}.jsonl") for w in ws]
-    return target, ws, tasks, logs
+    return target, ws, tasks_of(ws, target), log_paths(a, ws)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -156,6 +171,14 @@ def run(a: argparse.Namespace) -> int:
     minutes count from here: reading the logs (the tuners learn from them) is in them."""
     t0 = time.monotonic()
     target, ws, tasks, logs = _prepare(a)
+    sched = tune_workloads(a, target, ws, tasks, logs, t0)
+    return 0 if all(r["best_s"] is not None for r in sched.summary()) else 1
+
+
+def tune_workloads(a, target, ws, tasks, logs, t0: float) -> TaskScheduler:
+    """Tune ``tasks`` (of workloads ``ws``, weighted) with one task scheduler under the
+    options of ``add_tuning_arguments``, the minutes counted from ``t0``; confirm the
+    best, print the summary table, and return the scheduler."""
     opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
     sched = TaskScheduler(
         tasks,
@@ -198,4 +221,4 @@ def run(a: argparse.Namespace) -> int:
         + f"; {total_s / 60:.1f} min in all"
     )
     print(sched.table())
-    return 0 if all(r["best_s"] is not None for r in sched.summary()) else 1
+    return sched

@@ -1,0 +1,155 @@
+"""``pypto-tune network``: tune a model's workloads within one budget, then report its time.
+
+    pypto-tune network resnet18 --minutes 20        # built-in: resnet18, bert-base-layer
+    pypto-tune network model.json --trials 400      # [{"template", "args", "dtype", "weight"}]
+    pypto-tune network resnet18 --report-only       # the report from the logs, no tuning
+
+The network's workloads (``autotune.networks``) are tuned as ``pypto-tune all``
+tunes its own: one task scheduler shares the budget by expected gain, each
+workload counting by its weight (how many times the model runs it). Then a
+report: per workload its weight, the best time in the logs, PyTorch eager's
+time for the same layer (when torch is installed; ``--torch-threads``
+threads), and the estimated end-to-end times ``sum weight x time`` of both
+with their ratio (over the workloads both have a time for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import time
+from collections import Counter
+
+from ..networks import NETWORKS, network_workloads
+from ..records import best_by_workload, load_records
+from ..workloads import WorkloadError
+from .common import UsageError, import_modules, positive, target_of
+from .tune_all import add_tuning_arguments, check_budget, log_paths, tasks_of, tune_workloads
+
+DESCRIPTION = "Tune a model's workloads within one budget, then report its estimated time."
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``pypto-tune network``: the scheduler's (as ``all``) and the report's."""
+    p.add_argument("network", help=f"a built-in network ({', '.join(NETWORKS)}) or FILE")
+    add_tuning_arguments(p)
+    p.add_argument(
+        "--report-only", action="store_true", help="print the report from the logs; no tuning"
+    )
+    p.add_argument(
+        "--torch-threads",
+        type=positive("--torch-threads"),
+        default=1,
+        metavar="N",
+        help="PyTorch eager's intra-op threads in the report (default 1)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="measure on a Ray cluster (ADDRESS or 'auto'; needs the distributed extra)",
+    )
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _refuse_ray(address: str) -> None:
+    if not _installed("ray"):
+        raise UsageError(
+            f"--ray {address}: ray is not installed; install the distributed extra "
+            "(pip install 'pypto[distributed]')"
+        )
+    raise UsageError(f"--ray {address}: Ray support is not implemented yet; tune locally")
+
+
+def _eager():
+    """``autotune.torch_eager.eager_seconds``, or None without torch."""
+    if not _installed("torch"):
+        return None
+    return importlib.import_module("autotune.torch_eager").eager_seconds
+
+
+def _ms(s) -> str:
+    return f"{s * 1e3:.4g}" if s is not None else "-"
+
+
+def report_rows(ws, tasks, logs, threads: int = 1) -> list[dict]:
+    """Per workload: label, weight, trials in the logs, best seconds in them (None: none
+    valid) and PyTorch eager's seconds (None: no torch or no equivalent)."""
+    existing = sorted({p for p in logs if os.path.isfile(p)})
+    records = load_records(existing) if existing else []
+    best = best_by_workload(records)
+    trials = Counter((r.workload, r.target) for r in records)
+    eager = _eager()
+    rows = []
+    for w, t in zip(ws, tasks):
+        key = (t.workload_key, t.target.key)
+        rec = best.get(key)
+        rows.append(
+            {
+                "label": w.label,
+                "weight": w.weight,
+                "trials": trials[key],
+                "best_s": rec.cost if rec is not None else None,
+                "torch_s": eager(w, threads=threads) if eager else None,
+            }
+        )
+    return rows
+
+
+def report_table(rows: list[dict]) -> str:
+    """The report as text: a line per workload, then the model's estimated times."""
+    head = ["workload", "weight", "trials", "pypto ms", "torch ms", "speedup"]
+    body = []
+    for r in rows:
+        both = r["best_s"] is not None and r["torch_s"] is not None
+        ratio = f"{r['torch_s'] / r['best_s']:.2f}x" if both else "-"
+        body.append(
+            [r["label"], f"{r['weight']:g}", str(r["trials"]), _ms(r["best_s"]),
+             _ms(r["torch_s"]), ratio]
+        )  # fmt: skip
+    both = [r for r in rows if r["best_s"] is not None and r["torch_s"] is not None]
+    ours = sum(r["weight"] * r["best_s"] for r in both)
+    theirs = sum(r["weight"] * r["torch_s"] for r in both)
+    total = ["model (sum weight x time)", "", str(sum(r["trials"] for r in rows))]
+    total += [_ms(ours if both else None)]
+    total += [_ms(theirs if both else None), f"{theirs / ours:.2f}x" if both else "-"]
+    body.append(total)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = [
+        "  ".join(
+            c.ljust(wd) if i == 0 else c.rjust(wd) for i, (c, wd) in enumerate(zip(row, widths))
+        )
+        for row in [head, *body]
+    ]
+    left = len(rows) - len(both)
+    if left:
+        lines.append(f"({left} workload(s) without both times are left out of the model line)")
+    return "\n".join(lines)
+
+
+def run(a: argparse.Namespace) -> int:
+    """Run ``pypto-tune network`` with parsed options; returns the exit status (0: every
+    workload has a valid config, 1: some have none, 2: refused before measuring)."""
+    t0 = time.monotonic()
+    if a.ray:
+        _refuse_ray(a.ray)
+    if not a.report_only:
+        check_budget(a)
+    target = target_of(a.target, must_run=not a.report_only)
+    import_modules(a.imports)
+    try:
+        ws = network_workloads(a.network)
+    except WorkloadError as e:
+        raise UsageError(str(e)) from None
+    tasks = tasks_of(ws, target)
+    logs = log_paths(a, ws)
+    if not a.report_only:
+        tune_workloads(a, target, ws, tasks, logs, t0)
+    rows = report_rows(ws, tasks, logs, threads=a.torch_threads)
+    print(f"\n{a.network} on {target.name}: pypto's best records against PyTorch eager")
+    print(report_table(rows))
+    return 0 if all(r["best_s"] is not None for r in rows) else 1

@@ -1,0 +1,261 @@
+"""Whole-model tuning: built-in networks, workloads from torch.fx, ``pypto-tune network``."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import autotune as at
+from autotune.networks import NETWORKS, network_workloads
+from autotune.workloads import WorkloadError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_resnet18_conv_workloads_and_weights():
+    ws = network_workloads("resnet18")
+    convs = [w for w in ws if w.template == "conv2d_nchw"]
+    assert len(convs) == 11 and len({w.args for w in convs}) == 11
+    assert sum(w.weight for w in convs) == 20  # stem + 16 block convs + 3 downsamples
+    by_args = {w.args: w.weight for w in convs}
+    assert by_args[(1, 3, 224, 224, 64, 7, 7, 2, 3)] == 1  # 7x7 stride-2 stem
+    assert by_args[(1, 64, 56, 56, 64, 3, 3, 1, 1)] == 4
+    assert by_args[(1, 256, 14, 14, 512, 1, 1, 2, 0)] == 1  # a 1x1 stride-2 downsample
+    assert [w.args for w in ws if w.template == "matmul"] == [(1, 1000, 512)]
+
+
+def test_bert_layer_weights():
+    ws = {(w.template, w.args): w.weight for w in network_workloads("bert-base-layer")}
+    assert ws[("matmul", (128, 768, 768))] == 4
+    assert ws[("layernorm", (128, 768))] == 2
+    assert ws[("dense_bias_gelu", (128, 3072, 768))] == 1
+
+
+@pytest.mark.parametrize("name", sorted(NETWORKS))
+def test_every_builtin_entry_fits_its_template(name):
+    for w in network_workloads(name):
+        task = at.Task(w.template, w.task_args, target="host")
+        assert task.flop > 0, w.label
+
+
+def test_unknown_network_is_refused():
+    with pytest.raises(WorkloadError, match="no network 'resnet19'.*resnet18, bert-base-layer"):
+        network_workloads("resnet19")
+
+
+def _small_model():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class Small(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.c3 = nn.Conv2d(8, 8, 3, padding=1)
+            self.dw = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8)
+            self.dil = nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+            self.ln = nn.LayerNorm(16)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.c1(x))
+            x = self.c3(self.c2(x)).relu()
+            x = self.dil(self.dw(x)).flatten(2)  # 1 x 8 x 16
+            q = self.ln(x).view(1, 1, 8, 16)
+            a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            return torch.softmax(self.fc(x), -1), a @ a.transpose(-1, -2)
+
+    return Small(), (torch.randn(1, 3, 8, 8),)
+
+
+def test_from_torch_module_maps_ops_and_merges_duplicates():
+    from autotune.fx_workloads import from_torch_module
+
+    ws, missing = from_torch_module(*_small_model())
+    assert [(w.template, w.args, w.weight) for w in ws] == [
+        ("conv2d_nchw", (1, 3, 8, 8, 8, 3, 3, 1, 1), 1.0),
+        ("conv2d_nchw", (1, 8, 8, 8, 8, 3, 3, 1, 1), 2.0),  # c2 and c3: one workload
+        ("depthwise_conv2d_nchw", (1, 8, 8, 8, 3, 3, 2, 1), 1.0),
+        ("layernorm", (8, 16), 1.0),
+        ("attention", (1, 1, 8, 16, True), 1.0),
+        ("matmul", (8, 10, 16), 1.0),
+        ("softmax", (8, 10), 1.0),
+        ("batch_matmul", (1, 8, 8, 16), 1.0),
+    ]
+    assert missing == {
+        "relu": 2,
+        "Conv2d (dilation 2)": 1,
+        "flatten": 1,
+        "view": 1,
+        "transpose": 1,
+    }
+    for w in ws:  # every extracted workload fits its template
+        assert at.Task(w.template, w.task_args, target="host").flop > 0
+
+
+def test_from_torch_module_refuses_a_non_module():
+    pytest.importorskip("torch")
+    from autotune.fx_workloads import from_torch_module
+
+    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
+        from_torch_module(lambda x: x, ())
+
+
+def _tune(*args, home):
+    env = dict(os.environ, PYPTO_HOME=str(home))
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", "network", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _report_line(stdout, label):
+    """The report's cells after ``label`` (the report follows the scheduler's table)."""
+    report = stdout.split("against PyTorch eager", 1)[1]
+    line = next(x for x in report.splitlines() if x.startswith(label + " "))
+    return line[len(label) :].split()
+
+
+def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
+    pytest.importorskip("torch")
+    f = tmp_path / "net.json"
+    f.write_text(
+        json.dumps(
+            [
+                {"template": "matmul", "args": [32, 32, 32], "weight": 3},
+                {"template": "softmax", "args": [64, 64]},
+                {"template": "matmul", "args": [32, 32, 32]},  # merged: weight 4
+            ]
+        )
+    )
+    quick = ["--round", "2", "--confirm", "0", "--no-progress", "--number", "2", "--repeat", "2"]
+    p = _tune(str(f), "--trials", "6", "--tuner", "random", *quick, home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    recs = at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))
+    recs += at.load_records(str(tmp_path / "logs" / "softmax.jsonl"))
+    assert len(recs) == 6 and all(r.ok for r in recs)
+    best = at.best_by_workload(recs)
+    mm = next(r for (key, _), r in best.items() if json.loads(key)[0] == "matmul")
+    n_mm = str(sum(r.template == "matmul" for r in recs))
+    # weight, trials and best ms from the log
+    assert _report_line(p.stdout, "matmul 32^3")[:3] == ["4", n_mm, f"{mm.cost * 1e3:.4g}"]
+    assert float(_report_line(p.stdout, "matmul 32^3")[3]) > 0  # PyTorch eager's ms
+    assert _report_line(p.stdout, "model (sum weight x time)")[-1].endswith("x")
+
+    r = _tune(str(f), "--report-only", home=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "tuning" not in r.stdout  # nothing measured
+    assert _report_line(r.stdout, "matmul 32^3")[:3] == ["4", n_mm, f"{mm.cost * 1e3:.4g}"]
+    assert len(at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))) == len(
+        [x for x in recs if x.template == "matmul"]
+    )
+
+
+def test_report_only_without_logs_exits_1(tmp_path):
+    r = _tune("bert-base-layer", "--report-only", home=tmp_path)
+    assert r.returncode == 1 and "pypto ms" in r.stdout
+    assert "without both times are left out" in r.stdout
+
+
+def test_report_table_totals_weight_times_time():
+    from autotune.commands.network import report_table
+
+    rows = [
+        {"label": "a", "weight": 2.0, "trials": 5, "best_s": 1e-3, "torch_s": 3e-3},
+        {"label": "b", "weight": 1.0, "trials": 2, "best_s": 2e-3, "torch_s": 2e-3},
+        {"label": "c", "weight": 1.0, "trials": 0, "best_s": None, "torch_s": 1e-3},
+    ]
+    lines = report_table(rows).splitlines()
+    assert lines[1].split() == ["a", "2", "5", "1", "3", "3.00x"]
+    assert lines[3].split() == ["c", "1", "0", "-", "1", "-"]
+    assert lines[4].split()[-4:] == ["7", "4", "8", "2.00x"]  # 2*1+1*2 ms against 2*3+1*2 ms
+    assert "1 workload(s) without both times" in lines[5]
+
+
+@pytest.mark.parametrize(
+    "installed, message",
+    [(False, "ray is not installed; install the distributed extra"),
+     (True, "Ray support is not implemented yet")],
+)  # fmt: skip
+def test_ray_is_refused(monkeypatch, capsys, installed, message):
+    from autotune import cli
+    from autotune.commands import network
+
+    monkeypatch.setattr(network, "_installed", lambda m: installed if m == "ray" else True)
+    assert cli.main(["network", "resnet18", "--trials", "1", "--ray", "auto"]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["resnet19", "--trials", "1"], "no network 'resnet19'"),
+     (["resnet18"], "give a budget"),
+     (["resnet18", "--trials", "1", "--torch-threads", "0"], "--torch-threads must be positive")],
+)  # fmt: skip
+def test_network_cli_refusals(capsys, argv, message):
+    from autotune import cli
+
+    assert cli.main(["network", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _bert_layer():
+    torch = pytest.importorskip("torch")
+    nn, F = torch.nn, torch.nn.functional
+
+    class Layer(nn.Module):  # one BERT-base encoder layer, post-norm
+        def __init__(self, d=768, heads=12, ff=3072):
+            super().__init__()
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.up, self.act, self.down = nn.Linear(d, ff), nn.GELU(), nn.Linear(ff, d)
+            self.heads = heads
+
+        def split(self, t):  # 1 x S x d -> 1 x heads x S x d/heads
+            return t.view(1, 128, self.heads, -1).transpose(1, 2)
+
+        def forward(self, x):
+            a = F.scaled_dot_product_attention(
+                self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
+            )
+            x = self.ln1(x + self.o(a.transpose(1, 2).reshape(1, 128, 768)))
+            return self.ln2(x + self.down(self.act(self.up(x))))
+
+    return Layer(), (torch.randn(1, 128, 768),)
+
+
+def test_from_torch_module_of_a_bert_layer_is_the_builtin_network():
+    from autotune.fx_workloads import from_torch_module
+
+    ws, missing = from_torch_module(*_bert_layer())
+    got = {(w.template, w.args): w.weight for w in ws}
+    want = {(w.template, w.args): w.weight for w in network_workloads("bert-base-layer")}
+    assert got == want  # the up projection and its GELU fused into dense_bias_gelu
+    assert missing == {"view": 3, "transpose": 4, "reshape": 1, "add": 2}
+
+
+def test_gelu_fuses_only_after_a_linear_with_bias():
+    torch = pytest.importorskip("torch")
+    from autotune.fx_workloads import from_torch_module
+
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Linear(16, 32, bias=False), nn.GELU(), nn.Linear(32, 8), nn.GELU("tanh")
+    )
+    ws, missing = from_torch_module(model, (torch.randn(4, 16),))
+    assert [(w.template, w.args) for w in ws] == [
+        ("matmul", (4, 32, 16)),
+        ("gelu", (4, 32)),
+        ("matmul", (4, 8, 32)),  # the tanh GELU is not dense_bias_gelu's exact one
+        ("gelu", (4, 8, "tanh")),
+    ]
+    assert missing == {}
+    for w in ws:
+        assert at.Task(w.template, w.task_args, target="host").flop > 0
