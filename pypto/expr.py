@@ -424,17 +424,6 @@ def children(e: Expr):
             yield v
 
 
-def rewrite(e: Expr, rule: Callable[[Expr], Expr | None]) -> Expr:
-    """Bottom-up rewrite: children first, then ``rule`` (None keeps the node)."""
-
-    def go(x):
-        x = map_children(x, go)
-        r = rule(x)
-        return x if r is None else r
-
-    return go(e)
-
-
 def substitute(e: Expr, mapping: dict) -> Expr:
     """Replace Vars (by identity) with expressions."""
     if not mapping:
@@ -477,10 +466,6 @@ def vars_of(e: Expr) -> list:
         if isinstance(x, Var) and all(x is not y for y in out):
             out.append(x)
     return out
-
-
-def free_vars(e: Expr) -> set:
-    return set(vars_of(e))
 
 
 def skey(e: Expr):
