@@ -10,6 +10,7 @@ stage 'T.update(0)': T[ri, rj] = max(T[ri - 1, rj], T[ri, rj - 1]) + S[ri, rj]
 
 from __future__ import annotations
 
+from .bounds import Bounds
 from .errors import ScheduleError
 from .legality import _carried_root_level, describe
 from .poly import GroupModel
@@ -52,9 +53,7 @@ def _leaf_distance(m: GroupModel, d, st: Stage) -> str:
 
 def explain(sch: Schedule) -> str:
     """Text for every stage: loop nest, dependences (distance vectors), legal annotations."""
-    from .lowering import Lowering
-
-    low = Lowering(sch, None, "explain")
+    low = Bounds(sch)
     lines = []
     models: dict = {}
     for st in sch.stages:
