@@ -19,6 +19,8 @@ nothing in this module builds statements or changes the schedule.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import domain, regions
 from .bounds_check import NO_REPORT, BoundsReport
 from .errors import ScheduleError
@@ -35,9 +37,12 @@ from .expr import (
     vars_of,
 )
 from .relations import Fuse, Skew, Split
-from .schedule import Schedule, Stage
 from .simplify import INF, Ranges, bounds, simplify, upper_bound
+from .stage import Stage
 from .tensor import IterVar, Tensor
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
 
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:

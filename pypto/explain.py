@@ -10,11 +10,16 @@ stage 'T.update(0)': T[ri, rj] = max(T[ri - 1, rj], T[ri, rj - 1]) + S[ri, rj]
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .bounds import Bounds
 from .errors import ScheduleError
 from .legality import _carried_root_level, describe
 from .poly import GroupModel
-from .schedule import Schedule, Stage
+from .stage import Stage
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
 
 
 def _definition(st: Stage) -> str:

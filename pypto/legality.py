@@ -17,6 +17,8 @@ is free, so nothing earlier can be wrong).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import islpy as isl
 
 from .bounds import Bounds
@@ -26,7 +28,10 @@ from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
 from .poly import Dependence, GroupModel, witness
 from .relations import root_sources
-from .schedule import Schedule, Stage
+from .stage import Stage
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
 
 _VERB = {"parallel": "parallel", "vectorized": "vectorize"}
 
