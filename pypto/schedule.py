@@ -8,11 +8,12 @@ A primitive that can break a dependence is checked as it is applied
 
 from __future__ import annotations
 
-from . import legality
+from . import legality, steps
 from .dtypes import STORAGE
 from .errors import ScheduleError
 from .explain import explain
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .replay import replay
 from .stage import Stage, _as_op
 from .tensor import (
     ComputeOp,
@@ -32,7 +33,7 @@ class Schedule:
         self.outputs = [_as_op(o) for o in outs]
         self.stages: list[Stage] = []
         self.stage_map: dict[Operation, Stage] = {}
-        self.steps: list[dict] = []
+        self.records: list[steps.Step] = []  # every step applied, in order
         for op in collect_ops(self.outputs):
             st = Stage(self, op)
             self.stages.append(st)
@@ -58,6 +59,41 @@ class Schedule:
         which loops may be parallelized or vectorized. ``print(s.explain())``."""
         return explain(self)
 
+    @property
+    def steps(self) -> list[dict]:
+        """The steps applied so far, as JSON data (``Step.to_json``)."""
+        return [x.to_json() for x in self.records]
+
+    def apply(self, step: steps.Step):
+        """Apply one step (``pypto.steps``), checked; the only way a schedule changes.
+        Returns what the primitive returns (new loops, a new tensor). A refused step
+        raises and leaves the schedule as it was."""
+        rule = _RULES.get(type(step))
+        if rule is None:
+            raise TypeError(f"not a schedule step: {step!r}")
+        stage = getattr(step, "stage", None)
+        if stage is not None and (not isinstance(stage, Stage) or stage.schedule is not self):
+            raise ScheduleError(f"{step.prim}: {stage!r} is not a stage of this schedule")
+        out = rule(self, step)
+        self.records.append(step)
+        return out
+
+    def to_json(self) -> dict:
+        """The schedule as plain data: its outputs and its steps, objects by name.
+        ``pt.Schedule.from_json(doc, tensors)`` replays it."""
+        return {
+            "version": JSON_VERSION,
+            "outputs": [op.name for op in self.outputs],
+            "steps": self.steps,
+        }
+
+    @classmethod
+    def from_json(cls, doc, tensors, intrinsics=()) -> Schedule:
+        """Replay ``s.to_json()`` (a dict or its JSON text) on the computation of
+        ``tensors`` (the tensors the schedule was built for, e.g. ``[A, B, C]``).
+        ``intrinsics``: the ``TensorIntrin`` objects its tensorize steps name."""
+        return replay(cls, doc, tensors, intrinsics)
+
     def check_stage(self, stage: Stage, call: str, loop=None) -> None:
         """Check ``stage`` right after primitive ``call`` (``legality.check_stage``)."""
         legality.check_stage(self, stage, call, loop)
@@ -75,9 +111,13 @@ class Schedule:
         Attach the copy with compute_at to copy just the tile a loop needs,
         laid out contiguously.
         """
+        readers = readers if isinstance(readers, (list, tuple)) else [readers]
+        return self.apply(steps.CacheRead(tensor, scope, tuple(readers)))
+
+    def _cache_read(self, step: steps.CacheRead) -> Tensor:
+        tensor, scope, readers = step.tensor, step.scope, step.readers
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_read: expected a Tensor, got {tensor!r}")
-        readers = readers if isinstance(readers, (list, tuple)) else [readers]
         rstages = [self[r] for r in readers]
         for st in rstages:
             if tensor not in {t for t in st.op.input_tensors}:
@@ -92,14 +132,6 @@ class Schedule:
         cst = Stage(self, cache.op)
         cst.scope = scope
         self._insert_before(cst, rstages)
-        self.steps.append(
-            {
-                "prim": "cache_read",
-                "tensor": tensor.name,
-                "scope": scope,
-                "readers": [st.name for st in rstages],
-            }
-        )
         return cache
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
@@ -110,6 +142,10 @@ class Schedule:
         ``s[C]`` keeps ``C.op.axis``; the new stage has fresh axes
         (``s[CL].op.axis``, ``s[CL].op.reduce_axis``).
         """
+        return self.apply(steps.CacheWrite(tensor, scope))
+
+    def _cache_write(self, step: steps.CacheWrite) -> Tensor:
+        tensor, scope = step.tensor, step.scope
         st = self[tensor]
         if st.is_placeholder:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
@@ -152,8 +188,27 @@ class Schedule:
         cst = Stage(self, cache)
         cst.scope = scope
         self._insert_before(cst, [st])
-        self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
         return cache.output(0)
+
+
+JSON_VERSION = 1
+
+# step type -> its rule: the stage's (or the schedule's) method that applies it
+_RULES = {
+    steps.Split: lambda sch, x: x.stage._split(x),
+    steps.Reorder: lambda sch, x: x.stage._reorder(x),
+    steps.Fuse: lambda sch, x: x.stage._fuse(x),
+    steps.Skew: lambda sch, x: x.stage._skew(x),
+    steps.Parallel: lambda sch, x: x.stage._annotate(x),
+    steps.Vectorize: lambda sch, x: x.stage._annotate(x),
+    steps.Unroll: lambda sch, x: x.stage._annotate(x),
+    steps.Prefetch: lambda sch, x: x.stage._prefetch(x),
+    steps.Tensorize: lambda sch, x: x.stage._tensorize(x),
+    steps.ComputeAt: lambda sch, x: x.stage._compute_at(x),
+    steps.ComputeInline: lambda sch, x: x.stage._compute_inline(x),
+    steps.CacheRead: lambda sch, x: sch._cache_read(x),
+    steps.CacheWrite: lambda sch, x: sch._cache_write(x),
+}
 
 
 def accumulator_dtype(dtype: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import steps
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
 from .prefetch import check_prefetch
@@ -121,9 +122,6 @@ class Stage:
         if any(p[1] is iv for p in self.prefetches):
             raise self._err(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
 
-    def _record(self, prim: str, **args):
-        self.schedule.steps.append({"stage": self.name, "prim": prim, **args})
-
     # ------------------------------------------------------------ primitives
 
     def split(self, parent: IterVar, factor=None, nparts=None) -> tuple[IterVar, IterVar]:
@@ -136,6 +134,10 @@ class Stage:
         With ``nparts`` the outer loop gets that extent instead. Guards vanish
         when ``f`` provably divides ``n``.
         """
+        return self.schedule.apply(steps.Split(self, parent, factor, nparts))
+
+    def _split(self, step: steps.Split) -> tuple[IterVar, IterVar]:
+        parent, factor, nparts = step.loop, step.factor, step.nparts
         self._leaf(parent, "split")
         if (factor is None) == (nparts is None):
             raise self._err("split", "give exactly one of factor= or nparts=")
@@ -161,7 +163,6 @@ class Stage:
         self.relations.append(rel)
         pos = self.leaf_iter_vars.index(parent)
         self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
-        self._record("split", loop=parent.name, factor=_jsonable(factor), nparts=_jsonable(nparts))
         return outer, inner
 
     def tile(self, x_parent, y_parent, x_factor, y_factor):
@@ -181,6 +182,10 @@ class Stage:
         """
         if len(ivars) == 1 and isinstance(ivars[0], (list, tuple)):
             ivars = tuple(ivars[0])
+        self.schedule.apply(steps.Reorder(self, tuple(ivars)))
+
+    def _reorder(self, step: steps.Reorder):
+        ivars = step.loops
         for iv in ivars:
             self._leaf(iv, "reorder")
         if len(set(map(id, ivars))) != len(ivars):
@@ -189,7 +194,6 @@ class Stage:
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
         for p, iv in zip(pos, ivars):
             self.leaf_iter_vars[p] = iv
-        self._record("reorder", loops=[iv.name for iv in ivars])
         self._check(f"reorder({', '.join(iv.name for iv in ivars)})", snap)
 
     def fuse(self, *ivars) -> IterVar:
@@ -203,6 +207,10 @@ class Stage:
             if len(ivars) == 1:
                 return self._leaf(ivars[0], "fuse")
             raise self._err("fuse", "needs at least one loop")
+        return self.schedule.apply(steps.Fuse(self, tuple(ivars)))
+
+    def _fuse(self, step: steps.Fuse) -> IterVar:
+        ivars = step.loops
         for iv in ivars:
             self._leaf(iv, "fuse")
         pos = [self.leaf_iter_vars.index(iv) for iv in ivars]
@@ -220,14 +228,12 @@ class Stage:
             if iv in self.attrs:
                 raise self._err("fuse", f"loop {iv.name} is already annotated {self.attrs[iv]}")
             self._not_prefetched(iv, "fuse")
-        names = [iv.name for iv in ivars]
         fused = ivars[0]
         for iv in ivars[1:]:
             new = self._new_iv(f"{fused.name}.{iv.name}.fused", iv.kind)
             self.relations.append(Fuse(fused, iv, new))
             fused = new
         self.leaf_iter_vars[pos[0] : pos[-1] + 1] = [fused]
-        self._record("fuse", loops=names)
         return fused
 
     def skew(self, outer: IterVar, inner: IterVar, factor: int = 1) -> tuple[IterVar, IterVar]:
@@ -240,6 +246,10 @@ class Stage:
         After ``reorder(j', i)`` each j' is a wavefront whose i iterations may be
         independent (then ``parallel(i)`` is legal). Returns ``(outer, inner')``.
         """
+        return self.schedule.apply(steps.Skew(self, outer, inner, factor))
+
+    def _skew(self, step: steps.Skew) -> tuple[IterVar, IterVar]:
+        outer, inner, factor = step.outer, step.inner, step.factor
         self._leaf(outer, "skew")
         self._leaf(inner, "skew")
         if outer is inner:
@@ -255,21 +265,14 @@ class Stage:
         new = self._new_iv(inner.name + ".skew", inner.kind)
         self.relations.append(Skew(outer, inner, new, factor))
         self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new
-        self._record("skew", outer=outer.name, inner=inner.name, factor=factor)
         self._check(f"skew({outer.name}, {inner.name})", snap)
         return outer, new
 
     def _snapshot(self) -> tuple:
-        return (
-            list(self.leaf_iter_vars),
-            list(self.relations),
-            dict(self.attrs),
-            len(self.schedule.steps),
-        )
+        return list(self.leaf_iter_vars), list(self.relations), dict(self.attrs)
 
     def _restore(self, snap: tuple):
-        self.leaf_iter_vars, self.relations, self.attrs, n = snap
-        del self.schedule.steps[n:]
+        self.leaf_iter_vars, self.relations, self.attrs = snap
 
     def _check(self, call: str, snap: tuple, loop: IterVar | None = None):
         """Check the stage now, so that an error names the primitive that broke it;
@@ -280,28 +283,28 @@ class Stage:
             self._restore(snap)
             raise
 
-    def _annotate(self, iv, prim: str):
+    def _annotate(self, step):
+        iv, prim = step.loop, step.prim
         self._leaf(iv, prim)
         kind = ANNOTATIONS[prim]
         if iv in self.attrs and self.attrs[iv] != kind:
             raise self._err(prim, f"loop {iv.name} is already {self.attrs[iv]}")
         snap = self._snapshot()
         self.attrs[iv] = kind
-        self._record(prim, loop=iv.name)
         if prim != "unroll":
             self._check(f"{prim}({iv.name})", snap, iv)
 
     def parallel(self, iv):
         """Run a loop's iterations on several threads (OpenMP, static schedule)."""
-        self._annotate(iv, "parallel")
+        self.schedule.apply(steps.Parallel(self, iv))
 
     def vectorize(self, iv):
         """Run a loop's iterations as SIMD lanes (best on an inner loop of constant extent)."""
-        self._annotate(iv, "vectorize")
+        self.schedule.apply(steps.Vectorize(self, iv))
 
     def unroll(self, iv):
         """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
-        self._annotate(iv, "unroll")
+        self.schedule.apply(steps.Unroll(self, iv))
 
     def prefetch(self, tensor, iv, offset: int):
         """At the start of each iteration of loop ``iv``, prefetch into cache the elements
@@ -326,10 +329,12 @@ class Stage:
         The elements read in one iteration must span at most 4 KiB (prefetch at an
         inner loop otherwise).
         """
-        self._leaf(iv, "prefetch")
-        check_prefetch(self, tensor, offset)
-        self.prefetches.append((tensor, iv, offset))
-        self._record("prefetch", tensor=tensor.name, loop=iv.name, offset=offset)
+        self.schedule.apply(steps.Prefetch(self, tensor, iv, offset))
+
+    def _prefetch(self, step: steps.Prefetch):
+        self._leaf(step.loop, "prefetch")
+        check_prefetch(self, step.tensor, step.offset)
+        self.prefetches.append((step.tensor, step.loop, step.offset))
 
     def tensorize(self, iv, intrin):
         """Replace loop ``iv`` and the loops inside it by a call of ``intrin``'s C kernel
@@ -338,13 +343,16 @@ class Stage:
             for xo:                               for xo:
               for k, xi: C[xo*4 + xi] += ..  ->     kernel(A + .., strides, C + xo*4, 1)
         """
+        self.schedule.apply(steps.Tensorize(self, iv, intrin))
+
+    def _tensorize(self, step: steps.Tensorize):
+        iv, intrin = step.loop, step.intrin
         self._leaf(iv, "tensorize")
         if not isinstance(intrin, TensorIntrin):
             raise self._err("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
         if self.is_update or self.inline:
             raise self._err("tensorize", "only a stage of pt.compute with a buffer is tensorized")
         self.tensorized = (iv, intrin)
-        self._record("tensorize", loop=iv.name, intrin=intrin.name)
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
@@ -353,6 +361,10 @@ class Stage:
         for io: for ii:          ->       for i in region(io): B[i] = f(A[i])
           C[..] = g(B[..])                for ii: C[..] = g(B[..])
         """
+        self.schedule.apply(steps.ComputeAt(self, parent, ivar))
+
+    def _compute_at(self, step: steps.ComputeAt):
+        parent, ivar = step.parent, step.loop
         if not isinstance(parent, Stage):
             raise self._err("compute_at", f"expected a stage (s[T]), got {parent!r}")
         if parent is self:
@@ -369,13 +381,15 @@ class Stage:
             )
         parent._leaf(ivar, "compute_at")
         self.attach, self.inline = (parent, ivar), False
-        self._record("compute_at", parent=parent.name, loop=ivar.name)
 
     def compute_inline(self):
         """Substitute this elementwise stage into its consumers; it gets no buffer.
 
         B[i] = A[i] + 1; C[i] = B[i] * 2   ->   C[i] = (A[i] + 1) * 2
         """
+        self.schedule.apply(steps.ComputeInline(self))
+
+    def _compute_inline(self, step: steps.ComputeInline):
         if self.is_placeholder:
             raise self._err("compute_inline", "a placeholder cannot be inlined")
         if isinstance(self.op.body, Reduce):
@@ -388,10 +402,3 @@ class Stage:
         if self.origin_op in self.schedule.outputs:
             raise self._err("compute_inline", "an output cannot be inlined")
         self.inline, self.attach = True, None
-        self._record("compute_inline")
-
-
-def _jsonable(x):
-    if x is None or isinstance(x, (int, float, str)):
-        return x
-    return str(x)
