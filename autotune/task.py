@@ -22,7 +22,11 @@ import json
 import math
 import warnings
 
+import numpy as np
+
+from cost_models import featurize
 from pypto.expr import Binary, Call, Cast, Const, Reduce, Select, walk
+from pypto.lowering import lower
 from pypto.simplify import simplify
 from pypto.target import as_target
 from pypto.tensor import ComputeOp, collect_ops
@@ -192,6 +196,19 @@ class Task:
 
     def instantiate(self, cfg):
         return self.template.instantiate(cfg, *self.args)
+
+    def lower(self, cfg, name: str = "candidate"):
+        """The loop IR of a config (a Config or a dict of knob values), checked as
+        ``pt.lower`` checks every schedule: legality, bounds, bound sizes."""
+        if not isinstance(cfg, Config):
+            cfg = self.config_space.config(cfg)
+        s, args = self.instantiate(cfg)
+        return lower(s, args, name=name)
+
+    def featurize(self, cfg) -> np.ndarray:
+        """The cost model's features of a config's lowered kernel, for this task's target.
+        Raises what lowering raises (``PyptoError``, ...) for a config that does not lower."""
+        return featurize(self.lower(cfg), self.target)
 
     def __repr__(self):
         return f"Task({self.name}, {self.args}, target={self.target.name})"
