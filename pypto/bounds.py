@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from . import domain, regions
 from .bounds_check import NO_REPORT, BoundsReport
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -48,9 +49,9 @@ if TYPE_CHECKING:  # a type only: the schedule module imports this one
 def _ceildiv(a: Expr, b: Expr) -> Expr:
     return Binary(
         "floordiv",
-        Binary("add", a, Binary("sub", b, Const(1, "int64"), "int64"), "int64"),
+        Binary("add", a, Binary("sub", b, Const(1, INDEX), INDEX), INDEX),
         b,
-        "int64",
+        INDEX,
     )
 
 
@@ -178,7 +179,7 @@ class Bounds:
         st = n.stage
         shape = st.op.shape
         if st.attach is None:
-            n.region = [(Const(0, "int64"), s) for s in shape]
+            n.region = [(Const(0, INDEX), s) for s in shape]
             return
         q, L = st.attach
         if q.inline:
@@ -219,21 +220,21 @@ class Bounds:
                     exact |= regions.needs_exact(idx, relaxed)
                     r = regions.relax(idx, relaxed, self.ranges)
                     if r is None:  # not analysable: the whole dimension
-                        r = (Const(0, "int64"), Binary("sub", shape[d], Const(1, "int64"), "int64"))
-                    lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], "int64")
-                    hi[d] = r[1] if hi[d] is None else Binary("max", hi[d], r[1], "int64")
+                        r = (Const(0, INDEX), Binary("sub", shape[d], Const(1, INDEX), INDEX))
+                    lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], INDEX)
+                    hi[d] = r[1] if hi[d] is None else Binary("max", hi[d], r[1], INDEX)
         region = []
         for d, s in enumerate(shape):
-            a = simplify(Binary("max", lo[d], Const(0, "int64"), "int64"), self.ranges)
+            a = simplify(Binary("max", lo[d], Const(0, INDEX), INDEX), self.ranges)
             b = simplify(
-                Binary("min", hi[d], Binary("sub", s, Const(1, "int64"), "int64"), "int64"),
+                Binary("min", hi[d], Binary("sub", s, Const(1, INDEX), INDEX), INDEX),
                 self.ranges,
             )
             region.append(
                 (
                     a,
                     simplify(
-                        Binary("add", Binary("sub", b, a, "int64"), Const(1, "int64"), "int64"),
+                        Binary("add", Binary("sub", b, a, INDEX), Const(1, INDEX), INDEX),
                         self.ranges,
                     ),
                 )
@@ -271,7 +272,7 @@ class Bounds:
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
         if dependent:  # a polyhedron: relations work on the box of each such root
             own = domain.own_min_roots(st, dependent, true_dom)
-            offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
+            offsets = {iv: (Const(0, INDEX), true_dom[iv][1]) for iv in own}
             for iv, (m, e) in domain.root_boxes(
                 st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
             ).items():
@@ -285,7 +286,7 @@ class Bounds:
                     ext[rel.inner] = _ceildiv(pe, rel.nparts)
                     ext[rel.outer] = _ceildiv(pe, ext[rel.inner])
             elif isinstance(rel, Fuse):
-                ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
+                ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], INDEX)
             else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
                 ext[rel.skewed] = ext[rel.inner] + (ext[rel.outer] - 1) * rel.factor
         for iv in list(ext):
@@ -314,12 +315,12 @@ class Bounds:
                 v = simplify(val[rel.skewed] - val[rel.outer] * rel.factor, self.ranges)
                 val[rel.inner] = v
                 red = rel.inner.kind == "reduce"
-                conds.append((Cmp("ge", v, Const(0, "int64")), red))
+                conds.append((Cmp("ge", v, Const(0, INDEX)), red))
                 conds.append((Cmp("lt", v, ext[rel.inner]), red))
             else:
                 f, inner_ext = val[rel.fused], ext[rel.inner]
-                val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
-                val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
+                val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, INDEX), self.ranges)
+                val[rel.inner] = simplify(Binary("mod", f, inner_ext, INDEX), self.ranges)
         n.root_min = dom_min
         n.root_value = {}  # a minimum may name roots before it: their values, in leaves
         for iv in st.root_iter_vars:

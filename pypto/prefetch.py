@@ -17,6 +17,7 @@ from .errors import ScheduleError
 from .expr import Const, Expr, Load, TensorRead, Var, skey, substitute, walk
 from .loop_ir import Prefetch
 from .simplify import Lin, simplify
+from .target import CACHE_LINE
 from .tensor import Tensor
 
 PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
@@ -143,7 +144,7 @@ def prefetch_stmts(low, n, p: int) -> list:
                     f"(more than {PREFETCH_BYTES} bytes); prefetch at an inner loop"
                 )
             # lines from the first element's on: one more when it is not line-aligned
-            lines = (span * buf.elem_bytes + 63) // 64 + 1
+            lines = (span * buf.elem_bytes + CACHE_LINE - 1) // CACHE_LINE + 1
             key = (id(buf), skey(first), write)
             if key not in seen:
                 seen.add(key)
