@@ -27,7 +27,6 @@ from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
-    Cmp,
     Const,
     Expr,
     Reduce,
@@ -37,22 +36,12 @@ from .expr import (
     tensor_reads,
     vars_of,
 )
-from .relations import Fuse, Skew, Split
 from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .stage import Stage
 from .tensor import IterVar, Tensor
 
 if TYPE_CHECKING:  # a type only: the schedule module imports this one
     from .schedule import Schedule
-
-
-def _ceildiv(a: Expr, b: Expr) -> Expr:
-    return Binary(
-        "floordiv",
-        Binary("add", a, Binary("sub", b, Const(1, INDEX), INDEX), INDEX),
-        b,
-        INDEX,
-    )
 
 
 def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
@@ -277,18 +266,8 @@ class Bounds:
                 st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
             ).items():
                 dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                pe = ext[rel.parent]
-                if rel.factor is not None:
-                    ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
-                else:  # no more parts than it takes to cover the parent (8 in 32 parts: 8)
-                    ext[rel.inner] = _ceildiv(pe, rel.nparts)
-                    ext[rel.outer] = _ceildiv(pe, ext[rel.inner])
-            elif isinstance(rel, Fuse):
-                ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], INDEX)
-            else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
-                ext[rel.skewed] = ext[rel.inner] + (ext[rel.outer] - 1) * rel.factor
+        for rel in st.relations:  # extents flow down (relations.py)
+            ext.update(rel.extents(ext))
         for iv in list(ext):
             ext[iv] = simplify(ext[iv], self.ranges)
         for iv in st.leaf_iter_vars:
@@ -304,23 +283,14 @@ class Bounds:
         # variable per level through every region expression)
         val = {iv: _zero_if_single(iv, ext[iv]) for iv in st.leaf_iter_vars}
         conds = []
-        for rel in reversed(st.relations):
-            if isinstance(rel, Split):
-                v = simplify(val[rel.outer] * ext[rel.inner] + val[rel.inner], self.ranges)
-                val[rel.parent] = v
-                total = simplify(ext[rel.outer] * ext[rel.inner] - ext[rel.parent], self.ranges)
-                if not (isinstance(total, Const) and total.value == 0):
-                    conds.append((Cmp("lt", v, ext[rel.parent]), rel.parent.kind == "reduce"))
-            elif isinstance(rel, Skew):
-                v = simplify(val[rel.skewed] - val[rel.outer] * rel.factor, self.ranges)
-                val[rel.inner] = v
-                red = rel.inner.kind == "reduce"
-                conds.append((Cmp("ge", v, Const(0, INDEX)), red))
-                conds.append((Cmp("lt", v, ext[rel.inner]), red))
-            else:
-                f, inner_ext = val[rel.fused], ext[rel.inner]
-                val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, INDEX), self.ranges)
-                val[rel.inner] = simplify(Binary("mod", f, inner_ext, INDEX), self.ranges)
+
+        def simp(e):
+            return simplify(e, self.ranges)
+
+        for rel in reversed(st.relations):  # values flow up, guards where parts overrun
+            up, guards = rel.values(val, ext, simp)
+            val.update(up)
+            conds += guards
         n.root_min = dom_min
         n.root_value = {}  # a minimum may name roots before it: their values, in leaves
         for iv in st.root_iter_vars:

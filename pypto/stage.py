@@ -15,7 +15,7 @@ from . import steps
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
 from .prefetch import check_prefetch
-from .relations import Fuse, Skew, Split, created
+from .relations import Fuse, Skew, Split
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
 from .tensorize import TensorIntrin
 
@@ -106,12 +106,12 @@ class Stage:
     def _known(self, iv) -> bool:
         if iv in self.root_iter_vars:
             return True
-        return any(iv in created(r) for r in self.relations)
+        return any(iv in r.created for r in self.relations)
 
     def _new_iv(self, name: str, kind: str) -> IterVar:
         taken = {v.name for v in self.root_iter_vars}
         for r in self.relations:
-            taken.update(v.name for v in created(r))
+            taken.update(v.name for v in r.created)
         base, n = name, 1
         while name in taken:
             name = f"{base}{n}"
