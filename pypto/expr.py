@@ -3,7 +3,8 @@
 Nodes are frozen slotted dataclasses compared by identity (``==`` builds a
 comparison node, as in TVM). Structural equality goes through ``skey``.
 Python numbers adapt to the dtype of the other operand; two different
-dtypes need an explicit ``pt.cast`` (integers of different widths widen).
+dtypes need an explicit ``pt.cast`` unless ``dtypes.promote`` has a rule (an integer
+widens to one that holds all its values).
 """
 
 from __future__ import annotations
@@ -256,12 +257,13 @@ def _unify(a, b) -> tuple[Expr, Expr, str]:
         b = as_expr(b, a.dtype)
     if a.dtype == b.dtype:
         return a, b, a.dtype
-    da, db = dtypes.dtype(a.dtype), dtypes.dtype(b.dtype)
-    if da.is_int and db.is_int:  # widen integers (index arithmetic mixes widths)
-        return a, b, (a.dtype if da.bits >= db.bits else b.dtype)
-    if da.kind == "bool" and db.kind == "bool":
-        return a, b, "bool"
-    raise TypeError(f"mixed dtypes {a.dtype} and {b.dtype} in ({a}, {b}); use pt.cast to convert")
+    wider = dtypes.promote(a.dtype, b.dtype)
+    if wider is not None:
+        return a, b, wider
+    raise TypeError(
+        f"mixed dtypes {a.dtype} and {b.dtype} in ({a}, {b}): no rule converts one to the "
+        "other; use pt.cast to convert"
+    )
 
 
 def binary(op: str, a, b) -> Expr:
