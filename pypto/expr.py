@@ -314,6 +314,7 @@ MATH = {
     "sigmoid": (1, True),
     "floor": (1, True),
     "ceil": (1, True),
+    "round": (1, True),  # to nearest, ties to even
     "abs": (1, False),
     "pow": (2, True),
     "fast_exp": (1, True),  # vectorizable float32 forms (pypto/fastmath.py)
@@ -345,7 +346,7 @@ def _math(name: str) -> Callable:
     return fn
 
 
-exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power, fast_exp, fast_erf = (
+exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, round_, abs, power, fast_exp, fast_erf = (
     _math(n)
     for n in (
         "exp",
@@ -357,6 +358,7 @@ exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power, fast_exp, fa
         "sigmoid",
         "floor",
         "ceil",
+        "round",
         "abs",
         "pow",
         "fast_exp",

@@ -62,3 +62,16 @@ def test_8_bit_products_accumulate_exactly_in_int32(da, db):
     out = mod(a, b)
     assert out.dtype == np.int32
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_round_is_to_nearest_ties_to_even(dtype):
+    A = pt.placeholder((16,), dtype, name="A")
+    B = pt.compute((16,), lambda i: pt.round(A[i]), name="B")
+    s = pt.create_schedule(B)
+    s[B].vectorize(B.op.axis[0])
+    a = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49999997, -0.49999997, 126.5, 127.5,
+                  -128.5, 1e9 + 0.5, 2.4, -2.6, 7.0], dtype)  # fmt: skip
+    b = pt.build(s, [A, B], name=f"round_{dtype}")(a)
+    np.testing.assert_array_equal(b, np.rint(a))
+    assert (b[:7] == [-2, -2, -0, 0, 2, 2, 4]).all()
