@@ -22,6 +22,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import precision
 from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm
 
 F32 = "float32"
@@ -44,42 +45,112 @@ def _dense_bias_gelu_ref(x, w, bias):
     return (0.5 * y * (1.0 + _erf64(y / math.sqrt(2.0)))).astype(np.float32)
 
 
-@template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
-def dense_bias_gelu(cfg, M, N, K):
-    """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]), float32."""
-    V = cfg.target.vector_lanes(F32)
-    # W is (N, K): unpacked, the vectorized column loop would gather with stride K
-    # (two orders of magnitude slower), so the weights are always packed
-    define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=4 * M * K)
-    # erf: libm's erff (a scalar call per output) or the vectorizable rational pt.fast_erf
-    cfg.define_knob("erf_impl", ["libm", "rational"], default="rational")
-    cfg.add_flop(2.0 * M * N * K)
-    X = pt.placeholder((M, K), F32, name="X")
-    W = pt.placeholder((N, K), F32, name="W")
-    bias = pt.placeholder((N,), F32, name="bias")
+def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
+    """``D[i, j] = sum_k X[i, k] * W[j, k]`` (products as ``p`` multiplies), W packed per
+    column panel when ``pack_b`` is on; returns (D, [the packed weights] or [])."""
     k = pt.reduce_axis((0, K), name="k")
+    if not cfg["pack_b"].val:
+        return pt.compute(
+            (M, N), lambda i, j: pt.sum(precision.product(p, X[i, k], W[j, k]), axis=k), name="D"
+        ), []
     nr = cfg["tile_j"].size[-1]
-    packed = []
-    if cfg["pack_b"].val:
-        # packed weights: panel jo holds columns jo*nr .. jo*nr+nr-1 as K x nr
-        # (the ragged last panel repeats column N-1; those lanes are never stored)
-        WP = pt.compute(
-            (_ceil_div(N, nr), K, nr),
-            lambda jo, kk, ji: W[pt.min(jo * nr + ji, N - 1), kk],
-            name="WP",
-        )
-        packed.append(WP)
-        D = pt.compute(
-            (M, N), lambda i, j: pt.sum(X[i, k] * WP[j // nr, k, j % nr], axis=k), name="D"
-        )
-    else:
-        D = pt.compute((M, N), lambda i, j: pt.sum(X[i, k] * W[j, k], axis=k), name="D")
-    impl = cfg["erf_impl"].val
-    out = pt.compute((M, N), lambda i, j: gelu(D[i, j] + bias[j], impl), name="out")
+    # packed weights: panel jo holds columns jo*nr .. jo*nr+nr-1 as K x nr
+    # (the ragged last panel repeats column N-1; those lanes are never stored)
+    WP = pt.compute(
+        (_ceil_div(N, nr), K, nr),
+        lambda jo, kk, ji: W[pt.min(jo * nr + ji, N - 1), kk],
+        name="WP",
+    )
+    D = pt.compute(
+        (M, N),
+        lambda i, j: pt.sum(precision.product(p, X[i, k], WP[j // nr, k, j % nr]), axis=k),
+        name="D",
+    )
+    return D, [WP]
+
+
+def _schedule_dense(cfg, out, D, M, packed):
+    """The accumulator tile: D computed into a local buffer, copied out through the
+    epilogue ``out`` (the copy stage D is inlined into it)."""
     s = pt.create_schedule(out.op)
-    # the accumulator tile: D computed into a local buffer, copied out through the
-    # bias + gelu epilogue (the copy stage D is inlined into it)
     DL = s.cache_write(D, "local")
     s[D].compute_inline()
     schedule_gemm(cfg, s, out, DL, M, pack=(lambda: packed[0]) if packed else None)
-    return s, [X, W, bias, out]
+    return s
+
+
+def _gemm_knobs(cfg, p, M, N, K):
+    # W is (N, K): unpacked, the vectorized column loop would gather with stride K
+    # (two orders of magnitude slower), so the weights are always packed
+    V = cfg.target.vector_lanes(p.out)
+    define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K)
+    cfg.add_flop(2.0 * M * N * K)
+
+
+@template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
+def dense_bias_gelu(cfg, M, N, K):
+    """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]), float32."""
+    p = precision.precision(F32, "dense_bias_gelu")
+    _gemm_knobs(cfg, p, M, N, K)
+    # erf: libm's erff (a scalar call per output) or the vectorizable rational pt.fast_erf
+    cfg.define_knob("erf_impl", ["libm", "rational"], default="rational")
+    X = pt.placeholder((M, K), F32, name="X")
+    W = pt.placeholder((N, K), F32, name="W")
+    bias = pt.placeholder((N,), F32, name="bias")
+    D, packed = _dense_product(cfg, X, W, p, M, N, K)
+    impl = cfg["erf_impl"].val
+    out = pt.compute((M, N), lambda i, j: gelu(D[i, j] + bias[j], impl), name="out")
+    return _schedule_dense(cfg, out, D, M, packed), [X, W, bias, out]
+
+
+def _dense_ref(x, w):
+    return precision.reference(precision.widened(x) @ precision.widened(w).T, x.dtype)
+
+
+@template("dense", reference=_dense_ref)
+def dense(cfg, M, N, K, dtype="float32"):
+    """out[i, j] = sum_k X[i, k] * W[j, k] (X is M x K, W is N x K: ``X @ W.T``);
+    ``dtype`` as ``matmul``'s (int8: an int32 output)."""
+    p = precision.precision(dtype, "dense")
+    _gemm_knobs(cfg, p, M, N, K)
+    X = pt.placeholder((M, K), dtype, name="X")
+    W = pt.placeholder((N, K), dtype, name="W")
+    D, packed = _dense_product(cfg, X, W, p, M, N, K)
+    out = pt.compute((M, N), lambda i, j: D[i, j], name="out")
+    return _schedule_dense(cfg, out, D, M, packed), [X, W, out]
+
+
+def requantize_reference(acc, scale) -> np.ndarray:
+    """int8 of ``acc`` (int32) times a per-column float32 ``scale``: the product in float32,
+    clamped to [-128, 127], rounded to nearest with ties to even."""
+    y = acc.astype(np.float32) * scale.astype(np.float32)[None, :]
+    return np.rint(np.clip(y, np.float32(-128), np.float32(127))).astype(np.int8)
+
+
+def _dense_requant_ref(x, w, scale):
+    acc = (x.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+    return requantize_reference(acc, scale)
+
+
+def requantize(acc, scale):
+    """The epilogue of ``requantize_reference`` as an expression (clamped before rounding:
+    the clamp keeps the compiler from fusing the scale into an addition)."""
+    y = pt.cast(F32, acc) * scale
+    return pt.cast("int8", pt.round(pt.min(pt.max(y, _c(-128.0)), _c(127.0))))
+
+
+@template("dense_requant", reference=_dense_requant_ref)
+def dense_requant(cfg, M, N, K, dtype="int8"):
+    """out[i, j] = int8(round(clamp(float(sum_k X[i, k] * W[j, k]) * scale[j], -128, 127))):
+    an int8 dense layer (int32 accumulation) with a requantizing epilogue, per output
+    channel ``scale`` (float32, N), rounding to nearest even, saturating."""
+    p = precision.precision(dtype, "dense_requant")
+    if p.name != "int8":
+        raise ValueError(f"dense_requant: dtype must be int8, got {dtype!r}")
+    _gemm_knobs(cfg, p, M, N, K)
+    X = pt.placeholder((M, K), dtype, name="X")
+    W = pt.placeholder((N, K), dtype, name="W")
+    scale = pt.placeholder((N,), F32, name="scale")
+    D, packed = _dense_product(cfg, X, W, p, M, N, K)
+    out = pt.compute((M, N), lambda i, j: requantize(D[i, j], scale[j]), name="out")
+    return _schedule_dense(cfg, out, D, M, packed), [X, W, scale, out]

@@ -27,6 +27,8 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import precision
+from .precision import widened
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -144,19 +146,25 @@ def schedule_gemm(
 
 
 def _matmul_ref(a, b):
-    return (a.astype(np.float64) @ b.astype(np.float64)).astype(a.dtype)
+    return precision.reference(widened(a) @ widened(b), a.dtype)
 
 
 @template("matmul", reference=_matmul_ref)
 def matmul(cfg, M, N, K, dtype="float32"):
-    """C[i, j] = sum_k A[i, k] * B[k, j]; A is (M, K), B is (K, N)."""
+    """C[i, j] = sum_k A[i, k] * B[k, j]; A is (M, K), B is (K, N).
+
+    ``dtype``: float32, float64, float16, bfloat16 (float32 accumulation), int8 or uint8
+    (int32 products and output; see ``precision``)."""
+    p = precision.precision(dtype, "matmul")
     A = pt.placeholder((M, K), dtype, name="A")
     B = pt.placeholder((K, N), dtype, name="B")
     k = pt.reduce_axis((0, K), name="k")
-    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    C = pt.compute(
+        (M, N), lambda i, j: pt.sum(precision.product(p, A[i, k], B[k, j]), axis=k), name="C"
+    )
     cfg.add_flop(2.0 * M * N * K)
-    lanes = cfg.target.vector_lanes(dtype)
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * np.dtype(dtype).itemsize)
+    lanes = cfg.target.vector_lanes(p.out)
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p))
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
     schedule_gemm(cfg, s, C, CL, M, B)
@@ -164,19 +172,25 @@ def matmul(cfg, M, N, K, dtype="float32"):
 
 
 def _batch_matmul_ref(a, b):
-    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    return precision.reference(np.matmul(widened(a), widened(b)), a.dtype)
 
 
 @template("batch_matmul", reference=_batch_matmul_ref)
 def batch_matmul(cfg, B, M, N, K, dtype="float32"):
-    """C[b, i, j] = sum_k A[b, i, k] * Bm[b, k, j] (numpy ``matmul`` semantics)."""
+    """C[b, i, j] = sum_k A[b, i, k] * Bm[b, k, j] (numpy ``matmul`` semantics); ``dtype``
+    as ``matmul``'s."""
+    p = precision.precision(dtype, "batch_matmul")
     A = pt.placeholder((B, M, K), dtype, name="A")
     Bm = pt.placeholder((B, K, N), dtype, name="B")
     k = pt.reduce_axis((0, K), name="k")
-    C = pt.compute((B, M, N), lambda b, i, j: pt.sum(A[b, i, k] * Bm[b, k, j], axis=k), name="C")
+    C = pt.compute(
+        (B, M, N),
+        lambda b, i, j: pt.sum(precision.product(p, A[b, i, k], Bm[b, k, j]), axis=k),
+        name="C",
+    )
     cfg.add_flop(2.0 * B * M * N * K)
-    lanes = cfg.target.vector_lanes(dtype)
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * np.dtype(dtype).itemsize)
+    lanes = cfg.target.vector_lanes(p.out)
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p))
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
     schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])
