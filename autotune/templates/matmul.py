@@ -27,7 +27,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import precision
+from . import dot_ukernels, precision
 from .precision import widened
 
 
@@ -84,15 +84,25 @@ def _default_rows(registers: int, vectors: int, mrs: list, M: int) -> int:
 
 
 def schedule_gemm(
-    cfg, s, C, CL, M: int, B_tensor=None, batch_axis=None, prefix: str = "", pack=None
+    cfg,
+    s,
+    C,
+    CL,
+    M: int,
+    B_tensor=None,
+    batch_axis=None,
+    prefix: str = "",
+    pack=None,
+    tile_intrin=None,
 ):
     """Schedule ``C`` (copied out of the accumulator ``CL``) as a blocked GEMM.
 
     ``C``'s last two axes are (i, j) with ``M`` rows; ``batch_axis`` (if any) is an
     outer spatial axis, fused with the parallel loop when they are adjacent. When
     ``pack_b`` is on, B is packed per column panel: ``pack()`` returns the packing
-    stage's tensor (default: ``cache_read(B_tensor)`` for ``CL``). Returns the
-    packed tensor or None.
+    stage's tensor (default: ``cache_read(B_tensor)`` for ``CL``). ``tile_intrin``
+    (a tensor intrinsic of the whole register tile, its reduction included) replaces
+    the tile's loops in whole tiles. Returns the packed tensor or None.
     """
     i, j = C.op.axis[-2], C.op.axis[-1]
     io, ii = cfg[prefix + "tile_i"].apply(s, C, i)
@@ -126,9 +136,13 @@ def schedule_gemm(
     # the register tile: k outermost, rows unrolled, columns vectorized
     s[CL].compute_at(s[C], attach_c)
     ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
-    (kk,) = s[CL].op.reduce_axis
+    red = list(s[CL].op.reduce_axis)
+    kk = red[-1]
     uk = cfg[prefix + "unroll_k"].val
-    if uk > 1:
+    if tile_intrin is not None:  # partial tiles keep these loops
+        s[CL].reorder(*red, ic, jc)
+        s[CL].tensorize(red[0], tile_intrin)
+    elif uk > 1:
         ko, ki = s[CL].split(kk, factor=uk)
         s[CL].reorder(ko, ki, ic, jc)
         s[CL].unroll(ki)
@@ -158,16 +172,38 @@ def matmul(cfg, M, N, K, dtype="float32"):
     p = precision.precision(dtype, "matmul")
     A = pt.placeholder((M, K), dtype, name="A")
     B = pt.placeholder((K, N), dtype, name="B")
-    k = pt.reduce_axis((0, K), name="k")
-    C = pt.compute(
-        (M, N), lambda i, j: pt.sum(precision.product(p, A[i, k], B[k, j]), axis=k), name="C"
-    )
     cfg.add_flop(2.0 * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p))
+    isa = dot_ukernels.dot_isa(cfg.target, dtype)
+    if isa is not None and K % isa.group:
+        isa = None
+    pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack)
+    if isa is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
+    if isa is None or not cfg["ukernel"].val:
+        k = pt.reduce_axis((0, K), name="k")
+        C = pt.compute(
+            (M, N), lambda i, j: pt.sum(precision.product(p, A[i, k], B[k, j]), axis=k), name="C"
+        )
+        s = pt.create_schedule(C.op)
+        CL = s.cache_write(C, "local")
+        schedule_gemm(cfg, s, C, CL, M, B)
+        return s, [A, B, C]
+    # the dot-product kernel: B packed with g reduction elements adjacent per column
+    g, nr, mr = isa.group, cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
+    BP = dot_ukernels.packed_b(B, N, K, nr, g)
+    ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
+
+    def body(i, j):
+        prod = precision.product(p, A[i, ko * g + kq], BP[j // nr, ko, (j % nr) * g + kq])
+        return pt.sum(prod, axis=[ko, kq])
+
+    C = pt.compute((M, N), body, name="C")
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
-    schedule_gemm(cfg, s, C, CL, M, B)
+    tile = dot_ukernels.gemm_tile(isa, mr, nr, K, lambda a, b: precision.product(p, a, b))
+    schedule_gemm(cfg, s, C, CL, M, pack=lambda: BP, tile_intrin=tile)
     return s, [A, B, C]
 
 

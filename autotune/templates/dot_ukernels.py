@@ -1,0 +1,235 @@
+"""Dot-product micro-kernels for int8 and bfloat16 GEMMs, declared as tensor intrinsics.
+
+The instructions multiply ``g`` adjacent elements of the reduction at once and add
+them into one 32-bit lane (``vpdpbusd``: 4 int8 pairs into an int32; ``vdpbf16ps``: 2
+bfloat16 pairs into a float32; NEON ``sdot``: 4 int8 pairs). B is packed so that the
+``g`` reduction elements of one column are adjacent, panel by panel,
+``BP[jo, ko, ji * g + kq] = B[ko * g + kq, jo * nr + ji]``, and the GEMM is written
+over the two reduce axes ``ko`` (K / g) and ``kq`` (g). The register tile of
+``mr`` rows x ``nr`` columns (``nr / lanes`` vectors) is one call:
+
+    for ko in K / g:                               (whole reduction in the call)
+      b[v] = load(BP[jo, ko, v*L*g : (v+1)*L*g])   (L lanes of g elements)
+      for r in mr:
+        a = broadcast(A[r, ko*g : ko*g + g])       (g elements as one 32-bit lane)
+        acc[r][v] = dot(acc[r][v], a, b[v])
+    out[r, v*L : v*L + L] = acc[r][v]
+
+``vpdpbusd`` multiplies an *unsigned* byte by a signed one. For int8 A the kernel
+flips A's sign bit (``a ^ 0x80`` is ``a + 128`` as an unsigned byte) and subtracts
+``128 * sum_k B[k, j]``, computed by the same instruction on a vector of 0x80 bytes:
+``sum (a + 128) b - 128 sum b = sum a b``, exact in int32 arithmetic (wrapping in
+between cancels). AVX2 without VNNI has ``vpmaddubsw`` (u8 x s8 pairs into *saturating*
+int16: 255 * -128 * 2 overflows, so it cannot be exact on full-range int8); it uses
+``vpmovsxbw`` + ``vpmaddwd`` instead, two int8 pairs (widened to int16) per int32 lane.
+
+Which kernel is used is decided by the task's target (``target.has``), never the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pypto as pt
+
+
+@dataclass(frozen=True)
+class DotISA:
+    """How one ISA spells a ``g``-wide dot product into 32-bit lanes."""
+
+    name: str
+    needs: tuple  # target features
+    dtype: str  # the inputs' dtype
+    group: int  # g: reduction elements per 32-bit lane
+    lanes: int  # 32-bit lanes per vector
+    header: str
+    acc_type: str  # vector of accumulators
+    op_type: str  # vector of packed operands
+    zero: str
+    load: str  # {p}: address of L * g packed B elements
+    bcast: str  # {p}: address of g elements of A, broadcast to every lane (offset included)
+    dot: str  # {acc} + dot({a}, {b})
+    store: str  # {p}, {v}
+    offset_sum: str = ""  # {acc}, {b}: acc + 128 * (sum of b's groups), when A is offset
+    sub: str = ""  # {a} - {b}
+
+
+# helpers shared by every kernel of a module, defined once
+_HELPERS = """#ifndef PT_DOT_HELPERS
+#define PT_DOT_HELPERS
+#include <string.h>
+static inline int32_t pt_ld32(const void* p) { int32_t v; memcpy(&v, p, 4); return v; }
+static inline int32_t pt_pair16(const int8_t* p) {  /* two int8 as two int16 halves */
+  return (int32_t)((uint32_t)(uint16_t)(int16_t)p[0] | ((uint32_t)(uint16_t)(int16_t)p[1] << 16));
+}
+static inline float pt_dot_bf16(uint16_t b) {
+  union { uint32_t u; float f; } v = { (uint32_t)b << 16 };
+  return v.f;
+}
+#endif"""
+# gcc's vpdpbusd builtins copy the accumulator around (and spill a full register tile);
+# the instruction written out keeps each accumulator in its register
+_ASM = {
+    "pt_dpbusd512": """#ifndef PT_DPBUSD512
+#define PT_DPBUSD512
+static inline __m512i pt_dpbusd512(__m512i acc, __m512i a, __m512i b) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+#endif""",
+    "pt_dpbusd256": """#ifndef PT_DPBUSD256
+#define PT_DPBUSD256
+static inline __m256i pt_dpbusd256(__m256i acc, __m256i a, __m256i b) {
+  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
+  return acc;
+}
+#endif""",
+}
+
+ISAS = (
+    DotISA(
+        "avx512vnni", ("avx512_vnni", "avx512f"), "int8", 4, 16, "immintrin.h",
+        "__m512i", "__m512i", "_mm512_setzero_si512()", "_mm512_loadu_si512({p})",
+        "_mm512_set1_epi32(pt_ld32({p}) ^ (int32_t)0x80808080)",
+        "pt_dpbusd512({acc}, {a}, {b})", "_mm512_storeu_si512({p}, {v});",
+        "_mm512_dpbusd_epi32({acc}, _mm512_set1_epi32((int32_t)0x80808080), {b})",
+        "_mm512_sub_epi32({a}, {b})",
+    ),
+    DotISA(
+        "avxvnni", ("avx_vnni", "avx2"), "int8", 4, 8, "immintrin.h",
+        "__m256i", "__m256i", "_mm256_setzero_si256()",
+        "_mm256_loadu_si256((const __m256i*)({p}))",
+        "_mm256_set1_epi32(pt_ld32({p}) ^ (int32_t)0x80808080)",
+        "pt_dpbusd256({acc}, {a}, {b})",
+        "_mm256_storeu_si256((__m256i*)({p}), {v});",
+        "_mm256_dpbusd_avx_epi32({acc}, _mm256_set1_epi32((int32_t)0x80808080), {b})",
+        "_mm256_sub_epi32({a}, {b})",
+    ),
+    DotISA(
+        "avx512bw", ("avx512bw", "avx512f"), "int8", 2, 16, "immintrin.h",
+        "__m512i", "__m512i", "_mm512_setzero_si512()",
+        "_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)({p})))",
+        "_mm512_set1_epi32(pt_pair16({p}))",
+        "_mm512_add_epi32({acc}, _mm512_madd_epi16({a}, {b}))",
+        "_mm512_storeu_si512({p}, {v});",
+    ),
+    DotISA(
+        "avx2", ("avx2",), "int8", 2, 8, "immintrin.h",
+        "__m256i", "__m256i", "_mm256_setzero_si256()",
+        "_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)({p})))",
+        "_mm256_set1_epi32(pt_pair16({p}))",
+        "_mm256_add_epi32({acc}, _mm256_madd_epi16({a}, {b}))",
+        "_mm256_storeu_si256((__m256i*)({p}), {v});",
+    ),
+    DotISA(
+        "neondot", ("asimddp",), "int8", 4, 4, "arm_neon.h",
+        "int32x4_t", "int8x16_t", "vdupq_n_s32(0)", "vld1q_s8({p})",
+        "vreinterpretq_s8_s32(vdupq_n_s32(pt_ld32({p})))",
+        "vdotq_s32({acc}, {a}, {b})", "vst1q_s32({p}, {v});",
+    ),
+    DotISA(
+        "avx512bf16", ("avx512_bf16", "avx512f"), "bfloat16", 2, 16, "immintrin.h",
+        "__m512", "__m512bh", "_mm512_setzero_ps()",
+        "(__m512bh)_mm512_loadu_si512({p})",
+        "(__m512bh)_mm512_set1_epi32(pt_ld32({p}))",
+        "_mm512_dpbf16_ps({acc}, {a}, {b})", "_mm512_storeu_ps({p}, {v});",
+    ),
+)  # fmt: skip
+
+_C_TYPES = {"int8": ("int8_t", "int32_t"), "bfloat16": ("uint16_t", "float")}
+
+
+def dot_isa(target, dtype: str) -> DotISA | None:
+    """The dot-product kernel for ``dtype`` GEMMs on ``target`` (a pt.Target), or None."""
+    for isa in ISAS:
+        if (
+            isa.dtype == dtype
+            and target.has(*isa.needs)
+            and isa.lanes * 4 * 8 == target.vector_bits
+        ):
+            return isa
+    return None
+
+
+def packed_b(B, N: int, K: int, nr: int, g: int):
+    """``BP[jo, ko, ji * g + kq] = B[ko * g + kq, jo * nr + ji]`` (the ragged last panel
+    repeats column N - 1; those lanes are never stored)."""
+    return pt.compute(
+        (-(-N // nr), K // g, nr * g),
+        lambda jo, ko, m: B[ko * g + m % g, pt.min(jo * nr + m // g, N - 1)],
+        name="B_packed",
+    )
+
+
+def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
+    """The intrinsic ``out[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[ko, j*g + kq]``
+    (``product`` multiplies as the template does) over an ``mr x nr`` tile."""
+    g = isa.group
+    if nr % isa.lanes or K % g:
+        raise ValueError(
+            f"gemm_tile: {nr} columns are not whole {isa.name} vectors of {isa.lanes}, "
+            f"or K={K} is not a multiple of {g}"
+        )
+    a = pt.placeholder((mr, K), isa.dtype, name="a")
+    b = pt.placeholder((K // g, nr * g), isa.dtype, name="b")
+    ko = pt.reduce_axis((0, K // g), name="ko")
+    kq = pt.reduce_axis((0, g), name="kq")
+    out = pt.compute(
+        (mr, nr),
+        lambda i, j: pt.sum(product(a[i, ko * g + kq], b[ko, j * g + kq]), axis=[ko, kq]),
+        name="tile",
+    )
+    name = f"gemm_{isa.name}_{mr}x{nr}_k{K}"
+    return pt.decl_tensor_intrin(out.op, name, _source(isa, name, mr, nr, K), inputs=[a, b])
+
+
+def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
+    g, L = isa.group, isa.lanes
+    elem, acc_c = _C_TYPES[isa.dtype]
+    nv = nr // L
+    acc = {(r, v): f"c{r}_{v}" for r in range(mr) for v in range(nv)}
+    widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
+    lines = [
+        f"#include <{isa.header}>",
+        _HELPERS,
+        *(text for fn, text in _ASM.items() if fn in isa.dot),
+        f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
+        f"    const {elem}* restrict b, int64_t b0, int64_t b1,",
+        f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
+        "  if (a1 != 1 || b1 != 1 || o1 != 1) {  /* not unit-stride: the plain loops */",
+        f"    for (int64_t i = 0; i < {mr}; ++i)",
+        f"      for (int64_t j = 0; j < {nr}; ++j) {{",
+        f"        {acc_c} t = 0;",
+        f"        for (int64_t k = 0; k < {K}; ++k)",
+        f"          t += {widen}(a[i * a0 + k * a1])",
+        f"            * {widen}(b[(k / {g}) * b0 + (j * {g} + k % {g}) * b1]);",
+        "        out[i * o0 + j * o1] = t;",
+        "      }",
+        "    return;",
+        "  }",
+        f"  {isa.acc_type} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";",
+    ]
+    if isa.offset_sum:
+        sums = ", ".join(f"s{v} = {isa.zero}" for v in range(nv))
+        lines.append(f"  {isa.acc_type} {sums};")
+    lines += [
+        f"  for (int64_t ko = 0; ko < {K // g}; ++ko) {{",
+        f"    const {elem}* bp = b + ko * b0;",
+        f"    const {elem}* ap = a + ko * {g};",
+    ]
+    body = [f"{isa.op_type} vb{v} = {isa.load.format(p=f'bp + {v * L * g}')};" for v in range(nv)]
+    if isa.offset_sum:
+        body += [f"s{v} = {isa.offset_sum.format(acc=f's{v}', b=f'vb{v}')};" for v in range(nv)]
+    for r in range(mr):
+        body.append(f"{isa.op_type} va{r} = {isa.bcast.format(p=f'ap + {r} * a0')};")
+        body += [
+            f"{acc[r, v]} = {isa.dot.format(acc=acc[r, v], a=f'va{r}', b=f'vb{v}')};"
+            for v in range(nv)
+        ]
+    lines += ["    " + x for x in body]
+    lines.append("  }")
+    for (r, v), c in acc.items():
+        val = isa.sub.format(a=c, b=f"s{v}") if isa.offset_sum else c
+        lines.append("  " + isa.store.format(p=f"out + {r} * o0 + {v * L}", v=val))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
