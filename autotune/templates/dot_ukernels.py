@@ -4,7 +4,7 @@ The instructions multiply ``g`` adjacent elements of the reduction at once and a
 them into one 32-bit lane (``vpdpbusd``: 4 int8 pairs into an int32; ``vdpbf16ps``: 2
 bfloat16 pairs into a float32; NEON ``sdot``: 4 int8 pairs). B is packed so that the
 ``g`` reduction elements of one column are adjacent, panel by panel,
-``BP[jo, ko, ji * g + kq] = B[ko * g + kq, jo * nr + ji]``, and the GEMM is written
+``BP[jo, ko, ji, kq] = B[ko * g + kq, jo * nr + ji]``, and the GEMM is written
 over the two reduce axes ``ko`` (K / g) and ``kq`` (g). The register tile of
 ``mr`` rows x ``nr`` columns (``nr / lanes`` vectors) is one call:
 
@@ -77,6 +77,13 @@ static inline __m512i pt_dpbusd512(__m512i acc, __m512i a, __m512i b) {
   return acc;
 }
 #endif""",
+    "pt_dpbf16512": """#ifndef PT_DPBF16512
+#define PT_DPBF16512
+static inline __m512 pt_dpbf16512(__m512 acc, __m512 a, __m512 b) {  /* pairs of bf16 */
+  __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+#endif""",
     "pt_dpbusd256": """#ifndef PT_DPBUSD256
 #define PT_DPBUSD256
 static inline __m256i pt_dpbusd256(__m256i acc, __m256i a, __m256i b) {
@@ -129,10 +136,10 @@ ISAS = (
     ),
     DotISA(
         "avx512bf16", ("avx512_bf16", "avx512f"), "bfloat16", 2, 16, "immintrin.h",
-        "__m512", "__m512bh", "_mm512_setzero_ps()",
-        "(__m512bh)_mm512_loadu_si512({p})",
-        "(__m512bh)_mm512_set1_epi32(pt_ld32({p}))",
-        "_mm512_dpbf16_ps({acc}, {a}, {b})", "_mm512_storeu_ps({p}, {v});",
+        "__m512", "__m512", "_mm512_setzero_ps()",
+        "_mm512_loadu_ps({p})",
+        "_mm512_castsi512_ps(_mm512_set1_epi32(pt_ld32({p})))",
+        "pt_dpbf16512({acc}, {a}, {b})", "_mm512_storeu_ps({p}, {v});",
     ),
 )  # fmt: skip
 
@@ -152,17 +159,17 @@ def dot_isa(target, dtype: str) -> DotISA | None:
 
 
 def packed_b(B, N: int, K: int, nr: int, g: int):
-    """``BP[jo, ko, ji * g + kq] = B[ko * g + kq, jo * nr + ji]`` (the ragged last panel
+    """``BP[jo, ko, ji, kq] = B[ko * g + kq, jo * nr + ji]`` (the ragged last panel
     repeats column N - 1; those lanes are never stored)."""
     return pt.compute(
-        (-(-N // nr), K // g, nr * g),
-        lambda jo, ko, m: B[ko * g + m % g, pt.min(jo * nr + m // g, N - 1)],
+        (-(-N // nr), K // g, nr, g),
+        lambda jo, ko, ji, kq: B[ko * g + kq, pt.min(jo * nr + ji, N - 1)],
         name="B_packed",
     )
 
 
 def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
-    """The intrinsic ``out[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[ko, j*g + kq]``
+    """The intrinsic ``out[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[ko, j, kq]``
     (``product`` multiplies as the template does) over an ``mr x nr`` tile."""
     g = isa.group
     if nr % isa.lanes or K % g:
@@ -171,12 +178,12 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
             f"or K={K} is not a multiple of {g}"
         )
     a = pt.placeholder((mr, K), isa.dtype, name="a")
-    b = pt.placeholder((K // g, nr * g), isa.dtype, name="b")
+    b = pt.placeholder((K // g, nr, g), isa.dtype, name="b")
     ko = pt.reduce_axis((0, K // g), name="ko")
     kq = pt.reduce_axis((0, g), name="kq")
     out = pt.compute(
         (mr, nr),
-        lambda i, j: pt.sum(product(a[i, ko * g + kq], b[ko, j * g + kq]), axis=[ko, kq]),
+        lambda i, j: pt.sum(product(a[i, ko * g + kq], b[ko, j, kq]), axis=[ko, kq]),
         name="tile",
     )
     name = f"gemm_{isa.name}_{mr}x{nr}_k{K}"
@@ -194,15 +201,15 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         _HELPERS,
         *(text for fn, text in _ASM.items() if fn in isa.dot),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
-        f"    const {elem}* restrict b, int64_t b0, int64_t b1,",
+        f"    const {elem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
-        "  if (a1 != 1 || b1 != 1 || o1 != 1) {  /* not unit-stride: the plain loops */",
+        f"  if (a1 != 1 || b1 != {g} || b2 != 1 || o1 != 1) {{  /* other strides: plain loops */",
         f"    for (int64_t i = 0; i < {mr}; ++i)",
         f"      for (int64_t j = 0; j < {nr}; ++j) {{",
         f"        {acc_c} t = 0;",
         f"        for (int64_t k = 0; k < {K}; ++k)",
         f"          t += {widen}(a[i * a0 + k * a1])",
-        f"            * {widen}(b[(k / {g}) * b0 + (j * {g} + k % {g}) * b1]);",
+        f"            * {widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]);",
         "        out[i * o0 + j * o1] = t;",
         "      }",
         "    return;",

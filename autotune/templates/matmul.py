@@ -155,7 +155,13 @@ def schedule_gemm(
     BP = pack() if pack is not None else s.cache_read(B_tensor, "local", [CL])
     # once per column panel (per row tile too when rows are outermost unblocked)
     s[BP].compute_at(s[C], attach_b)
-    s[BP].vectorize(s[BP].op.axis[-1])
+    if tile_intrin is None:
+        s[BP].vectorize(s[BP].op.axis[-1])
+    else:  # the dot kernels' layout [jo, ko, ji, kq]: rows of B read contiguously
+        jo_, ko_, ji_, kq_ = s[BP].op.axis
+        s[BP].reorder(jo_, ko_, kq_, ji_)
+        s[BP].unroll(kq_)
+        s[BP].vectorize(ji_)
     return BP
 
 
@@ -196,13 +202,13 @@ def matmul(cfg, M, N, K, dtype="float32"):
     ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
 
     def body(i, j):
-        prod = precision.product(p, A[i, ko * g + kq], BP[j // nr, ko, (j % nr) * g + kq])
+        prod = precision.product(p, A[i, ko * g + kq], BP[j // nr, ko, j % nr, kq])
         return pt.sum(prod, axis=[ko, kq])
 
     C = pt.compute((M, N), body, name="C")
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
-    tile = dot_ukernels.gemm_tile(isa, mr, nr, K, lambda a, b: precision.product(p, a, b))
+    tile = dot_ukernels.gemm_tile(isa, mr, nr, K, lambda a, b: precision.accumulated(p, a, b))
     schedule_gemm(cfg, s, C, CL, M, pack=lambda: BP, tile_intrin=tile)
     return s, [A, B, C]
 

@@ -20,6 +20,7 @@ import numpy as np
 
 import pypto as pt
 from pypto.dtypes import numpy_dtype
+from pypto.schedule import accumulator_dtype
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,13 @@ def product(p: Precision, a, b):
     if p.widen is None:
         return a * b
     return pt.cast(p.widen, a) * pt.cast(p.widen, b)
+
+
+def accumulated(p: Precision, a, b):
+    """The product as a reduction into the output accumulates it: 16-bit floats widened
+    to float32 (what lowering and ``cache_write`` make of ``sum(a * b)``)."""
+    prod = product(p, a, b)
+    return pt.cast(accumulator_dtype(p.out), prod)
 
 
 def zero(p: Precision):
