@@ -15,12 +15,14 @@ over the two reduce axes ``ko`` (K / g) and ``kq`` (g). The register tile of
         acc[r][v] = dot(acc[r][v], a, b[v])
     out[r, v*L : v*L + L] = acc[r][v]
 
-``vpdpbusd`` multiplies an *unsigned* byte by a signed one. For int8 A the kernel
-flips A's sign bit (``a ^ 0x80`` is ``a + 128`` as an unsigned byte) and subtracts
-``128 * sum_k B[k, j]``, computed by the same instruction on a vector of 0x80 bytes:
-``sum (a + 128) b - 128 sum b = sum a b``, exact in int32 arithmetic (wrapping in
-between cancels). AVX2 without VNNI has ``vpmaddubsw`` (u8 x s8 pairs into *saturating*
-int16: 255 * -128 * 2 overflows, so it cannot be exact on full-range int8); it uses
+``vpdpbusd`` multiplies an *unsigned* byte by a signed one. B is packed as
+``b + 128`` (uint8, once per panel) and is the unsigned operand; A, broadcast straight
+from memory, the signed one; the kernel subtracts ``128 * sum_k A[i, k]`` per row:
+``sum (b + 128) a - 128 sum a = sum a b``, exact in int32 arithmetic (wrapping in
+between cancels). The GEMM is defined on the packed operand as
+``int32(a) * (int32(bp) - 128)``, so the ragged tiles' plain loops agree. AVX2
+without VNNI has ``vpmaddubsw`` (u8 x s8 pairs into *saturating* int16: 255 * -128 * 2
+overflows, so it cannot be exact on full-range int8); it uses
 ``vpmovsxbw`` + ``vpmaddwd`` instead, two int8 pairs (widened to int16) per int32 lane.
 
 Which kernel is used is decided by the task's target (``target.has``), never the host.
@@ -50,8 +52,9 @@ class DotISA:
     bcast: str  # {p}: address of g elements of A, broadcast to every lane (offset included)
     dot: str  # {acc} + dot({a}, {b})
     store: str  # {p}, {v}
-    offset_sum: str = ""  # {acc}, {b}: acc + 128 * (sum of b's groups), when A is offset
+    b_offset: bool = False  # B packed as unsigned b + 128 (the instruction's u8 operand)
     sub: str = ""  # {a} - {b}
+    set1: str = ""  # {x}: an int32 in every lane
 
 
 # helpers shared by every kernel of a module, defined once
@@ -97,20 +100,18 @@ ISAS = (
     DotISA(
         "avx512vnni", ("avx512_vnni", "avx512f"), "int8", 4, 16, "immintrin.h",
         "__m512i", "__m512i", "_mm512_setzero_si512()", "_mm512_loadu_si512({p})",
-        "_mm512_set1_epi32(pt_ld32({p}) ^ (int32_t)0x80808080)",
-        "pt_dpbusd512({acc}, {a}, {b})", "_mm512_storeu_si512({p}, {v});",
-        "_mm512_dpbusd_epi32({acc}, _mm512_set1_epi32((int32_t)0x80808080), {b})",
-        "_mm512_sub_epi32({a}, {b})",
+        "_mm512_set1_epi32(pt_ld32({p}))",
+        "pt_dpbusd512({acc}, {b}, {a})", "_mm512_storeu_si512({p}, {v});",
+        True, "_mm512_sub_epi32({a}, {b})", "_mm512_set1_epi32({x})",
     ),
     DotISA(
         "avxvnni", ("avx_vnni", "avx2"), "int8", 4, 8, "immintrin.h",
         "__m256i", "__m256i", "_mm256_setzero_si256()",
         "_mm256_loadu_si256((const __m256i*)({p}))",
-        "_mm256_set1_epi32(pt_ld32({p}) ^ (int32_t)0x80808080)",
-        "pt_dpbusd256({acc}, {a}, {b})",
+        "_mm256_set1_epi32(pt_ld32({p}))",
+        "pt_dpbusd256({acc}, {b}, {a})",
         "_mm256_storeu_si256((__m256i*)({p}), {v});",
-        "_mm256_dpbusd_avx_epi32({acc}, _mm256_set1_epi32((int32_t)0x80808080), {b})",
-        "_mm256_sub_epi32({a}, {b})",
+        True, "_mm256_sub_epi32({a}, {b})", "_mm256_set1_epi32({x})",
     ),
     DotISA(
         "avx512bw", ("avx512bw", "avx512f"), "int8", 2, 16, "immintrin.h",
@@ -158,14 +159,25 @@ def dot_isa(target, dtype: str) -> DotISA | None:
     return None
 
 
-def packed_b(B, N: int, K: int, nr: int, g: int):
+def packed_b(isa: DotISA, B, N: int, K: int, nr: int):
     """``BP[jo, ko, ji, kq] = B[ko * g + kq, jo * nr + ji]`` (the ragged last panel
-    repeats column N - 1; those lanes are never stored)."""
-    return pt.compute(
-        (-(-N // nr), K // g, nr, g),
-        lambda jo, ko, ji, kq: B[ko * g + kq, pt.min(jo * nr + ji, N - 1)],
-        name="B_packed",
-    )
+    repeats column N - 1; those lanes are never stored), plus 128 as uint8 for an ISA
+    whose instruction wants B unsigned."""
+    g = isa.group
+
+    def value(jo, ko, ji, kq):
+        b = B[ko * g + kq, pt.min(jo * nr + ji, N - 1)]
+        return pt.cast("uint8", pt.cast("int32", b) + 128) if isa.b_offset else b
+
+    return pt.compute((-(-N // nr), K // g, nr, g), value, name="B_packed")
+
+
+def operand_product(isa: DotISA, product):
+    """How the GEMM multiplies A by packed B: ``product`` (the template's), or for an
+    offset B ``int32(a) * (int32(b) - 128)``."""
+    if not isa.b_offset:
+        return product
+    return lambda a, b: pt.cast("int32", a) * (pt.cast("int32", b) - 128)
 
 
 def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
@@ -178,7 +190,7 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
             f"or K={K} is not a multiple of {g}"
         )
     a = pt.placeholder((mr, K), isa.dtype, name="a")
-    b = pt.placeholder((K // g, nr, g), isa.dtype, name="b")
+    b = pt.placeholder((K // g, nr, g), "uint8" if isa.b_offset else isa.dtype, name="b")
     ko = pt.reduce_axis((0, K // g), name="ko")
     kq = pt.reduce_axis((0, g), name="kq")
     out = pt.compute(
@@ -193,15 +205,17 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
 def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     g, L = isa.group, isa.lanes
     elem, acc_c = _C_TYPES[isa.dtype]
+    belem = "uint8_t" if isa.b_offset else elem
     nv = nr // L
     acc = {(r, v): f"c{r}_{v}" for r in range(mr) for v in range(nv)}
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
+    bshift = " - 128" if isa.b_offset else ""
     lines = [
         f"#include <{isa.header}>",
         _HELPERS,
         *(text for fn, text in _ASM.items() if fn in isa.dot),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
-        f"    const {elem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
+        f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
         f"  if (a1 != 1 || b1 != {g} || b2 != 1 || o1 != 1) {{  /* other strides: plain loops */",
         f"    for (int64_t i = 0; i < {mr}; ++i)",
@@ -209,24 +223,25 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         f"        {acc_c} t = 0;",
         f"        for (int64_t k = 0; k < {K}; ++k)",
         f"          t += {widen}(a[i * a0 + k * a1])",
-        f"            * {widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]);",
+        f"            * ({widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]){bshift});",
         "        out[i * o0 + j * o1] = t;",
         "      }",
         "    return;",
         "  }",
         f"  {isa.acc_type} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";",
     ]
-    if isa.offset_sum:
-        sums = ", ".join(f"s{v} = {isa.zero}" for v in range(nv))
-        lines.append(f"  {isa.acc_type} {sums};")
+    if isa.b_offset:  # sum (b + 128) a = sum a b + 128 sum a: the row sums of A
+        for r in range(mr):
+            lines += [
+                f"  int32_t rs{r} = 0;",
+                f"  for (int64_t k = 0; k < {K}; ++k) rs{r} += a[{r} * a0 + k];",
+            ]
     lines += [
         f"  for (int64_t ko = 0; ko < {K // g}; ++ko) {{",
-        f"    const {elem}* bp = b + ko * b0;",
+        f"    const {belem}* bp = b + ko * b0;",
         f"    const {elem}* ap = a + ko * {g};",
     ]
     body = [f"{isa.op_type} vb{v} = {isa.load.format(p=f'bp + {v * L * g}')};" for v in range(nv)]
-    if isa.offset_sum:
-        body += [f"s{v} = {isa.offset_sum.format(acc=f's{v}', b=f'vb{v}')};" for v in range(nv)]
     for r in range(mr):
         body.append(f"{isa.op_type} va{r} = {isa.bcast.format(p=f'ap + {r} * a0')};")
         body += [
@@ -236,7 +251,8 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     lines += ["    " + x for x in body]
     lines.append("  }")
     for (r, v), c in acc.items():
-        val = isa.sub.format(a=c, b=f"s{v}") if isa.offset_sum else c
+        off = isa.set1.format(x=f"128 * rs{r}")
+        val = isa.sub.format(a=c, b=off) if isa.b_offset else c
         lines.append("  " + isa.store.format(p=f"out + {r} * o0 + {v * L}", v=val))
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -198,17 +198,17 @@ def matmul(cfg, M, N, K, dtype="float32"):
         return s, [A, B, C]
     # the dot-product kernel: B packed with g reduction elements adjacent per column
     g, nr, mr = isa.group, cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
-    BP = dot_ukernels.packed_b(B, N, K, nr, g)
+    BP = dot_ukernels.packed_b(isa, B, N, K, nr)
+    prod = dot_ukernels.operand_product(isa, lambda a, b: precision.product(p, a, b))
     ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
 
     def body(i, j):
-        prod = precision.product(p, A[i, ko * g + kq], BP[j // nr, ko, j % nr, kq])
-        return pt.sum(prod, axis=[ko, kq])
+        return pt.sum(prod(A[i, ko * g + kq], BP[j // nr, ko, j % nr, kq]), axis=[ko, kq])
 
     C = pt.compute((M, N), body, name="C")
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
-    tile = dot_ukernels.gemm_tile(isa, mr, nr, K, lambda a, b: precision.accumulated(p, a, b))
+    tile = dot_ukernels.gemm_tile(isa, mr, nr, K, lambda a, b: precision.accumulated(p, prod(a, b)))
     schedule_gemm(cfg, s, C, CL, M, pack=lambda: BP, tile_intrin=tile)
     return s, [A, B, C]
 

@@ -59,10 +59,9 @@ def product(p: Precision, a, b):
     return pt.cast(p.widen, a) * pt.cast(p.widen, b)
 
 
-def accumulated(p: Precision, a, b):
-    """The product as a reduction into the output accumulates it: 16-bit floats widened
+def accumulated(p: Precision, prod):
+    """A product as a reduction into the output accumulates it: 16-bit floats widened
     to float32 (what lowering and ``cache_write`` make of ``sum(a * b)``)."""
-    prod = product(p, a, b)
     return pt.cast(accumulator_dtype(p.out), prod)
 
 
