@@ -161,3 +161,19 @@ def test_conv2d_dtype_fills_stride_and_padding_defaults():
     assert with_dtype("conv2d_nchw", [1, 8, 10, 10, 32, 3, 3], "int8") == [
         1, 8, 10, 10, 32, 3, 3, 1, 0, "int8"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=NO_BF16)])
+def test_dense_bias_gelu_in_16_bit_floats(dtype):
+    task, mod, tensors = _build("dense_bias_gelu", (33, 40, 300, dtype))
+    assert all(t.dtype == dtype for t in tensors)
+    rng = np.random.default_rng(6)
+    inputs = [rng.uniform(-1, 1, _shape(t)).astype(numpy_dtype(dtype)) for t in tensors[:-1]]
+    out = mod(*inputs).astype(np.float64)
+    (ref,) = task.template.reference_output(inputs, task.args)
+    # the sum is rounded to the dtype (D is a 16-bit tensor), then the result: 2 ulps
+    ulp = 2.0 ** (-10 if dtype == "float16" else -7)  # relative spacing of the dtype
+    err = np.abs(out - ref.astype(np.float64))
+    assert np.all(err <= 2 * ulp * np.maximum(np.abs(ref.astype(np.float64)), 1))
+    with pytest.raises(ValueError, match="dense_bias_gelu: dtype must be float32, float16"):
+        at.Task("dense_bias_gelu", (4, 4, 4, "int8"))

@@ -42,7 +42,7 @@ _erf64 = np.vectorize(math.erf, otypes=[np.float64])
 
 def _dense_bias_gelu_ref(x, w, bias):
     y = x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64)
-    return (0.5 * y * (1.0 + _erf64(y / math.sqrt(2.0)))).astype(np.float32)
+    return precision.reference(0.5 * y * (1.0 + _erf64(y / math.sqrt(2.0))), x.dtype)
 
 
 def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
@@ -88,18 +88,28 @@ def _gemm_knobs(cfg, p, M, N, K):
 
 
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
-def dense_bias_gelu(cfg, M, N, K):
-    """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]), float32."""
-    p = precision.precision(F32, "dense_bias_gelu")
+def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
+    """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]); ``dtype`` float32, float16 or
+    bfloat16 (X, W, bias and out; the sum and the epilogue in float32)."""
+    p = precision.precision(dtype, "dense_bias_gelu")
+    if p.widen is not None or p.name == "float64":
+        raise ValueError(
+            f"dense_bias_gelu: dtype must be float32, float16 or bfloat16, got {dtype!r}"
+        )
     _gemm_knobs(cfg, p, M, N, K)
     # erf: libm's erff (a scalar call per output) or the vectorizable rational pt.fast_erf
     cfg.define_knob("erf_impl", ["libm", "rational"], default="rational")
-    X = pt.placeholder((M, K), F32, name="X")
-    W = pt.placeholder((N, K), F32, name="W")
-    bias = pt.placeholder((N,), F32, name="bias")
+    X = pt.placeholder((M, K), dtype, name="X")
+    W = pt.placeholder((N, K), dtype, name="W")
+    bias = pt.placeholder((N,), dtype, name="bias")
     D, packed = _dense_product(cfg, X, W, p, M, N, K)
     impl = cfg["erf_impl"].val
-    out = pt.compute((M, N), lambda i, j: gelu(D[i, j] + bias[j], impl), name="out")
+
+    def epilogue(i, j):
+        y = pt.cast(F32, D[i, j]) + pt.cast(F32, bias[j])
+        return pt.cast(dtype, gelu(y, impl))
+
+    out = pt.compute((M, N), epilogue, name="out")
     return _schedule_dense(cfg, out, D, M, packed), [X, W, bias, out]
 
 
