@@ -15,6 +15,7 @@ import pytest
 
 import autotune as at
 import pypto as pt
+from autotune.templates.dense import requantize_reference
 from autotune.templates.dot_ukernels import dot_isa
 from pypto import emulate
 from pypto.dtypes import numpy_dtype
@@ -140,3 +141,28 @@ def test_16_bit_matmul_at_k_4096_within_1e_2(target, dtype):
     mod, a, b, out = _run(pt.Target(target), (8, 48, 4096, dtype))
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert np.max(np.abs(out.astype(np.float64) - ref) / ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["x86-avx512-bf16", "x86-avx2", "aarch64-dotprod"])
+def test_int8_dense_and_requantized_dense_use_the_kernel_and_stay_exact(target):
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    rng = np.random.default_rng(8)
+    x = rng.integers(-128, 128, (37, 300)).astype(np.int8)
+    w = rng.integers(-128, 128, (50, 300)).astype(np.int8)
+    scale = rng.uniform(1e-4, 1e-2, 50).astype(np.float32)
+    acc = x.astype(np.int64) @ w.astype(np.int64).T
+    for name, args, inputs, want in [
+        ("dense", (37, 50, 300, "int8"), [x, w], acc),
+        ("dense_requant", (37, 50, 300), [x, w, scale],
+         requantize_reference(acc.astype(np.int32), scale)),
+    ]:  # fmt: skip
+        task = at.Task(name, args, target=t)
+        s, tensors = task.instantiate(task.config_space.default_config())
+        mod = pt.build(s, tensors, target=t, name=name)
+        assert f"gemm_{dot_isa(t, 'int8').name}_" in mod.source
+        out = np.zeros(want.shape, numpy_dtype(tensors[-1].dtype))
+        mod(*inputs, out)
+        np.testing.assert_array_equal(out, want)

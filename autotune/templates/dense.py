@@ -22,7 +22,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import precision
+from . import dot_ukernels, precision
 from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm
 
 F32 = "float32"
@@ -47,13 +47,27 @@ def _dense_bias_gelu_ref(x, w, bias):
 
 def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
     """``D[i, j] = sum_k X[i, k] * W[j, k]`` (products as ``p`` multiplies), W packed per
-    column panel when ``pack_b`` is on; returns (D, [the packed weights] or [])."""
+    column panel when ``pack_b`` is on; returns (D, [the packed weights] or [], the tile
+    intrinsic of the dot-product kernel or None)."""
     k = pt.reduce_axis((0, K), name="k")
-    if not cfg["pack_b"].val:
-        return pt.compute(
-            (M, N), lambda i, j: pt.sum(precision.product(p, X[i, k], W[j, k]), axis=k), name="D"
-        ), []
+    isa = dot_ukernels.usable(cfg.target, p.name, K)
     nr = cfg["tile_j"].size[-1]
+    if isa is not None and cfg["ukernel"].val:
+        D, WP, tile = dot_ukernels.dot_gemm(
+            isa, X, lambda kk, n: W[n, kk], (M, N, K), cfg["tile_i"].size[-1], nr,
+            lambda a, b: precision.product(p, a, b), names=("D", "W"),
+        )  # fmt: skip
+        return D, [WP], tile
+    if not cfg["pack_b"].val:
+        return (
+            pt.compute(
+                (M, N),
+                lambda i, j: pt.sum(precision.product(p, X[i, k], W[j, k]), axis=k),
+                name="D",
+            ),
+            [],
+            None,
+        )
     # packed weights: panel jo holds columns jo*nr .. jo*nr+nr-1 as K x nr
     # (the ragged last panel repeats column N-1; those lanes are never stored)
     WP = pt.compute(
@@ -66,16 +80,17 @@ def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
         lambda i, j: pt.sum(precision.product(p, X[i, k], WP[j // nr, k, j % nr]), axis=k),
         name="D",
     )
-    return D, [WP]
+    return D, [WP], None
 
 
-def _schedule_dense(cfg, out, D, M, packed):
+def _schedule_dense(cfg, out, D, M, packed, tile=None):
     """The accumulator tile: D computed into a local buffer, copied out through the
     epilogue ``out`` (the copy stage D is inlined into it)."""
     s = pt.create_schedule(out.op)
     DL = s.cache_write(D, "local")
     s[D].compute_inline()
-    schedule_gemm(cfg, s, out, DL, M, pack=(lambda: packed[0]) if packed else None)
+    pack = (lambda: packed[0]) if packed else None
+    schedule_gemm(cfg, s, out, DL, M, pack=pack, tile_intrin=tile, pack_k_inner=True)
     return s
 
 
@@ -85,6 +100,8 @@ def _gemm_knobs(cfg, p, M, N, K):
     V = cfg.target.vector_lanes(p.out)
     define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K)
     cfg.add_flop(2.0 * M * N * K)
+    if dot_ukernels.usable(cfg.target, p.name, K) is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
 
 
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
@@ -102,7 +119,7 @@ def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     bias = pt.placeholder((N,), dtype, name="bias")
-    D, packed = _dense_product(cfg, X, W, p, M, N, K)
+    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
     impl = cfg["erf_impl"].val
 
     def epilogue(i, j):
@@ -110,7 +127,7 @@ def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
         return pt.cast(dtype, gelu(y, impl))
 
     out = pt.compute((M, N), epilogue, name="out")
-    return _schedule_dense(cfg, out, D, M, packed), [X, W, bias, out]
+    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, bias, out]
 
 
 def _dense_ref(x, w):
@@ -125,9 +142,9 @@ def dense(cfg, M, N, K, dtype="float32"):
     _gemm_knobs(cfg, p, M, N, K)
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
-    D, packed = _dense_product(cfg, X, W, p, M, N, K)
+    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
     out = pt.compute((M, N), lambda i, j: D[i, j], name="out")
-    return _schedule_dense(cfg, out, D, M, packed), [X, W, out]
+    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, out]
 
 
 def requantize_reference(acc, scale) -> np.ndarray:
@@ -161,6 +178,6 @@ def dense_requant(cfg, M, N, K, dtype="int8"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     scale = pt.placeholder((N,), F32, name="scale")
-    D, packed = _dense_product(cfg, X, W, p, M, N, K)
+    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
     out = pt.compute((M, N), lambda i, j: requantize(D[i, j], scale[j]), name="out")
-    return _schedule_dense(cfg, out, D, M, packed), [X, W, scale, out]
+    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, scale, out]

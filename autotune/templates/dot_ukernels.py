@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pypto as pt
+from pypto.schedule import accumulator_dtype
 
 
 @dataclass(frozen=True)
@@ -159,17 +160,44 @@ def dot_isa(target, dtype: str) -> DotISA | None:
     return None
 
 
-def packed_b(isa: DotISA, B, N: int, K: int, nr: int):
-    """``BP[jo, ko, ji, kq] = B[ko * g + kq, jo * nr + ji]`` (the ragged last panel
-    repeats column N - 1; those lanes are never stored), plus 128 as uint8 for an ISA
-    whose instruction wants B unsigned."""
+def usable(target, dtype: str, K: int) -> DotISA | None:
+    """The dot kernel for a ``dtype`` GEMM with reduction ``K`` on ``target``, or None
+    (no kernel, or K not a whole number of groups)."""
+    isa = dot_isa(target, dtype)
+    return isa if isa is not None and K % isa.group == 0 else None
+
+
+def packed_b(isa: DotISA, read, N: int, K: int, nr: int, name: str = "B_packed"):
+    """``BP[jo, ko, ji, kq] = B[ko * g + kq, jo * nr + ji]`` with ``read(k, n)`` giving
+    ``B[k, n]`` (the ragged last panel repeats column N - 1; those lanes are never
+    stored), plus 128 as uint8 for an ISA whose instruction wants B unsigned."""
     g = isa.group
 
     def value(jo, ko, ji, kq):
-        b = B[ko * g + kq, pt.min(jo * nr + ji, N - 1)]
+        b = read(ko * g + kq, pt.min(jo * nr + ji, N - 1))
         return pt.cast("uint8", pt.cast("int32", b) + 128) if isa.b_offset else b
 
-    return pt.compute((-(-N // nr), K // g, nr, g), value, name="B_packed")
+    return pt.compute((-(-N // nr), K // g, nr, g), value, name=name)
+
+
+def dot_gemm(isa: DotISA, A, read_b, shape: tuple, mr: int, nr: int, product, names=("C", "B")):
+    """``C[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[j // nr, ko, j % nr, kq]`` over the
+    packed B of ``read_b(k, n)`` (``shape`` = (M, N, K)), and the tile intrinsic for it
+    (on the accumulator ``cache_write`` makes). ``product(a, b)`` is the template's
+    product. Returns ``(C, BP, intrinsic)``."""
+    g = isa.group
+    M, N, K = shape
+    BP = packed_b(isa, read_b, N, K, nr, name=f"{names[1]}_packed")
+    prod = operand_product(isa, product)
+    ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
+    C = pt.compute(
+        (M, N),
+        lambda i, j: pt.sum(prod(A[i, ko * g + kq], BP[j // nr, ko, j % nr, kq]), axis=[ko, kq]),
+        name=names[0],
+    )
+    acc = accumulator_dtype(C.dtype)
+    tile = gemm_tile(isa, mr, nr, K, lambda a, b: pt.cast(acc, prod(a, b)))
+    return C, BP, tile
 
 
 def operand_product(isa: DotISA, product):

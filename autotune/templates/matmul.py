@@ -94,6 +94,7 @@ def schedule_gemm(
     prefix: str = "",
     pack=None,
     tile_intrin=None,
+    pack_k_inner: bool = False,
 ):
     """Schedule ``C`` (copied out of the accumulator ``CL``) as a blocked GEMM.
 
@@ -102,7 +103,9 @@ def schedule_gemm(
     ``pack_b`` is on, B is packed per column panel: ``pack()`` returns the packing
     stage's tensor (default: ``cache_read(B_tensor)`` for ``CL``). ``tile_intrin``
     (a tensor intrinsic of the whole register tile, its reduction included) replaces
-    the tile's loops in whole tiles. Returns the packed tensor or None.
+    the tile's loops in whole tiles; its packed B is copied with B's columns innermost,
+    or its reduction with ``pack_k_inner`` (dense's W is N x K). Returns the packed
+    tensor or None.
     """
     i, j = C.op.axis[-2], C.op.axis[-1]
     io, ii = cfg[prefix + "tile_i"].apply(s, C, i)
@@ -157,6 +160,10 @@ def schedule_gemm(
     s[BP].compute_at(s[C], attach_b)
     if tile_intrin is None:
         s[BP].vectorize(s[BP].op.axis[-1])
+    elif pack_k_inner:  # the dot kernels' layout [jo, ko, ji, kq] from rows of W
+        jo_, ko_, ji_, kq_ = s[BP].op.axis
+        s[BP].reorder(jo_, ji_, ko_, kq_)
+        s[BP].unroll(kq_)
     else:  # the dot kernels' layout [jo, ko, ji, kq]: rows of B read contiguously
         jo_, ko_, ji_, kq_ = s[BP].op.axis
         s[BP].reorder(jo_, ko_, kq_, ji_)
@@ -180,9 +187,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
     B = pt.placeholder((K, N), dtype, name="B")
     cfg.add_flop(2.0 * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
-    isa = dot_ukernels.dot_isa(cfg.target, dtype)
-    if isa is not None and K % isa.group:
-        isa = None
+    isa = dot_ukernels.usable(cfg.target, dtype, K)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
     define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack)
     if isa is not None:
@@ -197,18 +202,12 @@ def matmul(cfg, M, N, K, dtype="float32"):
         schedule_gemm(cfg, s, C, CL, M, B)
         return s, [A, B, C]
     # the dot-product kernel: B packed with g reduction elements adjacent per column
-    g, nr, mr = isa.group, cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
-    BP = dot_ukernels.packed_b(isa, B, N, K, nr)
-    prod = dot_ukernels.operand_product(isa, lambda a, b: precision.product(p, a, b))
-    ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
-
-    def body(i, j):
-        return pt.sum(prod(A[i, ko * g + kq], BP[j // nr, ko, j % nr, kq]), axis=[ko, kq])
-
-    C = pt.compute((M, N), body, name="C")
+    nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
+    C, BP, tile = dot_ukernels.dot_gemm(
+        isa, A, lambda k, n: B[k, n], (M, N, K), mr, nr, lambda a, b: precision.product(p, a, b)
+    )
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
-    tile = dot_ukernels.gemm_tile(isa, mr, nr, K, lambda a, b: precision.accumulated(p, prod(a, b)))
     schedule_gemm(cfg, s, C, CL, M, pack=lambda: BP, tile_intrin=tile)
     return s, [A, B, C]
 
