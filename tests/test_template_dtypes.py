@@ -103,7 +103,7 @@ def test_requantized_dense_is_bit_exact_with_ties_and_saturation():
     acc = (x.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
     ref = requantize_reference(acc, scale)
     np.testing.assert_array_equal(out, ref)
-    np.testing.assert_array_equal(ref, task.template.reference_output([x, w, scale], ())[0])
+    np.testing.assert_array_equal(ref, task.template.reference_output([x, w, scale], task.args)[0])
     y = acc[1:, :8].astype(np.float64) * 0.5  # rows 1..: inside the int8 range
     ties = np.abs(y - np.floor(y)) == 0.5
     assert ties.sum() > 10 and (out[1:, :8][ties] % 2 == 0).all()  # ties went to even
