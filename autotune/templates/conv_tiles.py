@@ -19,6 +19,7 @@ import numpy as np
 
 import pypto as pt
 
+from . import precision
 from .knobs import inner_tile
 
 
@@ -125,13 +126,13 @@ def schedule_tile(cfg, s, Out, OL, outer_spatial, kb_loops):
 
 
 def conv_ref(data, weight, stride=1, padding=0, groups=1):
-    d = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    w = weight.astype(np.float64)
+    d = np.pad(precision.widened(data), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    w = precision.widened(weight)
     N, C, H, W = d.shape
     K, Cg, R, S = w.shape
     OH = (H - R) // stride + 1
     OW = (W - S) // stride + 1
-    out = np.zeros((N, K, OH, OW))
+    out = np.zeros((N, K, OH, OW), d.dtype)
     for r in range(R):
         for q in range(S):
             patch = d[:, :, r::stride, q::stride][:, :, :OH, :OW]
@@ -139,4 +140,4 @@ def conv_ref(data, weight, stride=1, padding=0, groups=1):
                 out += np.einsum("nchw,kc->nkhw", patch, w[:, :, r, q])
             else:  # depthwise: one input channel per output channel
                 out += patch * w[:, 0, r, q][None, :, None, None]
-    return out.astype(data.dtype)
+    return precision.reference(out, data.dtype)
