@@ -183,11 +183,12 @@ def tighten(n, true_dom: dict, conds: list, ranges) -> list:
     from its lower bound; its root values and the guards ``conds`` are rewritten in
     those counters. A pure stage's spatial loops outside its first reduce loop keep
     their box (its init statement runs over all of them); the init nest keeps the box
-    of the spatial loops inside too (``n.init_value``, ``n.init_conds``)."""
+    of the spatial loops inside too (``n.init_value``, ``n.init_conds``); so do the
+    ``n.shared`` outer loops a stage shares with others (``compute_with``)."""
     st = n.stage
     leaves = st.leaf_iter_vars
     first = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
-    chosen = set(leaves if st.is_update else leaves[first:])
+    chosen = set(leaves if st.is_update else leaves[first:]) - set(leaves[: n.shared])
     guards = [c for c, _ in conds]
     found = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom, guards)
     if found is None:

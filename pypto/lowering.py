@@ -24,6 +24,7 @@ from dataclasses import replace
 from . import domain, passes, regions
 from .accumulate import accumulated_reduction, needs_accumulator
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
+from .compute_with import root_stmts, shared_loops
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -81,6 +82,7 @@ class StageNest:
         self.root_value = {}  # root IterVar -> Expr of leaves
         self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
         self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
+        self.shared = 0  # outer loops shared with other stages (compute_with): kept whole
         self.init_value = None  # root_value and guards of a reduction's init nest, which
         self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
         self.init_guards = {}
@@ -364,6 +366,7 @@ class Lowering:
             m = substitute(dom_min[iv], {r.var: v for r, v in n.root_value.items()})
             n.root_value[iv] = simplify(m + val[iv], self.ranges)
         if dependent:
+            n.shared = shared_loops(st)
             conds += domain.bound_guards(dependent, true_dom, n.root_value)
             conds = domain.tighten(n, true_dom, conds, self.ranges)
         n.guards = self._place_guards(st, conds)
@@ -543,7 +546,7 @@ class Lowering:
             for st in self.sch.stages
             if not st.is_placeholder and not st.inline and st.attach is None
         ]
-        body = seq(*[self.stage_stmt(st) for st in roots])
+        body = seq(*root_stmts(self, roots))
         for st in reversed(roots):
             b = self.nests[st].buffer
             if b is not None and b.scope != "param":

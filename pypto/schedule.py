@@ -8,6 +8,7 @@ the region each stage must compute is known.
 
 from __future__ import annotations
 
+from .compute_with import check_compute_with
 from .dtypes import STORAGE
 from .errors import ScheduleError
 from .expr import Const, Reduce, TensorRead, as_expr, cast, map_children, substitute
@@ -48,6 +49,7 @@ class Stage:
         self.prefetches: list[tuple] = []  # (tensor, leaf, offset), see prefetch()
         self.tensorized: tuple | None = None  # (leaf, TensorIntrin), see tensorize()
         self.attach: tuple | None = None  # (stage, ivar) for compute_at
+        self.fused_with: tuple | None = None  # (stage, ivar) for compute_with
         self.inline = False
         self.scope = "global"
         self.update_stages: list[Stage] = []  # stages of the update definitions
@@ -351,6 +353,27 @@ class Stage:
         self.tensorized = (iv, intrin)
         self._record("tensorize", loop=iv.name, intrin=intrin.name)
 
+    def compute_with(self, other: Stage, loop: IterVar):
+        """Run this stage inside ``other``'s loops down to ``loop``, after ``other``'s
+        statement in each of their iterations (Halide's ``compute_with``); see
+        ``pypto.compute_with`` for chains and imperfect nests.
+
+            for t: for i: A[i] = f(B)          for t:
+            for t: for i: B[i] = g(A)    ->      for i: A[i] = f(B)
+                                                 for i: B[i] = g(A)
+
+        The shared loops need equal extents; the order is checked by isl.
+        """
+        check_compute_with(self, other, loop)
+        snap = self._snapshot()
+        self.fused_with = (other, loop)
+        self._record("compute_with", other=other.name, loop=loop.name)
+        try:
+            self._check(f"compute_with({other.name}, {loop.name})", snap)
+        except ScheduleError:
+            self.fused_with = None
+            raise
+
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
 
@@ -366,6 +389,10 @@ class Stage:
             raise self._err("compute_at", "a placeholder is not computed")
         if self.origin_op in self.schedule.outputs:
             raise self._err("compute_at", "an output is computed at the root")
+        if self.fused_with is not None or any(
+            st.fused_with is not None and st.fused_with[0] is self for st in self.schedule.stages
+        ):
+            raise self._err("compute_at", "a stage computed with another runs at the root")
         if self.update_stages or self.is_update:
             raise self._err(
                 "compute_at",
