@@ -51,6 +51,7 @@ from .schedule import Schedule, Stage
 from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
 from .tensorize import bind
+from .update_reduce import update_store
 
 
 def _ceildiv(a: Expr, b: Expr) -> Expr:
@@ -456,7 +457,7 @@ class Lowering:
         body = self.bodies[st]
         if st.is_update:
             buf, idx = self.buffer_index(st.target_stage, self.lhs[st])
-            store = Store(buf, self.lower_expr(n, idx), self.lower_expr(n, body))
+            store = update_store(self, n, buf, idx, body)
             return self._nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
