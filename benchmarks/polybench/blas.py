@@ -19,8 +19,13 @@ def _vec(s, stage, loop):
     s[stage].vectorize(loop)
 
 
-@kernel("gemm", "blas", dict(NI=20, NJ=25, NK=30), dict(NI=60, NJ=70, NK=80),
-        dict(NI=200, NJ=220, NK=240))  # fmt: skip
+@kernel(
+    "gemm",
+    "blas",
+    dict(NI=20, NJ=25, NK=30),
+    dict(NI=60, NJ=70, NK=80),
+    dict(NI=200, NJ=220, NK=240),
+)
 def gemm(NI, NJ, NK):
     A = pt.placeholder((NI, NK), F, name="A")
     B = pt.placeholder((NK, NJ), F, name="B")

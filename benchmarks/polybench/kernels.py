@@ -38,8 +38,13 @@ def _mm_ref(a, b, scale=None):
     return out
 
 
-@kernel("2mm", "kernels", dict(NI=16, NJ=18, NK=22, NL=24), dict(NI=40, NJ=50, NK=70, NL=80),
-        dict(NI=180, NJ=190, NK=210, NL=220))  # fmt: skip
+@kernel(
+    "2mm",
+    "kernels",
+    dict(NI=16, NJ=18, NK=22, NL=24),
+    dict(NI=40, NJ=50, NK=70, NL=80),
+    dict(NI=180, NJ=190, NK=210, NL=220),
+)
 def two_mm(NI, NJ, NK, NL):
     A = pt.placeholder((NI, NK), F, name="A")
     B = pt.placeholder((NK, NJ), F, name="B")
@@ -68,8 +73,13 @@ def two_mm(NI, NJ, NK, NL):
     return Program([A, B, C, D0], [D], init, ref, schedule=schedule)
 
 
-@kernel("3mm", "kernels", dict(NI=16, NJ=18, NK=20, NL=22, NM=24),
-        dict(NI=40, NJ=50, NK=60, NL=70, NM=80), dict(NI=180, NJ=190, NK=200, NL=210, NM=220))  # fmt: skip
+@kernel(
+    "3mm",
+    "kernels",
+    dict(NI=16, NJ=18, NK=20, NL=22, NM=24),
+    dict(NI=40, NJ=50, NK=60, NL=70, NM=80),
+    dict(NI=180, NJ=190, NK=200, NL=210, NM=220),
+)
 def three_mm(NI, NJ, NK, NL, NM):
     A = pt.placeholder((NI, NK), F, name="A")
     B = pt.placeholder((NK, NJ), F, name="B")
@@ -114,8 +124,9 @@ def atax(M, N):
         s[y].reorder(i, y.op.axis[0])  # rows of A, contiguous
         s[y].vectorize(y.op.axis[0])
 
-    return Program([A, x], [y], lambda rng: [rng.random((M, N)), rng.random(N)], ref,
-                   schedule=schedule)  # fmt: skip
+    return Program(
+        [A, x], [y], lambda rng: [rng.random((M, N)), rng.random(N)], ref, schedule=schedule
+    )
 
 
 @kernel("bicg", "kernels", dict(M=38, N=42), dict(M=116, N=124), dict(M=390, N=410))
@@ -145,15 +156,18 @@ def bicg(M, N):
     return Program([A, r, p], [s_, q], init, ref, schedule=schedule)
 
 
-@kernel("doitgen", "kernels", dict(NQ=8, NR=10, NP=12), dict(NQ=20, NR=25, NP=30),
-        dict(NQ=40, NR=50, NP=60))  # fmt: skip
+@kernel(
+    "doitgen",
+    "kernels",
+    dict(NQ=8, NR=10, NP=12),
+    dict(NQ=20, NR=25, NP=30),
+    dict(NQ=40, NR=50, NP=60),
+)
 def doitgen(NQ, NR, NP):
     A0 = pt.placeholder((NR, NQ, NP), F, name="A0")
     C4 = pt.placeholder((NP, NP), F, name="C4")
     s = pt.reduce_axis((0, NP), name="s")
-    A = pt.compute(
-        (NR, NQ, NP), lambda r, q, p: pt.sum(A0[r, q, s] * C4[s, p], axis=s), name="A"
-    )
+    A = pt.compute((NR, NQ, NP), lambda r, q, p: pt.sum(A0[r, q, s] * C4[s, p], axis=s), name="A")
 
     def ref(a, c4):
         out = np.zeros_like(a)
@@ -245,9 +259,10 @@ def correlation(M, N):
     msum, mean = _centered(data, M, N, "cor")
     i = pt.reduce_axis((0, N), name="i_var")
     vsum = pt.compute(
-        (M,), lambda j: pt.sum((data[i, j] - mean[j]) * (data[i, j] - mean[j]), axis=i),
+        (M,),
+        lambda j: pt.sum((data[i, j] - mean[j]) * (data[i, j] - mean[j]), axis=i),
         name="vsum",
-    )  # fmt: skip
+    )
     std = pt.compute((M,), lambda j: pt.sqrt(vsum[j] / float(N)), name="std0")
     stddev = pt.compute((M,), lambda j: pt.select(std[j] <= eps, 1.0, std[j]), name="stddev")
     d = pt.compute(
