@@ -99,9 +99,11 @@ def _range(pr: IslPrinter, x: str, lo: Expr, ext: Expr) -> str:
     return f"{pr(lo)} <= {x} < {pr(lo)} + {pr(ext)}"
 
 
-def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict:
+def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list, shared: int = 0) -> dict:
     """``{root: (min, extent)}`` of each dependent root over all values of the others,
-    in sizes and enclosing loops only."""
+    in sizes and enclosing loops only. The first ``shared`` roots (loops shared with
+    other stages by ``compute_with``) take the range their own bounds and the outer
+    roots' give, whatever the inner loops: the same in every stage sharing them."""
     sp = IslSpace([iv.var for iv in roots])
     pr = sp.printer([e for iv in roots for e in dom[iv]])
     try:
@@ -118,6 +120,10 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict
     out = {}
     for iv in dependent:
         d = roots.index(iv)
+        if d < shared:
+            domain = sp.set(cons[: d + 1] + [f"{x} = 0" for x in sp.dims[d + 1 :]])
+        else:
+            domain = sp.set(cons)
         line = domain.project_out(isl.dim_type.set, d + 1, len(roots) - d - 1)
         line = line.project_out(isl.dim_type.set, 0, d)
         lo, hi = line.dim_min(0).coalesce(), line.dim_max(0).coalesce()

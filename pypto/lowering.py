@@ -313,8 +313,9 @@ class Lowering:
         if dependent:  # a polyhedron: relations work on the box of each such root
             own = domain.own_min_roots(st, dependent, true_dom)
             offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
+            n.shared = shared_loops(st)
             for iv, (m, e) in domain.root_boxes(
-                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
+                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent, n.shared
             ).items():
                 dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
         for rel in st.relations:
@@ -367,7 +368,6 @@ class Lowering:
             m = substitute(dom_min[iv], {r.var: v for r, v in n.root_value.items()})
             n.root_value[iv] = simplify(m + val[iv], self.ranges)
         if dependent:
-            n.shared = shared_loops(st)
             conds += domain.bound_guards(dependent, true_dom, n.root_value)
             conds = domain.tighten(n, true_dom, conds, self.ranges)
         n.guards = self._place_guards(st, conds)

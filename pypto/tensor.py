@@ -296,12 +296,28 @@ class Tensor:
                 f"update of {self.name}: it needs at least one reduce axis "
                 "(pt.reduce_axis or pt.rdom) to range over"
             )
+        _bound_rdoms(groups)
         axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
         op.updates.append((lhs, val, axes))
 
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
         return f"Tensor({self.name}, ({dims}), {self.dtype})"
+
+
+def _bound_rdoms(groups: dict):
+    """Add to ``groups`` the rdoms whose axes the bounds of its axes name (an update over
+    ``i`` in ``[0, k)`` runs for every ``k``), transitively."""
+    todo = list(groups.values())
+    while todo:
+        for a in todo.pop().axes:
+            for e in a.dom:
+                for x in walk(e):
+                    if isinstance(x, Var) and x.axis is not None and x.axis.kind == "reduce":
+                        r = x.axis.rdom
+                        if id(r) not in groups:
+                            groups[id(r)] = r
+                            todo.append(r)
 
 
 def _reduction_axes(name: str, lhs: tuple, val: Expr) -> set:
