@@ -48,18 +48,19 @@ def dependent_roots(roots: list, dom: dict) -> list:
     return [iv for iv in roots if any(v in root_vars for e in dom[iv] for v in vars_of(e))]
 
 
-def own_min_roots(stage, dependent: list, dom: dict) -> list:
+def own_min_roots(stage, dependent: list, dom: dict, shared=()) -> list:
     """The dependent roots whose leaf loops all lie inside the loops of every root their
     minimum names, and whose value no other bound names: their leaf coordinates start at
     each iteration's own minimum (a split of ``j`` in ``[k + 1, n)`` under ``k`` tiles
-    ``[k + 1, n)`` from ``k + 1``), the others' at their box's minimum."""
+    ``[k + 1, n)`` from ``k + 1``), the others' at their box's minimum, as do the roots
+    in ``shared`` (loops shared with other stages, see ``compute_with``)."""
     leaves = stage.leaf_iter_vars
     roots = stage.root_iter_vars
     srcs = [root_sources(stage.relations, leaf) for leaf in leaves]
     named_by_others = {v for r in roots for e in dom[r] for v in vars_of(e)}
     out = []
     for iv in dependent:
-        if iv.var in named_by_others:
+        if iv.var in named_by_others or iv in shared:
             continue
         mine = [k for k, s in enumerate(srcs) if iv in s]
         outer = {r for r in roots if r.var in set(vars_of(dom[iv][0]))}

@@ -311,9 +311,9 @@ class Lowering:
         true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
         if dependent:  # a polyhedron: relations work on the box of each such root
-            own = domain.own_min_roots(st, dependent, true_dom)
+            n.shared = shared_loops(st)  # shared loops count alike in every stage
+            own = domain.own_min_roots(st, dependent, true_dom, st.root_iter_vars[: n.shared])
             offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
-            n.shared = shared_loops(st)
             for iv, (m, e) in domain.root_boxes(
                 st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent, n.shared
             ).items():

@@ -76,10 +76,15 @@ def build(name: str, size: str = "MINI", tuned: bool = False, target: str = "hos
 
 
 def run(mod, prog: Program, inputs: list) -> list:
-    """The outputs of one call on copies of ``inputs`` (outputs prefilled with NaN)."""
-    outs = [np.full([int(d.value) for d in t.shape], np.nan, dtype=t.dtype) for t in prog.outs]
+    """The outputs of one call on copies of ``inputs`` (outputs prefilled with poison)."""
+    outs = [np.full([int(d.value) for d in t.shape], _poison(t.dtype), t.dtype) for t in prog.outs]
     mod(*[np.array(a) for a in inputs], *outs)
     return outs
+
+
+def _poison(dtype: str):
+    """What outputs are prefilled with: whatever the kernel does not write shows."""
+    return np.nan if np.dtype(dtype).kind == "f" else np.iinfo(np.dtype(dtype)).min
 
 
 def check(name: str, size: str = "MINI", tuned: bool = False, seed: int = 0) -> float:
