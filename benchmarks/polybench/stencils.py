@@ -20,8 +20,9 @@ def _chain(s, stages_and_loops):
         st.compute_with(prev, loop)
 
 
-@kernel("jacobi-1d", "stencils", dict(TSTEPS=20, N=30), dict(TSTEPS=40, N=120),
-        dict(TSTEPS=100, N=400))  # fmt: skip
+@kernel(
+    "jacobi-1d", "stencils", dict(TSTEPS=20, N=30), dict(TSTEPS=40, N=120), dict(TSTEPS=100, N=400)
+)
 def jacobi_1d(TSTEPS, N):
     A0 = pt.placeholder((N,), F, name="A0")
     B0 = pt.placeholder((N,), F, name="B0")
@@ -54,8 +55,9 @@ def _five_point(T, i, j):
     return 0.2 * (T[i, j] + T[i, j - 1] + T[i, 1 + j] + T[1 + i, j] + T[i - 1, j])
 
 
-@kernel("jacobi-2d", "stencils", dict(TSTEPS=20, N=30), dict(TSTEPS=40, N=90),
-        dict(TSTEPS=100, N=250))  # fmt: skip
+@kernel(
+    "jacobi-2d", "stencils", dict(TSTEPS=20, N=30), dict(TSTEPS=40, N=90), dict(TSTEPS=100, N=250)
+)
 def jacobi_2d(TSTEPS, N):
     A0 = pt.placeholder((N, N), F, name="A0")
     B0 = pt.placeholder((N, N), F, name="B0")
@@ -72,10 +74,12 @@ def jacobi_2d(TSTEPS, N):
     def ref(a, b):
         a, b = a.copy(), b.copy()
         for _ in range(TSTEPS):
-            b[1:-1, 1:-1] = 0.2 * (a[1:-1, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] + a[2:, 1:-1]
-                                   + a[:-2, 1:-1])  # fmt: skip
-            a[1:-1, 1:-1] = 0.2 * (b[1:-1, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:] + b[2:, 1:-1]
-                                   + b[:-2, 1:-1])  # fmt: skip
+            b[1:-1, 1:-1] = 0.2 * (
+                a[1:-1, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] + a[2:, 1:-1] + a[:-2, 1:-1]
+            )
+            a[1:-1, 1:-1] = 0.2 * (
+                b[1:-1, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:] + b[2:, 1:-1] + b[:-2, 1:-1]
+            )
         return [a, b]
 
     def schedule(s):
@@ -105,8 +109,7 @@ def _heat_ref(a):
     )
 
 
-@kernel("heat-3d", "stencils", dict(TSTEPS=20, N=10), dict(TSTEPS=40, N=20),
-        dict(TSTEPS=100, N=40))  # fmt: skip
+@kernel("heat-3d", "stencils", dict(TSTEPS=20, N=10), dict(TSTEPS=40, N=20), dict(TSTEPS=100, N=40))
 def heat_3d(TSTEPS, N):
     A0 = pt.placeholder((N, N, N), F, name="A0")
     B0 = pt.placeholder((N, N, N), F, name="B0")
@@ -114,8 +117,7 @@ def heat_3d(TSTEPS, N):
     B = pt.compute((N, N, N), lambda i, j, k: B0[i, j, k], name="B")
     t, i, j, k = rdom((1, TSTEPS + 1), (1, N - 1), (1, N - 1), (1, N - 1), names="t i j k")
     B[i, j, k] = _heat(A, i, j, k)
-    t2, i2, j2, k2 = rdom((1, TSTEPS + 1), (1, N - 1), (1, N - 1), (1, N - 1),
-                          names="t2 i2 j2 k2")  # fmt: skip
+    t2, i2, j2, k2 = rdom((1, TSTEPS + 1), (1, N - 1), (1, N - 1), (1, N - 1), names="t2 i2 j2 k2")
     A[i2, j2, k2] = _heat(B, i2, j2, k2)
 
     def order(s):
@@ -136,26 +138,41 @@ def heat_3d(TSTEPS, N):
     return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule)
 
 
-@kernel("seidel-2d", "stencils", dict(TSTEPS=20, N=40), dict(TSTEPS=40, N=120),
-        dict(TSTEPS=100, N=400))  # fmt: skip
+@kernel(
+    "seidel-2d", "stencils", dict(TSTEPS=20, N=40), dict(TSTEPS=40, N=120), dict(TSTEPS=100, N=400)
+)
 def seidel_2d(TSTEPS, N):
     A0 = pt.placeholder((N, N), F, name="A0")
     A = pt.compute((N, N), lambda i, j: A0[i, j], name="A")
     t, i, j = rdom((0, TSTEPS), (1, N - 1), (1, N - 1), names="t i j")
     A[i, j] = (
-        A[i - 1, j - 1] + A[i - 1, j] + A[i - 1, j + 1]
-        + A[i, j - 1] + A[i, j] + A[i, j + 1]
-        + A[i + 1, j - 1] + A[i + 1, j] + A[i + 1, j + 1]
-    ) / 9.0  # fmt: skip
+        A[i - 1, j - 1]
+        + A[i - 1, j]
+        + A[i - 1, j + 1]
+        + A[i, j - 1]
+        + A[i, j]
+        + A[i, j + 1]
+        + A[i + 1, j - 1]
+        + A[i + 1, j]
+        + A[i + 1, j + 1]
+    ) / 9.0
 
     def ref(a):
         a = a.copy()
         for _ in range(TSTEPS):
             for p in range(1, N - 1):
                 for q in range(1, N - 1):
-                    a[p, q] = (a[p - 1, q - 1] + a[p - 1, q] + a[p - 1, q + 1] + a[p, q - 1]
-                               + a[p, q] + a[p, q + 1] + a[p + 1, q - 1] + a[p + 1, q]
-                               + a[p + 1, q + 1]) / 9.0  # fmt: skip
+                    a[p, q] = (
+                        a[p - 1, q - 1]
+                        + a[p - 1, q]
+                        + a[p - 1, q + 1]
+                        + a[p, q - 1]
+                        + a[p, q]
+                        + a[p, q + 1]
+                        + a[p + 1, q - 1]
+                        + a[p + 1, q]
+                        + a[p + 1, q + 1]
+                    ) / 9.0
         return [a]
 
     def schedule(s):  # time tiling: i' = i + t, j' = j + i + 2t, then tiles
@@ -171,8 +188,13 @@ def seidel_2d(TSTEPS, N):
     return Program([A0], [A], lambda rng: [rng.random((N, N))], ref, schedule=schedule)
 
 
-@kernel("fdtd-2d", "stencils", dict(TMAX=20, NX=20, NY=30), dict(TMAX=40, NX=60, NY=80),
-        dict(TMAX=100, NX=200, NY=240))  # fmt: skip
+@kernel(
+    "fdtd-2d",
+    "stencils",
+    dict(TMAX=20, NX=20, NY=30),
+    dict(TMAX=40, NX=60, NY=80),
+    dict(TMAX=100, NX=200, NY=240),
+)
 def fdtd_2d(TMAX, NX, NY):
     fict = pt.placeholder((TMAX,), F, name="fict")
     ex0, ey0, hz0 = (pt.placeholder((NX, NY), F, name=n) for n in ("ex0", "ey0", "hz0"))
@@ -189,8 +211,15 @@ def fdtd_2d(TMAX, NX, NY):
     hz[i3, j3] = hz[i3, j3] - 0.7 * (ex[i3, j3 + 1] - ex[i3, j3] + ey[i3 + 1, j3] - ey[i3, j3])
 
     def order(s):
-        _chain(s, [(s[ey].update(0), None), (s[ey].update(1), t0), (s[ex].update(0), t1),
-                   (s[hz].update(0), t2)])  # fmt: skip
+        _chain(
+            s,
+            [
+                (s[ey].update(0), None),
+                (s[ey].update(1), t0),
+                (s[ex].update(0), t1),
+                (s[hz].update(0), t2),
+            ],
+        )
 
     def ref(f, ex, ey, hz):
         ex, ey, hz = ex.copy(), ey.copy(), hz.copy()
@@ -211,8 +240,7 @@ def fdtd_2d(TMAX, NX, NY):
     def init(rng):
         return [rng.random(TMAX)] + [rng.random((NX, NY)) for _ in range(3)]
 
-    return Program([fict, ex0, ey0, hz0], [ex, ey, hz], init, ref, order=order,
-                   schedule=schedule)  # fmt: skip
+    return Program([fict, ex0, ey0, hz0], [ex, ey, hz], init, ref, order=order, schedule=schedule)
 
 
 @kernel("adi", "stencils", dict(TSTEPS=20, N=20), dict(TSTEPS=40, N=60), dict(TSTEPS=100, N=200))
@@ -303,8 +331,12 @@ def adi(TSTEPS, N):
                 q[ii, 0] = v[0, ii]
                 for jj in range(1, N - 1):
                     p[ii, jj] = -c / (a * p[ii, jj - 1] + b)
-                    q[ii, jj] = (-d * u[jj, ii - 1] + (1.0 + 2.0 * d) * u[jj, ii]
-                                 - f * u[jj, ii + 1] - a * q[ii, jj - 1]) / (a * p[ii, jj - 1] + b)  # fmt: skip
+                    q[ii, jj] = (
+                        -d * u[jj, ii - 1]
+                        + (1.0 + 2.0 * d) * u[jj, ii]
+                        - f * u[jj, ii + 1]
+                        - a * q[ii, jj - 1]
+                    ) / (a * p[ii, jj - 1] + b)
                 v[N - 1, ii] = 1.0
                 for jj in range(N - 2, 0, -1):
                     v[jj, ii] = p[ii, jj] * v[jj + 1, ii] + q[ii, jj]
@@ -314,8 +346,12 @@ def adi(TSTEPS, N):
                 q[ii, 0] = u[ii, 0]
                 for jj in range(1, N - 1):
                     p[ii, jj] = -f / (d * p[ii, jj - 1] + e)
-                    q[ii, jj] = (-a * v[ii - 1, jj] + (1.0 + 2.0 * a) * v[ii, jj]
-                                 - c * v[ii + 1, jj] - d * q[ii, jj - 1]) / (d * p[ii, jj - 1] + e)  # fmt: skip
+                    q[ii, jj] = (
+                        -a * v[ii - 1, jj]
+                        + (1.0 + 2.0 * a) * v[ii, jj]
+                        - c * v[ii + 1, jj]
+                        - d * q[ii, jj - 1]
+                    ) / (d * p[ii, jj - 1] + e)
                 u[ii, N - 1] = 1.0
                 for jj in range(N - 2, 0, -1):
                     u[ii, jj] = p[ii, jj] * u[ii, jj + 1] + q[ii, jj]
