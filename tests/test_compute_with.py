@@ -218,6 +218,30 @@ def test_bad_compute_with_calls():
     assert s.steps[-1] == {
         "stage": "A.update(0)",
         "prim": "compute_with",
-        "other": "B.update(0)",
+        "parent": "B.update(0)",
         "loop": "t",
     }
+
+
+def test_compute_with_replays_from_json():
+    A0, A, B, (t, i), (t2, i2) = _jacobi_1d(10, 3)
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t2)  # a loop of the stage itself
+    s[B].update(0).split(i, factor=4)
+    again = pt.Schedule.from_json(s.to_json(), [A0, A, B])
+    assert again.steps == s.steps
+    assert pt.build(again, [A0, A, B]).source == pt.build(s, [A0, A, B]).source
+
+
+def test_an_update_runs_over_the_rdoms_its_bounds_name():
+    n = 6
+    X = pt.placeholder((n,), F, name="X")
+    Y = pt.compute((n,), lambda i: pt.const(0.0, F), name="Y")
+    k = pt.reduce_axis((0, n), name="k")
+    i = pt.reduce_axis((0, k), name="i")
+    Y[i] = Y[i] + X[i]  # runs for every k: Y[i] gets X[i] n - 1 - i times
+    assert [a.name for a in pt.create_schedule(Y.op)[Y].update(0).op.axis] == ["k", "i"]
+    mod = pt.build(pt.create_schedule(Y.op), [X, Y])
+    x, y = np.arange(1.0, n + 1), np.empty(n)
+    mod(x, y)
+    np.testing.assert_array_equal(y, x * (n - 1 - np.arange(n)))
