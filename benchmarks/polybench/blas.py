@@ -15,10 +15,6 @@ from .common import F, Program, kernel, rdom
 ALPHA, BETA = 1.5, 1.2
 
 
-def _vec(s, stage, loop):
-    s[stage].vectorize(loop)
-
-
 @kernel(
     "gemm",
     "blas",
@@ -40,11 +36,13 @@ def gemm(NI, NJ, NK):
             c += ALPHA * a[:, kk : kk + 1] * b[kk][None, :]
         return [c]
 
-    def schedule(s):
-        ko, ki = s[C].update(0).split(k, factor=4)
-        jo, ji = s[C].update(0).split(j, factor=32)
-        s[C].update(0).reorder(i, jo, ko, ki, ji)
-        s[C].update(0).vectorize(ji)
+    def schedule(s):  # a 4 x 32 block of C in registers across k
+        u = s[C].update(0)
+        io, ii = u.split(i, factor=4)
+        jo, ji = u.split(j, factor=32)
+        u.reorder(io, jo, k, ii, ji)
+        u.unroll(ii)
+        u.vectorize(ji)
 
     init = lambda rng: [rng.random((NI, NK)), rng.random((NK, NJ)), rng.random((NI, NJ))]  # noqa: E731
     return Program([A, B, C0], [C], init, ref, schedule=schedule)
