@@ -9,6 +9,7 @@ build matched the plain one on the timed inputs.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import platform
 import time
@@ -51,7 +52,8 @@ def measure(name: str, size: str, min_time: float = 0.2, repeat: int = 7) -> dic
     times = {"plain": [], "best": []}
     for _ in range(repeat):
         for key, mod in (("plain", plain), ("best", best)):
-            times[key].append(median_seconds(lambda: mod(*args), number, repeat=1, warmup=1))
+            call = functools.partial(mod, *args)
+            times[key].append(median_seconds(call, number, repeat=1, warmup=1))
     return {
         "plain": float(np.median(times["plain"])),
         "best": float(np.median(times["best"])),
