@@ -150,6 +150,38 @@ class ClusterModel(GroupModel):
             iv: (a + min(m, a - 1), b + min(m, a - 1)) for iv, (a, b) in s.leaf_dims.items()
         }
 
+    def carried(self, stage, leaf) -> tuple | None:
+        """Also the dependences between stages that share ``leaf``'s loop (a parallel
+        time loop races with a statement of another tensor reading the last step)."""
+        found = super().carried(stage, leaf)
+        k, node = self.node_of.get(stage, (None, None))
+        level = stage.leaf_iter_vars.index(leaf) if leaf in stage.leaf_iter_vars else -1
+        if found is not None or not isinstance(node, Cluster):
+            return found
+        if level >= node.shared(node.members.index(stage)):
+            return None
+        first, stop = 1 + 2 * level, 2 + 2 * level
+        mine = node.positions(node.members.index(stage))[:level]
+        for d in self.deps:
+            pair = (d.src.stage, d.dst.stage)
+            if d.src.scheduled is None or d.dst.scheduled is None or d.commutative:
+                continue
+            if not all(self._shares(node, st, mine, level) for st in pair):
+                continue
+            pairs = d.rel.intersect(self._equal_prefix(d.src, d.dst, first)).subtract(
+                self._equal_prefix(d.src, d.dst, stop)
+            )
+            if not pairs.is_empty():
+                return d, pairs
+        return None
+
+    def _shares(self, node: Cluster, st, positions: list, level: int) -> bool:
+        """Does ``st`` run inside the same shared loop at ``level`` as positions say?"""
+        if st not in node.members:
+            return False
+        k = node.members.index(st)
+        return node.shared(k) > level and node.positions(k)[:level] == positions
+
     def _dependences(self) -> list[Dependence]:
         deps = []
         kinds = {("write", "read"): "RAW", ("read", "write"): "WAR", ("write", "write"): "WAW"}

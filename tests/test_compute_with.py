@@ -245,3 +245,31 @@ def test_an_update_runs_over_the_rdoms_its_bounds_name():
     x, y = np.arange(1.0, n + 1), np.empty(n)
     mod(x, y)
     np.testing.assert_array_equal(y, x * (n - 1 - np.arange(n)))
+
+
+def test_parallel_shared_loop_races_with_the_other_tensor():
+    n = 8
+    X = pt.compute((n,), lambda i: pt.const(1.0, F), name="X")
+    Y = pt.compute((n,), lambda i: pt.const(1.0, F), name="Y")
+    t = pt.reduce_axis((1, n), name="t")
+    X[t] = Y[t - 1] + 1.0  # no dependence of X on itself across t: only through Y
+    t2 = pt.reduce_axis((1, n), name="t2")
+    Y[t2] = X[t2] * 2.0
+    s = pt.create_schedule([X.op, Y.op])
+    s[Y].update(0).compute_with(s[X].update(0), t)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"parallel\(t2\) on 'Y.update\(0\)' would race: X\[t\] reads Y\[t - 1\], "
+        r"written by Y\[t2\], in another iteration of t2 \(witness",
+    ):
+        s[Y].update(0).parallel(t2)
+    s = pt.create_schedule([X.op, Y.op])
+    s[Y].update(0).compute_with(s[X].update(0), t)
+    mod = pt.build(s, [X, Y])
+    x, y = mod()
+    rx, ry = np.ones(n), np.ones(n)
+    for k in range(1, n):
+        rx[k] = ry[k - 1] + 1.0
+        ry[k] = rx[k] * 2.0
+    np.testing.assert_array_equal(x, rx)
+    np.testing.assert_array_equal(y, ry)
