@@ -17,12 +17,12 @@ makes imperfect nests (a statement before or after an inner loop, as in trisolv)
     for i:                          ->        x[i] = x[i] / L[i,i]
       x[i] = x[i] / L[i,i]
 
-For update definitions the fused order at the root loops is the program's order (as the
-sequence of updates is without it): tensors that read each other in a time step
-(jacobi's A and B) or a statement after an inner loop (trisolv) have no other. Later
-primitives (split, reorder, skew, parallel, ...) must keep its dependences, and a pure
-definition is a value that no statement may read before it is computed; ``legality``
-checks both with isl (``poly_cluster``). This module holds what the schedule, the
+When the fused statements update one tensor (trisolv's subtract and divide) or their
+tensors read each other (jacobi's A and B), the fused order at the root loops is the
+program's order: there is no other. Otherwise the tensors keep their order, producers
+first, and the fusion must keep its dependences (refused with a witness). Later
+primitives (split, reorder, skew, parallel, ...) must keep the program's dependences;
+``legality`` checks all of it with isl (``poly_cluster.fixes_order``, ``ClusterModel``). This module holds what the schedule, the
 order of the root statements and the merge of loop nests need to know about groups.
 """
 

@@ -53,7 +53,8 @@ def _model(sch: Schedule, stage: Stage, nests: Bounds | None = None) -> GroupMod
             low.nest(st)
     if groups is None:
         return GroupModel(pure, low.nests)
-    return ClusterModel(groups, low.nests, node_order(sch, low))
+    index = {st: k for k, st in enumerate(sch.stages)}
+    return ClusterModel(groups, low.nests, node_order(sch, low), index)
 
 
 def cluster_groups(sch: Schedule, pure: Stage) -> list | None:

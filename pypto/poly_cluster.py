@@ -10,10 +10,11 @@ members of a cluster share the dims of their shared loops, followed by their pos
       for i: A[i] = f(B)    ->    B.update(0): [1, t, 1, i]      among the root statements)
       for i: B[i] = g(A)
 
-The original (semantic) order is the fused order at the root loops, as written: for
-update definitions ``compute_with`` states the order they run in, as a C nest does. A
-pure definition is a value, computed before it is read: ``early_read`` finds a read
-that the fused order would run first.
+The original (semantic) order: where the fused statements update one tensor or their
+tensors read each other (``fixes_order``), the fused order at the root loops, as
+written, as a C nest states it; otherwise producers first, as without compute_with, and
+the fusion must keep its dependences. A pure definition is a value, computed before it
+is read: ``early_read`` finds a read that the fused order would run first.
 """
 
 from __future__ import annotations
@@ -29,12 +30,17 @@ from .poly import Access, Dependence, GroupModel, Statement
 class ClusterModel(GroupModel):
     """The statements of ``groups`` (pure stages) and the dependences among them."""
 
-    def __init__(self, groups: list, nests: dict, order: list):
+    def __init__(self, groups: list, nests: dict, order: list, stage_index: dict):
         self.groups = list(groups)
         self.node_of = {}
         for k, node in enumerate(order):
             for st in node.members if isinstance(node, Cluster) else (node,):
                 self.node_of[st] = (k, node)
+        self.stage_index = stage_index  # Stage -> its place in the schedule (producers first)
+        self.fused_original = any(
+            fixes_order(node) for node in order if isinstance(node, Cluster)
+            and any(_pure(m) in self.groups for m in node.members)
+        )  # fmt: skip
         super().__init__(self.groups[0], nests)
 
     def early_read(self):
@@ -131,14 +137,16 @@ class ClusterModel(GroupModel):
     def _place_in_order(self, s: Statement):
         """The statement's place among the root statements, and inside its cluster."""
         k, node = self.node_of[s.stage]
-        s._orig_exprs = [str(k), *s._orig_exprs[1:]]
+        seq = k if self.fused_original else self.stage_index[s.stage]
+        s._orig_exprs = [str(seq), *s._orig_exprs[1:]]
         if s._sched_exprs is not None:
             s._sched_exprs = [str(k), *s._sched_exprs[1:]]
         if not isinstance(node, Cluster):
             return
         pos = node.positions(node.members.index(s.stage))
         m = len(pos)
-        s._orig_exprs = _interleave(s._orig_exprs, pos)
+        if self.fused_original:
+            s._orig_exprs = _interleave(s._orig_exprs, pos)
         if s._sched_exprs is None:
             return
         leaves = s.stage.leaf_iter_vars
@@ -197,6 +205,39 @@ class ClusterModel(GroupModel):
                         if not rel.is_empty():
                             deps.append(Dependence(s1, s2, kind, rel, a1, a2))
         return deps
+
+
+def _pure(st):
+    return st.target_stage or st
+
+
+def fixes_order(cluster: Cluster) -> bool:
+    """Whether ``cluster``'s fused order is the program's order: two of its statements
+    update one tensor (trisolv's subtract and divide), or its tensors read each other
+    (jacobi's A and B). Otherwise its tensors have an order, producers first, and the
+    fusion is a schedule that must keep that order's dependences."""
+    groups = [_pure(m) for m in cluster.members]
+    if len(set(groups)) < len(groups):
+        return True
+    reads = {g: set() for g in groups}
+    ops = {g.origin_op: g for g in groups}
+    for g in groups:
+        for st in (g, *g.update_stages):
+            for t in st.op.input_tensors:
+                h = ops.get(t.op)
+                if h is not None and h is not g:
+                    reads[g].add(h)
+    state: dict = {}
+
+    def cyclic(g) -> bool:
+        state[g] = "open"
+        for h in reads[g]:
+            if state.get(h) == "open" or (h not in state and cyclic(h)):
+                return True
+        state[g] = "done"
+        return False
+
+    return any(g not in state and cyclic(g) for g in groups)
 
 
 def _interleave(exprs: list, pos: list) -> list:

@@ -184,9 +184,45 @@ def test_reading_a_pure_value_before_it_is_computed_is_refused():
     Y[r] = Y[r] + X[r + 1]
     s = pt.create_schedule(Y.op)
     with pytest.raises(
-        pt.ScheduleError, match=r"Y\[r\] would read X\[r \+ 1\] before X\[i\] computes it.*witness"
+        pt.ScheduleError,
+        match=r"compute_with\(X, i\) on 'Y.update\(0\)' would break a dependence: Y\[r\] reads "
+        r"X\[r \+ 1\], written by X\[i\]; .*witness: i=7 -> r=6",
     ):
         s[Y].update(0).compute_with(s[X], s[X].op.axis[0])
+
+
+@pytest.mark.parametrize("shift", [0, -1, 1])
+def test_fusing_tensors_that_do_not_read_each_other_keeps_producers_first(shift):
+    """Y's update reads X's final values: fused into X's loop it may read X[r + shift]
+    only where X's loop has finished that element (shift <= 0)."""
+    n = 9
+    P = pt.placeholder((n,), F, name="P")
+    X = pt.compute((n,), lambda i: P[i], name="X")
+    r = pt.reduce_axis((1, n - 1), name="r")
+    X[r] = X[r] * 2.0 + X[r - 1]
+    Y = pt.compute((n,), lambda i: pt.const(0.0, F), name="Y")
+    q = pt.reduce_axis((1, n - 1), name="q")
+    Y[q] = X[q + shift] + 1.0
+    s = pt.create_schedule(Y.op)
+    if shift > 0:
+        with pytest.raises(
+            pt.ScheduleError,
+            match=r"compute_with\(X.update\(0\), r\) on 'Y.update\(0\)' would break a "
+            r"dependence: Y\[q\] reads X\[q \+ 1\], written by X\[r\].*witness: r=\d+ -> q=\d+\)",
+        ):
+            s[Y].update(0).compute_with(s[X].update(0), r)
+        return
+    s[Y].update(0).compute_with(s[X].update(0), r)
+    src = pt.lower(s, [P, Y])
+    assert str(src).count("for (") == 3  # X's copy, Y's zeros, then one fused loop
+    p = np.random.default_rng(5).random(n)
+    y = pt.build(s, [P, Y])(p)
+    x = p.copy()
+    for k in range(1, n - 1):
+        x[k] = x[k] * 2.0 + x[k - 1]
+    want = np.zeros(n)
+    want[1 : n - 1] = x[1 + shift : n - 1 + shift] + 1.0
+    np.testing.assert_allclose(y, want)
 
 
 def test_shared_loops_need_equal_extents():
