@@ -22,8 +22,9 @@ tensors read each other (jacobi's A and B), the fused order at the root loops is
 program's order: there is no other. Otherwise the tensors keep their order, producers
 first, and the fusion must keep its dependences (refused with a witness). Later
 primitives (split, reorder, skew, parallel, ...) must keep the program's dependences;
-``legality`` checks all of it with isl (``poly_cluster.fixes_order``, ``ClusterModel``). This module holds what the schedule, the
-order of the root statements and the merge of loop nests need to know about groups.
+``legality`` checks all of it with isl (``poly_cluster.fixes_order``, ``ClusterModel``).
+This module holds what the schedule, the order of the root statements and the merge of
+loop nests need to know about groups.
 """
 
 from __future__ import annotations
