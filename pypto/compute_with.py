@@ -212,10 +212,11 @@ def _cycle_error(left: list, edges: dict) -> ScheduleError:
     for a, b in zip(path, path[1:] + path[:1]):
         st, t = edges[a][b]
         reads.append(f"'{st.name}' reads {t.name}" if t is not None else f"'{st.name}' follows")
-        pure = st.target_stage or st
-        if f"'{pure.name}'" not in names:
-            names.append(f"'{pure.name}'")
-    who = " and ".join(names) if len(names) <= 2 else ", ".join(names)
+        for m in a.members if isinstance(a, Cluster) else (a,):  # a group: all its tensors
+            pure = m.target_stage or m
+            if f"'{pure.name}'" not in names:
+                names.append(f"'{pure.name}'")
+    who = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
     return ScheduleError(
         f"tensors {who} read each other ({', '.join(reads)}): no order of their definitions "
         "computes every value before it is read; give their update definitions one loop "

@@ -309,3 +309,22 @@ def test_parallel_shared_loop_races_with_the_other_tensor():
         ry[k] = rx[k] * 2.0
     np.testing.assert_array_equal(x, rx)
     np.testing.assert_array_equal(y, ry)
+
+
+def test_a_cycle_through_a_fused_group_is_refused():
+    n = 8
+    A0 = pt.placeholder((n,), F, name="A0")
+    A = pt.compute((n,), lambda i: A0[i], name="A")
+    B = pt.compute((n,), lambda i: A0[i], name="B")
+    C = pt.compute((n,), lambda i: A[i] * 2.0, name="C")  # A's final values
+    t, i = pt.rdom([(0, 2), (1, n - 1)], names="t i")
+    B[i] = A[i - 1] + C[i]
+    t2, i2 = pt.rdom([(0, 2), (1, n - 1)], names="t2 i2")
+    A[i2] = B[i2 + 1]
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"tensors 'C', 'B' and 'A' read each other \('C' reads A, 'B.update\(0\)' reads C\)",
+    ):
+        pt.lower(s, [A0, A, B])
