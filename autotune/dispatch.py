@@ -22,20 +22,34 @@ def _stack() -> list:
     return _local.stack
 
 
-def lookup(workload: str, target: str) -> list:
-    """The recorded knob values for (workload, target) in the innermost context that has
-    any, fastest first (the caller takes the first that fits the template); or []."""
-    for ranked in reversed(_stack()):
-        values = ranked.get((workload, target))
-        if values:
-            return values
+def record_keys(target, args) -> tuple:
+    """The targets whose records serve ``target`` (a pt.Target) for a workload with
+    arguments ``args``, own first: a target with a base also reads the base's records
+    where its extra features do not change the code (the workload's dtype arguments
+    decide; see ``pt.Target.record_keys``)."""
+    return target.record_keys(tuple(a for a in args if isinstance(a, str)))
+
+
+def lookup(workload: str, targets) -> list:
+    """The recorded knob values for ``workload`` on the first of ``targets`` (a name or
+    a tuple of names, as ``record_keys`` gives) that has any, in the innermost context
+    that has any, fastest first (the caller takes the first that fits the template);
+    or []."""
+    for target in (targets,) if isinstance(targets, str) else targets:
+        for ranked in reversed(_stack()):
+            values = ranked.get((workload, target))
+            if values:
+                return values
     return []
 
 
-def other_targets(workload: str, target: str) -> list[str]:
-    """The targets other than ``target`` that the active contexts have records of
-    ``workload`` for."""
-    return sorted({t for ranked in _stack() for (w, t) in ranked if w == workload and t != target})
+def other_targets(workload: str, targets) -> list[str]:
+    """The targets other than ``targets`` (a name or a tuple of names) that the active
+    contexts have records of ``workload`` for."""
+    mine = {targets} if isinstance(targets, str) else set(targets)
+    return sorted(
+        {t for ranked in _stack() for (w, t) in ranked if w == workload and t not in mine}
+    )
 
 
 def _ranked(records) -> dict:

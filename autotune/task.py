@@ -59,6 +59,11 @@ class Template:
         bound.apply_defaults()
         return dict(list(bound.arguments.items())[1:])  # without cfg
 
+    def record_keys(self, args, target) -> tuple:
+        """The targets whose records serve this template's ``args`` on ``target`` (a
+        pt.Target), own first (``dispatch.record_keys``, dtype defaults filled in)."""
+        return dispatch.record_keys(target, tuple(self.named_args(args).values()))
+
     def reference_output(self, inputs, args) -> list:
         """The numpy reference for these input arrays, as a list of outputs. A reference
         also gets, by name, the template arguments it declares as keyword-only
@@ -91,7 +96,8 @@ class Template:
         t = as_target(target)
         space = self.space(*args, target=t)
         key = workload_key(self.name, args)
-        ranked = dispatch.lookup(key, t.key)
+        keys = self.record_keys(args, t)
+        ranked = dispatch.lookup(key, keys)
         cfg, stale = None, 0
         for values in ranked:
             try:
@@ -100,7 +106,7 @@ class Template:
             except SpaceError:
                 stale += 1  # a record from another version of the template
         if not ranked:
-            _warn_other_targets(self.name, key, t.key)
+            _warn_other_targets(self.name, key, keys)
         if stale:
             use = "the best one that does" if cfg is not None else "the default config"
             warnings.warn(
@@ -114,9 +120,11 @@ class Template:
 _WARNED_TARGETS: set = set()
 
 
-def _warn_other_targets(name: str, workload: str, target: str) -> None:
-    """Once per workload and target: records exist, but for other targets only."""
-    others = dispatch.other_targets(workload, target)
+def _warn_other_targets(name: str, workload: str, targets: tuple) -> None:
+    """Once per workload and target: records exist, but for other targets only (a base
+    target whose records serve this one is not another target)."""
+    target = targets[0]
+    others = dispatch.other_targets(workload, targets)
     if others and (workload, target) not in _WARNED_TARGETS:
         _WARNED_TARGETS.add((workload, target))
         warnings.warn(
@@ -206,6 +214,12 @@ class Task:
 
     def instantiate(self, cfg):
         return self.template.instantiate(cfg, *self.args)
+
+    @property
+    def record_keys(self) -> tuple:
+        """The targets whose records serve this task, own first (its target's base too
+        where the base's code for this workload is the same)."""
+        return self.template.record_keys(self.args, self.target)
 
     def lower(self, cfg, name: str = "candidate"):
         """The loop IR of a config (a Config or a dict of knob values), checked as

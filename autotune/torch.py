@@ -54,7 +54,10 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
 
     def make():
         tpl = get_template(name)
-        if dispatch.lookup(workload_key(name, args), t.key) or not _shipped_records():
+        if (
+            dispatch.lookup(workload_key(name, args), tpl.record_keys(args, t))
+            or not _shipped_records()
+        ):
             s, tensors = tpl(*args, target=t)
         else:
             with dispatch.apply_history_best(_shipped_records()):

@@ -6,7 +6,8 @@
 
 The model sees arrays only; tuners do the featurizing. ``pretrained(target)``
 loads the user's own model for a target (``pypto-tune train-model`` writes it to
-``$PYPTO_HOME/models``), else the one shipped in ``cost_models/pretrained/``.
+``$PYPTO_HOME/models``), else the one shipped in ``cost_models/pretrained/``, else
+its base target's.
 """
 
 import os
@@ -15,6 +16,7 @@ import warnings
 import numpy as np
 
 from pypto import cache
+from pypto.target import record_lineage
 
 from .features import FEATURE_NAMES, N_FEATURES, SCHEMA, featurize
 from .xgb import SchemaError, XGBoostCostModel
@@ -44,13 +46,14 @@ def pretrained_path(target) -> str:
 
 def pretrained(target):
     """The model for ``target``: the user's own first, then the shipped one, then (for a
-    target without one) the model trained on every target's records; None when none
+    target without one) its base target's (``x86-avx512`` for ``x86-avx512-bf16``: the
+    same machine), then the model trained on every target's records; None when none
     exists. A model that cannot be loaded or cannot score a feature row (corrupt,
     another feature schema, another target) is passed over with a warning."""
     key = _key(target)
     candidates = [
         (os.path.join(folder, f"{name}.json"), name)
-        for name in (key, ALL_TARGETS)
+        for name in (*record_lineage(key), ALL_TARGETS)
         for folder in (user_model_dir(), PRETRAINED_DIR)
     ]
     for path, name in candidates:

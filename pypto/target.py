@@ -1,12 +1,14 @@
 """Hardware targets: one description that codegen, templates, features and records share.
 
 A named target (``"x86-avx512"``, ``"x86-avx2"``, ``"aarch64-neon"``,
-``"generic"``) has fixed parameters, so the code made for it is the same on any
-machine. ``Target("host")`` resolves to the best named target this CPU runs
+``"generic"``, and ``"x86-avx512-bf16"``, ``"x86-avx2-vnni"``, ``"aarch64-dotprod"``:
+the same machines as their ``base`` with int8/bfloat16 dot-product instructions) has
+fixed parameters, so the code made for it is the same on any machine.
+``Target("host")`` resolves to the richest named target this CPU runs
 (``$PYPTO_TARGET`` overrides the choice) and takes the machine's own cache
 sizes and core count::
 
-    t = pt.Target("host")            # e.g. x86-avx512 on a Zen 4
+    t = pt.Target("host")            # e.g. x86-avx512-bf16 on a Zen 4
     t.vector_lanes("float32")        # 16
     t.vector_registers               # 32
     t.cache_sizes                    # {"L1": 49152, "L2": 1048576, "L3": 33554432}
@@ -40,45 +42,30 @@ class _Spec:
     march: tuple  # the compiler flags that select the ISA
     caches: tuple  # (L1d, L2, L3) bytes: a typical machine of the class
     cross_cc: str | None = None  # the compiler for it on another architecture
+    base: str | None = None  # the target this one extends: same machine, fewer features
 
 
 _AVX512 = ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "f16c", "fma")
+# The best targets first: "host" is the first row this CPU runs. A row with a ``base``
+# is its base's machine plus dot-product instructions for int8 and bfloat16 (tensor
+# intrinsics use them): the same registers, lanes and caches, a superset of features.
 KNOWN = {
-    "x86-avx512": _Spec(
-        "x86_64",
-        512,
-        32,
-        _AVX512,
-        ("-march=x86-64-v4", "-mprefer-vector-width=512"),
-        (48 * KIB, 1 * MIB, 32 * MIB),
-        "x86_64-linux-gnu-gcc",
-    ),
-    "x86-avx2": _Spec(
-        "x86_64",
-        256,
-        16,
-        ("avx2", "f16c", "fma"),
-        ("-march=x86-64-v3",),
-        (32 * KIB, 512 * KIB, 16 * MIB),
-        "x86_64-linux-gnu-gcc",
-    ),
-    "aarch64-neon": _Spec(
-        "aarch64",
-        128,
-        32,
-        ("asimd",),
-        ("-march=armv8-a+simd",),
-        (64 * KIB, 1 * MIB, 32 * MIB),
-        "aarch64-linux-gnu-gcc",
-    ),
-    # the same machines with dot-product instructions for int8 and bfloat16 (tensor
-    # intrinsics use them); after their base rows, so "host" keeps resolving to those
     "x86-avx512-bf16": _Spec(
         "x86_64",
         512,
         32,
         _AVX512 + ("avx512_bf16", "avx512_vnni"),
         ("-march=x86-64-v4", "-mprefer-vector-width=512", "-mavx512vnni", "-mavx512bf16"),
+        (48 * KIB, 1 * MIB, 32 * MIB),
+        "x86_64-linux-gnu-gcc",
+        base="x86-avx512",
+    ),
+    "x86-avx512": _Spec(
+        "x86_64",
+        512,
+        32,
+        _AVX512,
+        ("-march=x86-64-v4", "-mprefer-vector-width=512"),
         (48 * KIB, 1 * MIB, 32 * MIB),
         "x86_64-linux-gnu-gcc",
     ),
@@ -90,6 +77,16 @@ KNOWN = {
         ("-march=x86-64-v3", "-mavxvnni"),
         (32 * KIB, 512 * KIB, 16 * MIB),
         "x86_64-linux-gnu-gcc",
+        base="x86-avx2",
+    ),
+    "x86-avx2": _Spec(
+        "x86_64",
+        256,
+        16,
+        ("avx2", "f16c", "fma"),
+        ("-march=x86-64-v3",),
+        (32 * KIB, 512 * KIB, 16 * MIB),
+        "x86_64-linux-gnu-gcc",
     ),
     "aarch64-dotprod": _Spec(
         "aarch64",
@@ -97,6 +94,16 @@ KNOWN = {
         32,
         ("asimd", "asimddp"),
         ("-march=armv8.2-a+dotprod",),
+        (64 * KIB, 1 * MIB, 32 * MIB),
+        "aarch64-linux-gnu-gcc",
+        base="aarch64-neon",
+    ),
+    "aarch64-neon": _Spec(
+        "aarch64",
+        128,
+        32,
+        ("asimd",),
+        ("-march=armv8-a+simd",),
         (64 * KIB, 1 * MIB, 32 * MIB),
         "aarch64-linux-gnu-gcc",
     ),
@@ -112,6 +119,15 @@ BASE_FLAGS = (
     "-ffp-contract=fast",
     "-fopenmp",
 )
+# the dtypes whose code a feature may change (the dot-product instructions and what
+# the C compiler may vectorize with them); a derived target's code for other dtypes is
+# its base's, so it may use its base's records for them
+_FEATURE_DTYPES = {
+    "avx512_vnni": ("int8", "uint8", "int16"),
+    "avx_vnni": ("int8", "uint8", "int16"),
+    "asimddp": ("int8", "uint8"),
+    "avx512_bf16": ("bfloat16",),
+}
 CACHE_LINE = 64  # bytes, on every target pypto knows
 ENV_OVERRIDE = "PYPTO_TARGET"
 
@@ -149,6 +165,22 @@ class Target:
     def key(self) -> str:
         """The name tuning records are keyed by: the named target the code is for."""
         return self.name
+
+    @property
+    def base(self) -> str | None:
+        """The named target this one extends (the same machine with fewer features), or None."""
+        spec = KNOWN.get(self.name)
+        return spec.base if spec else None
+
+    def record_keys(self, dtypes=()) -> tuple:
+        """The targets whose records serve a workload over ``dtypes`` here, own first:
+        the base targets follow while the features a target adds to its base change
+        none of ``dtypes`` (their code is the base's)::
+
+            Target("x86-avx512-bf16").record_keys(("float32",))  # (.. -bf16, x86-avx512)
+            Target("x86-avx512-bf16").record_keys(("int8",))     # (x86-avx512-bf16,)
+        """
+        return record_lineage(self.key, dtypes)
 
     @property
     def cache_sizes(self) -> dict:
@@ -227,6 +259,20 @@ def _cache_sizes() -> dict:
         if field and size:
             out[field] = int(size.rstrip("KMG")) * _SIZE_UNITS.get(size[-1], 1)
     return out
+
+
+def record_lineage(name: str, dtypes=()) -> tuple:
+    """``name`` and the bases whose records serve it for ``dtypes`` (see Target.record_keys)."""
+    out = [name]
+    spec = KNOWN.get(name)
+    while spec is not None and spec.base is not None:
+        base = KNOWN[spec.base]
+        added = set(spec.features) - set(base.features)
+        if any(d in _FEATURE_DTYPES.get(f, ()) for f in added for d in dtypes):
+            break
+        out.append(spec.base)
+        spec = base
+    return tuple(out)
 
 
 def _runs_here(spec: _Spec, feats) -> bool:

@@ -29,7 +29,7 @@ def run(a: argparse.Namespace) -> int:
     task = task_of(a, must_run=False)
     space = task.config_space
     with at.apply_history_best():
-        best = at.dispatch.lookup(task.workload_key, task.target.key)
+        best = at.dispatch.lookup(task.workload_key, task.record_keys)
     fits = [v for v in best if _fits(space, v)]
     default = space.default_config().to_json()
     if a.json:
