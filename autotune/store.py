@@ -17,6 +17,7 @@ import os
 
 import cost_models
 from pypto import cache
+from pypto.target import record_lineage
 
 _SOURCE_RECORDS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs"
@@ -69,14 +70,15 @@ def shipped_targets() -> list[str]:
 
 
 def shipped_logs(target=None) -> list[str]:
-    """The shipped logs of ``target`` (a name or a ``pt.Target``), or of every target."""
+    """The shipped logs of ``target`` (a name or a ``pt.Target``) and of its base targets
+    (``x86-avx512`` for ``x86-avx512-bf16``: the same machine), or of every target."""
     root = shipped_dir()
     if root is None:
         return []
     if target is None:
         return sorted(glob.glob(os.path.join(root, "*", "*.jsonl")))
-    key = getattr(target, "key", target)
-    return sorted(glob.glob(os.path.join(root, str(key), "*.jsonl")))
+    keys = record_lineage(str(getattr(target, "key", target)))
+    return [p for k in keys for p in sorted(glob.glob(os.path.join(root, k, "*.jsonl")))]
 
 
 def default_logs() -> list[str]:

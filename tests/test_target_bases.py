@@ -11,6 +11,8 @@ import pytest
 import autotune
 import cost_models
 import pypto as pt
+from autotune import store
+from autotune.cli import main as cli_main
 from pypto import target as target_mod
 
 ZEN5 = (  # a Zen 4/5-like flag set (abridged)
@@ -159,3 +161,72 @@ def test_the_base_cost_model_serves_a_target_without_its_own(monkeypatch, tmp_pa
     assert model is not None and model.target == "x86-avx512"
     model = cost_models.pretrained(pt.Target("x86-avx2-vnni"))
     assert model is not None and model.target == "x86-avx2"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A fresh user store: only the shipped records."""
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def _shipped_best(target: str, args) -> dict:
+    recs = autotune.load_records(store.shipped_logs(target))
+    return autotune.best_by_workload(recs)[(autotune.workload_key("matmul", list(args)), target)]
+
+
+def test_shipped_logs_of_a_derived_target_include_its_bases():
+    assert store.shipped_logs("x86-avx2-vnni") == store.shipped_logs("x86-avx2") != []
+
+
+def test_default_records_of_the_base_serve_the_derived_target(home):
+    """``apply_history_best()`` with no argument: the base's shipped record, no warning."""
+    args = (1024, 1024, 1024)
+    best = _shipped_best("x86-avx2", args)
+    task = autotune.Task("matmul", args, target="x86-avx2-vnni")
+    with autotune.apply_history_best(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s, tensors = autotune.get_template("matmul")(*args, target="x86-avx2-vnni")
+    assert str(pt.lower(s, tensors, name="m")) == _loops(task, best.config)
+
+
+def test_show_names_the_base_whose_record_it_shows(home, capsys):
+    args = (1024, 1024, 1024)
+    best = _shipped_best("x86-avx2", args)
+    assert (
+        cli_main(["show", "matmul", "--args", "1024,1024,1024", "--target", "x86-avx2-vnni"]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "matmul(1024, 1024, 1024) on x86-avx2-vnni:" in out
+    assert f"best recorded  {best.config} (a record of x86-avx2, the base of x86-avx2-vnni)" in out
+    assert (
+        cli_main(["show", "matmul", "--args", "1024,1024,1024,int8", "--target", "x86-avx2-vnni"])
+        == 0
+    )
+    assert "best recorded  (none for this workload and target)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "name, line",
+    [
+        (
+            "x86-avx512-bf16",
+            "target host: x86-avx512-bf16; records of x86-avx512 serve it where its code is "
+            "the same\n",
+        ),
+        ("x86-avx2", "target host: x86-avx2\n"),
+    ],
+)  # fmt: skip
+def test_list_names_what_host_is_and_whose_records_it_reads(monkeypatch, capsys, name, line):
+    monkeypatch.setenv(target_mod.ENV_OVERRIDE, name)
+    assert cli_main(["list"]) == 0
+    assert capsys.readouterr().out.startswith(line)
+
+
+def test_new_records_are_written_under_the_resolved_targets_own_name(tmp_path):
+    host = pt.Target("host")
+    task = autotune.Task("matmul", (16, 16, 16), target="host")
+    log = tmp_path / "mm.jsonl"
+    autotune.RandomTuner(task, seed=0).tune(2, callbacks=[autotune.log_to_file(str(log))])
+    recs = autotune.load_records(str(log))
+    assert len(recs) == 2 and {r.target for r in recs} == {host.name}

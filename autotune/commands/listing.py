@@ -1,6 +1,7 @@
 """``pypto-tune list``: the templates, each with its arguments (by name, from its signature),
 what it computes (its docstring's first line), and its standard workloads (what
-``pypto-tune all`` tunes) with the targets records are shipped for."""
+``pypto-tune all`` tunes) with the targets records are shipped for; first, the target
+``host`` is here and the base targets whose records it reads."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import inspect
 import json
 
 import autotune as at
+import pypto as pt
 
 from .. import store
 from ..workloads import standard_workloads
@@ -19,6 +21,13 @@ def signature(tpl) -> str:
     """``M, N, K, dtype='float32'``: a template's arguments after ``cfg``."""
     params = list(inspect.signature(tpl.func).parameters.values())[1:]
     return ", ".join(str(p) for p in params)
+
+
+def host_line(target) -> str:
+    """What ``host`` is here, and whose records it reads besides its own."""
+    bases = target.record_keys()[1:]
+    also = f"; records of {', '.join(bases)} serve it where its code is the same" if bases else ""
+    return f"target host: {target.name}{also}"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +44,7 @@ def run(a: argparse.Namespace) -> int:
     standard: dict = {}
     for w in standard_workloads():
         standard.setdefault(w.template, []).append(w.task_args)
+    print(host_line(pt.Target("host")))
     for name in at.list_templates():
         t = at.get_template(name)
         doc = (t.__doc__ or "").strip().splitlines()

@@ -1,5 +1,6 @@
 """``pypto-tune show TEMPLATE --args ...``: a template's knobs for these arguments, its
-default config, and the best recorded config (your records, then the shipped ones)."""
+default config, and the best recorded config (your records, then the shipped ones; the
+target's own, else its base target's where the code is the same)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def run(a: argparse.Namespace) -> int:
     task = task_of(a, must_run=False)
     space = task.config_space
     with at.apply_history_best():
-        best = at.dispatch.lookup(task.workload_key, task.record_keys)
+        found = [(k, at.dispatch.lookup(task.workload_key, k)) for k in task.record_keys]
+    source, best = next(((k, v) for k, v in found if v), (None, []))
     fits = [v for v in best if _fits(space, v)]
     default = space.default_config().to_json()
     if a.json:
@@ -37,13 +39,19 @@ def run(a: argparse.Namespace) -> int:
             "workload": [task.name, list(task.args)], "target": task.target.key,
             "size": len(space), "knobs": {k.name: k.values for k in space.knobs.values()},
             "default": default, "best": fits[0] if fits else None,
+            "best_target": source if fits else None,
         }))  # fmt: skip
         return 0
     print(f"{task.name}{tuple(task.args)} on {task.target.key}: {len(space)} configs")
     for k in space.knobs.values():
         print(f"  {k.name:16s} {k.kind:9s} {_values(k.values)}")
     print(f"default config {default}")
-    print(f"best recorded  {fits[0] if fits else '(none for this workload and target)'}")
+    if not fits:
+        print("best recorded  (none for this workload and target)")
+    elif source == task.target.key:
+        print(f"best recorded  {fits[0]}")
+    else:  # a base target's record: the same code
+        print(f"best recorded  {fits[0]} (a record of {source}, the base of {task.target.key})")
     return 0
 
 
