@@ -104,7 +104,8 @@ def probe_worker() -> int:
 
 
 def build_worker(spec: dict) -> dict:
-    """Instantiate and compile one candidate; returns a dict of plain data."""
+    """Instantiate and compile one candidate; returns a dict of plain data (with the
+    path of the object in this machine's cache)."""
     t0 = time.perf_counter()
     try:
         tpl = _load_template(spec)
@@ -115,14 +116,14 @@ def build_worker(spec: dict) -> dict:
     try:
         target = Target(spec["target"])
         src, _ = codegen(func, target)
-        compile_source(src, target.cflags, timeout=spec["build_timeout"])
+        so = compile_source(src, target.cflags, timeout=spec["build_timeout"])
     except pt.BuildEnvironmentError as e:
         return _fault(e)
     except pt.BuildError as e:
         return {"error": ErrorKind.COMPILE.value, "msg": _short(e)[:4000]}
     except Exception as e:  # noqa: BLE001
         return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
-    return {"build_s": time.perf_counter() - t0}
+    return {"build_s": time.perf_counter() - t0, "so": so}
 
 
 # ---------------------------------------------------------------- running (the runner child)
