@@ -137,6 +137,23 @@ class NodeRunner:
 # ---------------------------------------------------------------- the driver side
 
 
+def _check_reachable(address: str | None, timeout: float = 10.0) -> None:
+    """``RayUnavailable`` when nothing listens at ``host:port`` (Ray itself would retry
+    for minutes); ``auto`` and None are Ray's to resolve."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailable(f"{address!r} is not a Ray address: give host:port or 'auto'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise RayUnavailable(
+            f"cannot connect to the Ray cluster at {address}: {e.strerror or e} "
+            "(is `ray start --head` running there?)"
+        ) from None
+
+
 class _Node:
     """The driver's view of one node."""
 
@@ -183,6 +200,7 @@ class RayMeasurer:
         self.say = say or (lambda msg: print(msg, file=sys.stderr, flush=True))
         self.own_session = not ray.is_initialized()
         if self.own_session:
+            _check_reachable(address)
             try:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as e:

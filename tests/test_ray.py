@@ -204,3 +204,16 @@ def test_no_node_of_the_task_target_is_an_environment_fault(cluster):
             "aarch64-neon .waited 0.5 s.: refused node 127.0.0.1",
         ):
             m.measure(task, [task.config_space.default_config()])
+
+
+@pytest.mark.parametrize(
+    "address, message",
+    [("127.0.0.1:1", "--ray 127.0.0.1:1: cannot connect to the Ray cluster at 127.0.0.1:1: "
+                     "Connection refused (is `ray start --head` running there?)"),
+     ("nonsense", "--ray nonsense: 'nonsense' is not a Ray address: give host:port or 'auto'")],
+)  # fmt: skip
+def test_an_unreachable_cluster_is_refused(capsys, address, message):
+    from autotune import cli
+
+    assert cli.main(["network", "resnet18", "--trials", "1", "--ray", address]) == 2
+    assert message in capsys.readouterr().err
