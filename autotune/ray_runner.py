@@ -33,13 +33,14 @@ import collections
 import logging
 import os
 import socket
+import subprocess
 import sys
 import time
 
 from pypto import __version__ as PYPTO_VERSION
 from pypto.cache import Entry
 from pypto.errors import BuildEnvironmentError
-from pypto.runtime import _compiler_version, compiler
+from pypto.runtime import compiler
 from pypto.target import Target
 
 from .measure import EnvironmentFault, MeasureOption, Measurer, MeasureResult, _spec
@@ -74,9 +75,10 @@ def node_facts() -> dict:
     """What decides whether a node may measure a task: its host target (``$PYPTO_TARGET``
     overrides detection, as everywhere), its C compiler's version line, pypto's version."""
     try:
-        cc = _compiler_version(tuple(compiler()), 30.0)
-    except BuildEnvironmentError as e:
-        cc = f"no working compiler ({e.args[0]})"
+        r = subprocess.run([*compiler(), "--version"], capture_output=True, text=True, timeout=30)
+        cc = r.stdout.splitlines()[0] if r.stdout else f"no version from {' '.join(compiler())}"
+    except (OSError, subprocess.TimeoutExpired) as e:
+        cc = f"no working compiler ({e})"
     return {
         "target": Target("host").name,
         "compiler": cc,
