@@ -179,12 +179,12 @@ def test_report_table_totals_weight_times_time():
     assert "1 workload(s) without both times" in lines[5]
 
 
-@pytest.mark.parametrize("command", ["network resnet18", "all"])
+@pytest.mark.parametrize("command", ["network resnet18", "all", "tune matmul --args 8,8,8"])
 def test_ray_without_ray_installed_is_refused(monkeypatch, capsys, command):
     from autotune import cli
-    from autotune.commands import tune_all
+    from autotune.commands import common
 
-    monkeypatch.setattr(tune_all, "_ray_installed", lambda: False)
+    monkeypatch.setattr(common, "_ray_installed", lambda: False)
     assert cli.main([*command.split(), "--trials", "1", "--ray", "auto"]) == 2
     err = capsys.readouterr().err
     assert "--ray auto: ray is not installed; install the distributed extra" in err

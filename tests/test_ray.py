@@ -64,8 +64,14 @@ class LocalCluster:
             node_ip_address="127.0.0.1",
             env_vars={"PYTHONPATH": ROOT, "PYPTO_CACHE_DIR": cache, **env},
         )
+        node.env_vars_extra = env
         self.workers.append(node)
         return node
+
+    def plain(self):
+        """A live worker node of this host's target and compiler (added if there is none)."""
+        live = [n for n in self.workers if n in self.c.worker_nodes and not n.env_vars_extra]
+        return live[0] if live else self.add()
 
     def node_id(self, node) -> str:
         return node.node_id
@@ -234,3 +240,20 @@ def test_a_node_with_another_compiler_is_refused(cluster, tmp_path):
             f"refused node 127.0.0.1 ({short}): its C compiler is 'fakecc 0.1' on "
             f"{m.facts['host']}, the driver's {mine!r}"
         ) in m.refusals
+
+
+def test_tune_command_runs_on_the_cluster(cluster, tmp_path, capsys):
+    from autotune import cli
+
+    cluster.plain()
+    log = tmp_path / "mm.jsonl"
+    argv = ["tune", "matmul", "--args", "24,24,24", "--trials", "5", "--tuner", "random"]
+    argv += ["--confirm", "1", "--no-progress", "--log", str(log), "--ray", cluster.address]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"Ray node(s) of {HOST}: 127.0.0.1" in out and "best of 5 trial(s)" in out
+    recs = at.load_records(str(log))
+    assert all(r.ok for r in recs)
+    assert len({json.dumps(r.config, sort_keys=True) for r in recs[:5]}) == 5
+    assert len(recs) >= 5 + 2  # the fastest measured twice more (and any that overtook it)
+    assert not ray.is_initialized()  # the command left the cluster

@@ -25,15 +25,8 @@ from collections import Counter
 from ..networks import NETWORKS, network_workloads
 from ..records import best_by_workload, load_records
 from ..workloads import WorkloadError
-from .common import UsageError, import_modules, positive, target_of
-from .tune_all import (
-    add_tuning_arguments,
-    check_budget,
-    check_ray,
-    log_paths,
-    tasks_of,
-    tune_workloads,
-)
+from .common import UsageError, check_ray, import_modules, positive, target_of
+from .tune_all import add_tuning_arguments, check_budget, log_paths, tasks_of, tune_workloads
 
 DESCRIPTION = "Tune a model's workloads within one budget, then report its estimated time."
 

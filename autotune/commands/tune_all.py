@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib
-import importlib.util
 import os
 import sys
 import time
@@ -37,6 +35,9 @@ from .common import (
     UsageError,
     add_import_argument,
     add_measure_arguments,
+    add_ray_argument,
+    check_ray,
+    connect_ray,
     import_modules,
     positive,
     target_of,
@@ -114,12 +115,7 @@ def add_tuning_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler and tuners")
     add_import_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="build and measure on a Ray cluster (host:port, or 'auto'); needs the "
-        "distributed extra",
-    )
+    add_ray_argument(p)
 
 
 def _workloads(a):
@@ -166,28 +162,6 @@ def check_budget(a) -> None:
     """Refuse a run without ``--minutes`` or ``--trials``."""
     if a.minutes is None and a.trials is None:
         raise UsageError("give a budget: --minutes M and/or --trials N")
-
-
-def _ray_installed() -> bool:
-    return importlib.util.find_spec("ray") is not None
-
-
-def check_ray(a) -> None:
-    """Refuse ``--ray`` without ray installed, before anything else is done."""
-    if a.ray and not _ray_installed():
-        raise UsageError(
-            f"--ray {a.ray}: ray is not installed; install the distributed extra "
-            "(pip install 'pypto[distributed]')"
-        )
-
-
-def connect_ray(a, opt: MeasureOption):
-    """A ``RayMeasurer`` on the cluster ``--ray`` names (``UsageError`` if unreachable)."""
-    ray_runner = importlib.import_module("autotune.ray_runner")  # ray only when asked for
-    try:
-        return ray_runner.RayMeasurer(a.ray, opt)
-    except ray_runner.RayUnavailable as e:
-        raise UsageError(f"--ray {a.ray}: {e}") from None
 
 
 def _prepare(a):
