@@ -73,12 +73,13 @@ class RayUnavailable(RuntimeError):
 
 def node_facts() -> dict:
     """What decides whether a node may measure a task: its host target (``$PYPTO_TARGET``
-    overrides detection, as everywhere), its C compiler's version line, pypto's version."""
+    overrides detection, as everywhere), its C compiler's version line (None: no working
+    ``$CC``), pypto's version."""
     try:
         r = subprocess.run([*compiler(), "--version"], capture_output=True, text=True, timeout=30)
-        cc = r.stdout.splitlines()[0] if r.stdout else f"no version from {' '.join(compiler())}"
-    except (OSError, subprocess.TimeoutExpired) as e:
-        cc = f"no working compiler ({e})"
+        cc = r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else None
+    except (OSError, subprocess.TimeoutExpired):
+        cc = None  # no working compiler
     return {
         "target": Target("host").name,
         "compiler": cc,
@@ -208,7 +209,9 @@ class RayMeasurer:
             except (ConnectionError, RuntimeError, ValueError) as e:
                 msg = f"cannot connect to the Ray cluster at {address}: {e}"
                 raise RayUnavailable(msg) from None
-        self.facts = node_facts()  # the driver's: compiler and pypto must match it
+        # the driver's: a node's compiler and pypto must match them (with no compiler here,
+        # the first node's compiler is the one)
+        self.facts = node_facts()
         self.nodes: dict[str, _Node] = {}
         self.refusals: list[str] = []  # every refusal message, in order
         self.lost: list[str] = []  # nodes lost while measuring
@@ -280,10 +283,14 @@ class RayMeasurer:
             self._lose(node, f"its actor did not start ({_short(e)[:200]})")
             return
         f, mine = node.facts, self.facts
-        where = f" on {f['host']}"
+        if f["compiler"] is None:
+            self._refuse(node, f"it has no working C compiler ({' '.join(compiler())})")
+            return
+        if mine["compiler"] is None:  # the driver compiles nothing: the first node decides
+            mine["compiler"] = f["compiler"]
         if f["compiler"] != mine["compiler"]:
-            self._refuse(node, f"its C compiler is {f['compiler']!r}{where}, the driver's "
-                         f"{mine['compiler']!r}")  # fmt: skip
+            self._refuse(node, f"its C compiler is {f['compiler']!r} on {f['host']}, the "
+                         f"driver's {mine['compiler']!r}")  # fmt: skip
         elif f["pypto"] != mine["pypto"]:
             self._refuse(node, f"it runs pypto {f['pypto']}, the driver {mine['pypto']}")
 
@@ -375,11 +382,7 @@ class RayMeasurer:
         since = time.monotonic()
         while not self.usable_nodes(target):
             if time.monotonic() - since > self.node_wait:
-                refused = "; ".join(self.refusals[-5:]) or "no node offers CPUs or pypto_measure"
-                raise EnvironmentFault(
-                    f"no node of the cluster can measure {target} "
-                    f"(waited {self.node_wait:g} s): {refused}"
-                )
+                raise self._no_node(target)
             time.sleep(min(REFRESH_S, self.node_wait))
 
     def _check_stranded(self, task, queue, running, since):
@@ -393,12 +396,14 @@ class RayMeasurer:
         if since is None:
             return now
         if now - since > self.node_wait:
-            refused = "; ".join(self.refusals[-5:]) or "no node offers CPUs or pypto_measure"
-            raise EnvironmentFault(
-                f"no node of the cluster can measure {task.target.name} "
-                f"(waited {self.node_wait:g} s): {refused}"
-            )
+            raise self._no_node(task.target.name)
         return since
+
+    def _no_node(self, target: str) -> EnvironmentFault:
+        refused = "; ".join(self.refusals[-5:]) or f"no node offers CPUs or {MEASURE_RESOURCE}"
+        return EnvironmentFault(
+            f"no node of the cluster can measure {target} (waited {self.node_wait:g} s): {refused}"
+        )
 
     def _built(self, k: int, ref, results, queue) -> None:
         try:
