@@ -235,7 +235,10 @@ class RayMeasurer:
         """End the node actors (each ends its runner child); leave the cluster."""
         for node in self.nodes.values():
             if not node.lost:
-                ray.kill(node.actor, no_restart=True)
+                try:
+                    ray.kill(node.actor, no_restart=True)
+                except (ray.exceptions.RayError, ValueError):
+                    pass  # gone already
         self.nodes.clear()
         if self.own_session and ray.is_initialized():
             ray.shutdown()
@@ -310,11 +313,11 @@ class RayMeasurer:
     def usable_nodes(self, target) -> list[str]:
         """Names of the nodes that measure ``target`` (after reading the cluster)."""
         self.refresh()
-        pending = [n for n in self.nodes.values() if n.facts_ref is not None]
-        if pending:
-            ray.wait([n.facts_ref for n in pending], num_returns=len(pending), timeout=60)
-        for n in pending:
-            self._take_facts(n)
+        pending = {n.facts_ref: n for n in self.nodes.values() if n.facts_ref is not None}
+        if pending:  # a node's actor starts in seconds; one that does not is asked later
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=60)
+            for ref in ready:
+                self._take_facts(pending[ref])
         return [n.name for n in self._usable(Target(target).name)]
 
     def describe(self, target) -> str:
@@ -366,7 +369,10 @@ class RayMeasurer:
                         self._ran(ref, running.pop(ref), results, queue)
         except EnvironmentFault as e:
             for ref in [*builds, *running]:
-                ray.cancel(ref, force=False)
+                try:
+                    ray.cancel(ref)
+                except (ray.exceptions.RayError, ValueError, TypeError):
+                    pass  # finished meanwhile, or not cancellable: its result is dropped
             done = []
             for r in results:
                 if r is None:
