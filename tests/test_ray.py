@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -177,7 +178,10 @@ def test_network_on_two_nodes_survives_a_lost_node_and_a_killed_driver(cluster, 
     assert {r.target for r in recs} == {HOST}
 
 
-def test_a_node_of_another_target_is_refused_and_a_late_node_gets_work(cluster):
+def test_refused_node_late_node_and_a_node_killed_mid_measurement(cluster):
+    """A node of another target is refused by name; a node joining late gets work; when
+    it dies while measuring, its candidate is measured on another node, once."""
+    cluster.plain()
     odd = cluster.add(PYPTO_TARGET=OTHER)
     task = at.Task("matmul", (32, 32, 32), target="host")
     said = []
@@ -189,16 +193,34 @@ def test_a_node_of_another_target_is_refused_and_a_late_node_gets_work(cluster):
         assert all(short not in name for name in usable)
 
         late = cluster.add()  # joins while the driver is connected
+        was = cluster.node_id(late)[:8]
         deadline = time.monotonic() + 60
-        while all(cluster.node_id(late)[:8] not in n for n in m.usable_nodes(HOST)):
+        while all(was not in n for n in m.usable_nodes(HOST)):
             assert time.monotonic() < deadline, "the late node never became usable"
             time.sleep(0.5)
         configs = [task.config_space.get(i) for i in range(8)]
         results = m.measure(task, configs)
         assert all(r.ok for r in results), [r.error_msg for r in results]
         assert sum(m.measured_on.values()) == len(configs)
-        assert any(cluster.node_id(late)[:8] in name for name in m.measured_on)
+        assert any(was in name for name in m.measured_on)
         assert all(short not in name for name in m.measured_on)
+
+        m.option = at.MeasureOption(number=1, repeat=2, min_repeat_ms=300)  # long runs
+        m.measured_on.clear()
+        configs = [task.config_space.get(i) for i in range(10, 16)]
+        out = {}
+        worker = threading.Thread(target=lambda: out.update(r=m.measure(task, configs)))
+        worker.start()
+        node = next(n for n in m.nodes.values() if n.id.startswith(was))
+        while not node.busy:  # a candidate is being measured there
+            assert worker.is_alive() and time.monotonic() < deadline + 60
+            time.sleep(0.05)
+        cluster.kill(late)
+        worker.join(120)
+        assert not worker.is_alive()
+        assert any(f"warning: lost node 127.0.0.1 ({was})" in s for s in said)
+        assert len(out["r"]) == len(configs) and all(r.ok for r in out["r"])
+        assert sum(m.measured_on.values()) == len(configs)  # each once, none lost
 
 
 def test_no_node_of_the_task_target_is_an_environment_fault(cluster):
