@@ -81,6 +81,8 @@ class LocalCluster:
         self.c.remove_node(node, allow_graceful=False)
 
     def shutdown(self):
+        """Leave the cluster and end every process of it (``Cluster.shutdown`` kills each
+        node's processes; no ``ray stop``, which would end other users' Ray too)."""
         try:
             if ray.is_initialized():
                 ray.shutdown()
@@ -92,8 +94,6 @@ class LocalCluster:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
-            # nothing of the cluster may outlive the tests
-            subprocess.run(["ray", "stop", "--force"], capture_output=True, timeout=60)
 
 
 @pytest.fixture(scope="module")
