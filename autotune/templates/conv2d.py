@@ -32,7 +32,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import ukernels
+from . import precision, ukernels
 
 
 def _out_size(x: int, k: int, stride: int, padding: int) -> int:
@@ -153,13 +153,13 @@ def _schedule_tile(cfg, s, Out, OL, outer_spatial, kb_loops):
 
 
 def _conv_ref(data, weight, stride=1, padding=0, groups=1):
-    d = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    w = weight.astype(np.float64)
+    d = np.pad(precision.widened(data), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    w = precision.widened(weight)
     N, C, H, W = d.shape
     K, Cg, R, S = w.shape
     OH = (H - R) // stride + 1
     OW = (W - S) // stride + 1
-    out = np.zeros((N, K, OH, OW))
+    out = np.zeros((N, K, OH, OW), d.dtype)
     for r in range(R):
         for q in range(S):
             patch = d[:, :, r::stride, q::stride][:, :, :OH, :OW]
@@ -167,7 +167,7 @@ def _conv_ref(data, weight, stride=1, padding=0, groups=1):
                 out += np.einsum("nchw,kc->nkhw", patch, w[:, :, r, q])
             else:  # depthwise: one input channel per output channel
                 out += patch * w[:, 0, r, q][None, :, None, None]
-    return out.astype(data.dtype)
+    return precision.reference(out, data.dtype)
 
 
 def conv2d_reference(data, weight, *, stride=1, padding=0):
@@ -187,10 +187,12 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     ``data`` is N x C x H x W, ``weight`` K x C x R x S, zero padding ``padding`` on
     each side; the output is N x K x OH x OW. When whole vectors of output channels
     divide K, they are vectorized (``_conv_vec_k``); otherwise output columns are
-    (the schedule of the module docstring).
+    (the schedule of the module docstring). ``dtype`` as ``matmul``'s: int8 and uint8
+    inputs give an exact int32 output.
     """
+    p = precision.precision(dtype, "conv2d_nchw")
     OH, OW = _out_size(H, R, stride, padding), _out_size(W, S, stride, padding)
-    lanes = cfg.target.vector_lanes(dtype)
+    lanes = cfg.target.vector_lanes(p.out)
     data = pt.placeholder((N, C, H, W), dtype, name="data")
     weight = pt.placeholder((K, C, R, S), dtype, name="weight")
     rc = pt.reduce_axis((0, C), name="rc")
@@ -199,10 +201,10 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
     cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
     if K % lanes == 0:  # whole vectors of output channels
-        _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, [rc, rr, rs])
+        _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, [rc, rr, rs], p)
         # pixels are broadcast one at a time: no column phases to split for a stride
         P, read = _input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
-        return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride)
+        return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride, p)
     _inner_tile(
         cfg, "tile_k", K, [1, 2, 4, 8], 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1
     )
@@ -220,7 +222,8 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     out = pt.compute(
         (N, K, OH, OW),
         lambda n, k, y, x: pt.sum(
-            read(n, rc, y * stride + rr, x, rs) * w(k, rc, rr, rs), axis=[rc, rr, rs]
+            precision.product(p, read(n, rc, y * stride + rr, x, rs), w(k, rc, rr, rs)),
+            axis=[rc, rr, rs],
         ),
         name="conv",
     )
@@ -251,7 +254,7 @@ def _schedule_packed(s, WP):
         s[WP].vectorize(WP.op.axis[-1])
 
 
-def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes):
+def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes, p):
     """Knobs of the ``vec_k`` schedule: ``vk_k`` output channels per tile (whole
     vectors dividing K), ``vk_w`` / ``vk_h`` output columns / rows per tile (at most
     8 x 2: the accumulators must fit the vector registers), the reduction order,
@@ -275,11 +278,11 @@ def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes):
     hb_d = max([h for h in hbs if h * wb_d * (kb_d // lanes) <= acc_budget and h <= OH] or [1])
     _inner_tile(cfg, "vk_h", OH, hbs, hb_d)
     _define_red_pad_knobs(cfg, red_axes, stride, padding)
-    if ukernels.simd_isa(cfg.target) is not None:
+    if ukernels.simd_isa(cfg.target) is not None and p.name == "float32":
         cfg.define_knob("ukernel", [0, 1], default=1)
 
 
-def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
+def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p):
     """Output channels vectorized: the GEMM micro-kernel on a convolution.
 
     The accumulator ``acc[n, y, x, k]`` (channels innermost) is computed per tile of
@@ -301,14 +304,16 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
     acc = pt.compute(
         (N, OH, OW, K),
         lambda n, y, x, k: pt.sum(
-            read(n, rc, y * stride + rr, x, rs) * WP[k // kb, rc, rr, rs, k % kb],
+            precision.product(
+                p, read(n, rc, y * stride + rr, x, rs), WP[k // kb, rc, rr, rs, k % kb]
+            ),
             axis=[rc, rr, rs],
         ),
         name="acc",
     )
     out = pt.compute((N, K, OH, OW), lambda n, k, y, x: acc[n, y, x, k], name="conv")
     s = pt.create_schedule(out.op)
-    tile = _conv_tile(cfg, weight, stride)
+    tile = _conv_tile(cfg, weight, stride, p)
     _schedule_pad(cfg, s, P, force_root=tile is not None)
     _schedule_packed(s, WP)
     n, k, y, x = out.op.axis
@@ -330,11 +335,11 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride):
     return s, [data, weight, out]
 
 
-def _conv_tile(cfg, weight, stride: int):
+def _conv_tile(cfg, weight, stride: int, p):
     """The micro-kernel intrinsic of the ``vec_k`` tile when the ``ukernel`` knob asks for
     it (it reads the padded input, so ``pad`` is then computed at the root), else None."""
     isa = ukernels.simd_isa(cfg.target)
-    if isa is None or not cfg["ukernel"].val:
+    if isa is None or p.name != "float32" or not cfg["ukernel"].val:
         return None
     _, C, R, S = (int(d.value) for d in weight.shape)
     hb, wb, kb = cfg["vk_h"].size[-1], cfg["vk_w"].size[-1], cfg["vk_k"].size[-1]
