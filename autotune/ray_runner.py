@@ -43,9 +43,9 @@ from pypto.errors import BuildEnvironmentError
 from pypto.runtime import compiler
 from pypto.target import Target
 
-from .measure import EnvironmentFault, MeasureOption, Measurer, MeasureResult, _spec
+from .measure import EnvironmentFault, MeasureOption, Measurer, MeasureResult, candidate_specs
 from .records import ErrorKind
-from .workers import _short, build_worker
+from .workers import build_worker, short_error
 
 try:  # the optional `distributed` extra
     import ray
@@ -130,7 +130,7 @@ class NodeRunner:
             self.m.option = option
             return self.m.run(spec)
         except (EnvironmentFault, BuildEnvironmentError, OSError) as e:
-            return {"fault": _short(e)}
+            return {"fault": short_error(e)}
 
     def close(self):
         if self.m is not None:
@@ -283,7 +283,7 @@ class RayMeasurer:
         try:
             node.facts = ray.get(ref)
         except ray.exceptions.RayError as e:
-            self._lose(node, f"its actor did not start ({_short(e)[:200]})")
+            self._lose(node, f"its actor did not start ({short_error(e)[:200]})")
             return
         f, mine = node.facts, self.facts
         if f["compiler"] is None:
@@ -339,7 +339,7 @@ class RayMeasurer:
         fail for the environment's sake or no node can measure the task."""
         option = self.option_for(task)
         self._await_node(task.target.name)
-        specs = [{**_spec(task, c), "build_timeout": option.build_timeout} for c in configs]
+        specs = candidate_specs(task, configs, option)
         results: list = [None] * len(specs)
         builds = {self._build.remote(s): k for k, s in enumerate(specs)}
         queue: collections.deque = collections.deque()  # (index, build reply) to run
@@ -417,7 +417,7 @@ class RayMeasurer:
         except ray.exceptions.RayError as e:
             b = {
                 "error": ErrorKind.INSTANTIATION.value,
-                "msg": f"the build task died {BUILD_RETRIES + 1} times: {_short(e)[:500]}",
+                "msg": f"the build task died {BUILD_RETRIES + 1} times: {short_error(e)[:500]}",
             }
         if "fault" in b:
             raise EnvironmentFault(f"cannot build candidates: {b['fault']}")
@@ -433,7 +433,7 @@ class RayMeasurer:
             r = ray.get(ref)
         except ray.exceptions.RayError as e:  # the actor or its node died: not the candidate's
             if not node.lost:
-                self._lose(node, _short(e).splitlines()[0][:200])
+                self._lose(node, short_error(e).splitlines()[0][:200])
             queue.appendleft((k, b))
             return
         if "fault" in r:  # this node cannot measure at all: the others may
