@@ -1,10 +1,13 @@
 """Tuning on a Ray cluster (``--ray``, autotune.ray_runner): a local cluster on 127.0.0.1
 (a head without CPUs and worker nodes with one CPU and a private object cache each, so
-objects travel between nodes as between machines); a worker node killed halfway, the
-driver killed and resumed, a node of another target refused, a node joining late."""
+objects travel between nodes as between machines). ``pypto-tune network`` with a worker
+node killed halfway and the driver killed and resumed; a node killed while it measures;
+nodes of another target or compiler refused by name; a node joining late; no node of
+the target; ``pypto-tune tune --ray``; unreachable addresses."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,17 +44,22 @@ class LocalCluster:
         os.environ.update(LOOPBACK)  # for the nodes and the drivers started from here
         self.saved_flag = ray_constants.ENABLE_RAY_CLUSTER
         ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the variable already
-        self.c = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 0,
-                "include_dashboard": False,
-                "node_ip_address": "127.0.0.1",
-                # a killed node is noticed within a couple of seconds
-                "_system_config": {"health_check_period_ms": 500},
-            },
-        )
         self.workers = []
+        self.tmp = tempfile.mkdtemp(prefix="pypto-ray-test-")  # the nodes' object caches
+        try:
+            self.c = Cluster(
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 0,
+                    "include_dashboard": False,
+                    "node_ip_address": "127.0.0.1",
+                    # a killed node is noticed within a couple of seconds
+                    "_system_config": {"health_check_period_ms": 500},
+                },
+            )
+        except BaseException:
+            self._restore()
+            raise
 
     @property
     def address(self) -> str:
@@ -59,7 +67,7 @@ class LocalCluster:
 
     def add(self, **env):
         """A worker node with one CPU, its own object cache and ``env``."""
-        cache = tempfile.mkdtemp(prefix="pypto-ray-node-cache-")
+        cache = tempfile.mkdtemp(dir=self.tmp)
         node = self.c.add_node(
             num_cpus=1,
             node_ip_address="127.0.0.1",
@@ -88,12 +96,16 @@ class LocalCluster:
                 ray.shutdown()
             self.c.shutdown()
         finally:
-            ray_constants.ENABLE_RAY_CLUSTER = self.saved_flag
-            for k, v in self.saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            self._restore()
+
+    def _restore(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        ray_constants.ENABLE_RAY_CLUSTER = self.saved_flag
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
