@@ -41,6 +41,17 @@ def test_host_resolves_to_the_richest_target_the_cpu_runs(monkeypatch, flags, ex
     assert target_mod.host_name() == expected
 
 
+@pytest.mark.parametrize(
+    "flags, expected",
+    [(("asimd", "asimddp", "fp"), "aarch64-dotprod"), (("asimd", "fp"), "aarch64-neon")],
+)
+def test_host_resolution_on_aarch64(monkeypatch, flags, expected):
+    monkeypatch.delenv(target_mod.ENV_OVERRIDE, raising=False)
+    monkeypatch.setattr(target_mod, "_host_features", lambda: flags)
+    monkeypatch.setattr(target_mod.platform, "machine", lambda: "aarch64")
+    assert target_mod.host_name() == expected
+
+
 def test_the_environment_still_overrides_the_choice(monkeypatch):
     monkeypatch.setattr(target_mod, "_host_features", lambda: ZEN5)
     monkeypatch.setattr(target_mod.platform, "machine", lambda: "x86_64")
