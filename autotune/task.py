@@ -48,6 +48,7 @@ class Template:
         self.module = func.__module__
         self.__doc__ = func.__doc__
         self._spaces: dict = {}
+        self._dtypes: dict = {}  # the dtypes of the tensors, per key of _spaces
 
     def __repr__(self):
         return f"Template({self.name!r})"
@@ -61,8 +62,13 @@ class Template:
 
     def record_keys(self, args, target) -> tuple:
         """The targets whose records serve this template's ``args`` on ``target`` (a
-        pt.Target), own first (``dispatch.record_keys``, dtype defaults filled in)."""
-        return dispatch.record_keys(target, tuple(self.named_args(args).values()))
+        pt.Target), own first (``dispatch.record_keys``): the workload's dtypes are its
+        arguments' (defaults filled in) and its tensors' (a template without a dtype
+        argument may still compute in int8)."""
+        t = as_target(target)
+        self.space(*args, target=t)
+        dtypes = self._dtypes[(json.dumps(list(args)), t)]
+        return dispatch.record_keys(t, tuple(self.named_args(args).values()) + dtypes)
 
     def reference_output(self, inputs, args) -> list:
         """The numpy reference for these input arrays, as a list of outputs. A reference
@@ -81,8 +87,10 @@ class Template:
         key = (json.dumps(list(args)), t)
         if key not in self._spaces:
             sp = ConfigSpace(t)
-            self.func(sp, *args)
+            out = self.func(sp, *args)
             self._spaces[key] = sp
+            tensors = out[1] if isinstance(out, tuple) and len(out) == 2 else ()
+            self._dtypes[key] = tuple(str(x.dtype) for x in tensors if hasattr(x, "dtype"))
         return self._spaces[key]
 
     def instantiate(self, cfg, *args, target=None):

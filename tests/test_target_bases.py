@@ -241,3 +241,31 @@ def test_new_records_are_written_under_the_resolved_targets_own_name(tmp_path):
     autotune.RandomTuner(task, seed=0).tune(2, callbacks=[autotune.log_to_file(str(log))])
     recs = autotune.load_records(str(log))
     assert len(recs) == 2 and {r.target for r in recs} == {host.name}
+
+
+def _rowsum(dtype):
+    def func(cfg, n):
+        A = pt.placeholder((n, 16), dtype, name="A")
+        k = pt.reduce_axis((0, 16), name="k")
+        B = pt.compute((n,), lambda i: pt.sum(pt.cast("int32", A[i, k]), axis=k), name="B")
+        cfg.define_knob("unroll", [1, 2], default=1)
+        return pt.create_schedule(B.op), [A, B]
+
+    return func
+
+
+def test_a_template_without_a_dtype_argument_is_judged_by_its_tensors():
+    """A user template that computes in int8 without saying so in its arguments."""
+    t = pt.Target("x86-avx512-bf16")
+    i8 = autotune.template("test_bases_rowsum_int8")(_rowsum("int8"))
+    f32 = autotune.template("test_bases_rowsum_f32")(_rowsum("float32"))
+    assert i8.record_keys((8,), t) == ("x86-avx512-bf16",)
+    assert f32.record_keys((8,), t) == ("x86-avx512-bf16", "x86-avx512")
+
+
+def test_every_feature_a_derived_target_adds_says_which_dtypes_it_changes():
+    """Else its base's records would silently serve workloads whose code differs."""
+    for name, spec in target_mod.KNOWN.items():
+        if spec.base is not None:
+            added = set(spec.features) - set(target_mod.KNOWN[spec.base].features)
+            assert added and added <= set(target_mod._FEATURE_DTYPES), name
