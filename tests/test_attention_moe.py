@@ -158,3 +158,41 @@ def test_attention_other_targets_schedules(target):
     o = np.empty_like(q)
     mod(q, k, v, o)
     np.testing.assert_allclose(o, _attention_ref(q, k, v, args=args), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(1, 2, 53, 32, False, 0.2), (2, 1, 41, 16, True, None), (1, 1, 24, 48, True, 0.7)],
+)
+def test_attention_micro_kernel_tiles_match_reference(args):
+    """Whole register tiles are gemm_tile calls; ragged ones (S, D not multiples of the
+    tiles) keep the loops: both against the reference."""
+    t = pt.Target("host")
+    task = at.Task("attention", args, target=t)
+    if "ukernel" not in task.config_space.knobs:
+        pytest.skip(f"{t.name} has no micro-kernels")
+    s, tensors = task.instantiate(task.config_space.default_config())
+    mod = pt.build(s, tensors, target=t)
+    assert "gemm_tile_" in mod.source
+    B, H, S, D = args[:4]
+    q, k, v = (RNG.standard_normal((B, H, S, D)).astype("float32") for _ in range(3))
+    o = np.full_like(q, np.nan)
+    mod(q, k, v, o)
+    np.testing.assert_allclose(o, _attention_ref(q, k, v, args=args), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target,lanes", [("x86-avx2", 8), ("aarch64-neon", 4)])
+def test_attention_micro_kernel_follows_the_target(target, lanes):
+    """The tiles' vectors are the task target's, whatever the host."""
+    task = at.Task("attention", (1, 2, 64, 32), target=target)
+    cfg = task.config_space.default_config()
+    s, tensors = task.instantiate(cfg)
+    src = pt.build(s, tensors, target=target, emit_only=True)
+    mr, kt = cfg["mr_s"].val, cfg["key_tile"].size[-1]
+    assert f"gemm_tile_{'neon' if lanes == 4 else 'avx2'}_{mr}x{kt}x32(" in src
+    assert kt % lanes == 0
+    assert "gemm_tile_" not in pt.build(
+        *at.get_template("attention")(1, 2, 64, 32, target="generic"),
+        target="generic",
+        emit_only=True,
+    )

@@ -40,6 +40,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import ukernels
 from .conv2d import _inner_tile
 
 
@@ -102,23 +103,43 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
     fit = [m for m in (1, 2, 4, 8) if m * v_d + v_d + 1 <= regs]  # divisors of tile_q
     cfg.define_knob("mr_o", [1, 2, 4, 8], default=max(fit or [1]))
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)
+    if ukernels.simd_isa(cfg.target) is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
 
 
-def _schedule_tile_gemm(s, CL, mr: int):
-    """A register tile inside the local accumulator ``CL`` (rows x cols, reduction k):
-    rows split by ``mr``, the reduction outermost inside a row group, rows unrolled,
-    columns vectorized::
+def _tile_intrin(cfg, dtype: str, mr: int, cols: int, K: int, rows: int, ncols: int):
+    """The register tile's micro-kernel (``ukernels.gemm_tile``) when the target has one,
+    the ``ukernel`` knob asks for it and ``mr`` x ``cols`` (whole vectors) fits in the
+    ``rows`` x ``ncols`` the tile is cut from, else None (loops)."""
+    isa = ukernels.simd_isa(cfg.target)
+    if dtype != "float32" or isa is None or not cfg["ukernel"].val or cols % isa.lanes:
+        return None
+    if mr > rows or cols > ncols:
+        return None
+    return ukernels.gemm_tile(isa, mr, cols, K)
+
+
+def _schedule_tile_gemm(s, CL, mr: int, jc, intrin=None, outer=()):
+    """A register tile inside the local accumulator ``CL`` (rows x cols ``jc``, reduction
+    k): rows split by ``mr``, the reduction outermost inside a row group, rows unrolled,
+    columns vectorized; with ``intrin`` (a ``gemm_tile``) the whole tiles are one call::
 
         for i, j: CL[i, j] = 0; for k: CL[i, j] += A[i, k] * B[k, j]
         ->
         for io: for k: unrolled for ii < mr: vectorized for j: CL[io * mr + ii, j] += ...
+        or
+        for io: gemm_tile(A + io * mr * a0, a0, a1, B, b0, b1, CL + io * mr * c0, c0, c1)
     """
-    ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
+    ic = s[CL].op.axis[-2]
     (kk,) = s[CL].op.reduce_axis
     ico, ici = s[CL].split(ic, factor=mr)
-    s[CL].reorder(ico, kk, ici, jc)
     s[CL].unroll(ici)
     s[CL].vectorize(jc)
+    if intrin is None:
+        s[CL].reorder(*outer, ico, kk, ici, jc)
+    else:  # partial tiles (ragged rows or columns) keep the loops
+        s[CL].reorder(*outer, ico, ici, jc, kk)
+        s[CL].tensorize(ici, intrin)
 
 
 def _schedule_partial(s, P):
@@ -197,17 +218,17 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
     s[Sc].reorder(jo, Sc.op.axis[2], ji)
     s[Sc].vectorize(ji)
     s[DL].compute_at(s[Sc], jo)
-    _schedule_tile_gemm(s, DL, cfg["mr_s"].val)
+    mr_s = cfg["mr_s"].val
+    rows = min(S, cfg["tile_q"].size[-1])
+    dtile = _tile_intrin(cfg, dtype, mr_s, cfg["key_tile"].size[-1], D, rows, Sk)
+    _schedule_tile_gemm(s, DL, mr_s, DL.op.axis[-1], dtile)
     _schedule_partial(s, mx_p)
     _schedule_partial(s, sm_p)
     po, pi = s[P].split(P.op.axis[3], factor=lanes)
     s[P].vectorize(pi)
     # P V: mr_o queries x o_cols columns of D per register tile
-    ic, dc = AL.op.axis[-2], AL.op.axis[-1]
-    (jj,) = s[AL].op.reduce_axis
-    ico, ici = s[AL].split(ic, factor=cfg["mr_o"].val)
-    dco, dci = cfg["o_cols"].apply(s, AL, dc)
-    s[AL].reorder(ico, dco, jj, ici, dci)
-    s[AL].unroll(ici)
-    s[AL].vectorize(dci)
+    dco, dci = cfg["o_cols"].apply(s, AL, AL.op.axis[-1])
+    mr_o = cfg["mr_o"].val
+    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, rows, D)
+    _schedule_tile_gemm(s, AL, mr_o, dci, otile, outer=(dco,))
     return s, [Q, K, V, Out]
