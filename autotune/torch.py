@@ -295,12 +295,16 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 CAUSAL_CHUNK = 128  # causal calls: queries in chunks of this many rows (at most 8 chunks)
 
 
-def _attention_chunk(q, k, v, causal: bool, scale, dt: str):
+def _attention_chunk(q, k, v, causal: bool, scale, dt: str, kv_len=None):
+    """Queries ``q`` against the first ``kv_len`` (default all) keys of k and v; k and v
+    are passed whole (contiguous), so a chunk reads its prefix of keys without a copy."""
     B, H, S, D = q.shape
+    rows = k.shape[2]
+    kv_len = rows if kv_len is None else kv_len
     args = (B, H, S, D, causal, scale) + (() if dt == "float32" else (dt,))
-    if k.shape[2] != S:
-        args = (B, H, S, D, causal, scale, dt, k.shape[2])
-    ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
+    if kv_len != S or rows != kv_len:
+        args = (B, H, S, D, causal, scale, dt, kv_len) + (() if rows == kv_len else (rows,))
+    ins = [(q.contiguous(), "q"), (k, "k"), (v, "v")]
     (o,) = _call("attention", args, ins, [tuple(q.shape)], dt)
     return o
 
@@ -334,6 +338,7 @@ def attention(
             f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
             f"for {S} queries"
         )
+    k, v = k.contiguous(), v.contiguous()
     chunks = min(8, S // CAUSAL_CHUNK) if is_causal else 1
     if chunks <= 1:
         return _attention_chunk(q, k, v, bool(is_causal), scale, dt)
@@ -341,7 +346,7 @@ def attention(
     step = -(-S // chunks)
     for a in range(0, S, step):
         b = min(S, a + step)  # queries a..b-1 see keys 0..b-1 (the mask aligned to key b-1)
-        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k[:, :, :b], v[:, :, :b], True, scale, dt)
+        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k, v, True, scale, dt, kv_len=b)
     return out
 
 

@@ -47,7 +47,9 @@ from .conv2d import _inner_tile
 def _attention_ref(q, k, v, *, args=()):
     causal = bool(args[4]) if len(args) > 4 else False
     scale = args[5] if len(args) > 5 and args[5] is not None else 1.0 / math.sqrt(q.shape[-1])
-    sq, sk = q.shape[2], k.shape[2]
+    sq = q.shape[2]
+    sk = int(args[7]) if len(args) > 7 and args[7] is not None else k.shape[2]
+    k, v = k[:, :, :sk], v[:, :, :sk]
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
     if causal:
         s = np.where(np.tril(np.ones((sq, sk), bool), k=sk - sq), s, -np.inf)
@@ -150,9 +152,13 @@ def _schedule_partial(s, P):
 
 
 @template("attention", reference=_attention_ref)
-def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len=None):
+def attention(
+    cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len=None, kv_rows=None
+):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
-    over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S."""
+    over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S. K and V
+    have ``kv_rows`` rows (default ``kv_len``), of which the first ``kv_len`` are read:
+    a chunk of queries reads a prefix of the whole K and V without a copy."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
     Sk = S if kv_len is None else int(kv_len)
@@ -161,6 +167,9 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
             f"attention: causal needs kv_len >= S (the mask is aligned to the last key), "
             f"got kv_len {Sk} < S {S}"
         )
+    rows = Sk if kv_rows is None else int(kv_rows)
+    if rows < Sk:
+        raise ValueError(f"attention: kv_rows {rows} < kv_len {Sk} (K and V hold the keys)")
     lanes = cfg.target.vector_lanes(dtype)
     define_attention_knobs(cfg, S, Sk, D, lanes)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
@@ -168,8 +177,8 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
-    K = pt.placeholder((B, H, Sk, D), dtype, name="K")
-    V = pt.placeholder((B, H, Sk, D), dtype, name="V")
+    K = pt.placeholder((B, H, rows, D), dtype, name="K")
+    V = pt.placeholder((B, H, rows, D), dtype, name="V")
     KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
@@ -219,8 +228,8 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
     s[Sc].vectorize(ji)
     s[DL].compute_at(s[Sc], jo)
     mr_s = cfg["mr_s"].val
-    rows = min(S, cfg["tile_q"].size[-1])
-    dtile = _tile_intrin(cfg, dtype, mr_s, cfg["key_tile"].size[-1], D, rows, Sk)
+    tq = min(S, cfg["tile_q"].size[-1])
+    dtile = _tile_intrin(cfg, dtype, mr_s, cfg["key_tile"].size[-1], D, tq, Sk)
     _schedule_tile_gemm(s, DL, mr_s, DL.op.axis[-1], dtile)
     _schedule_partial(s, mx_p)
     _schedule_partial(s, sm_p)
@@ -229,6 +238,6 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
     # P V: mr_o queries x o_cols columns of D per register tile
     dco, dci = cfg["o_cols"].apply(s, AL, AL.op.axis[-1])
     mr_o = cfg["mr_o"].val
-    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, rows, D)
+    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, tq, D)
     _schedule_tile_gemm(s, AL, mr_o, dci, otile, outer=(dco,))
     return s, [Q, K, V, Out]
