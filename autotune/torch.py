@@ -295,16 +295,19 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 CAUSAL_CHUNK = 128  # causal calls: queries in chunks of this many rows (at most 8 chunks)
 
 
-def _attention_chunk(q, k, v, causal: bool, scale, dt: str, kv_len=None):
+def _attention_chunk(q, k, v, causal: bool, scale, dt: str, kv_len=None, kt=None):
     """Queries ``q`` against the first ``kv_len`` (default all) keys of k and v; k and v
-    are passed whole (contiguous), so a chunk reads its prefix of keys without a copy."""
+    are passed whole (contiguous), so a chunk reads its prefix of keys without a copy;
+    ``kt``: k transposed ([B, H, D, S_kv]) once for all chunks, passed instead of k."""
     B, H, S, D = q.shape
     rows = k.shape[2]
     kv_len = rows if kv_len is None else kv_len
     args = (B, H, S, D, causal, scale) + (() if dt == "float32" else (dt,))
-    if kv_len != S or rows != kv_len:
-        args = (B, H, S, D, causal, scale, dt, kv_len) + (() if rows == kv_len else (rows,))
-    ins = [(q.contiguous(), "q"), (k, "k"), (v, "v")]
+    if kv_len != S or rows != kv_len or kt is not None:
+        args = (B, H, S, D, causal, scale, dt, kv_len)
+        if rows != kv_len or kt is not None:
+            args += (rows,) + (() if kt is None else (True,))
+    ins = [(q.contiguous(), "q"), (k if kt is None else kt, "k"), (v, "v")]
     (o,) = _call("attention", args, ins, [tuple(q.shape)], dt)
     return o
 
@@ -343,10 +346,11 @@ def attention(
     if chunks <= 1:
         return _attention_chunk(q, k, v, bool(is_causal), scale, dt)
     out = torch.empty(q.shape, dtype=q.dtype)
+    kt = k.transpose(2, 3).contiguous()  # once, not per chunk
     step = -(-S // chunks)
     for a in range(0, S, step):
         b = min(S, a + step)  # queries a..b-1 see keys 0..b-1 (the mask aligned to key b-1)
-        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k, v, True, scale, dt, kv_len=b)
+        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k, v, True, scale, dt, b, kt)
     return out
 
 

@@ -199,12 +199,16 @@ def test_attention_micro_kernel_follows_the_target(target, lanes):
 
 
 def test_attention_reads_a_prefix_of_the_keys():
-    """kv_rows: K and V hold more rows than the kv_len keys read (a causal chunk's view)."""
+    """kv_rows: K and V hold more rows than the kv_len keys read (a causal chunk's view),
+    K as given or transposed."""
     args = (1, 2, 12, 16, True, None, "float32", 30, 47)
     q = RNG.standard_normal((1, 2, 12, 16)).astype("float32")
     k, v = (RNG.standard_normal((1, 2, 47, 16)).astype("float32") for _ in range(2))
     (o,) = _run("attention", args, q, k, v)
     ref = _attention_ref(q, k[:, :, :30], v[:, :, :30], args=args[:7])
     np.testing.assert_allclose(o, ref, atol=2e-6, rtol=1e-5)
+    kt = np.ascontiguousarray(np.swapaxes(k, 2, 3))  # k_transposed: [B, H, D, kv_rows]
+    (o_t,) = _run("attention", (*args, True), q, kt, v)
+    np.testing.assert_allclose(o_t, ref, atol=2e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="kv_rows 20 < kv_len 30"):
         at.get_template("attention")(1, 2, 12, 16, True, None, "float32", 30, 20)

@@ -48,6 +48,8 @@ def _attention_ref(q, k, v, *, args=()):
     causal = bool(args[4]) if len(args) > 4 else False
     scale = args[5] if len(args) > 5 and args[5] is not None else 1.0 / math.sqrt(q.shape[-1])
     sq = q.shape[2]
+    if len(args) > 9 and args[9]:  # k_transposed
+        k = np.swapaxes(k, 2, 3)
     sk = int(args[7]) if len(args) > 7 and args[7] is not None else k.shape[2]
     k, v = k[:, :, :sk], v[:, :, :sk]
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
@@ -153,12 +155,24 @@ def _schedule_partial(s, P):
 
 @template("attention", reference=_attention_ref)
 def attention(
-    cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len=None, kv_rows=None
+    cfg,
+    B,
+    H,
+    S,
+    D,
+    causal=False,
+    scale=None,
+    dtype="float32",
+    kv_len=None,
+    kv_rows=None,
+    k_transposed=False,
 ):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
     over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S. K and V
     have ``kv_rows`` rows (default ``kv_len``), of which the first ``kv_len`` are read:
-    a chunk of queries reads a prefix of the whole K and V without a copy."""
+    a chunk of queries reads a prefix of the whole K and V without a copy.
+    ``k_transposed``: K is given as ``[B, H, D, kv_rows]`` (transposed once for several
+    calls) instead of ``[B, H, kv_rows, D]``."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
     Sk = S if kv_len is None else int(kv_len)
@@ -177,9 +191,12 @@ def attention(
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
-    K = pt.placeholder((B, H, rows, D), dtype, name="K")
     V = pt.placeholder((B, H, rows, D), dtype, name="V")
-    KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
+    if k_transposed:
+        K = KT = pt.placeholder((B, H, D, rows), dtype, name="K")
+    else:
+        K = pt.placeholder((B, H, rows, D), dtype, name="K")
+        KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
         (B, H, S, Sk), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
@@ -206,8 +223,8 @@ def attention(
     Out = pt.compute((B, H, S, D), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
 
     s = pt.create_schedule(Out.op)
-    kb, kh = KT.op.axis[0], KT.op.axis[1]
-    s[KT].parallel(s[KT].fuse(kb, kh))
+    if not k_transposed:
+        s[KT].parallel(s[KT].fuse(KT.op.axis[0], KT.op.axis[1]))
     DL = s.cache_write(Dot, "local")
     s[Dot].compute_inline()
     AL = s.cache_write(Acc, "local")
