@@ -1,6 +1,8 @@
 """New templates against their float64 numpy references: gelu, attention, moe, and
 the row-wise forwards/backwards in float32 and float64, at small (non-divisible) shapes."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -212,3 +214,50 @@ def test_attention_reads_a_prefix_of_the_keys():
     np.testing.assert_allclose(o_t, ref, atol=2e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="kv_rows 20 < kv_len 30"):
         at.get_template("attention")(1, 2, 12, 16, True, None, "float32", 30, 20)
+
+
+def _flash(args, **knobs):
+    task = at.Task("attention", args)
+    cfg = dict(task.config_space.default_config().values, form="flash", **knobs)
+    s, tensors = task.instantiate(task.config_space.config(cfg))
+    return pt.build(s, tensors), tensors
+
+
+@pytest.mark.parametrize(
+    "args,key_block",
+    [
+        ((1, 2, 37, 16, False, None), 16),  # 3 blocks, the last one partial
+        ((2, 1, 45, 20, True, 0.3), 32),
+        ((1, 1, 5, 3, True, None), 16),  # one block, mostly padding
+        ((1, 2, 70, 32, True, None, "float32", 100, 130, True), 64),  # chunk of a causal call
+        ((1, 2, 33, 16, True, None, "float64"), 16),
+    ],
+)
+def test_flash_form_matches_reference(args, key_block):
+    """The online softmax over key blocks (update definitions) against the float64 reference."""
+    mod, tensors = _flash(args, key_block=key_block)
+    ins = [
+        RNG.standard_normal([int(d.value) for d in t.shape]).astype(t.dtype) for t in tensors[:3]
+    ]
+    o = np.full([int(d.value) for d in tensors[3].shape], np.nan, tensors[3].dtype)
+    mod(*ins, o)
+    tol = 1e-12 if tensors[3].dtype == "float64" else 2e-6
+    np.testing.assert_allclose(o, _attention_ref(*ins, args=args), atol=tol, rtol=1e-5)
+
+
+def test_flash_form_holds_no_row_of_scores():
+    """Every buffer of the flash form is at most tile_q x key_block scores; the two-pass
+    form holds tile_q x S of them."""
+    S, tq, kb = 512, 16, 64
+    sizes = {}
+    for form in ("flash", "two_pass"):
+        task = at.Task("attention", (1, 1, S, 32))
+        cfg = dict(task.config_space.default_config().values, form=form, key_block=kb)
+        cfg["tile_q"] = [-1, tq]
+        s, tensors = task.instantiate(task.config_space.config(cfg))
+        text = str(pt.lower(s, tensors))
+        sizes[form] = max(
+            int(np.prod([int(x) for x in m.split(", ")]))
+            for m in re.findall(r"alloc \w+: float32\[([\d, ]+)\] local", text)
+        )
+    assert sizes["flash"] <= tq * kb < tq * S <= sizes["two_pass"]

@@ -1,9 +1,20 @@
 """Scaled dot-product attention: ``O = softmax(Q K^T * scale [+ causal mask]) V``.
 
 Q, K, V and O are ``[B, H, S, D]`` (``F.scaled_dot_product_attention``'s layout).
-The schedule works on one tile of ``tile_q`` queries of one head at a time,
-heads x query tiles in one parallel loop; per tile every intermediate is
-computed at that loop, so the only buffers are per tile:
+Two forms (the ``form`` knob), both working on one tile of ``tile_q`` queries of
+one head at a time, heads x query tiles in one parallel loop, both with the score
+and the P V products in register tiles (``ukernels.gemm_tile`` where the target
+has SIMD micro-kernels):
+
+- ``flash`` (``attention_flash.py``): the keys streamed ``key_block`` at a time
+  through an online softmax (running max and sum, the accumulator rescaled),
+  written as an update definition; a task holds ``tile_q x key_block`` scores.
+- ``two_pass``, below: the exact row max first. The default while a tile's row
+  of scores and probabilities (``2 x tile_q x S`` floats) fits in half the
+  target's L2, where the second pass costs no memory traffic.
+
+In the two-pass form every intermediate is computed at the task loop, so the
+only buffers are per tile:
 
 - ``KT``: the keys transposed per head (``[B, H, D, S]``, one pass), so the
   score GEMM reads contiguous key rows under its vectorized loop;
@@ -17,16 +28,12 @@ computed at that loop, so the only buffers are per tile:
   over keys outermost), scaled by 1 / sum as it is stored.
 
 No S x S buffer exists: a thread holds ``tile_q x S`` scores (64 KiB for
-``tile_q = 16``, S = 1024), which stay in its L2. This is the two-pass
-(exact max first) form of the flash schedule, not the online-softmax one:
-the DSL has no loop-carried rescaling of an accumulator across key tiles
-short of update definitions, and with the score row of a tile in L2 the
-second pass costs no memory traffic.
+``tile_q = 16``, S = 1024), which stay in its L2.
 
 ``kv_len`` keys (default S) serve S queries; ``causal`` masks keys past
 ``i + kv_len - S`` (the mask aligned to the last key, as for the last S
 queries of a longer sequence). Key tiles entirely above the diagonal are still
-computed and masked (``-inf``): the PyTorch operator therefore splits a causal
+computed and masked (``-inf``), in both forms: the PyTorch operator therefore splits a causal
 call into chunks of queries, each against the keys up to its end
 (``kv_len``), which skips most of the masked work.
 """
@@ -41,6 +48,7 @@ import pypto as pt
 
 from ..task import template
 from . import ukernels
+from .attention_flash import flash_attention, flash_knobs
 from .conv2d import _inner_tile
 
 
@@ -109,6 +117,11 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)
     if ukernels.simd_isa(cfg.target) is not None:
         cfg.define_knob("ukernel", [0, 1], default=1)
+    # the two-pass form keeps a tile's scores and probabilities (2 x tile_q x Sk) in L2
+    held = 2 * cfg["tile_q"].size[-1] * Sk * 4
+    flash = held > cfg.target.cache_sizes["L2"] // 2
+    cfg.define_knob("form", ["two_pass", "flash"], default="flash" if flash else "two_pass")
+    flash_knobs(cfg, Sk, lanes)
 
 
 def _tile_intrin(cfg, dtype: str, mr: int, cols: int, K: int, rows: int, ncols: int):
@@ -192,6 +205,24 @@ def attention(
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
     V = pt.placeholder((B, H, rows, D), dtype, name="V")
+    if cfg["form"].val == "flash":
+        K = pt.placeholder((B, H, D, rows) if k_transposed else (B, H, rows, D), dtype, name="K")
+
+        def tiles(s, DL, PV, kb):
+            tq = min(S, cfg["tile_q"].size[-1])
+            mr_s, mr_o = cfg["mr_s"].val, cfg["mr_o"].val
+            kt = cfg["key_tile"].size[-1]
+            _schedule_tile_gemm(
+                s, DL, mr_s, DL.op.axis[-1], _tile_intrin(cfg, dtype, mr_s, kt, D, tq, kb)
+            )
+            dco, dci = cfg["o_cols"].apply(s, PV, PV.op.axis[-1])
+            otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], kb, tq, D)
+            _schedule_tile_gemm(s, PV, mr_o, dci, otile, outer=(dco,))
+
+        kt_in = K if k_transposed else None
+        dims = (B, H, S, D, Sk)
+        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles)
+        return s, [Q, K, V, Out]
     if k_transposed:
         K = KT = pt.placeholder((B, H, D, rows), dtype, name="K")
     else:
