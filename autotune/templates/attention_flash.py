@@ -41,10 +41,14 @@ FLOOR = -3.0e38  # below every finite score; exp(FLOOR - x) is 0
 
 
 def flash_knobs(cfg, Sk: int, lanes: int):
-    """``key_block``: keys per step of the online softmax (multiples of the lanes)."""
+    """``key_block``: keys per step of the online softmax (multiples of the lanes); by
+    default the largest whose scores and probabilities (2 x tile_q x key_block floats)
+    fill at most 3/4 of the target's L1: the per-block work (row max and sum, the state
+    update) is paid once per block."""
     top = -(-Sk // lanes) * lanes
-    sizes = sorted({min(top, b) for b in (lanes, 2 * lanes, 64, 128, 256) if b % lanes == 0})
-    cfg.define_knob("key_block", sizes, default=min(top, 128))
+    sizes = sorted({min(top, b) for b in (lanes, 2 * lanes, 64, 128, 256, 512) if b % lanes == 0})
+    room = cfg.target.cache_sizes["L1"] * 3 // 4 // (2 * cfg["tile_q"].size[-1] * 4)
+    cfg.define_knob("key_block", sizes, default=max([b for b in sizes if b <= room] or sizes[:1]))
 
 
 def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, tiles):
@@ -155,12 +159,13 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     u = s[St].update(0)
     ub, uh, ui, ut, uv, un = u.op.axis
     uio, uii = u.split(ui, factor=cfg["tile_q"].size[-1])
-    u.reorder(ub, uh, uio, ut, uii, uv, un)
+    u.reorder(ub, uh, uio, ut, uv, uii, un)  # the header, accumulator, max vectors in turn
     u.parallel(u.fuse(u.fuse(ub, uh), uio))
     u.vectorize(un)
     for T in (PV, lb, lbp, P, bm, bmp, Sc):
         s[T].compute_at(u, ut)
     s[Out].parallel(s[Out].fuse(*Out.op.axis[:3]))
+    s[St].parallel(s[St].fuse(*St.op.axis[:3]))
     s[Out].vectorize(Out.op.axis[3])
     jo, ji = cfg["key_tile"].apply(s, Sc, Sc.op.axis[3])
     s[Sc].reorder(jo, Sc.op.axis[2], ji)
