@@ -52,13 +52,12 @@ from .attention_flash import flash_attention, flash_knobs
 from .conv2d import _inner_tile
 
 
-def _attention_ref(q, k, v, *, args=()):
-    causal = bool(args[4]) if len(args) > 4 else False
-    scale = args[5] if len(args) > 5 and args[5] is not None else 1.0 / math.sqrt(q.shape[-1])
-    sq = q.shape[2]
-    if len(args) > 9 and args[9]:  # k_transposed
+def _attention_ref(q, k, v, *, causal, scale, kv_len=None, k_transposed=False):
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    if k_transposed:
         k = np.swapaxes(k, 2, 3)
-    sk = int(args[7]) if len(args) > 7 and args[7] is not None else k.shape[2]
+    sq = q.shape[2]
+    sk = k.shape[2] if kv_len is None else int(kv_len)
     k, v = k[:, :, :sk], v[:, :, :sk]
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
     if causal:
