@@ -1,6 +1,6 @@
 """The PyTorch operators (``torch.ops.pypto.*``) against PyTorch, in the same run.
 
-    python -m benchmarks.torch_ops [--threads 1,2] [--only attention,moe] [--repeat 3]
+    python -m benchmarks torch_ops [--threads 1,2] [--only attention,moe] [--repeat 3]
 
 Per thread count a fresh worker process (torch and OpenMP pinned to it) times,
 in interleaved blocks of rounds (``suite.block_medians``), each operator and its
@@ -143,7 +143,7 @@ def report(runs: list, triad: dict) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.torch_ops", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks torch_ops", description=__doc__)
     p.add_argument("--threads", default="1,2")
     p.add_argument("--only", default="", help=f"comma-separated substrings of {', '.join(ROWS)}")
     p.add_argument("--repeat", type=int, default=1, help="whole runs; medians are reported")
