@@ -292,22 +292,12 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
-CAUSAL_CHUNK = 128  # causal calls: queries in chunks of this many rows (at most 8 chunks)
-
-
-def _attention_chunk(q, k, v, causal: bool, scale, dt: str, kv_len=None, kt=None):
-    """Queries ``q`` against the first ``kv_len`` (default all) keys of k and v; k and v
-    are passed whole (contiguous), so a chunk reads its prefix of keys without a copy;
-    ``kt``: k transposed ([B, H, D, S_kv]) once for all chunks, passed instead of k."""
+def _attention_call(q, k, v, causal: bool, scale, dt: str):
     B, H, S, D = q.shape
-    rows = k.shape[2]
-    kv_len = rows if kv_len is None else kv_len
     args = (B, H, S, D, causal, scale) + (() if dt == "float32" else (dt,))
-    if kv_len != S or rows != kv_len or kt is not None:
-        args = (B, H, S, D, causal, scale, dt, kv_len)
-        if rows != kv_len or kt is not None:
-            args += (rows,) + (() if kt is None else (True,))
-    ins = [(q.contiguous(), "q"), (k if kt is None else kt, "k"), (v, "v")]
+    if k.shape[2] != S:
+        args = (B, H, S, D, causal, scale, dt, k.shape[2])
+    ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
     (o,) = _call("attention", args, ins, [tuple(q.shape)], dt)
     return o
 
@@ -322,8 +312,8 @@ def attention(
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)``: q
     ``[B, H, S, D]``, k and v ``[B, H, S_kv, D]`` (``S_kv == S`` when causal); no mask
-    tensor, no dropout. A causal call runs in chunks of queries, each against the
-    keys up to its last query (about half of the full work for long sequences)."""
+    tensor, no dropout. Causal calls skip the key blocks above the diagonal (the
+    template's flash form, its default for them)."""
     dt = dtype_name(q, "attention: q")
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
@@ -341,17 +331,7 @@ def attention(
             f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
             f"for {S} queries"
         )
-    k, v = k.contiguous(), v.contiguous()
-    chunks = min(8, S // CAUSAL_CHUNK) if is_causal else 1
-    if chunks <= 1:
-        return _attention_chunk(q, k, v, bool(is_causal), scale, dt)
-    out = torch.empty(q.shape, dtype=q.dtype)
-    kt = k.transpose(2, 3).contiguous()  # once, not per chunk
-    step = -(-S // chunks)
-    for a in range(0, S, step):
-        b = min(S, a + step)  # queries a..b-1 see keys 0..b-1 (the mask aligned to key b-1)
-        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k, v, True, scale, dt, b, kt)
-    return out
+    return _attention_call(q, k, v, bool(is_causal), scale, dt)
 
 
 @attention.register_fake

@@ -267,3 +267,19 @@ def test_flash_form_holds_no_row_of_scores():
             for m in re.findall(r"alloc \w+: float32\[([\d, ]+)\] local", text)
         )
     assert sizes["flash"] <= tq * kb < tq * S <= sizes["two_pass"]
+
+
+def test_flash_form_skips_key_blocks_above_the_diagonal():
+    """Causal: the block loop of a query tile ends at the tile's last query's block (its
+    extent depends on the task); not causal: every block."""
+    for causal in (True, False):
+        task = at.Task("attention", (1, 2, 256, 16, causal, None))
+        cfg = dict(task.config_space.default_config().values, form="flash", key_block=64)
+        cfg["tile_q"] = [-1, 16]
+        text = str(pt.lower(*task.instantiate(task.config_space.config(cfg))))
+        (bound,) = re.findall(r"for \(rt, 0, ([^)]+)\)", text)
+        assert (bound == "4") == (not causal), bound
+        if causal:  # 2 heads x 16 tiles of 16 queries; a block of 64 keys per 4 tiles
+            (task_var,) = set(re.findall(r"[a-z_]\w*", bound))
+            blocks = [eval(bound, {task_var: x}) for x in range(32)]
+            assert blocks == [(x % 16) // 4 + 1 for x in range(32)], bound

@@ -8,10 +8,12 @@ has SIMD micro-kernels):
 
 - ``flash`` (``attention_flash.py``): the keys streamed ``key_block`` at a time
   through an online softmax (running max and sum, the accumulator rescaled),
-  written as an update definition; a task holds ``tile_q x key_block`` scores.
-- ``two_pass``, below: the exact row max first. The default while a tile's row
-  of scores and probabilities (``2 x tile_q x S`` floats) fits in half the
-  target's L2, where the second pass costs no memory traffic.
+  written as an update definition; a task holds ``tile_q x key_block`` scores,
+  and with ``causal`` never visits the blocks above the diagonal. The default
+  for causal calls and for rows of scores too long for L2.
+- ``two_pass``, below: the exact row max first. The default (not causal) while
+  a tile's row of scores and probabilities (``2 x tile_q x S`` floats) fits in
+  half the target's L2, where the second pass costs no memory traffic.
 
 In the two-pass form every intermediate is computed at the task loop, so the
 only buffers are per tile:
@@ -32,10 +34,10 @@ No S x S buffer exists: a thread holds ``tile_q x S`` scores (64 KiB for
 
 ``kv_len`` keys (default S) serve S queries; ``causal`` masks keys past
 ``i + kv_len - S`` (the mask aligned to the last key, as for the last S
-queries of a longer sequence). Key tiles entirely above the diagonal are still
-computed and masked (``-inf``), in both forms: the PyTorch operator therefore splits a causal
-call into chunks of queries, each against the keys up to its end
-(``kv_len``), which skips most of the masked work.
+queries of a longer sequence). In the two-pass form key tiles above the
+diagonal are computed and masked (``-inf``); ``kv_len`` with ``kv_rows`` (K and
+V read as a prefix of their rows) and ``k_transposed`` let a caller split a
+causal call into chunks of queries, each against the keys up to its end.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
     return R, P
 
 
-def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
+def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: bool):
     """``tile_q`` queries per parallel task; ``mr_s`` x ``key_tile``: the score register
     tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of D); ``red_lanes``:
     vector partials of the row max and sum. Defaults from the target's vector width
@@ -116,9 +118,10 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)
     if ukernels.simd_isa(cfg.target) is not None:
         cfg.define_knob("ukernel", [0, 1], default=1)
-    # the two-pass form keeps a tile's scores and probabilities (2 x tile_q x Sk) in L2
+    # the two-pass form keeps a tile's scores and probabilities (2 x tile_q x Sk) in L2,
+    # and visits every key tile; the flash form skips the blocks above the diagonal
     held = 2 * cfg["tile_q"].size[-1] * Sk * 4
-    flash = held > cfg.target.cache_sizes["L2"] // 2
+    flash = causal or held > cfg.target.cache_sizes["L2"] // 2
     cfg.define_knob("form", ["two_pass", "flash"], default="flash" if flash else "two_pass")
     flash_knobs(cfg, Sk, lanes)
 
@@ -197,7 +200,7 @@ def attention(
     if rows < Sk:
         raise ValueError(f"attention: kv_rows {rows} < kv_len {Sk} (K and V hold the keys)")
     lanes = cfg.target.vector_lanes(dtype)
-    define_attention_knobs(cfg, S, Sk, D, lanes)
+    define_attention_knobs(cfg, S, Sk, D, lanes, causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
     cfg.add_flop(4.0 * B * H * D * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)

@@ -9,7 +9,7 @@ whose sequential order over the blocks is the semantics; its loop over the
 blocks hosts every per-block stage (``compute_at``)::
 
     for task in B * H * ceil(S / tile_q) (parallel):
-      for t in key blocks:                              (the update's block loop)
+      for t in key blocks (causal: up to the task's last query's):   (the update's block loop)
         s[i, j]  = scale * Q[i] . K[t*kb + j]           (gemm_tile register tiles)
         bm[i]    = max_j s[i, j]                        (lane partials, vectorized)
         p[i, j]  = exp(s[i, j] - bm[i]);  lb[i] = sum_j p[i, j]
@@ -26,7 +26,10 @@ what another lane of itself writes and the update's lane loop is vectorizable
 (the legality check proves it); the accumulator vectors read ``a`` and ``b``
 from the header written just before.
 
-Keys past ``kv_len`` (a last, partial block) are padded: K and V copies with
+Causal: the block loop's extent depends on the query tile (an affine bound in
+the update's domain), so the blocks above the diagonal are never visited; the
+diagonal block is masked (``-inf`` scores). Keys past ``kv_len`` (a last,
+partial block) are padded: K and V copies with
 zero rows, scores ``-inf``. A block whose scores are all masked has ``bm =
 -inf``, clamped to a finite floor so that ``exp`` gives 0 instead of NaN.
 """
@@ -128,9 +131,14 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
         lambda b, h, i, v, n: pt.select((v == NV - 1) & (n == 0), c(FLOOR), c(0.0)),
         name="St",
     )
-    rb, rh, ri, rt, rv, rl = pt.rdom(
-        [(0, B), (0, H), (0, S), (0, nt), (0, NV), (0, Ls)], names="rb rh ri rt rv rl"
-    )
+    tq = cfg["tile_q"].size[-1]
+    rb, rh, ri = pt.rdom([(0, B), (0, H), (0, S)], names="rb rh ri")
+    if causal:  # the blocks up to the last key the query tile of ri sees
+        last_key = pt.min((ri // tq) * tq + (tq - 1 + Sk - S), Sk - 1)
+        rt = pt.reduce_axis((0, last_key // kb + 1), name="rt")
+    else:
+        rt = pt.reduce_axis((0, nt), name="rt")
+    rv, rl = pt.rdom([(0, NV), (0, Ls)], names="rv rl")
     cur = lambda v, n: St[rb, rh, ri, v, n]  # noqa: E731
     bmv = pt.max(bm[rb, rh, ri, rt], c(FLOOR))
     m_new = pt.max(cur(NV - 1, 0), bmv)
