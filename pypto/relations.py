@@ -56,7 +56,9 @@ class Split:
         pe = ext[self.parent]
         if self.factor is not None:
             return {self.outer: _ceildiv(pe, self.factor), self.inner: self.factor}
-        inner = _ceildiv(pe, self.nparts)  # no more parts than cover the parent (8 in 32: 8)
+        # no more parts than cover the parent (8 in 32: 8), and never an empty part: a
+        # parent whose extent is 0 here (an attached region) then runs no iteration
+        inner = Binary("max", _ceildiv(pe, self.nparts), Const(1, INDEX), INDEX)
         return {self.inner: inner, self.outer: _ceildiv(pe, inner)}
 
     def values(self, val: dict, ext: dict, simp) -> tuple[dict, list]:

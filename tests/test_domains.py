@@ -351,6 +351,24 @@ def test_split_into_more_parts_than_iterations():
     np.testing.assert_array_equal(c, (a + 1) * 2)
 
 
+def test_split_in_parts_of_a_region_that_is_empty_in_some_iterations():
+    """B attached inside C's j.inner.inner covers no column where that loop overruns the
+    extent: its split in parts then runs no iteration, instead of dividing by a 0 part."""
+    A, B, C = producer_consumer((1, 1))
+    s = pt.create_schedule(C.op)
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, factor=3)
+    io, ii = s[C].split(i, factor=1)
+    jio, jii = s[C].split(ji, factor=2)
+    s[C].reorder(io, jii, ii, jio, jo)
+    s[B].compute_at(s[C], ii)
+    bo, bi = s[B].split(B.op.axis[1], nparts=1)
+    s[B].reorder(bo, bi, B.op.axis[0])
+    a = RNG.random((1, 1), dtype=np.float32)
+    c = build_run(s, [A, C], a, np.full((1, 1), np.nan, np.float32))
+    np.testing.assert_array_equal(c, (a + 1) * 2)
+
+
 def _loops(s):
     return [x for x in walk_stmts(s) if isinstance(x, For)]
 
