@@ -21,8 +21,6 @@ copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
 from __future__ import annotations
 
 import functools
-import glob
-import os
 
 import torch
 
@@ -34,7 +32,6 @@ from .task import get_template, workload_key
 from .templates.moe import capacity, moe_route
 
 _MODULES = ModuleCache()
-_SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
 
 
 @functools.cache
@@ -42,25 +39,19 @@ def _target(name: str) -> pt.Target:
     return pt.Target(name)  # "host" reads the CPU's description: once
 
 
-def _shipped_records() -> list:
-    return sorted(glob.glob(os.path.join(_SHIPPED, "*.jsonl")))
-
-
 def module(name: str, args: tuple, target="host") -> pt.Module:
     """The built module of template ``name`` for ``args`` (cached): the best recorded
-    config for the target (the caller's ``apply_history_best`` first, then the shipped
-    records), else the default config."""
+    config for the target (the caller's ``apply_history_best`` first, then the user's
+    and the shipped records, as ``apply_history_best()`` reads them), else the default
+    config."""
     t = _target(target) if isinstance(target, str) else target
 
     def make():
         tpl = get_template(name)
-        if (
-            dispatch.lookup(workload_key(name, args), tpl.record_keys(args, t))
-            or not _shipped_records()
-        ):
+        if dispatch.lookup(workload_key(name, args), tpl.record_keys(args, t)):
             s, tensors = tpl(*args, target=t)
         else:
-            with dispatch.apply_history_best(_shipped_records()):
+            with dispatch.apply_history_best():
                 s, tensors = tpl(*args, target=t)
         return pt.build(s, tensors, target=t, name=name)
 

@@ -229,3 +229,20 @@ def test_operator_uses_the_best_record_for_its_shape(tmp_path):
     assert mod.source == pt.build(s, tensors, target=target, name="gelu").source
     x = torch.randn(9, 70)
     _close(ops.gelu(x), F.gelu(x))
+
+
+def test_operator_reads_the_users_records_without_being_told(tmp_path, monkeypatch):
+    """What ``pypto-tune`` wrote to the user's store is used by the operators (as
+    ``apply_history_best()`` reads it: the user's logs, then the shipped ones)."""
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path))  # the cache directory included
+    args = (13, 70, "none")
+    target = pt.Target("host")
+    task = at.Task("gelu", args, target=target)
+    default = task.config_space.default_config()
+    other = {"tile_j": [-1, target.vector_lanes("float32")], "unroll_j": 1}
+    assert other != {k: default[k].val for k in other}
+    rec = at.Record(at.workload_key("gelu", args), target.key, other, costs=[1e-6])
+    at.append_records(at.store.user_log("gelu"), [rec])
+    mod = autotune.torch.module("gelu", args)
+    s, tensors = task.instantiate(task.config_space.config(other))
+    assert mod.source == pt.build(s, tensors, target=target, name="gelu").source
