@@ -423,6 +423,8 @@ class CodeGen:
             params.append(f"{const}{t}* restrict {self.namer(b, b.name)}")
         for v in f.size_vars:
             params.append(f"int64_t {self.namer(v, v.name)}")
+        for v in f.scalar_vars:
+            params.append(f"{dtypes.dtype(v.dtype).c_storage} {self.namer(v, v.name)}")
         fname = self.namer(f, f.name)
         self.stmt(f.body, 1)
         body = self.lines

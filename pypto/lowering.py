@@ -46,6 +46,7 @@ from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
 from .prefetch import prefetch_stmts
 from .relations import Fuse, Skew, Split
+from .scalar_args import check_scalar_var, is_scalar_var, scalar_params
 from .schedule import Schedule, Stage
 from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .tensor import IterVar, Tensor
@@ -109,6 +110,8 @@ class Lowering:
             for d in st.op.shape:
                 for v in vars_of(d):
                     self.ranges[v] = (0, INF)
+        self.scalars = scalar_params(args) if args is not None else ()
+        self.scalar_vars = tuple(a for a in args or () if is_scalar_var(a))
         self.args = self._check_args(args) if args is not None else []
         self._inline_bodies()
         self.consumers = self._consumers()
@@ -122,6 +125,11 @@ class Lowering:
         if not isinstance(args, (list, tuple)):
             raise TypeError("args must be a list of tensors")
         seen = set()
+        for v in self.scalar_vars:
+            check_scalar_var(v)
+        if len({id(v) for v in self.scalar_vars}) < len(self.scalar_vars):
+            raise ScheduleError("a scalar argument is passed twice")
+        args = [a for a in args if not is_scalar_var(a)]
         for a in args:
             if not isinstance(a, Tensor):
                 raise TypeError(f"args must be tensors, got {a!r}")
@@ -564,8 +572,9 @@ class Lowering:
                     if v not in size_vars:
                         size_vars.append(v)
         func = LoweredFunc(
-            self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args)
-        )
+            self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args),
+            scalars=self.scalars, scalar_vars=self.scalar_vars,
+        )  # fmt: skip
         return passes.finalize(func)
 
 
@@ -600,6 +609,12 @@ def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
     check_schedule(sch, low)
     func = low.run()
     unbound = unbound_vars(func)
+    floats = [v.name for v in unbound if is_scalar_var(v)]
+    if floats:
+        raise ScheduleError(
+            f"{func.name}: the scalar variable(s) {', '.join(floats)} are used but not among "
+            "the arguments; pass them in the argument list (as TVM: [A, alpha, B])"
+        )
     if unbound:  # e.g. a symbolic split factor that no argument's shape carries
         names = ", ".join(v.name for v in unbound)
         raise ScheduleError(

@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, skey, substitute, vars_of
 from .loop_ir import (
     Allocate,
@@ -262,4 +264,4 @@ def finalize(func: LoweredFunc) -> LoweredFunc:
     body = unroll(body, ranges)
     if body is None:
         body = Seq(())
-    return LoweredFunc(func.name, func.params, func.size_vars, body, func.attrs, func.tensors)
+    return replace(func, body=body)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import dtypes
+from .broadcast import OP_NAMES, broadcast_shape, operand, shape_of
 from .dtypes import INDEX
 from .expr import (
     Const,
@@ -30,13 +31,23 @@ from .expr import (
     identity_value,
     walk,
 )
+from .scalar_args import SCALAR_CTYPES
 
 
 def var(name: str = "n", dtype: str = INDEX) -> Var:
-    """``pt.var(name)``: a symbolic size, bound at call time from array shapes."""
-    if dtypes.dtype(dtype).kind not in ("int", "uint"):
-        raise TypeError(f"pt.var needs an integer dtype, got {dtype}")
-    return Var(str(name), dtypes.check(dtype))
+    """``pt.var(name)``: a symbolic size, bound at call time from array shapes.
+
+    ``pt.var("alpha", "float64")`` (or ``"float32"``) is a scalar argument instead:
+    it goes in the argument list of ``pt.build`` and is passed as a Python float at
+    call (``pypto.scalar_args``).
+    """
+    d = dtypes.dtype(dtype)
+    if d.kind not in ("int", "uint") and d.name not in SCALAR_CTYPES:
+        raise TypeError(
+            f"pt.var needs an integer dtype (a size) or one of "
+            f"{', '.join(SCALAR_CTYPES)} (a scalar argument), got {dtype}"
+        )
+    return Var(str(name), d.name)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -229,6 +240,7 @@ class Tensor:
     """A multi-dimensional array value; index it to read: ``A[i, k]``."""
 
     __slots__ = ("op",)
+    is_tensor = True  # expressions leave arithmetic with a tensor to the tensor
 
     def __init__(self, op: Operation):
         self.op = op
@@ -259,6 +271,10 @@ class Tensor:
             if not dtypes.dtype(i.dtype).is_int:
                 raise TypeError(f"index {i} of {self.name} is {i.dtype}, not an integer")
         return TensorRead(self, ind, self.dtype)
+
+    def __call__(self, *idx) -> TensorRead:
+        """``A(i, k)`` is ``A[i, k]`` (TVM's call form; ``S()`` reads a 0-d tensor)."""
+        return self[idx]
 
     def __setitem__(self, idx, value):
         """An update definition: ``T[r] = T[r - 1] + X[r]`` over reduce axes / rdoms.
@@ -301,6 +317,40 @@ class Tensor:
             )
         axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
         op.updates.append((lhs, val, axes))
+
+    # whole-tensor arithmetic with numpy broadcasting (pypto.broadcast), as TVM's topi
+    def __add__(self, o):
+        return elementwise("add", self, o)
+
+    def __radd__(self, o):
+        return elementwise("add", o, self)
+
+    def __sub__(self, o):
+        return elementwise("sub", self, o)
+
+    def __rsub__(self, o):
+        return elementwise("sub", o, self)
+
+    def __mul__(self, o):
+        return elementwise("mul", self, o)
+
+    def __rmul__(self, o):
+        return elementwise("mul", o, self)
+
+    def __truediv__(self, o):
+        return elementwise("div", self, o)
+
+    def __rtruediv__(self, o):
+        return elementwise("div", o, self)
+
+    def __floordiv__(self, o):
+        return elementwise("floordiv", self, o)
+
+    def __mod__(self, o):
+        return elementwise("mod", self, o)
+
+    def __neg__(self):
+        return compute(self.shape, lambda *i: -self[i], name="T_negative")
 
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
@@ -424,6 +474,12 @@ def min(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
     if axis is not None:
         return _min(a, axis, where)
     return binary("min", a, b)
+
+
+def elementwise(op: str, a, b) -> Tensor:
+    """``a op b`` for tensors (and scalars) of broadcastable shapes: a new tensor."""
+    shape = broadcast_shape(shape_of(a), shape_of(b))
+    return compute(shape, lambda *i: binary(op, operand(a, i), operand(b, i)), name=OP_NAMES[op])
 
 
 def collect_ops(outputs: Sequence) -> list[Operation]:

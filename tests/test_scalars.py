@@ -1,0 +1,133 @@
+"""Float scalar arguments (``pt.var("alpha", "float64")``) and 0-d tensors, against numpy."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+RNG = np.random.default_rng(14)
+
+
+def gemm_like(dtype):
+    n = pt.var("n")
+    alpha, beta = pt.var("alpha", dtype), pt.var("beta", dtype)
+    A = pt.placeholder((n, 8), dtype, name="A")
+    B = pt.placeholder((8, n), dtype, name="B")
+    C0 = pt.placeholder((n, n), dtype, name="C0")
+    k = pt.reduce_axis((0, 8), name="k")
+    P = pt.compute((n, n), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="P")
+    C = pt.compute((n, n), lambda i, j: alpha * P[i, j] + beta * C0[i, j], name="C")
+    return (A, B, C0, C, alpha, beta)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_scalar_arguments_in_expressions(dtype):
+    A, B, C0, C, alpha, beta = gemm_like(dtype)
+    s = pt.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[P := C.op.input_tensors[0]].compute_at(s[C], io)
+    assert P.name == "P"
+    mod = pt.build(s, [A, B, alpha, C0, beta, C])
+    n = 10
+    a, b, c0 = (RNG.standard_normal(sh).astype(dtype) for sh in ((n, 8), (8, n), (n, n)))
+    c = np.empty((n, n), dtype)
+    mod(a, b, 1.5, c0, -0.25, c)
+    tol = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(c, 1.5 * (a @ b) + -0.25 * c0, rtol=tol, atol=tol)
+    # outputs omitted: the scalars count among the inputs; numpy scalars and ints pass
+    c2 = mod(a, b, np.float64(2.0), c0, 3)
+    np.testing.assert_allclose(c2, 2.0 * (a @ b) + 3 * c0, rtol=tol, atol=tol)
+
+
+def test_scalar_arguments_survive_export(tmp_path):
+    A, B, C0, C, alpha, beta = gemm_like("float64")
+    s = pt.create_schedule(C.op)
+    mod = pt.build(s, [alpha, A, B, C0, beta, C])
+    path = mod.export_library(str(tmp_path / "gemm.so"))
+    loaded = pt.load_module(path)
+    a, b, c0 = RNG.standard_normal((4, 8)), RNG.standard_normal((8, 4)), np.ones((4, 4))
+    np.testing.assert_allclose(loaded(0.5, a, b, c0, 2.0), 0.5 * (a @ b) + 2.0 * c0)
+    with pytest.raises(TypeError, match="argument beta: expected a number"):
+        loaded(0.5, a, b, c0, None)
+
+
+def test_scalar_argument_wrong_type_names_it():
+    A, B, C0, C, alpha, beta = gemm_like("float32")
+    mod = pt.build(pt.create_schedule(C.op), [A, B, alpha, C0, beta, C])
+    a, b, c0 = (np.ones(sh, "float32") for sh in ((2, 8), (8, 2), (2, 2)))
+    with pytest.raises(TypeError, match=r"argument alpha: expected a number \(a float32 scalar\)"):
+        mod(a, b, "1.0", c0, 1.0)
+    with pytest.raises(TypeError, match="argument alpha: expected a number"):
+        mod(a, b, np.ones(1, "float32"), c0, 1.0, np.empty((2, 2), "float32"))
+    with pytest.raises(TypeError, match=r"takes 6 arguments \(A, B, alpha, C0, beta, C\)"):
+        mod(a, b, 1.0)
+
+
+def test_scalar_argument_missing_from_the_arguments():
+    A, B, C0, C, alpha, beta = gemm_like("float64")
+    with pytest.raises(pt.ScheduleError, match=r"scalar variable\(s\) beta are used but not"):
+        pt.build(pt.create_schedule(C.op), [A, B, alpha, C0, C])
+
+
+def test_var_dtypes_refused():
+    with pytest.raises(TypeError, match="pt.var needs an integer dtype .* got float16"):
+        pt.var("h", "float16")
+    alpha = pt.var("alpha", "float32")
+    with pytest.raises(TypeError, match="a dimension must be an integer"):
+        pt.placeholder((alpha,), "float32")
+
+
+# ---------------------------------------------------------------- 0-d tensors
+
+
+def test_zero_d_reduction_as_scalar_temporary():
+    n = pt.var("n")
+    A = pt.placeholder((n,), "float32", name="A")
+    k = pt.reduce_axis((0, n), name="k")
+    S = pt.compute((), lambda: pt.sum(A[k], axis=k), name="S")
+    B = pt.compute((n,), lambda i: A[i] - S[()] / pt.cast("float32", n), name="B")
+    s = pt.create_schedule(B.op)
+    mod = pt.build(s, [A, B])
+    a = RNG.standard_normal(37).astype("float32")
+    np.testing.assert_allclose(mod(a), a - a.mean(), rtol=1e-5, atol=1e-5)
+    s2 = pt.create_schedule(B.op)
+    s2[S].compute_at(s2[B], B.op.axis[0])  # recomputed per element: still right
+    np.testing.assert_allclose(pt.build(s2, [A, B])(a), a - a.mean(), rtol=1e-5, atol=1e-5)
+
+
+def test_zero_d_placeholders_in_and_out():
+    x = pt.placeholder((), "float64", name="x")
+    A = pt.placeholder((5,), "float64", name="A")
+    k = pt.reduce_axis((0, 5), name="k")
+    D = pt.compute((), lambda: pt.sum(A[k] * x[()], axis=k), name="D")
+    E = pt.compute((), lambda: D[()] + 1.0, name="E")
+    s = pt.create_schedule(E.op)
+    mod = pt.build(s, [A, x, E])
+    a = np.arange(5.0)
+    out = mod(a, np.array(3.0))
+    assert out.shape == ()
+    assert out == pytest.approx(31.0)
+    with pytest.raises(ValueError, match="argument x: 1 dimension"):
+        mod(a, np.array([3.0]))
+
+
+def test_zero_d_with_scalar_argument():
+    alpha = pt.var("alpha", "float64")
+    A = pt.placeholder((4,), "float64", name="A")
+    k = pt.reduce_axis((0, 4), name="k")
+    D = pt.compute((), lambda: pt.max(alpha * A[k], axis=k), name="D")
+    mod = pt.build(pt.create_schedule(D.op), [A, alpha, D])
+    a = np.array([1.0, -4.0, 2.0, 0.5])
+    assert mod(a, -1.0) == 4.0
+    assert mod(a, 2.0) == 4.0
+
+
+def test_zero_d_call_form_and_input_tensor_order():
+    A = pt.placeholder((3,), "float32", name="A")
+    B = pt.placeholder((3,), "float32", name="B")
+    z = pt.placeholder((), "float32", name="z")
+    C = pt.compute((3,), lambda i: z() * B[i] + A[i] * B[i] + z[()], name="C")
+    assert [t.name for t in C.op.input_tensors] == ["z", "B", "A"]
+    mod = pt.build(pt.create_schedule(C.op), [A, B, z, C])
+    a, b = np.arange(3, dtype="float32"), np.full(3, 2.0, "float32")
+    np.testing.assert_allclose(mod(a, b, np.array(0.5, "float32")), 0.5 * b + a * b + 0.5)
