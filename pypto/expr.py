@@ -189,6 +189,7 @@ class Reduce(Expr):
     source: Expr
     axes: tuple  # IterVars
     dtype: str
+    init: tuple = ()  # () or (the starting value, an Expr over the spatial axes): TVM's init=
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -375,7 +376,7 @@ CHILD_FIELDS: dict[type, tuple[str, ...]] = {
     Cast: ("value",),
     Call: ("args",),
     TensorRead: ("indices",),
-    Reduce: ("source",),
+    Reduce: ("source", "init"),
     Load: ("index",),
 }
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import domain, passes, regions
-from .accumulate import accumulated_reduction, needs_accumulator
+from .accumulate import accumulated_reduction, needs_accumulator, reduction_start
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
 from .errors import ScheduleError
 from .expr import (
@@ -179,7 +179,7 @@ class Lowering:
                 )
             body = st.op.body
             if isinstance(body, Reduce):
-                body = Reduce(body.combiner, expand(body.source), body.axes, body.dtype)
+                body = map_children(body, expand)
             else:
                 body = expand(body)
             self.bodies[st] = body
@@ -480,7 +480,7 @@ class Lowering:
         if needs_accumulator(body) and st.tensorized is None:  # float16/bfloat16: in float32
             inner = accumulated_reduction(self, n, body, buf, idx, init_idx, p)
             return self._nest(n, range(p), inner, True, True)
-        ident = body.combiner.identity(body.dtype)
+        ident = reduction_start(self, n, body, body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
         init = Store(buf, init_idx, ident)

@@ -13,6 +13,7 @@ from .errors import ScheduleError
 from .expr import Const, Reduce, TensorRead, as_expr, cast, map_children, substitute
 from .prefetch import check_prefetch
 from .relations import Fuse, Skew, Split, created
+from .rfactor import rfactor_ops
 from .tensor import (
     ComputeOp,
     IterVar,
@@ -513,7 +514,9 @@ class Schedule:
         acc = accumulator_dtype(op.dtype) if isinstance(body, Reduce) else op.dtype
         if isinstance(body, Reduce):
             src = substitute(body.source, mapping)
-            body = Reduce(body.combiner, src if acc == op.dtype else cast(acc, src), raxis, acc)
+            init = tuple(cast(acc, substitute(x, mapping)) for x in body.init)
+            src = src if acc == op.dtype else cast(acc, src)
+            body = Reduce(body.combiner, src, raxis, acc, init)
         else:
             body = substitute(body, mapping)
         name = f"{op.name}.{scope}"
@@ -530,6 +533,36 @@ class Schedule:
         self._insert_before(cst, [st])
         self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
         return cache.output(0)
+
+    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+        """TVM's ``s.rfactor(C, k)``: a partial reduction ``C.rf`` with loop ``k`` (a reduce
+        axis of ``C``, or a loop of its split) as a spatial axis at ``factor_axis``; ``C``
+        becomes a reduction over it. Returns ``C.rf``; see ``pypto.rfactor``.
+
+            for i: for ko: for ki: C[i] += A[i, ko*4 + ki]
+              ->  for ki: for i: for ko: C.rf[ki, i] += A[i, ko*4 + ki]
+                  for i: for v: C[i] += C.rf[v, i]
+        """
+        st = self[tensor]
+        if st.is_placeholder or st.is_update or not isinstance(st.op, ComputeOp):
+            raise ScheduleError(f"rfactor: {tensor.name} is not computed by pt.compute")
+        if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
+            raise ScheduleError(
+                f"rfactor on stage '{st.name}': call it before annotating or attaching the stage"
+            )
+        if not isinstance(factor_axis, int) or isinstance(factor_axis, bool):
+            raise TypeError(f"rfactor: factor_axis must be an int, got {factor_axis!r}")
+        rf, new = rfactor_ops(st.op, st.relations, axis, factor_axis)
+        st.op = new
+        st.relations = []
+        st._reset_leaves()
+        self.stage_map[new] = st
+        self._insert_before(Stage(self, rf), [st])
+        self.steps.append(
+            {"prim": "rfactor", "tensor": tensor.name, "loop": axis.name,
+             "factor_axis": factor_axis}
+        )  # fmt: skip
+        return rf.output(0)
 
 
 def accumulator_dtype(dtype: str) -> str:
@@ -560,11 +593,7 @@ def _replace_reads(op: ComputeOp, mapping: dict) -> ComputeOp:
             return mapping[e.tensor][e.indices]
         return e
 
-    body = op.body
-    if isinstance(body, Reduce):
-        body = Reduce(body.combiner, go(body.source), body.axes, body.dtype)
-    else:
-        body = go(body)
+    body = map_children(op.body, go) if isinstance(op.body, Reduce) else go(op.body)
     new = ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis)
     new.updates = op.updates
     return new

@@ -28,7 +28,6 @@ from .expr import (
     Var,
     as_expr,
     binary,
-    identity_value,
     walk,
 )
 from .scalar_args import SCALAR_CTYPES
@@ -403,77 +402,6 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
     if isinstance(body, Reduce):
         reduce_axes = body.axes
     return ComputeOp(str(name), axis, body, body.dtype, reduce_axes).output(0)
-
-
-# ---------------------------------------------------------------- reductions
-
-
-class CommReducer:
-    """A commutative, associative combiner with an identity element."""
-
-    def __init__(self, combine: Callable, identity: Callable, name: str):
-        self.combine = combine  # (Expr, Expr) -> Expr
-        self.identity = identity  # dtype -> Const
-        self.name = name
-
-    def __call__(self, expr, axis, where=None) -> Reduce:
-        if where is not None:
-            raise NotImplementedError("reductions with where= are not supported yet")
-        expr = as_expr(expr)
-        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
-        for a in axes:
-            if not isinstance(a, IterVar) or a.kind != "reduce":
-                raise TypeError(f"{self.name}: axis must be pt.reduce_axis, got {a!r}")
-        return Reduce(self, expr, axes, expr.dtype)
-
-    def __repr__(self):
-        return f"CommReducer({self.name})"
-
-
-def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> CommReducer:
-    """``pt.comm_reducer(lambda x, y: ..., lambda dtype: pt.const(...))``.
-
-    Returns a reducer used like ``pt.sum``: ``myred(expr, axis=k)``.
-    """
-    return CommReducer(lambda x, y: as_expr(fcombine(x, y)), fidentity, name)
-
-
-_sum = CommReducer(lambda x, y: binary("add", x, y), lambda dt: Const(0, dt), "sum")
-_max = CommReducer(
-    lambda x, y: binary("max", x, y), lambda dt: Const(identity_value("min", dt), dt), "max"
-)
-_min = CommReducer(
-    lambda x, y: binary("min", x, y), lambda dt: Const(identity_value("max", dt), dt), "min"
-)
-
-
-def _is_axis(a) -> bool:
-    if isinstance(a, IterVar):
-        return True
-    return isinstance(a, (list, tuple)) and len(a) > 0 and all(isinstance(x, IterVar) for x in a)
-
-
-def sum(expr, axis, where=None) -> Reduce:  # noqa: A001 - mirrors te.sum
-    """``pt.sum(expr, axis=k)`` (``axis`` may be a list of reduce axes)."""
-    return _sum(expr, axis, where)
-
-
-def max(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
-    """``pt.max(a, b)`` elementwise, or ``pt.max(expr, axis=k)`` a reduction."""
-    if axis is None and b is not None and _is_axis(b):
-        axis, b = b, None
-    if axis is not None:
-        return _max(a, axis, where)
-    return binary("max", a, b)
-
-
-def min(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
-    """``pt.min(a, b)`` elementwise, or ``pt.min(expr, axis=k)`` a reduction."""
-    if axis is None and b is not None and _is_axis(b):
-        axis, b = b, None
-    if axis is not None:
-        return _min(a, axis, where)
-    return binary("min", a, b)
 
 
 def elementwise(op: str, a, b) -> Tensor:
