@@ -160,7 +160,8 @@ class CPrinter(Printer):
                     text += "f"
         else:
             v = int(v)
-            text = str(v) if -(2**31) <= v < 2**31 else f"INT64_C({v})"
+            wide = "UINT64_C" if d.kind == "uint" else "INT64_C"
+            text = str(v) if -(2**31) <= v < 2**31 else f"{wide}({v})"
         return text, (ATOM if not text.startswith("-") else 7)
 
     def nonneg(self, e) -> bool:

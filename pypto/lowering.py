@@ -44,6 +44,7 @@ from .expr import (
 )
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
+from .multi_output import multi_output_stmt
 from .prefetch import prefetch_stmts
 from .relations import Fuse, Skew, Split
 from .scalar_args import check_scalar_var, is_scalar_var, scalar_params
@@ -87,8 +88,12 @@ class StageNest:
         self.init_guards = {}
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
         self.buffer = None
+        self.more_buffers = {}  # value index -> Buffer: the other outputs of a multi-output op
         self.offsets = None  # per dimension, subtracted from indices (local buffers)
         self.local = False
+
+    def buffers(self) -> list:
+        return [self.buffer, *self.more_buffers.values()]
 
     @property
     def context(self):
@@ -104,6 +109,7 @@ class Lowering:
         self.ranges = Ranges()
         self.nests: dict[Stage, StageNest] = {}
         self.bodies: dict[Stage, Expr] = {}
+        self.more_bodies: dict[Stage, tuple] = {}  # the other outputs' bodies
         self.lhs: dict[Stage, tuple] = {}  # update stages: the indices they write
         self.in_progress: set = set()
         for st in sch.stages:  # sizes are never negative
@@ -140,9 +146,9 @@ class Lowering:
                 raise ScheduleError(
                     f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
                 )
-            if st in seen:
+            if (st, a.value_index) in seen:
                 raise ScheduleError(f"argument {a.name} is passed twice")
-            seen.add(st)
+            seen.update({(st, a.value_index), st})
         for op in self.sch.outputs:
             if self.sch.stage_map[op] not in seen:
                 raise ScheduleError(f"output {op.name} is not among the arguments")
@@ -177,18 +183,16 @@ class Lowering:
                     f"{st.name} was given update definitions after create_schedule; create the "
                     "schedule once all updates are defined"
                 )
-            body = st.op.body
-            if isinstance(body, Reduce):
-                body = map_children(body, expand)
-            else:
-                body = expand(body)
+            body, *more = (map_children(b, expand) if isinstance(b, Reduce) else expand(b)
+                           for b in st.op.bodies)  # fmt: skip
             self.bodies[st] = body
+            self.more_bodies[st] = tuple(more)
             if st.is_update:
                 self.lhs[st] = tuple(expand(i) for i in self.checks.guarded_lhs(st.op))
 
     def reads(self, st: Stage) -> list:
         """Every tensor read of a stage, the data-dependent indices of an update included."""
-        exprs = [self.bodies[st], *self.lhs.get(st, ())]
+        exprs = [self.bodies[st], *self.more_bodies[st], *self.lhs.get(st, ())]
         return [r for e in exprs for r in tensor_reads(e)]
 
     def _consumers(self) -> dict:
@@ -406,13 +410,15 @@ class Lowering:
             params.append(b)
             if st.is_placeholder:
                 self.placeholder_buf[st] = b
+            elif t.value_index:
+                self.nest(st).more_buffers[t.value_index] = b
             else:
                 self.nest(st).buffer = b
         for st in self.sch.stages:
             if st.is_placeholder or st.inline or st.is_update:
                 continue
             n = self.nest(st)
-            if n.buffer is not None:
+            if n.buffer is not None and len(n.more_buffers) + 1 == st.op.num_outputs:
                 continue
             sizes = self.local_shape(st)
             if sizes is not None:
@@ -422,7 +428,11 @@ class Lowering:
             else:
                 shape = tuple(st.op.shape)
             scope = "local" if n.local else "global"
-            n.buffer = Buffer(st.name, st.op.dtype, shape, scope)
+            for t in st.op.outputs:
+                if t.value_index and t.value_index not in n.more_buffers:
+                    n.more_buffers[t.value_index] = Buffer(t.name, t.dtype, shape, scope)
+            if n.buffer is None:
+                n.buffer = Buffer(st.name, st.op.dtype, shape, scope)
         return params
 
     def local_shape(self, st: Stage):
@@ -433,7 +443,7 @@ class Lowering:
         sizes = [upper_bound(e, self.ranges) for _, e in self.nest(st).region]
         return None if any(x == INF for x in sizes) else sizes
 
-    def buffer_index(self, st: Stage, indices) -> tuple[Buffer, Expr]:
+    def buffer_index(self, st: Stage, indices, value_index: int = 0) -> tuple[Buffer, Expr]:
         if st.is_placeholder:
             b = self.placeholder_buf.get(st)
             if b is None:
@@ -442,7 +452,8 @@ class Lowering:
         n = self.nests[st]
         if n.offsets is not None:
             indices = [Binary("sub", i, o, "int64") for i, o in zip(indices, n.offsets)]
-        return n.buffer, _flat(_checked(indices, n.buffer.shape), n.buffer.shape)
+        buf = n.more_buffers[value_index] if value_index else n.buffer
+        return buf, _flat(_checked(indices, buf.shape), buf.shape)
 
     # ------------------------------------------------------------ statements
 
@@ -450,7 +461,8 @@ class Lowering:
         def go(x):
             x = map_children(x, go)
             if isinstance(x, TensorRead):
-                buf, idx = self.buffer_index(self.stage_of(x.tensor), x.indices)
+                st = self.stage_of(x.tensor)
+                buf, idx = self.buffer_index(st, x.indices, x.tensor.value_index)
                 return Load(buf, idx, x.dtype)
             return x
 
@@ -465,6 +477,8 @@ class Lowering:
             return self._nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
+        if st.op.num_outputs > 1:
+            return multi_output_stmt(self, n)
         buf, flat = self.buffer_index(st, [iv.var for iv in st.op.axis])
         idx = simplify(self.in_leaves(n, flat), self.ranges)
         leaves = st.leaf_iter_vars
@@ -537,7 +551,8 @@ class Lowering:
         for a in reversed(inner):
             n = self.nests[a]
             if n.local:
-                s = _allocate(n.buffer, s)
+                for b in n.buffers():
+                    s = _allocate(b, s)
         return s
 
     def run(self) -> LoweredFunc:
@@ -553,18 +568,15 @@ class Lowering:
         ]
         body = seq(*[self.stage_stmt(st) for st in roots])
         for st in reversed(roots):
-            b = self.nests[st].buffer
-            if b is not None and b.scope != "param":
-                body = _allocate(b, body)
+            for b in self.nests[st].buffers():
+                if b is not None and b.scope != "param":
+                    body = _allocate(b, body)
         for st in self.sch.stages:  # attached stages whose region is not bounded
             n = self.nests.get(st)
-            if (
-                n is not None
-                and st.attach is not None
-                and not n.local
-                and n.buffer.scope != "param"
-            ):
-                body = _allocate(n.buffer, body)
+            if n is not None and st.attach is not None and not n.local:
+                for b in n.buffers():
+                    if b.scope != "param":
+                        body = _allocate(b, body)
         size_vars = []
         for b in params:
             for d in b.shape:

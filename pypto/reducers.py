@@ -35,6 +35,37 @@ class CommReducer:
     def identity(self, dtype: str) -> Expr:
         return as_expr(self.fidentity(dtype), dtype)
 
+    def combine_tuple(self, xs: tuple, ys: tuple) -> tuple:
+        """A tuple reducer's combination of two tuples (an argmax's (index, value))."""
+        out = self.fcombine(tuple(xs), tuple(ys))
+        if not isinstance(out, (tuple, list)) or len(out) != len(xs):
+            raise TypeError(f"{self.name}: fcombine must return a tuple of {len(xs)} values")
+        return tuple(as_expr(e, x.dtype) for e, x in zip(out, xs))
+
+    def identity_tuple(self, dtypes: tuple) -> tuple:
+        out = self.fidentity(*dtypes)
+        if not isinstance(out, (tuple, list)) or len(out) != len(dtypes):
+            raise TypeError(f"{self.name}: fidentity must return a tuple of {len(dtypes)} values")
+        return tuple(as_expr(e, dt) for e, dt in zip(out, dtypes))
+
+    def _tuple(self, srcs: tuple, axes: tuple, where, init) -> tuple:
+        """A tuple reduction: one Reduce per element, to be the bodies of one
+        multi-output ``pt.compute`` (``idx, val = pt.compute(..., lambda i: argmax(...))``)."""
+        dts = tuple(e.dtype for e in srcs)
+        if where is not None:
+            cond = as_expr(where)
+            if cond.dtype != "bool":
+                raise TypeError(f"{self.name}: where= must be a condition, got {cond.dtype}")
+            ident = self.identity_tuple(dts)
+            srcs = tuple(Select(cond, e, z, e.dtype) for e, z in zip(srcs, ident))
+        starts = [()] * len(srcs)
+        if init is not None:
+            if not isinstance(init, (tuple, list)) or len(init) != len(srcs):
+                raise TypeError(f"{self.name}: init= of a tuple reduction is a tuple of "
+                                f"{len(srcs)} values")  # fmt: skip
+            starts = [(as_expr(x, dt),) for x, dt in zip(init, dts)]
+        return tuple(Reduce(self, e, axes, e.dtype, s) for e, s in zip(srcs, starts))
+
     def __reduce__(self):
         if _BUILTIN.get(self.name) is self:
             return (builtin_reducer, (self.name,))
@@ -49,11 +80,13 @@ class CommReducer:
 
             C[i] = init(i); for k: if cond(i, k): C[i] = combine(C[i], expr(i, k))
         """
-        expr = as_expr(expr)
         axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
         for a in axes:
             if not isinstance(a, IterVar) or a.kind != "reduce":
                 raise TypeError(f"{self.name}: axis must be pt.reduce_axis, got {a!r}")
+        if isinstance(expr, (tuple, list)):
+            return self._tuple(tuple(as_expr(e) for e in expr), axes, where, init)
+        expr = as_expr(expr)
         if where is not None:
             cond = as_expr(where)
             if cond.dtype != "bool":

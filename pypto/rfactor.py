@@ -73,6 +73,8 @@ def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int)
     body = op.body
     if not isinstance(body, Reduce):
         raise _err(op, "the stage is not a reduction")
+    if op.num_outputs > 1:
+        raise _err(op, "a multi-output (tuple) reduction is not factored yet")
     if getattr(op, "updates", None):
         raise _err(op, "the tensor has update definitions")
     if not 0 <= factor_axis <= len(op.axis):

@@ -27,6 +27,8 @@ from .tensor import (
 from .tensorize import TensorIntrin
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+# TVM pragma -> the annotation that does it here
+PRAGMAS = {"unroll_explicit": "unroll"}
 
 
 def _as_op(x) -> Operation:
@@ -309,6 +311,14 @@ class Stage:
         """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
         self._annotate(iv, "unroll")
 
+    def pragma(self, iv, name: str, value=None):
+        """TVM's ``s[C].pragma(loop, name)`` for the pragmas that are loop annotations here
+        (``PRAGMAS``: ``unroll_explicit`` is ``unroll``); any other is refused by name."""
+        prim = PRAGMAS.get(name)
+        if prim is None:
+            raise self._err("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
+        self._annotate(iv, prim)
+
     def prefetch(self, tensor, iv, offset: int):
         """At the start of each iteration of loop ``iv``, prefetch into cache the elements
         of ``tensor`` that this stage reads in iteration ``iv + offset`` (as TVM's
@@ -386,6 +396,8 @@ class Stage:
             raise self._err("compute_inline", "a placeholder cannot be inlined")
         if isinstance(self.op.body, Reduce):
             raise self._err("compute_inline", "a reduction cannot be inlined; use compute_at")
+        if self.op.num_outputs > 1:
+            raise self._err("compute_inline", "a multi-output stage cannot be inlined")
         if self.update_stages or self.is_update:
             raise self._err(
                 "compute_inline",
@@ -492,6 +504,8 @@ class Schedule:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
+        if st.op.num_outputs > 1:
+            raise ScheduleError(f"cache_write: {tensor.name} is an output of a multi-output stage")
         applied = [x for x in self.steps if x.get("stage") == st.name]
         if applied or st.relations or st.attrs or st.attach or st.inline or st.prefetches:
             done = ", ".join(_step_text(x) for x in applied)

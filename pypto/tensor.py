@@ -184,22 +184,41 @@ class PlaceholderOp(Operation):
 
 
 class ComputeOp(Operation):
-    """``out[axis] = body``; ``body`` may be a Reduce over ``reduce_axis``."""
+    """``out[axis] = body``; ``body`` may be a Reduce over ``reduce_axis``.
 
-    def __init__(self, name, axis, body, dtype, reduce_axis=()):
+    A multi-output operation (``pt.compute`` of a lambda returning a tuple) has one
+    body per output (``bodies``; ``body`` is the first), all over the same loops.
+    """
+
+    def __init__(self, name, axis, body, dtype, reduce_axis=(), more_bodies=()):
         self.name = name
         self.axis = tuple(axis)
         self.reduce_axis = tuple(reduce_axis)
         self.body = body
+        self.bodies = (body, *more_bodies)
         self.dtype = dtype
         self.shape = tuple(iv.extent for iv in self.axis)
         self.updates: list = []  # (lhs indices, value, axes) appended by Tensor.__setitem__
-        self._out = Tensor(self)
+        self.outputs = tuple(Tensor(self, j) for j in range(len(self.bodies)))
+        self._out = self.outputs[0]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.bodies)
+
+    def output(self, index: int = 0) -> Tensor:
+        if not 0 <= index < len(self.bodies):
+            raise IndexError(f"operation {self.name!r} has {len(self.bodies)} output(s)")
+        return self.outputs[index] if index else self._out
+
+    def output_dtype(self, index: int) -> str:
+        return self.dtype if index == 0 else self.bodies[index].dtype
 
     @property
     def input_tensors(self) -> list[Tensor]:
-        """Tensors read by the definition and by its updates (this one included, if read)."""
-        exprs = [self.body] + [e for lhs, val, _ in self.updates for e in (*lhs, val)]
+        """Tensors read by the definition and by its updates (this one included, if read),
+        in the order the definition first reads them (TVM's argument order)."""
+        exprs = [*self.bodies] + [e for lhs, val, _ in self.updates for e in (*lhs, val)]
         return _reads_of(exprs)
 
 
@@ -225,6 +244,7 @@ class UpdateOp(ComputeOp):
         self.axis = axes
         self.reduce_axis = ()
         self.body = body
+        self.bodies = (body,)
         self.dtype = target.dtype
         self.shape = target.shape
         self.updates = []
@@ -238,11 +258,12 @@ class UpdateOp(ComputeOp):
 class Tensor:
     """A multi-dimensional array value; index it to read: ``A[i, k]``."""
 
-    __slots__ = ("op",)
+    __slots__ = ("op", "value_index")
     is_tensor = True  # expressions leave arithmetic with a tensor to the tensor
 
-    def __init__(self, op: Operation):
+    def __init__(self, op: Operation, value_index: int = 0):
         self.op = op
+        self.value_index = value_index  # which output of a multi-output operation
 
     @property
     def shape(self) -> tuple:
@@ -250,11 +271,11 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        return self.op.dtype
+        return self.op.output_dtype(self.value_index) if self.value_index else self.op.dtype
 
     @property
     def name(self) -> str:
-        return self.op.name
+        return f"{self.op.name}.v{self.value_index}" if self.value_index else self.op.name
 
     @property
     def ndim(self) -> int:
@@ -284,6 +305,8 @@ class Tensor:
         op = self.op
         if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp):
             raise TypeError(f"{self.name}: only a tensor defined by pt.compute takes updates")
+        if op.num_outputs > 1:
+            raise TypeError(f"{self.name}: an output of a multi-output compute takes no updates")
         if not isinstance(idx, tuple):
             idx = (idx,)
         if len(idx) != self.ndim:
@@ -370,10 +393,16 @@ def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Ten
 _AXIS_NAMES = "ijlmnopqrstuvwxyz"
 
 
-def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None) -> Tensor:
+def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None):
     """``pt.compute(shape, lambda i, j: ..., name)``: define each element.
 
-    The body may be a reduction (``pt.sum(..., axis=k)``) at its top level.
+    The body may be a reduction (``pt.sum(..., axis=k)``) at its top level. A lambda
+    returning a tuple defines several tensors at once (a list of them, the first named
+    ``name``, the others ``name.v1``, ...): one stage, one loop nest, as TVM's
+    multi-output compute; a tuple reduction (``pt.comm_reducer`` over tuples, argmax)
+    is such a body.
+
+        for i: for j: T0[i, j] = e0(i, j); T1[i, j] = e1(i, j)
     """
     shape = _shape(shape)
     params = list(inspect.signature(fcompute).parameters.values())
@@ -387,7 +416,10 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
                 f"{len(shape)} dimension(s)"
             )
     axis = tuple(make_iter_var(n, Const(0, INDEX), s, "spatial") for n, s in zip(names, shape))
-    body = as_expr(fcompute(*[iv.var for iv in axis]))
+    result = fcompute(*[iv.var for iv in axis])
+    if isinstance(result, (tuple, list)):
+        return multi_compute(str(name), axis, [as_expr(e) for e in result])
+    body = as_expr(result)
     if dtype is not None:
         body_dtype = dtypes.check(dtype)
         if body.dtype != body_dtype:
@@ -402,6 +434,33 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
     if isinstance(body, Reduce):
         reduce_axes = body.axes
     return ComputeOp(str(name), axis, body, body.dtype, reduce_axes).output(0)
+
+
+def multi_compute(name: str, axis: tuple, bodies: list) -> list:
+    """The tensors of a multi-output compute (see ``compute``)."""
+    if not bodies:
+        raise TypeError(f"compute {name!r}: the lambda returned an empty tuple")
+    reds = [b for b in bodies if isinstance(b, Reduce)]
+    for b in bodies:
+        if any(isinstance(e, Reduce) for e in walk(b) if e is not b):
+            raise TypeError(f"compute {name!r}: a reduction must be a whole body")
+    if reds:
+        first = reds[0]
+        same = all(
+            isinstance(b, Reduce)
+            and b.combiner is first.combiner
+            and len(b.axes) == len(first.axes)
+            and all(x is y for x, y in zip(b.axes, first.axes))
+            for b in bodies
+        )
+        if not same:
+            raise TypeError(
+                f"compute {name!r}: outputs that reduce must be the whole tuple of one "
+                "reducer's call (one tuple reduction over the same axes)"
+            )
+    op = ComputeOp(name, axis, bodies[0], bodies[0].dtype,
+                   reds[0].axes if reds else (), tuple(bodies[1:]))  # fmt: skip
+    return list(op.outputs)
 
 
 def elementwise(op: str, a, b) -> Tensor:

@@ -163,3 +163,15 @@ def test_reducers_pickle_with_their_expressions():
     np.testing.assert_allclose(pt.build(s, [C2.op.input_tensors[0], C2])(a), a[:, 1:].prod(1))
     red = pickle.loads(pickle.dumps(pt.sum(A[0, k], axis=k))).combiner
     assert red is pt.sum(A[1, k], axis=k).combiner  # built-ins come back as themselves
+
+
+def test_pragma_unroll_explicit_and_unknown_pragmas():
+    A, C, k = row_sum(m=8)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    s[C].pragma(ki, "unroll_explicit")
+    assert s[C].attrs[ki] == "unrolled"
+    a = RNG.random((3, 8), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+    with pytest.raises(pt.ScheduleError, match="pragma on stage 'C': unknown pragma 'debug_skip"):
+        s[C].pragma(ko, "debug_skip_region")

@@ -131,3 +131,26 @@ def test_zero_d_call_form_and_input_tensor_order():
     mod = pt.build(pt.create_schedule(C.op), [A, B, z, C])
     a, b = np.arange(3, dtype="float32"), np.full(3, 2.0, "float32")
     np.testing.assert_allclose(mod(a, b, np.array(0.5, "float32")), 0.5 * b + a * b + 0.5)
+
+
+# ---------------------------------------------------------------- uint32 / uint64
+
+
+@pytest.mark.parametrize("dt", ["uint32", "uint64"])
+def test_unsigned_wide_dtypes(dt):
+    A, B = pt.placeholder((6,), dt, name="A"), pt.placeholder((6,), dt, name="B")
+    k = pt.reduce_axis((0, 6), name="k")
+    C = pt.compute((6,), lambda i: (A[i] * B[i] + 7) // 3 % 1000 - A[i], name="C")
+    M = pt.compute((), lambda: pt.max(A[k], axis=k), name="M")
+    L = pt.compute((), lambda: pt.min(A[k], axis=k), name="L")
+    mod = pt.build(pt.create_schedule([C.op, M.op, L.op]), [A, B, C, M, L])
+    top = np.iinfo(dt).max
+    a = np.array([1, 2, top, 5, 0, 2**31 + 3], dt)
+    b = np.array([3, 4, 1, 2, 9, 2], dt)
+    c, m, low = mod(a, b)
+    with np.errstate(over="ignore"):  # unsigned arithmetic wraps, in C as in numpy
+        ref = (a * b + np.array(7, dt)) // np.array(3, dt) % np.array(1000, dt) - a
+    np.testing.assert_array_equal(c, ref)
+    assert (m, low) == (top, 0)
+    with pytest.raises(TypeError, match=f"argument A: dtype int64, expected {dt}"):
+        mod(a.astype("int64"), b)
