@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import islpy as isl
 
@@ -45,9 +46,11 @@ from .errors import ScheduleError
 from .expr import Binary, Call, Cast, Cmp, Const, Expr, Not, Reduce, Select, TensorRead, Var, walk
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
-from .schedule import Schedule
 from .simplify import INF, Ranges, bounds
 from .tensor import UpdateOp
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
 
 _NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
 _ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "!="}

@@ -23,8 +23,8 @@ from .loop_ir import (
     LoweredFunc,
     Namer,
     Prefetch,
-    Seq,
     Store,
+    rule,
     walk_stmts,
     written_buffers,
 )
@@ -257,15 +257,6 @@ class CodeGen:
         self.frees: list[str] = []
         self.needs_alloc = False
         self.needs_size_check = False
-        self.rules = {
-            Seq: self.seq,
-            For: self.for_,
-            Store: self.store,
-            Prefetch: self.prefetch,
-            IntrinCall: self.intrin_call,
-            Allocate: self.allocate,
-            IfThenElse: self.if_,
-        }
 
     def emit(self, depth: int, text: str):
         self.lines.append("  " * depth + text)
@@ -274,7 +265,7 @@ class CodeGen:
         slot = self.timers.get(id(s))
         if slot is not None:
             self.emit(depth, "pt_prof_t = omp_get_wtime();")
-        self.rules[type(s)](s, depth)
+        rule(self, "", s)(s, depth)  # one method per statement kind (loop_ir.STMT_KINDS)
         if slot is not None:
             self.emit(depth, f"pt_prof_seconds[{slot}] += omp_get_wtime() - pt_prof_t;")
 

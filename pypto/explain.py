@@ -10,10 +10,16 @@ stage 'T.update(0)': T[ri, rj] = max(T[ri - 1, rj], T[ri, rj - 1]) + S[ri, rj]
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .bounds import Bounds
 from .errors import ScheduleError
 from .legality import _carried_root_level, describe
 from .poly import GroupModel
-from .schedule import Schedule, Stage
+from .stage import Stage
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
 
 
 def _definition(st: Stage) -> str:
@@ -52,9 +58,7 @@ def _leaf_distance(m: GroupModel, d, st: Stage) -> str:
 
 def explain(sch: Schedule) -> str:
     """Text for every stage: loop nest, dependences (distance vectors), legal annotations."""
-    from .lowering import Lowering
-
-    low = Lowering(sch, None, "explain")
+    low = Bounds(sch)
     lines = []
     models: dict = {}
     for st in sch.stages:

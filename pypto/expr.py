@@ -18,6 +18,7 @@ import numpy as np
 
 from . import dtypes
 from .dtypes import INDEX
+from .printer import expr_str
 
 # Expressions and loop nests are trees, walked recursively (rewrites, simplification,
 # printing); a chain of a few hundred inlined or attached stages nests that deep, a few
@@ -105,8 +106,6 @@ class ExprOp:
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Expr(ExprOp):
     def __str__(self) -> str:
-        from .printer import expr_str
-
         return expr_str(self)
 
     __repr__ = __str__

@@ -17,15 +17,21 @@ is free, so nothing earlier can be wrong).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import islpy as isl
 
+from .bounds import Bounds
 from .errors import ScheduleError
 from .expr import Var, walk
 from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
 from .poly import Dependence, GroupModel, witness
 from .relations import root_sources
-from .schedule import Schedule, Stage
+from .stage import Stage
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
 
 _VERB = {"parallel": "parallel", "vectorized": "vectorize"}
 
@@ -34,13 +40,11 @@ def _pure(stage: Stage) -> Stage:
     return stage.target_stage or stage
 
 
-def _model(sch: Schedule, stage: Stage, lowering=None) -> GroupModel | None:
-    from .lowering import Lowering
-
+def _model(sch: Schedule, stage: Stage, nests: Bounds | None = None) -> GroupModel | None:
     pure = _pure(stage)
     if pure.is_placeholder or pure.inline:
         return None
-    low = lowering or Lowering(sch, None, "check")
+    low = nests or Bounds(sch)
     for st in (pure, *pure.update_stages):
         low.nest(st)
     return GroupModel(pure, low.nests)
@@ -67,7 +71,7 @@ def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
             check_carried(m, stage, iv, what)
 
 
-def check_acyclic(sch: Schedule, lowering) -> None:
+def check_acyclic(sch: Schedule, lowering: Bounds) -> None:
     """Tensors must not read each other: all definitions of a tensor (its pure definition
     and its updates) run together, producers first, so in a cycle one of them would read
     another's buffer before anything wrote it."""
@@ -122,8 +126,8 @@ def _cycle_from(st, edges: dict, state: dict, path: list) -> list | None:
     return None
 
 
-def check_schedule(sch: Schedule, lowering) -> None:
-    """Check every stage of a finished schedule (called by ``lower``)."""
+def check_schedule(sch: Schedule, lowering: Bounds) -> None:
+    """Check every stage of a finished schedule over its inferred nests (called by ``lower``)."""
     check_acyclic(sch, lowering)
     for st in sch.stages:
         if st.is_placeholder or st.inline or st.is_update:
@@ -142,7 +146,7 @@ def check_schedule(sch: Schedule, lowering) -> None:
             check_carried(m, s, iv, f"{_VERB[kind]}({iv.name})")
 
 
-def check_shared_regions(sch: Schedule, st: Stage, lowering) -> None:
+def check_shared_regions(sch: Schedule, st: Stage, lowering: Bounds) -> None:
     """A stage attached inside a parallel loop, into a shared full-size buffer, must not
     have two iterations of that loop compute the same element (a write-write race)."""
     if st.attach is None or lowering.local_shape(st) is not None:

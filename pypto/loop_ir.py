@@ -16,7 +16,7 @@ from typing import Any
 
 from . import dtypes
 from .c_names import RESERVED
-from .expr import Expr, Var, vars_of
+from .expr import Expr, Not, Var, vars_of
 from .printer import Printer
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -143,15 +143,43 @@ class LoweredFunc:
 
 # ---------------------------------------------------------------- traversal
 
+# The one table of statement kinds: node type -> (rule name, the expressions the node
+# holds itself, the statements directly inside it). Visitors, mutators and printers
+# dispatch through it, so a new statement kind is one row here plus its rules.
+STMT_KINDS = {
+    For: ("for_", lambda s: (s.extent,), lambda s: (s.body,)),
+    Store: ("store", lambda s: (s.index, s.value), lambda s: ()),
+    Allocate: ("allocate", lambda s: (s.size, *s.buffer.shape), lambda s: (s.body,)),
+    IfThenElse: (
+        "if_",
+        lambda s: (s.cond,),
+        lambda s: (s.then,) if s.else_ is None else (s.then, s.else_),
+    ),
+    Prefetch: ("prefetch", lambda s: (s.index,), lambda s: ()),
+    IntrinCall: ("intrin_call", lambda s: tuple(o.index for o in s.operands), lambda s: ()),
+    Seq: ("seq", lambda s: (), lambda s: s.stmts),
+}
+
+
+def _kind(s: Stmt) -> tuple:
+    try:
+        return STMT_KINDS[type(s)]
+    except KeyError:
+        raise TypeError(f"unknown statement {type(s).__name__}") from None
+
+
+def rule(obj, prefix: str, s: Stmt):
+    """``obj``'s method for statement ``s``: ``prefix`` + the kind's rule name."""
+    return getattr(obj, prefix + _kind(s)[0])
+
 
 def stmt_children(s: Stmt):
-    if isinstance(s, (For, Allocate)):
-        return (s.body,)
-    if isinstance(s, IfThenElse):
-        return (s.then,) if s.else_ is None else (s.then, s.else_)
-    if isinstance(s, Seq):
-        return s.stmts
-    return ()
+    return _kind(s)[2](s)
+
+
+def own_exprs(s: Stmt) -> tuple:
+    """The expressions a statement holds itself (not those of the statements inside it)."""
+    return _kind(s)[1](s)
 
 
 def walk_stmts(s: Stmt):
@@ -173,16 +201,72 @@ def written_buffers(s: Stmt) -> set:
     return out
 
 
-# the expressions a statement holds itself (not those of the statements inside it)
-_OWN_EXPRS = {
-    For: lambda s: (s.extent,),
-    Store: lambda s: (s.index, s.value),
-    Allocate: lambda s: (s.size, *s.buffer.shape),
-    IfThenElse: lambda s: (s.cond,),
-    Prefetch: lambda s: (s.index,),
-    IntrinCall: lambda s: tuple(o.index for o in s.operands),
-    Seq: lambda s: (),
-}
+class StmtMutator:
+    """A bottom-up rewrite of statements: ``mutate_<kind>`` per statement kind
+    (``STMT_KINDS``) and ``expr`` for every expression a statement holds. The defaults
+    rebuild a node from its rewritten parts (the node itself when nothing changed); a
+    pass overrides only the rules it is about.
+
+    ``None`` is the empty statement: a loop or allocation whose body becomes empty is
+    dropped, and so is an ``if`` with neither branch (an empty ``then`` with an ``else``
+    becomes the negated test).
+
+        class Double(StmtMutator):          # store[i] = v  ->  store[i] = v * 2
+            def mutate_store(self, s):
+                return Store(s.buffer, s.index, s.value * 2)
+    """
+
+    def __call__(self, s: Stmt | None) -> Stmt | None:
+        return self.visit(s)
+
+    def visit(self, s: Stmt | None) -> Stmt | None:
+        return None if s is None else rule(self, "mutate_", s)(s)
+
+    def expr(self, e: Expr) -> Expr:
+        return e
+
+    def mutate_seq(self, s: Seq):
+        return seq(*[self.visit(x) for x in s.stmts])  # flat, a lone statement unwrapped
+
+    def mutate_for_(self, s: For):
+        ext, body = self.expr(s.extent), self.visit(s.body)
+        if body is None:
+            return None
+        return s if ext is s.extent and body is s.body else For(s.var, ext, s.kind, body)
+
+    def mutate_store(self, s: Store):
+        i, v = self.expr(s.index), self.expr(s.value)
+        return s if i is s.index and v is s.value else Store(s.buffer, i, v)
+
+    def mutate_allocate(self, s: Allocate):
+        size, body = self.expr(s.size), self.visit(s.body)
+        if body is None:
+            return None
+        return s if size is s.size and body is s.body else Allocate(s.buffer, size, body)
+
+    def mutate_if_(self, s: IfThenElse):
+        c, then, els = self.expr(s.cond), self.visit(s.then), self.visit(s.else_)
+        if then is None and els is None:
+            return None
+        if then is None:
+            return IfThenElse(Not(c), els)
+        if c is s.cond and then is s.then and els is s.else_:
+            return s
+        return IfThenElse(c, then, els)
+
+    def mutate_prefetch(self, s: Prefetch):
+        i = self.expr(s.index)
+        return s if i is s.index else Prefetch(s.buffer, i, s.lines, s.write)
+
+    def mutate_intrin_call(self, s: IntrinCall):
+        return s.with_indices(self.expr)
+
+
+class ExprMapper(StmtMutator):
+    """Every expression of a statement through ``f``, the structure kept."""
+
+    def __init__(self, f):
+        self.expr = f
 
 
 def unbound_vars(func: LoweredFunc) -> list:
@@ -192,7 +276,7 @@ def unbound_vars(func: LoweredFunc) -> list:
     bound |= {id(s.var) for s in walk_stmts(func.body) if isinstance(s, For)}
     out: list = []
     for s in walk_stmts(func.body):
-        for e in _OWN_EXPRS[type(s)](s):
+        for e in own_exprs(s):
             for v in vars_of(e):
                 if id(v) not in bound and all(v is not u for u in out):
                     out.append(v)
@@ -264,40 +348,43 @@ class IRPrinter(Printer):
         return head + self.stmt(f.body, 1) + "}\n"
 
     def stmt(self, s: Stmt, depth: int = 0) -> str:
-        pad = "  " * depth
-        if isinstance(s, Seq):
-            return "".join(self.stmt(x, depth) for x in s.stmts)
-        if isinstance(s, For):
-            v = self.namer(s.var, s.var.name)
-            kind = "" if s.kind == "serial" else s.kind + " "
-            return (
-                f"{pad}{kind}for ({v}, 0, {self(s.extent)}) {{\n"
-                f"{self.stmt(s.body, depth + 1)}{pad}}}\n"
-            )
-        if isinstance(s, Store):
-            return (
-                f"{pad}{self.namer(s.buffer, s.buffer.name)}[{self(s.index)}] = {self(s.value)}\n"
-            )
-        if isinstance(s, Allocate):
-            b = s.buffer
-            return (
-                f"{pad}alloc {self.namer(b, b.name)}: {b.dtype}[{self(s.size)}] {b.scope}\n"
-                f"{self.stmt(s.body, depth)}"
-            )
-        if isinstance(s, Prefetch):
-            name = self.namer(s.buffer, s.buffer.name)
-            rw = " for write" if s.write else ""
-            return f"{pad}prefetch {name}[{self(s.index)}] {s.lines} line(s){rw}\n"
-        if isinstance(s, IntrinCall):
-            ops = ", ".join(
-                f"{self.namer(o.buffer, o.buffer.name)}[{self(o.index)}] "
-                f"strides ({', '.join(map(str, o.strides))})"
-                for o in s.operands
-            )
-            return f"{pad}call {s.intrin.name}({ops})\n"
-        if isinstance(s, IfThenElse):
-            out = f"{pad}if ({self(s.cond)}) {{\n{self.stmt(s.then, depth + 1)}{pad}}}"
-            if s.else_ is not None:
-                out += f" else {{\n{self.stmt(s.else_, depth + 1)}{pad}}}"
-            return out + "\n"
-        raise TypeError(f"unknown statement {type(s).__name__}")
+        return rule(self, "print_", s)(s, "  " * depth, depth)
+
+    def print_seq(self, s: Seq, pad: str, depth: int) -> str:
+        return "".join(self.stmt(x, depth) for x in s.stmts)
+
+    def print_for_(self, s: For, pad: str, depth: int) -> str:
+        v = self.namer(s.var, s.var.name)
+        kind = "" if s.kind == "serial" else s.kind + " "
+        return (
+            f"{pad}{kind}for ({v}, 0, {self(s.extent)}) {{\n{self.stmt(s.body, depth + 1)}{pad}}}\n"
+        )
+
+    def print_store(self, s: Store, pad: str, depth: int) -> str:
+        return f"{pad}{self.namer(s.buffer, s.buffer.name)}[{self(s.index)}] = {self(s.value)}\n"
+
+    def print_allocate(self, s: Allocate, pad: str, depth: int) -> str:
+        b = s.buffer
+        return (
+            f"{pad}alloc {self.namer(b, b.name)}: {b.dtype}[{self(s.size)}] {b.scope}\n"
+            f"{self.stmt(s.body, depth)}"
+        )
+
+    def print_prefetch(self, s: Prefetch, pad: str, depth: int) -> str:
+        name = self.namer(s.buffer, s.buffer.name)
+        rw = " for write" if s.write else ""
+        return f"{pad}prefetch {name}[{self(s.index)}] {s.lines} line(s){rw}\n"
+
+    def print_intrin_call(self, s: IntrinCall, pad: str, depth: int) -> str:
+        ops = ", ".join(
+            f"{self.namer(o.buffer, o.buffer.name)}[{self(o.index)}] "
+            f"strides ({', '.join(map(str, o.strides))})"
+            for o in s.operands
+        )
+        return f"{pad}call {s.intrin.name}({ops})\n"
+
+    def print_if_(self, s: IfThenElse, pad: str, depth: int) -> str:
+        out = f"{pad}if ({self(s.cond)}) {{\n{self.stmt(s.then, depth + 1)}{pad}}}"
+        if s.else_ is not None:
+            out += f" else {{\n{self.stmt(s.else_, depth + 1)}{pad}}}"
+        return out + "\n"

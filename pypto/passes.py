@@ -1,4 +1,6 @@
-"""Clean-up passes over loop IR, run at the end of lowering.
+"""Clean-up passes over loop IR, run at the end of lowering (``finalize`` runs the
+list ``PIPELINE`` in order). Each pass is a ``loop_ir.StmtMutator`` that overrides
+only the statement kinds it is about.
 
 - ``simplify_stmt``: simplify every expression with the ranges of enclosing
   loops; drop loops of extent 0, unwrap loops of extent 1, fold decided ifs.
@@ -25,14 +27,12 @@ from dataclasses import replace
 
 from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, skey, substitute, vars_of
 from .loop_ir import (
-    Allocate,
+    ExprMapper,
     For,
     IfThenElse,
-    IntrinCall,
     LoweredFunc,
-    Prefetch,
     Seq,
-    Store,
+    StmtMutator,
     seq,
     walk_stmts,
 )
@@ -43,68 +43,55 @@ MAX_UNROLL = 64
 
 def map_exprs(s, f):
     """Rebuild statement ``s`` with ``f`` applied to each of its expressions."""
-    if isinstance(s, Seq):
-        return seq(*[map_exprs(x, f) for x in s.stmts])
-    if isinstance(s, For):
-        return For(s.var, f(s.extent), s.kind, map_exprs(s.body, f))
-    if isinstance(s, Store):
-        return Store(s.buffer, f(s.index), f(s.value))
-    if isinstance(s, Prefetch):
-        return Prefetch(s.buffer, f(s.index), s.lines, s.write)
-    if isinstance(s, IntrinCall):
-        return s.with_indices(f)
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, f(s.size), map_exprs(s.body, f))
-    if isinstance(s, IfThenElse):
-        e = None if s.else_ is None else map_exprs(s.else_, f)
-        return IfThenElse(f(s.cond), map_exprs(s.then, f), e)
-    raise TypeError(f"unknown statement {type(s).__name__}")
+    return ExprMapper(f)(s)
 
 
 def subst_stmt(s, mapping: dict):
     return map_exprs(s, lambda e: substitute(e, mapping))
 
 
-def simplify_stmt(s, ranges: dict, facts: dict | None = None):
-    """Simplify ``s``; ``facts`` maps conditions of enclosing ifs (by structure) to the
-    value they have here, so a repeated test is decided."""
-    if s is None:
-        return None
-    facts = facts or {}
-    if isinstance(s, Seq):
-        return seq(*[simplify_stmt(x, ranges, facts) for x in s.stmts]) if s.stmts else None
-    if isinstance(s, For):
-        ext = simplify(s.extent, ranges)
+class _Simplify(StmtMutator):
+    """Every expression simplified with the ranges of the enclosing loops; ``facts`` maps
+    conditions of enclosing ifs (by structure) to the value they have here."""
+
+    def __init__(self, ranges, facts: dict):
+        self.ranges, self.facts = ranges, facts
+
+    def expr(self, e: Expr) -> Expr:
+        return simplify(e, self.ranges)
+
+    def mutate_seq(self, s: Seq):
+        return super().mutate_seq(s) if s.stmts else None
+
+    def mutate_for_(self, s: For):
+        ext = self.expr(s.extent)
         if isinstance(ext, Const) and ext.value <= 0:
             return None
         if isinstance(ext, Const) and ext.value == 1:
-            return simplify_stmt(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}), ranges, facts)
-        body = simplify_stmt(s.body, ranges.child(s.var, ext), facts)
+            return self.visit(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}))
+        body = _Simplify(self.ranges.child(s.var, ext), self.facts).visit(s.body)
         return None if body is None else For(s.var, ext, s.kind, body)
-    if isinstance(s, Store):
-        return Store(s.buffer, simplify(s.index, ranges), simplify(s.value, ranges))
-    if isinstance(s, Prefetch):
-        return Prefetch(s.buffer, simplify(s.index, ranges), s.lines, s.write)
-    if isinstance(s, IntrinCall):
-        return s.with_indices(lambda e: simplify(e, ranges))
-    if isinstance(s, Allocate):
-        body = simplify_stmt(s.body, ranges, facts)
-        return None if body is None else Allocate(s.buffer, simplify(s.size, ranges), body)
-    if isinstance(s, IfThenElse):
-        c = simplify(s.cond, ranges)
-        known = facts.get(skey(c))
+
+    def mutate_if_(self, s: IfThenElse):
+        c = self.expr(s.cond)
+        known = self.facts.get(skey(c))
         if known is not None:
             c = Const(known, "bool")
         if isinstance(c, Const):
-            return simplify_stmt(s.then if c.value else s.else_, ranges, facts)
-        then = simplify_stmt(s.then, ranges, {**facts, skey(c): True})
-        els = simplify_stmt(s.else_, ranges, {**facts, skey(c): False})
+            return self.visit(s.then if c.value else s.else_)
+        then = _Simplify(self.ranges, {**self.facts, skey(c): True}).visit(s.then)
+        els = _Simplify(self.ranges, {**self.facts, skey(c): False}).visit(s.else_)
         if then is None and els is None:
             return None
         if then is None:
             return IfThenElse(Not(c), els)
         return IfThenElse(c, then, els)
-    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def simplify_stmt(s, ranges: dict, facts: dict | None = None):
+    """Simplify ``s``; drop loops of extent 0, unwrap loops of extent 1, fold decided ifs
+    (``facts``: conditions of enclosing ifs, by structure, and their value here)."""
+    return _Simplify(ranges, facts or {}).visit(s)
 
 
 def _conjuncts(c: Expr):
@@ -140,13 +127,9 @@ def _bound_on(cond: Expr, v: Var):
     )
 
 
-def guards_to_bounds(s):
-    if s is None:
-        return None
-    if isinstance(s, Seq):
-        return seq(*[guards_to_bounds(x) for x in s.stmts])
-    if isinstance(s, For):
-        body = guards_to_bounds(s.body)
+class _GuardsToBounds(StmtMutator):
+    def mutate_for_(self, s: For):
+        body = self.visit(s.body)
         ext = s.extent
         if isinstance(body, IfThenElse) and body.else_ is None:
             keep = []
@@ -160,32 +143,29 @@ def guards_to_bounds(s):
                 cond = conjunction(keep)
                 body = body.then if cond is None else IfThenElse(cond, body.then)
         return For(s.var, ext, s.kind, body)
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, s.size, guards_to_bounds(s.body))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, guards_to_bounds(s.then), guards_to_bounds(s.else_))
-    return s
 
 
-def unroll(s, ranges: dict):
-    if s is None:
-        return None
-    if isinstance(s, Seq):
-        return seq(*[unroll(x, ranges) for x in s.stmts])
-    if isinstance(s, For):
-        body = unroll(s.body, ranges)
+def guards_to_bounds(s):
+    return _GuardsToBounds()(s)
+
+
+class _Unroll(StmtMutator):
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+    def mutate_for_(self, s: For):
+        body = self.visit(s.body)
         if s.kind == "unrolled" and isinstance(s.extent, Const) and s.extent.value <= MAX_UNROLL:
             copies = [
-                simplify_stmt(subst_stmt(body, {s.var: Const(i, s.var.dtype)}), ranges)
+                simplify_stmt(subst_stmt(body, {s.var: Const(i, s.var.dtype)}), self.ranges)
                 for i in range(s.extent.value)
             ]
             return seq(*copies)
         return For(s.var, s.extent, s.kind, body)
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, s.size, unroll(s.body, ranges))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, unroll(s.then, ranges), unroll(s.else_, ranges))
-    return s
+
+
+def unroll(s, ranges: dict):
+    return _Unroll(ranges)(s)
 
 
 MAX_PARTITIONS = 3  # nested versions per path: code size grows as 2**n
@@ -216,52 +196,64 @@ def _partition_candidate(s, bound: set):
     return None
 
 
-def _replace_extent(s, key, new: Expr):
-    def go(x):
-        if isinstance(x, Seq):
-            return seq(*[go(y) for y in x.stmts])
-        if isinstance(x, For):
-            ext = new if skey(x.extent) == key else x.extent
-            return For(x.var, ext, x.kind, go(x.body))
-        if isinstance(x, Allocate):
-            return Allocate(x.buffer, x.size, go(x.body))
-        if isinstance(x, IfThenElse):
-            return IfThenElse(x.cond, go(x.then), None if x.else_ is None else go(x.else_))
-        return x
+class _ReplaceExtent(StmtMutator):
+    """Every loop whose extent is ``key`` (by structure) gets extent ``new``."""
 
-    return go(s)
+    def __init__(self, key, new: Expr):
+        self.key, self.new = key, new
+
+    def mutate_for_(self, s: For):
+        ext = self.new if skey(s.extent) == self.key else s.extent
+        return For(s.var, ext, s.kind, self.visit(s.body))
+
+
+def _replace_extent(s, key, new: Expr):
+    return _ReplaceExtent(key, new)(s)
+
+
+class _PartitionLoops(StmtMutator):
+    def __init__(self, bound: set, budget: int):
+        self.bound, self.budget = bound, budget
+
+    def visit(self, s):
+        if s is not None and self.budget > 0:
+            cand = _partition_candidate(s, self.bound)
+            if cand is not None:
+                ext, (c, e) = cand
+                key = skey(ext)
+                inner = _PartitionLoops(self.bound, self.budget - 1)
+                full = inner(_replace_extent(s, key, Const(c, "int64")))
+                rest = inner(_replace_extent(s, key, e))
+                return IfThenElse(Cmp("ge", e, Const(c, "int64")), full, rest)
+        return super().visit(s)
+
+    def mutate_for_(self, s: For):
+        body = _PartitionLoops(self.bound | {s.var}, self.budget)(s.body)
+        return For(s.var, s.extent, s.kind, body)
 
 
 def partition_loops(s, bound: set, budget: int = MAX_PARTITIONS):
-    if s is None:
-        return None
-    if budget > 0:
-        cand = _partition_candidate(s, bound)
-        if cand is not None:
-            ext, (c, e) = cand
-            key = skey(ext)
-            full = partition_loops(_replace_extent(s, key, Const(c, "int64")), bound, budget - 1)
-            rest = partition_loops(_replace_extent(s, key, e), bound, budget - 1)
-            return IfThenElse(Cmp("ge", e, Const(c, "int64")), full, rest)
-    if isinstance(s, Seq):
-        return seq(*[partition_loops(x, bound, budget) for x in s.stmts])
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, partition_loops(s.body, bound | {s.var}, budget))
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, s.size, partition_loops(s.body, bound, budget))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(
-            s.cond, partition_loops(s.then, bound, budget), partition_loops(s.else_, bound, budget)
-        )
-    return s
+    return _PartitionLoops(bound, budget)(s)
 
 
-def finalize(func: LoweredFunc) -> LoweredFunc:
+# the clean-up pipeline, in order: each a function of (statement, ranges, size variables)
+PIPELINE = (
+    ("simplify", lambda s, ranges, sizes: simplify_stmt(s, ranges)),
+    ("guards_to_bounds", lambda s, ranges, sizes: simplify_stmt(guards_to_bounds(s), ranges)),
+    (
+        "partition_loops",
+        lambda s, ranges, sizes: simplify_stmt(partition_loops(s, set(sizes)), ranges),
+    ),
+    ("unroll", lambda s, ranges, sizes: unroll(s, ranges)),
+)
+
+
+def finalize(func: LoweredFunc, pipeline=PIPELINE) -> LoweredFunc:
+    """``func`` with its body through every pass of ``pipeline``."""
     ranges = Ranges({v: (0, INF) for v in func.size_vars})
-    body = simplify_stmt(func.body, ranges)
-    body = simplify_stmt(guards_to_bounds(body), ranges)
-    body = simplify_stmt(partition_loops(body, set(func.size_vars)), ranges)
-    body = unroll(body, ranges)
+    body = func.body
+    for _name, run in pipeline:
+        body = run(body, ranges, func.size_vars)
     if body is None:
         body = Seq(())
     return replace(func, body=body)

@@ -29,7 +29,7 @@ from .expr import Const, Expr, Var, walk
 from .isl_expr import IslPrinter, NonAffine, guarded_reads, isl_condition
 from .loop_ir import Namer
 from .relations import Fuse, Skew, Split
-from .schedule import Stage
+from .stage import Stage
 
 
 @dataclass

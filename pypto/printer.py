@@ -2,25 +2,14 @@
 
 The C code generator reuses this printer and overrides the rules that differ
 (literals, math calls, floor division); see ``codegen_c``.
+
+The rule table is keyed by the node class's name, so this module needs nothing
+from ``expr`` and ``Expr.__str__`` can use it without an import cycle.
 """
 
 from __future__ import annotations
 
 import math
-
-from .expr import (
-    Binary,
-    Call,
-    Cast,
-    Cmp,
-    Const,
-    Load,
-    Not,
-    Reduce,
-    Select,
-    TensorRead,
-    Var,
-)
 
 # precedence: higher binds tighter
 INFIX = {
@@ -47,24 +36,24 @@ class Printer:
 
     def __init__(self):
         self.rules = {
-            Var: self.var,
-            Const: self.const,
-            Binary: self.binary,
-            Cmp: self.binary,
-            Not: self.not_,
-            Select: self.select,
-            Cast: self.cast,
-            Call: self.call,
-            TensorRead: self.tensor_read,
-            Reduce: self.reduce,
-            Load: self.load,
+            "Var": self.var,
+            "Const": self.const,
+            "Binary": self.binary,
+            "Cmp": self.binary,
+            "Not": self.not_,
+            "Select": self.select,
+            "Cast": self.cast,
+            "Call": self.call,
+            "TensorRead": self.tensor_read,
+            "Reduce": self.reduce,
+            "Load": self.load,
         }
 
     def __call__(self, e) -> str:
         return self.p(e)[0]
 
     def p(self, e) -> tuple[str, int]:
-        return self.rules[type(e)](e)
+        return self.rules[type(e).__name__](e)
 
     def wrap(self, e, prec: int, right: bool = False) -> str:
         s, q = self.p(e)

@@ -1,418 +1,29 @@
-"""Schedules: how to compute. A Stage per operation, primitives that reshape its loops.
+"""Schedules: how to compute. A Stage per operation (``stage``), the stages of a
+whole computation, and the schedule-level primitives (``cache_read``,
+``cache_write``) that add stages.
 
-Every primitive also appends a Step record (plain JSON data) to
-``Schedule.steps``, so a schedule can be stored, diffed and replayed.
-Loop variables created by primitives get their extents at lowering, when
-the region each stage must compute is known.
+A primitive that can break a dependence is checked as it is applied
+(``check_stage``, from ``legality``), so the error names the call.
 """
 
 from __future__ import annotations
 
+from . import legality, steps
 from .dtypes import STORAGE
 from .errors import ScheduleError
-from .expr import Const, Reduce, TensorRead, as_expr, cast, map_children, substitute
-from .prefetch import check_prefetch
-from .relations import Fuse, Skew, Split, created
+from .explain import explain
+from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .replay import replay
 from .rfactor import rfactor_ops
+from .stage import Stage, _as_op
 from .tensor import (
     ComputeOp,
-    IterVar,
     Operation,
-    PlaceholderOp,
     Tensor,
     UpdateOp,
     collect_ops,
     make_iter_var,
 )
-from .tensorize import TensorIntrin
-
-ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
-# TVM pragma -> the annotation that does it here
-PRAGMAS = {"unroll_explicit": "unroll"}
-
-
-def _as_op(x) -> Operation:
-    if isinstance(x, Tensor):
-        return x.op
-    if isinstance(x, Operation):
-        return x
-    raise TypeError(f"expected a Tensor or an operation, got {type(x).__name__}")
-
-
-class Stage:
-    """The schedule of one operation: its loop nest and where it is computed."""
-
-    def __init__(self, sch: Schedule, op: Operation):
-        self.schedule = sch
-        self.op = op
-        self.origin_op = op
-        self.relations: list = []
-        self.attrs: dict[IterVar, str] = {}  # leaf -> loop kind
-        self.prefetches: list[tuple] = []  # (tensor, leaf, offset), see prefetch()
-        self.tensorized: tuple | None = None  # (leaf, TensorIntrin), see tensorize()
-        self.attach: tuple | None = None  # (stage, ivar) for compute_at
-        self.inline = False
-        self.scope = "global"
-        self.update_stages: list[Stage] = []  # stages of the update definitions
-        self.target_stage: Stage | None = None  # for an update stage: the pure stage
-        self.n_updates = len(getattr(op, "updates", ()))
-        self._reset_leaves()
-
-    def _reset_leaves(self):
-        op = self.op
-        self.root_iter_vars = (
-            list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
-        )
-        self.leaf_iter_vars = list(self.root_iter_vars)
-
-    @property
-    def name(self) -> str:
-        return self.op.name
-
-    def update(self, k: int) -> Stage:
-        """The stage of update definition ``k`` (its loops: ``.op.axis``)."""
-        if not 0 <= k < len(self.update_stages):
-            raise IndexError(
-                f"{self.name} has {len(self.update_stages)} update definition(s), "
-                f"asked for update({k})"
-            )
-        return self.update_stages[k]
-
-    @property
-    def is_update(self) -> bool:
-        return self.target_stage is not None
-
-    @property
-    def is_placeholder(self) -> bool:
-        return isinstance(self.op, PlaceholderOp)
-
-    def __repr__(self):
-        return f"stage({self.name})"
-
-    # ------------------------------------------------------------ helpers
-
-    def _err(self, prim: str, msg: str) -> ScheduleError:
-        return ScheduleError(f"{prim} on stage '{self.name}': {msg}")
-
-    def _leaf(self, iv, prim: str) -> IterVar:
-        if self.is_placeholder:
-            raise self._err(prim, "a placeholder has no loops to schedule")
-        if not isinstance(iv, IterVar):
-            raise self._err(prim, f"expected a loop variable (IterVar), got {iv!r}")
-        if iv not in self.leaf_iter_vars:
-            where = "was split or fused already" if self._known(iv) else "belongs to another stage"
-            raise self._err(
-                prim,
-                f"loop {iv.name} is not a current loop of this stage ({where}); "
-                f"current loops: {', '.join(v.name for v in self.leaf_iter_vars)}",
-            )
-        return iv
-
-    def _known(self, iv) -> bool:
-        if iv in self.root_iter_vars:
-            return True
-        return any(iv in created(r) for r in self.relations)
-
-    def _new_iv(self, name: str, kind: str) -> IterVar:
-        taken = {v.name for v in self.root_iter_vars}
-        for r in self.relations:
-            taken.update(v.name for v in created(r))
-        base, n = name, 1
-        while name in taken:
-            name = f"{base}{n}"
-            n += 1
-        return make_iter_var(name, Const(0, "int64"), None, kind)
-
-    def _not_prefetched(self, iv: IterVar, prim: str):
-        if any(p[1] is iv for p in self.prefetches):
-            raise self._err(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
-
-    def _record(self, prim: str, **args):
-        self.schedule.steps.append({"stage": self.name, "prim": prim, **args})
-
-    # ------------------------------------------------------------ primitives
-
-    def split(self, parent: IterVar, factor=None, nparts=None) -> tuple[IterVar, IterVar]:
-        """Split a loop in two.
-
-            for i in 0..n:                for i.outer in 0..ceil(n/f):
-              body(i)          ->           for i.inner in 0..f:
-                                              if i.outer*f + i.inner < n: body(...)
-
-        With ``nparts`` the outer loop gets that extent instead. Guards vanish
-        when ``f`` provably divides ``n``.
-        """
-        self._leaf(parent, "split")
-        if (factor is None) == (nparts is None):
-            raise self._err("split", "give exactly one of factor= or nparts=")
-        amount = as_expr(factor if factor is not None else nparts)
-        if isinstance(amount, Const) and amount.value <= 0:
-            raise self._err("split", f"factor/nparts must be positive, got {amount.value}")
-        outer = self._new_iv(parent.name + ".outer", parent.kind)
-        inner = self._new_iv(parent.name + ".inner", parent.kind)
-        rel = Split(
-            parent,
-            outer,
-            inner,
-            amount if factor is not None else None,
-            amount if nparts is not None else None,
-        )
-        if parent in self.attrs:
-            raise self._err(
-                "split",
-                f"loop {parent.name} is already annotated "
-                f"{self.attrs[parent]}; split before annotating",
-            )
-        self._not_prefetched(parent, "split")
-        self.relations.append(rel)
-        pos = self.leaf_iter_vars.index(parent)
-        self.leaf_iter_vars[pos : pos + 1] = [outer, inner]
-        self._record("split", loop=parent.name, factor=_jsonable(factor), nparts=_jsonable(nparts))
-        return outer, inner
-
-    def tile(self, x_parent, y_parent, x_factor, y_factor):
-        """Split two loops and order them ``x.outer, y.outer, x.inner, y.inner``.
-
-        for i: for j:   ->   for i.outer: for j.outer: for i.inner: for j.inner:
-        """
-        xo, xi = self.split(x_parent, factor=x_factor)
-        yo, yi = self.split(y_parent, factor=y_factor)
-        self.reorder(xo, yo, xi, yi)
-        return xo, yo, xi, yi
-
-    def reorder(self, *ivars):
-        """Put the given loops in this order, in the positions they occupy.
-
-        for i: for j: for k:   reorder(k, i)  ->  for k: for j: for i:
-        """
-        if len(ivars) == 1 and isinstance(ivars[0], (list, tuple)):
-            ivars = tuple(ivars[0])
-        for iv in ivars:
-            self._leaf(iv, "reorder")
-        if len(set(map(id, ivars))) != len(ivars):
-            raise self._err("reorder", "a loop is named twice")
-        snap = self._snapshot()
-        pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
-        for p, iv in zip(pos, ivars):
-            self.leaf_iter_vars[p] = iv
-        self._record("reorder", loops=[iv.name for iv in ivars])
-        self._check(f"reorder({', '.join(iv.name for iv in ivars)})", snap)
-
-    def fuse(self, *ivars) -> IterVar:
-        """Fuse adjacent loops into one.
-
-        for i in 0..n: for j in 0..m:   ->   for f in 0..n*m: i = f // m; j = f % m
-        """
-        if len(ivars) == 1 and isinstance(ivars[0], (list, tuple)):
-            ivars = tuple(ivars[0])
-        if len(ivars) < 2:
-            if len(ivars) == 1:
-                return self._leaf(ivars[0], "fuse")
-            raise self._err("fuse", "needs at least one loop")
-        for iv in ivars:
-            self._leaf(iv, "fuse")
-        pos = [self.leaf_iter_vars.index(iv) for iv in ivars]
-        if pos != list(range(pos[0], pos[0] + len(pos))):
-            raise self._err(
-                "fuse",
-                "loops "
-                + ", ".join(iv.name for iv in ivars)
-                + " are not adjacent and in order (outer first)",
-            )
-        kinds = {iv.kind for iv in ivars}
-        if len(kinds) > 1:
-            raise self._err("fuse", "cannot fuse a reduction loop with a spatial loop")
-        for iv in ivars:
-            if iv in self.attrs:
-                raise self._err("fuse", f"loop {iv.name} is already annotated {self.attrs[iv]}")
-            self._not_prefetched(iv, "fuse")
-        names = [iv.name for iv in ivars]
-        fused = ivars[0]
-        for iv in ivars[1:]:
-            new = self._new_iv(f"{fused.name}.{iv.name}.fused", iv.kind)
-            self.relations.append(Fuse(fused, iv, new))
-            fused = new
-        self.leaf_iter_vars[pos[0] : pos[-1] + 1] = [fused]
-        self._record("fuse", loops=names)
-        return fused
-
-    def skew(self, outer: IterVar, inner: IterVar, factor: int = 1) -> tuple[IterVar, IterVar]:
-        """Skew ``inner`` by ``factor`` times ``outer``: ``inner' = inner + factor * outer``.
-
-            for i in 0..n:                 for i in 0..n:
-              for j in 0..m:        ->       for j' in 0..m + f*(n-1):
-                body(i, j)                     if 0 <= j' - f*i < m: body(i, j' - f*i)
-
-        After ``reorder(j', i)`` each j' is a wavefront whose i iterations may be
-        independent (then ``parallel(i)`` is legal). Returns ``(outer, inner')``.
-        """
-        self._leaf(outer, "skew")
-        self._leaf(inner, "skew")
-        if outer is inner:
-            raise self._err("skew", "needs two different loops")
-        if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
-            raise self._err("skew", f"factor must be a positive integer, got {factor!r}")
-        if self.leaf_iter_vars.index(outer) > self.leaf_iter_vars.index(inner):
-            raise self._err("skew", f"loop {outer.name} must enclose {inner.name}")
-        for iv in (outer, inner):
-            if iv in self.attrs:
-                raise self._err("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
-        snap = self._snapshot()
-        new = self._new_iv(inner.name + ".skew", inner.kind)
-        self.relations.append(Skew(outer, inner, new, factor))
-        self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new
-        self._record("skew", outer=outer.name, inner=inner.name, factor=factor)
-        self._check(f"skew({outer.name}, {inner.name})", snap)
-        return outer, new
-
-    def _snapshot(self) -> tuple:
-        return (
-            list(self.leaf_iter_vars),
-            list(self.relations),
-            dict(self.attrs),
-            len(self.schedule.steps),
-        )
-
-    def _restore(self, snap: tuple):
-        self.leaf_iter_vars, self.relations, self.attrs, n = snap
-        del self.schedule.steps[n:]
-
-    def _check(self, call: str, snap: tuple, loop: IterVar | None = None):
-        """Check the stage now, so that an error names the primitive that broke it;
-        a refused primitive leaves the schedule as it was."""
-        from .legality import check_stage
-
-        try:
-            check_stage(self.schedule, self, call, loop)
-        except ScheduleError:
-            self._restore(snap)
-            raise
-
-    def _annotate(self, iv, prim: str):
-        self._leaf(iv, prim)
-        kind = ANNOTATIONS[prim]
-        if iv in self.attrs and self.attrs[iv] != kind:
-            raise self._err(prim, f"loop {iv.name} is already {self.attrs[iv]}")
-        snap = self._snapshot()
-        self.attrs[iv] = kind
-        self._record(prim, loop=iv.name)
-        if prim != "unroll":
-            self._check(f"{prim}({iv.name})", snap, iv)
-
-    def parallel(self, iv):
-        """Run a loop's iterations on several threads (OpenMP, static schedule)."""
-        self._annotate(iv, "parallel")
-
-    def vectorize(self, iv):
-        """Run a loop's iterations as SIMD lanes (best on an inner loop of constant extent)."""
-        self._annotate(iv, "vectorize")
-
-    def unroll(self, iv):
-        """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
-        self._annotate(iv, "unroll")
-
-    def pragma(self, iv, name: str, value=None):
-        """TVM's ``s[C].pragma(loop, name)`` for the pragmas that are loop annotations here
-        (``PRAGMAS``: ``unroll_explicit`` is ``unroll``); any other is refused by name."""
-        prim = PRAGMAS.get(name)
-        if prim is None:
-            raise self._err("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
-        self._annotate(iv, prim)
-
-    def prefetch(self, tensor, iv, offset: int):
-        """At the start of each iteration of loop ``iv``, prefetch into cache the elements
-        of ``tensor`` that this stage reads in iteration ``iv + offset`` (as TVM's
-        prefetch), or, for the stage's own output, those it writes there (prefetched
-        for writing). A hint only: results are unchanged, addresses past the end are fine.
-
-            for j:                         for j:
-              for k:              ->         prefetch A[f(j + 2, 0)] .. A[f(j + 2, K-1)]
-                B[j] += A[f(j, k)]            for k: B[j] += A[f(j, k)]
-
-        ``tensor`` may also be an elementwise consumer of this stage computed at the root
-        (it reads this stage only at its own indices, ``Y[i, j] = g(T[i, j], ..)``): its
-        elements at this stage's indices are prefetched for writing, so the consumer's
-        store misses overlap this stage's arithmetic; ``offset`` may then be 0.
-
-            for j:                         for j:
-              T[j] = f(X[j])      ->         prefetch Y[j] for writing; T[j] = f(X[j])
-            for j:                         for j:
-              Y[j] = g(T[j])                 Y[j] = g(T[j])      (Y's lines now cached)
-
-        The elements read in one iteration must span at most 4 KiB (prefetch at an
-        inner loop otherwise).
-        """
-        self._leaf(iv, "prefetch")
-        check_prefetch(self, tensor, offset)
-        self.prefetches.append((tensor, iv, offset))
-        self._record("prefetch", tensor=tensor.name, loop=iv.name, offset=offset)
-
-    def tensorize(self, iv, intrin):
-        """Replace loop ``iv`` and the loops inside it by a call of ``intrin``'s C kernel
-        (``pt.decl_tensor_intrin``); checked when lowered, see ``pypto.tensorize``.
-
-            for xo:                               for xo:
-              for k, xi: C[xo*4 + xi] += ..  ->     kernel(A + .., strides, C + xo*4, 1)
-        """
-        self._leaf(iv, "tensorize")
-        if not isinstance(intrin, TensorIntrin):
-            raise self._err("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
-        if self.is_update or self.inline:
-            raise self._err("tensorize", "only a stage of pt.compute with a buffer is tensorized")
-        self.tensorized = (iv, intrin)
-        self._record("tensorize", loop=iv.name, intrin=intrin.name)
-
-    def compute_at(self, parent: Stage, ivar: IterVar):
-        """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
-
-        for i: B[i] = f(A[i])          for io:
-        for io: for ii:          ->       for i in region(io): B[i] = f(A[i])
-          C[..] = g(B[..])                for ii: C[..] = g(B[..])
-        """
-        if not isinstance(parent, Stage):
-            raise self._err("compute_at", f"expected a stage (s[T]), got {parent!r}")
-        if parent is self:
-            raise self._err("compute_at", "cannot attach a stage to itself")
-        if self.is_placeholder:
-            raise self._err("compute_at", "a placeholder is not computed")
-        if self.origin_op in self.schedule.outputs:
-            raise self._err("compute_at", "an output is computed at the root")
-        if self.update_stages or self.is_update:
-            raise self._err(
-                "compute_at",
-                "a tensor with update definitions is computed at "
-                "the root, its updates in sequence after it",
-            )
-        parent._leaf(ivar, "compute_at")
-        self.attach, self.inline = (parent, ivar), False
-        self._record("compute_at", parent=parent.name, loop=ivar.name)
-
-    def compute_inline(self):
-        """Substitute this elementwise stage into its consumers; it gets no buffer.
-
-        B[i] = A[i] + 1; C[i] = B[i] * 2   ->   C[i] = (A[i] + 1) * 2
-        """
-        if self.is_placeholder:
-            raise self._err("compute_inline", "a placeholder cannot be inlined")
-        if isinstance(self.op.body, Reduce):
-            raise self._err("compute_inline", "a reduction cannot be inlined; use compute_at")
-        if self.op.num_outputs > 1:
-            raise self._err("compute_inline", "a multi-output stage cannot be inlined")
-        if self.update_stages or self.is_update:
-            raise self._err(
-                "compute_inline",
-                "a tensor with update definitions has a buffer; it cannot be inlined",
-            )
-        if self.origin_op in self.schedule.outputs:
-            raise self._err("compute_inline", "an output cannot be inlined")
-        self.inline, self.attach = True, None
-        self._record("compute_inline")
-
-
-def _jsonable(x):
-    if x is None or isinstance(x, (int, float, str)):
-        return x
-    return str(x)
 
 
 class Schedule:
@@ -423,7 +34,7 @@ class Schedule:
         self.outputs = [_as_op(o) for o in outs]
         self.stages: list[Stage] = []
         self.stage_map: dict[Operation, Stage] = {}
-        self.steps: list[dict] = []
+        self.records: list[steps.Step] = []  # every step applied, in order
         for op in collect_ops(self.outputs):
             st = Stage(self, op)
             self.stages.append(st)
@@ -447,9 +58,46 @@ class Schedule:
     def explain(self) -> str:
         """Per stage: the loop nest, the dependences with their distance vectors, and
         which loops may be parallelized or vectorized. ``print(s.explain())``."""
-        from .explain import explain
-
         return explain(self)
+
+    @property
+    def steps(self) -> list[dict]:
+        """The steps applied so far, as JSON data (``Step.to_json``)."""
+        return [x.to_json() for x in self.records]
+
+    def apply(self, step: steps.Step):
+        """Apply one step (``pypto.steps``), checked; the only way a schedule changes.
+        Returns what the primitive returns (new loops, a new tensor). A refused step
+        raises and leaves the schedule as it was."""
+        rule = _RULES.get(type(step))
+        if rule is None:
+            raise TypeError(f"not a schedule step: {step!r}")
+        stage = getattr(step, "stage", None)
+        if stage is not None and (not isinstance(stage, Stage) or stage.schedule is not self):
+            raise ScheduleError(f"{step.prim}: {stage!r} is not a stage of this schedule")
+        out = rule(self, step)
+        self.records.append(step)
+        return out
+
+    def to_json(self) -> dict:
+        """The schedule as plain data: its outputs and its steps, objects by name.
+        ``pt.Schedule.from_json(doc, tensors)`` replays it."""
+        return {
+            "version": JSON_VERSION,
+            "outputs": [op.name for op in self.outputs],
+            "steps": self.steps,
+        }
+
+    @classmethod
+    def from_json(cls, doc, tensors, intrinsics=()) -> Schedule:
+        """Replay ``s.to_json()`` (a dict or its JSON text) on the computation of
+        ``tensors`` (the tensors the schedule was built for, e.g. ``[A, B, C]``).
+        ``intrinsics``: the ``TensorIntrin`` objects its tensorize steps name."""
+        return replay(cls, doc, tensors, intrinsics)
+
+    def check_stage(self, stage: Stage, call: str, loop=None) -> None:
+        """Check ``stage`` right after primitive ``call`` (``legality.check_stage``)."""
+        legality.check_stage(self, stage, call, loop)
 
     def _insert_before(self, new: Stage, before: list[Stage]):
         pos = min(self.stages.index(b) for b in before)
@@ -464,9 +112,13 @@ class Schedule:
         Attach the copy with compute_at to copy just the tile a loop needs,
         laid out contiguously.
         """
+        readers = readers if isinstance(readers, (list, tuple)) else [readers]
+        return self.apply(steps.CacheRead(tensor, scope, tuple(readers)))
+
+    def _cache_read(self, step: steps.CacheRead) -> Tensor:
+        tensor, scope, readers = step.tensor, step.scope, step.readers
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_read: expected a Tensor, got {tensor!r}")
-        readers = readers if isinstance(readers, (list, tuple)) else [readers]
         rstages = [self[r] for r in readers]
         for st in rstages:
             if tensor not in {t for t in st.op.input_tensors}:
@@ -481,14 +133,6 @@ class Schedule:
         cst = Stage(self, cache.op)
         cst.scope = scope
         self._insert_before(cst, rstages)
-        self.steps.append(
-            {
-                "prim": "cache_read",
-                "tensor": tensor.name,
-                "scope": scope,
-                "readers": [st.name for st in rstages],
-            }
-        )
         return cache
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
@@ -499,6 +143,10 @@ class Schedule:
         ``s[C]`` keeps ``C.op.axis``; the new stage has fresh axes
         (``s[CL].op.axis``, ``s[CL].op.reduce_axis``).
         """
+        return self.apply(steps.CacheWrite(tensor, scope))
+
+    def _cache_write(self, step: steps.CacheWrite) -> Tensor:
+        tensor, scope = step.tensor, step.scope
         st = self[tensor]
         if st.is_placeholder:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
@@ -545,10 +193,9 @@ class Schedule:
         cst = Stage(self, cache)
         cst.scope = scope
         self._insert_before(cst, [st])
-        self.steps.append({"prim": "cache_write", "tensor": tensor.name, "scope": scope})
         return cache.output(0)
 
-    def rfactor(self, tensor: Tensor, axis: IterVar, factor_axis: int = 0) -> Tensor:
+    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """TVM's ``s.rfactor(C, k)``: a partial reduction ``C.rf`` with loop ``k`` (a reduce
         axis of ``C``, or a loop of its split) as a spatial axis at ``factor_axis``; ``C``
         becomes a reduction over it. Returns ``C.rf``; see ``pypto.rfactor``.
@@ -557,26 +204,47 @@ class Schedule:
               ->  for ki: for i: for ko: C.rf[ki, i] += A[i, ko*4 + ki]
                   for i: for v: C[i] += C.rf[v, i]
         """
-        st = self[tensor]
+        return self.apply(steps.RFactor(self[tensor], axis, factor_axis))
+
+    def _rfactor(self, step: steps.RFactor) -> Tensor:
+        st = step.stage
         if st.is_placeholder or st.is_update or not isinstance(st.op, ComputeOp):
-            raise ScheduleError(f"rfactor: {tensor.name} is not computed by pt.compute")
+            raise ScheduleError(f"rfactor: {st.name} is not computed by pt.compute")
         if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
             raise ScheduleError(
                 f"rfactor on stage '{st.name}': call it before annotating or attaching the stage"
             )
-        if not isinstance(factor_axis, int) or isinstance(factor_axis, bool):
-            raise TypeError(f"rfactor: factor_axis must be an int, got {factor_axis!r}")
-        rf, new = rfactor_ops(st.op, st.relations, axis, factor_axis)
+        fa = step.factor_axis
+        if not isinstance(fa, int) or isinstance(fa, bool):
+            raise TypeError(f"rfactor: factor_axis must be an int, got {fa!r}")
+        rf, new = rfactor_ops(st.op, st.relations, step.loop, fa)
         st.op = new
         st.relations = []
         st._reset_leaves()
         self.stage_map[new] = st
         self._insert_before(Stage(self, rf), [st])
-        self.steps.append(
-            {"prim": "rfactor", "tensor": tensor.name, "loop": axis.name,
-             "factor_axis": factor_axis}
-        )  # fmt: skip
         return rf.output(0)
+
+
+JSON_VERSION = 1
+
+# step type -> its rule: the stage's (or the schedule's) method that applies it
+_RULES = {
+    steps.Split: lambda sch, x: x.stage._split(x),
+    steps.Reorder: lambda sch, x: x.stage._reorder(x),
+    steps.Fuse: lambda sch, x: x.stage._fuse(x),
+    steps.Skew: lambda sch, x: x.stage._skew(x),
+    steps.Parallel: lambda sch, x: x.stage._annotate(x),
+    steps.Vectorize: lambda sch, x: x.stage._annotate(x),
+    steps.Unroll: lambda sch, x: x.stage._annotate(x),
+    steps.Prefetch: lambda sch, x: x.stage._prefetch(x),
+    steps.Tensorize: lambda sch, x: x.stage._tensorize(x),
+    steps.ComputeAt: lambda sch, x: x.stage._compute_at(x),
+    steps.ComputeInline: lambda sch, x: x.stage._compute_inline(x),
+    steps.CacheRead: lambda sch, x: sch._cache_read(x),
+    steps.CacheWrite: lambda sch, x: sch._cache_write(x),
+    steps.RFactor: lambda sch, x: sch._rfactor(x),
+}
 
 
 def accumulator_dtype(dtype: str) -> str:

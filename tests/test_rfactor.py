@@ -175,3 +175,18 @@ def test_pragma_unroll_explicit_and_unknown_pragmas():
     np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
     with pytest.raises(pt.ScheduleError, match="pragma on stage 'C': unknown pragma 'debug_skip"):
         s[C].pragma(ko, "debug_skip_region")
+
+
+def test_rfactor_replays_from_json():
+    A, C, k = row_sum()
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    CF = s.rfactor(C, ki, factor_axis=1)
+    s[CF].vectorize(s[CF].op.axis[1])
+    doc = s.to_json()
+    assert doc["steps"][1] == {"stage": "C", "prim": "rfactor", "loop": "k.inner",
+                               "factor_axis": 1}  # fmt: skip
+    s2 = pt.Schedule.from_json(doc, [A, C])
+    a = RNG.random((5, 13), "float32")
+    np.testing.assert_allclose(pt.build(s2, [A, C])(a), a.sum(1), rtol=1e-5)
+    assert pt.lower(s2, [A, C]).__str__() == pt.lower(s, [A, C]).__str__()

@@ -1,0 +1,363 @@
+"""Bound inference: a schedule's per-stage loop nests, before any statement exists.
+
+For each stage, in the order the attach tree needs:
+
+1. its domain: the whole tensor at the root, or, under ``compute_at``, the
+   region its consumers read during one iteration of the attach loop
+   (indices relaxed over the inner loops by interval arithmetic, or exactly
+   by isl where that is tighter, clamped to the tensor; ``regions``);
+2. its loops: leaf extents from the split/fuse relations, root indices as
+   expressions of the leaves, and a guard for each split that may overrun;
+   where a loop's bounds name other loops, bounds from the isl domain
+   (``domain``).
+
+``Bounds(sch).nest(stage)`` is the ``StageNest`` of a stage (computed once,
+on demand, so a check of one stage does not need the whole schedule to be
+finished). Legality, ``explain`` and lowering all read the nests from here;
+nothing in this module builds statements or changes the schedule.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import domain, regions
+from .bounds_check import NO_REPORT, BoundsReport
+from .errors import ScheduleError
+from .expr import (
+    Binary,
+    Cmp,
+    Const,
+    Expr,
+    Reduce,
+    TensorRead,
+    map_children,
+    substitute,
+    tensor_reads,
+    vars_of,
+)
+from .relations import Fuse, Skew, Split
+from .simplify import INF, Ranges, bounds, simplify, upper_bound
+from .stage import Stage
+from .tensor import IterVar, Tensor
+
+if TYPE_CHECKING:  # a type only: the schedule module imports this one
+    from .schedule import Schedule
+
+
+def _ceildiv(a: Expr, b: Expr) -> Expr:
+    return Binary(
+        "floordiv",
+        Binary("add", a, Binary("sub", b, Const(1, "int64"), "int64"), "int64"),
+        b,
+        "int64",
+    )
+
+
+def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
+    return Const(0, iv.var.dtype) if isinstance(ext, Const) and ext.value == 1 else iv.var
+
+
+class StageNest:
+    """What lowering learns about one stage: its region, loops and buffer."""
+
+    def __init__(self, stage: Stage):
+        self.stage = stage
+        self.region = None  # [(min, extent)] per output dimension
+        self.prefix = []  # enclosing leaves [(IterVar, extent)] of the attach point
+        self.leaf_ext = {}  # IterVar -> loop extent (may name outer leaves)
+        self.box_ext = {}  # IterVar -> extent of the leaf's box (sizes and enclosing loops)
+        self.root_min = {}  # root IterVar -> the value its leaf coordinates start from
+        self.root_value = {}  # root IterVar -> Expr of leaves
+        self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
+        self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
+        self.init_value = None  # root_value and guards of a reduction's init nest, which
+        self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
+        self.init_guards = {}
+        self.guards = {}  # leaf position -> [(cond, is_reduce)]
+        self.buffer = None
+        self.more_buffers = {}  # value index -> Buffer: the other outputs of a multi-output op
+        self.offsets = None  # per dimension, subtracted from indices (local buffers)
+        self.local = False
+
+    def buffers(self) -> list:
+        """The buffers of all of the stage's outputs."""
+        return [self.buffer, *self.more_buffers.values()]
+
+    @property
+    def context(self):
+        """Enclosing and own leaves with their box extents (a superset of each range)."""
+        return self.prefix + [(iv, self.box_ext[iv]) for iv in self.stage.leaf_iter_vars]
+
+
+class Bounds:
+    """The loop nests of a schedule's stages (``nest``), and what they are built from: the
+    stages' bodies with inlined producers expanded, their reads, their consumers.
+
+    ``args``: the argument tensors, already checked (their stages keep full-size buffers).
+    """
+
+    def __init__(self, sch: Schedule, checks: BoundsReport = NO_REPORT, args=()):
+        self.sch = sch
+        self.checks = checks  # accesses isl could not prove get run-time checked indices
+        self.ranges = Ranges()
+        self.nests: dict[Stage, StageNest] = {}
+        self.bodies: dict[Stage, Expr] = {}
+        self.more_bodies: dict[Stage, tuple] = {}  # a multi-output stage's other bodies
+        self.lhs: dict[Stage, tuple] = {}  # update stages: the indices they write
+        self.in_progress: set = set()
+        for st in sch.stages:  # sizes are never negative
+            for d in st.op.shape:
+                for v in vars_of(d):
+                    self.ranges[v] = (0, INF)
+        self.args = list(args)
+        self._inline_bodies()
+        self.consumers = self._consumers()
+
+    # ------------------------------------------------------------ set-up
+
+    def stage_of(self, t: Tensor) -> Stage:
+        return self.sch.stage_map[t.op]
+
+    def _inline_bodies(self):
+        def expand(e):
+            e = map_children(self.checks.guarded(e), expand)
+            if isinstance(e, TensorRead):
+                st = self.stage_of(e.tensor)
+                if st.inline:
+                    body = self.bodies[st]
+                    return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, e.indices)})
+            return e
+
+        for st in self.sch.stages:
+            if st.is_placeholder:
+                continue
+            if not st.is_update and len(st.origin_op.updates) != st.n_updates:
+                raise ScheduleError(
+                    f"{st.name} was given update definitions after create_schedule; create the "
+                    "schedule once all updates are defined"
+                )
+            body, *more = (map_children(b, expand) if isinstance(b, Reduce) else expand(b)
+                           for b in st.op.bodies)  # fmt: skip
+            self.bodies[st] = body
+            self.more_bodies[st] = tuple(more)
+            if st.is_update:
+                self.lhs[st] = tuple(expand(i) for i in self.checks.guarded_lhs(st.op))
+
+    def reads(self, st: Stage) -> list:
+        """Every tensor read of a stage, the data-dependent indices of an update included."""
+        exprs = [self.bodies[st], *self.more_bodies[st], *self.lhs.get(st, ())]
+        return [r for e in exprs for r in tensor_reads(e)]
+
+    def _consumers(self) -> dict:
+        cons = {st: [] for st in self.sch.stages}
+        for st in self.sch.stages:
+            if st.is_placeholder or st.inline:
+                continue
+            for e in self.reads(st):
+                p = self.stage_of(e.tensor)
+                if st not in cons[p]:
+                    cons[p].append(st)
+        return cons
+
+    # ------------------------------------------------------------ domains and loops
+
+    def nest(self, st: Stage) -> StageNest:
+        n = self.nests.get(st)
+        if n is not None:
+            return n
+        if st in self.in_progress:
+            raise ScheduleError(
+                f"compute_at: stage '{st.name}' is attached inside its own consumer chain (a cycle)"
+            )
+        self.in_progress.add(st)
+        n = StageNest(st)
+        self._domain(n)
+        self._loops(n)
+        self.in_progress.discard(st)
+        self.nests[st] = n
+        return n
+
+    def _domain(self, n: StageNest):
+        st = n.stage
+        shape = st.op.shape
+        if st.attach is None:
+            n.region = [(Const(0, "int64"), s) for s in shape]
+            return
+        q, L = st.attach
+        if q.inline:
+            raise ScheduleError(f"compute_at on stage '{st.name}': target '{q.name}' is inlined")
+        qn = self.nest(q)
+        if L not in q.leaf_iter_vars:
+            raise ScheduleError(
+                f"compute_at on stage '{st.name}': loop {L.name} is no longer a "
+                f"loop of '{q.name}' (it was split or fused after compute_at)"
+            )
+        ctx = qn.context
+        pos = [iv for iv, _ in ctx].index(L)
+        n.prefix = ctx[: pos + 1]
+        prefix_ids = [id(iv) for iv, _ in n.prefix]
+        lo = [None] * len(shape)
+        hi = [None] * len(shape)
+        consumers = self.consumers[st]
+        accesses, exact = [], False  # exact: intervals may be too wide, ask isl
+        if not consumers:
+            raise ScheduleError(f"compute_at on stage '{st.name}': nothing reads it")
+        for c in consumers:
+            cn = self.nest(c)
+            cctx = cn.context
+            if [id(iv) for iv, _ in cctx[: len(prefix_ids)]] != prefix_ids:
+                raise ScheduleError(
+                    f"compute_at on stage '{st.name}': its consumer '{c.name}' runs outside "
+                    f"loop {L.name} of '{q.name}', so the values would not be ready"
+                )
+            relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
+            inner = [iv for iv, _ in cctx[len(prefix_ids) :]]
+            exact |= cn.tightened  # a consumer whose loops are not a box
+            for read in self.reads(c):
+                if self.stage_of(read.tensor) is not st:
+                    continue
+                indices = [simplify(self.in_leaves(cn, i), self.ranges) for i in read.indices]
+                accesses.append((cn, inner, indices))
+                for d, idx in enumerate(indices):
+                    exact |= regions.needs_exact(idx, relaxed)
+                    r = regions.relax(idx, relaxed, self.ranges)
+                    if r is None:  # not analysable: the whole dimension
+                        r = (Const(0, "int64"), Binary("sub", shape[d], Const(1, "int64"), "int64"))
+                    lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], "int64")
+                    hi[d] = r[1] if hi[d] is None else Binary("max", hi[d], r[1], "int64")
+        region = []
+        for d, s in enumerate(shape):
+            a = simplify(Binary("max", lo[d], Const(0, "int64"), "int64"), self.ranges)
+            b = simplify(
+                Binary("min", hi[d], Binary("sub", s, Const(1, "int64"), "int64"), "int64"),
+                self.ranges,
+            )
+            region.append(
+                (
+                    a,
+                    simplify(
+                        Binary("add", Binary("sub", b, a, "int64"), Const(1, "int64"), "int64"),
+                        self.ranges,
+                    ),
+                )
+            )
+        if exact:
+            region = self._exact_region(st, region, accesses, n.prefix)
+        n.region = region
+
+    def _exact_region(self, st: Stage, region: list, accesses: list, prefix: list) -> list:
+        """Per dimension, the exact hull (``regions.read_region``) where it is smaller."""
+        better = regions.read_region(st.op.shape, accesses, prefix)
+        if better is None:
+            return region
+        out = []
+        for (lo, ext), (xlo, xext) in zip(region, better):
+            xext = simplify(xext, self.ranges)
+            if upper_bound(xext, self.ranges) < upper_bound(ext, self.ranges):
+                lo, ext = simplify(xlo, self.ranges), xext
+            out.append((lo, ext))
+        return out
+
+    def _loops(self, n: StageNest):
+        st = n.stage
+        ext = {}
+        dom_min = {}
+        if st.is_update:  # an update iterates its whole reduction domain
+            for iv in st.op.axis:
+                ext[iv], dom_min[iv] = iv.extent, iv.dom_min
+        else:
+            for iv, (m, e) in zip(st.op.axis, n.region):
+                ext[iv], dom_min[iv] = e, m
+        for iv in st.op.reduce_axis:
+            ext[iv], dom_min[iv] = iv.extent, iv.dom_min
+        true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
+        dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
+        if dependent:  # a polyhedron: relations work on the box of each such root
+            own = domain.own_min_roots(st, dependent, true_dom)
+            offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
+            for iv, (m, e) in domain.root_boxes(
+                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
+            ).items():
+                dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
+        for rel in st.relations:
+            if isinstance(rel, Split):
+                pe = ext[rel.parent]
+                if rel.factor is not None:
+                    ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
+                else:  # no more parts than it takes to cover the parent (8 in 32 parts: 8)
+                    ext[rel.inner] = _ceildiv(pe, rel.nparts)
+                    ext[rel.outer] = _ceildiv(pe, ext[rel.inner])
+            elif isinstance(rel, Fuse):
+                ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
+            else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
+                ext[rel.skewed] = ext[rel.inner] + (ext[rel.outer] - 1) * rel.factor
+        for iv in list(ext):
+            ext[iv] = simplify(ext[iv], self.ranges)
+        for iv in st.leaf_iter_vars:
+            hi = bounds(ext[iv], self.ranges)[1]
+            self.ranges[iv.var] = (0, hi - 1 if hi != INF else INF)
+            if hi == INF:
+                self.ranges.extents[iv.var] = ext[iv]
+        n.leaf_ext = {iv: ext[iv] for iv in st.leaf_iter_vars}
+        n.box_ext = dict(n.leaf_ext)
+        n.ext = ext
+        # values of every iteration variable in terms of the leaves
+        # a loop of one iteration is 0 (so chains of attached stages do not drag a
+        # variable per level through every region expression)
+        val = {iv: _zero_if_single(iv, ext[iv]) for iv in st.leaf_iter_vars}
+        conds = []
+        for rel in reversed(st.relations):
+            if isinstance(rel, Split):
+                v = simplify(val[rel.outer] * ext[rel.inner] + val[rel.inner], self.ranges)
+                val[rel.parent] = v
+                total = simplify(ext[rel.outer] * ext[rel.inner] - ext[rel.parent], self.ranges)
+                if not (isinstance(total, Const) and total.value == 0):
+                    conds.append((Cmp("lt", v, ext[rel.parent]), rel.parent.kind == "reduce"))
+            elif isinstance(rel, Skew):
+                v = simplify(val[rel.skewed] - val[rel.outer] * rel.factor, self.ranges)
+                val[rel.inner] = v
+                red = rel.inner.kind == "reduce"
+                conds.append((Cmp("ge", v, Const(0, "int64")), red))
+                conds.append((Cmp("lt", v, ext[rel.inner]), red))
+            else:
+                f, inner_ext = val[rel.fused], ext[rel.inner]
+                val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
+                val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
+        n.root_min = dom_min
+        n.root_value = {}  # a minimum may name roots before it: their values, in leaves
+        for iv in st.root_iter_vars:
+            m = substitute(dom_min[iv], {r.var: v for r, v in n.root_value.items()})
+            n.root_value[iv] = simplify(m + val[iv], self.ranges)
+        if dependent:
+            conds += domain.bound_guards(dependent, true_dom, n.root_value)
+            conds = domain.tighten(n, true_dom, conds, self.ranges)
+        n.guards = self._place_guards(st, conds)
+        if n.init_conds is None:
+            n.init_value, n.init_guards = n.root_value, n.guards
+        else:
+            n.init_guards = self._place_guards(st, n.init_conds)
+
+    def _place_guards(self, st: Stage, conds: list) -> dict:
+        """Each condition at the innermost leaf it names: {position: [(cond, is_reduce)]}."""
+        pos = {iv.var: p for p, iv in enumerate(st.leaf_iter_vars)}
+        out: dict = {}
+        for cond, is_red in conds:
+            c = simplify(cond, self.ranges)
+            if isinstance(c, Const) and c.value:
+                continue
+            deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
+            out.setdefault(deepest, []).append((c, is_red))
+        return out
+
+    def in_leaves(self, n: StageNest, e: Expr) -> Expr:
+        """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
+        return substitute(e, {iv.var: v for iv, v in n.root_value.items()})
+
+    def local_shape(self, st: Stage):
+        """The constant shape of an attached stage's region (its own small buffer), or None
+        when the region is not bounded and the stage writes a shared, full-size buffer."""
+        if st.attach is None or st in {self.stage_of(t) for t in self.args}:
+            return None
+        sizes = [upper_bound(e, self.ranges) for _, e in self.nest(st).region]
+        return None if any(x == INF for x in sizes) else sizes

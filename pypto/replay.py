@@ -1,0 +1,110 @@
+"""``Schedule.from_json``: a schedule's steps, stored as data, replayed on a computation.
+
+Each stored step names its objects; they are found in the schedule being
+rebuilt, as it stands when the step is applied (a loop among the stage's
+current loops, a stage or tensor among the schedule's stages), so a replay
+makes the same loops, in the same order, as the calls that made the record::
+
+    {"stage": "C", "prim": "split", "loop": "i", "factor": 8, "nparts": null}
+        ->  sch.apply(Split(sch["C"], <C's current loop named i>, 8, None))
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+
+from .errors import ScheduleError
+from .expr import vars_of
+from .steps import STEPS
+from .tensor import Tensor, collect_ops
+
+
+def _named(items, name: str, what: str, where: str):
+    found = [x for x in items if x.name == name]
+    if len(found) != 1:
+        how = "no" if not found else f"{len(found)}"
+        raise ScheduleError(f"from_json: {how} {what} named {name!r} in {where}")
+    return found[0]
+
+
+class _Resolver:
+    """Turns a stored step's names into the objects of the schedule being rebuilt."""
+
+    def __init__(self, sch, tensors, intrinsics):
+        self.sch = sch
+        self.intrinsics = list(intrinsics)
+        self.sizes = {}
+        for t in tensors:
+            for d in t.shape:
+                for v in vars_of(d):
+                    self.sizes.setdefault(v.name, v)
+
+    def stage(self, name):
+        return _named(self.sch.stages, name, "stage", "the schedule")
+
+    def loop(self, stage, name):
+        return _named(stage.leaf_iter_vars, name, "loop", f"stage '{stage.name}'")
+
+    def tensor(self, name):
+        stages = [st for st in self.sch.stages if not st.is_update]
+        outs = [t for st in stages for t in getattr(st.op, "outputs", (st.op.output(0),))]
+        return _named(outs, name, "tensor", "the schedule")
+
+    def size(self, value):
+        if value is None or isinstance(value, int):
+            return value
+        if value in self.sizes:
+            return self.sizes[value]
+        raise ScheduleError(
+            f"from_json: the size {value!r} is not a variable of the given tensors' shapes"
+        )
+
+    def intrin(self, name):
+        return _named(self.intrinsics, name, "tensor intrinsic", "the intrinsics passed")
+
+    def step(self, d: dict):
+        cls = STEPS.get(d.get("prim"))
+        if cls is None:
+            raise ScheduleError(f"from_json: unknown step {d.get('prim')!r}")
+        stage = self.stage(d["stage"]) if "stage" in d else None
+        parent = self.stage(d["parent"]) if "parent" in d else None
+        rules = {
+            "stage": lambda v: stage,
+            "parent": lambda v: parent,
+            "loop": lambda v: self.loop(parent or stage, v),
+            "loops": lambda v: tuple(self.loop(stage, x) for x in v),
+            "outer": lambda v: self.loop(stage, v),
+            "inner": lambda v: self.loop(stage, v),
+            "tensor": self.tensor,
+            "readers": lambda v: tuple(self.tensor(x) for x in v),
+            "intrin": self.intrin,
+            "factor": self.size,
+            "nparts": self.size,
+        }
+        try:
+            args = {f.name: rules.get(f.name, lambda v: v)(d[f.name]) for f in fields(cls)}
+        except KeyError as e:
+            raise ScheduleError(f"from_json: step {d} lacks the field {e.args[0]!r}") from None
+        return cls(**args)
+
+
+def replay(schedule_cls, doc, tensors, intrinsics=()):
+    """A new ``schedule_cls`` of ``doc["outputs"]`` with every step of ``doc`` applied."""
+    if isinstance(doc, str):
+        doc = json.loads(doc)
+    tensors = list(tensors)
+    if not all(isinstance(t, Tensor) for t in tensors):
+        raise TypeError("from_json needs the tensors of the computation, e.g. [A, B, C]")
+    known = {op.name: op for op in collect_ops([t.op for t in tensors])}
+    missing = [n for n in doc["outputs"] if n not in known]
+    if missing:
+        raise ScheduleError(
+            f"from_json: the output(s) {', '.join(missing)} are not computed from the "
+            f"given tensors ({', '.join(t.name for t in tensors)})"
+        )
+    sch = schedule_cls([known[n] for n in doc["outputs"]])
+    res = _Resolver(sch, tensors, intrinsics)
+    for d in doc["steps"]:
+        sch.apply(res.step(d))
+    return sch

@@ -1,0 +1,161 @@
+"""Schedule steps: one frozen record per primitive call, what ``Schedule.apply`` takes.
+
+A step holds the objects it names (stage, loops, tensors), so applying it in
+memory never goes through names; ``to_json`` writes it as plain data, names
+instead of objects, and ``Schedule.from_json`` replays such data on a fresh
+schedule::
+
+    s[C].split(i, factor=8)   ==  s.apply(Split(s[C], i, factor=8))
+                              ->  {"stage": "C", "prim": "split", "loop": "i",
+                                   "factor": 8, "nparts": None}
+
+``tile`` is not a step of its own: it applies two splits and a reorder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from .expr import Expr
+
+
+def _name(x):
+    """A field's value as JSON: objects (stage, loop, tensor, intrinsic) by name, sizes
+    as numbers or as the text of a symbolic expression."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return [_name(v) for v in x]
+    if isinstance(x, Expr):
+        return str(x)
+    return x.name
+
+
+class Step:
+    """Base of the step records: ``prim`` is the primitive's name."""
+
+    __slots__ = ()
+    prim: ClassVar[str] = ""
+
+    def to_json(self) -> dict:
+        out = {f.name: _name(getattr(self, f.name)) for f in fields(self)}
+        head = {"stage": out.pop("stage")} if "stage" in out else {}
+        return {**head, "prim": self.prim, **out}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Split(Step):
+    prim: ClassVar[str] = "split"
+    stage: Any
+    loop: Any
+    factor: Any = None
+    nparts: Any = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Reorder(Step):
+    prim: ClassVar[str] = "reorder"
+    stage: Any
+    loops: tuple
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Fuse(Step):
+    prim: ClassVar[str] = "fuse"
+    stage: Any
+    loops: tuple
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Skew(Step):
+    prim: ClassVar[str] = "skew"
+    stage: Any
+    outer: Any
+    inner: Any
+    factor: int = 1
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Parallel(Step):
+    prim: ClassVar[str] = "parallel"
+    stage: Any
+    loop: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Vectorize(Step):
+    prim: ClassVar[str] = "vectorize"
+    stage: Any
+    loop: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Unroll(Step):
+    prim: ClassVar[str] = "unroll"
+    stage: Any
+    loop: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Prefetch(Step):
+    prim: ClassVar[str] = "prefetch"
+    stage: Any
+    tensor: Any
+    loop: Any
+    offset: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tensorize(Step):
+    prim: ClassVar[str] = "tensorize"
+    stage: Any
+    loop: Any
+    intrin: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ComputeAt(Step):
+    prim: ClassVar[str] = "compute_at"
+    stage: Any
+    parent: Any
+    loop: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ComputeInline(Step):
+    prim: ClassVar[str] = "compute_inline"
+    stage: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CacheRead(Step):
+    prim: ClassVar[str] = "cache_read"
+    tensor: Any
+    scope: str
+    readers: tuple
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CacheWrite(Step):
+    prim: ClassVar[str] = "cache_write"
+    tensor: Any
+    scope: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RFactor(Step):
+    prim: ClassVar[str] = "rfactor"
+    stage: Any
+    loop: Any
+    factor_axis: int = 0
+
+
+# the step of each primitive name (what ``Schedule.from_json`` reads)
+STEPS = {
+    cls.prim: cls
+    for cls in (
+        Split, Reorder, Fuse, Skew, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
+        ComputeAt, ComputeInline, CacheRead, CacheWrite, RFactor,
+    )
+}  # fmt: skip

@@ -1,0 +1,94 @@
+"""The statement mutator of the loop IR: one rule per statement kind, the rest rebuilt."""
+
+import pytest
+
+from pypto.expr import Const, Var
+from pypto.loop_ir import (
+    STMT_KINDS,
+    Allocate,
+    Buffer,
+    For,
+    IfThenElse,
+    Seq,
+    Stmt,
+    StmtMutator,
+    Store,
+    own_exprs,
+    stmt_children,
+)
+from pypto.passes import simplify_stmt
+from pypto.simplify import Ranges
+
+
+def _nest():
+    i = Var("i")
+    buf = Buffer("B", "float32", (Const(8, "int64"),), "local")
+    store = Store(buf, i, Const(1.0, "float32"))
+    return i, buf, Allocate(buf, Const(8, "int64"), For(i, Const(8, "int64"), "serial", store))
+
+
+class _Double(StmtMutator):
+    def mutate_store(self, s):
+        return Store(s.buffer, s.index, s.value * 2)
+
+
+def test_mutator_rewrites_only_its_rule_and_rebuilds_the_path():
+    i, buf, nest = _nest()
+    out = _Double()(nest)
+    assert isinstance(out, Allocate) and isinstance(out.body, For)
+    assert str(out.body.body.value) == "1.0 * 2.0"
+    assert str(nest.body.body.value) == "1.0"  # the input is untouched
+
+
+def test_mutator_keeps_unchanged_nodes():
+    _, _, nest = _nest()
+    assert StmtMutator()(nest) is nest
+
+
+def test_mutator_drops_empty_bodies_and_negates_an_empty_then():
+    i, buf, nest = _nest()
+
+    class DropStores(StmtMutator):
+        def mutate_store(self, s):
+            return None
+
+    assert DropStores()(nest) is None
+    store = nest.body.body
+    cond = Var("n") > 0
+    out = DropStores()(IfThenElse(cond, store, For(i, Const(2, "int64"), "serial", _nest()[2])))
+    assert out is None
+    keep = IfThenElse(cond, store, store)
+
+    class DropFirst(StmtMutator):
+        def mutate_if_(self, s):
+            return IfThenElse(s.cond, None, s.else_) if s.then is not None else s
+
+    flipped = StmtMutator().mutate_if_(DropFirst().mutate_if_(keep))
+    assert str(flipped.cond) == "!(n > 0)" and flipped.then is store
+
+
+def test_every_statement_kind_has_exprs_children_and_rules():
+    for kind, (name, _, _) in STMT_KINDS.items():
+        assert hasattr(StmtMutator, "mutate_" + name), kind
+
+
+def test_unknown_statement_is_refused():
+    class Odd(Stmt):
+        __slots__ = ()
+
+    with pytest.raises(TypeError, match="unknown statement Odd"):
+        StmtMutator()(Odd())
+    with pytest.raises(TypeError, match="unknown statement Odd"):
+        stmt_children(Odd())
+    with pytest.raises(TypeError, match="unknown statement Odd"):
+        own_exprs(Odd())
+
+
+def test_simplify_drops_a_zero_trip_loop_and_unwraps_one_trip():
+    i, buf, nest = _nest()
+    zero = For(i, Const(0, "int64"), "serial", nest.body.body)
+    one = For(i, Const(1, "int64"), "serial", nest.body.body)
+    out = simplify_stmt(Seq((zero,)), Ranges())
+    assert isinstance(out, Seq) and out.stmts == ()
+    out = simplify_stmt(one, Ranges())
+    assert isinstance(out, Store) and str(out.index) == "0"

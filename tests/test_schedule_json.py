@@ -1,0 +1,105 @@
+"""Schedules are data: every step is a record, ``s.to_json()`` stores them and
+``pt.Schedule.from_json(doc, tensors)`` replays them to the same C -- for every golden
+kernel and every built-in template's default config, on every named target."""
+
+import json
+
+import pytest
+import snapshot_c
+
+import pypto as pt
+from pypto import steps
+
+
+def _intrinsics(s):
+    return [st.tensorized[1] for st in s.stages if st.tensorized is not None]
+
+
+def test_every_snapshot_kernel_round_trips_to_the_same_c():
+    differ = []
+    for key, make in snapshot_c.kernels():
+        s, args, name, target = make()
+        doc = json.loads(json.dumps(s.to_json()))  # through text: plain data only
+        again = pt.Schedule.from_json(doc, args, intrinsics=_intrinsics(s))
+        assert again.to_json() == doc, key
+        c1 = pt.build(s, args, target=target, name=name, emit_only=True)
+        c2 = pt.build(again, args, target=target, name=name, emit_only=True)
+        if c1 != c2:
+            differ.append(key)
+    assert not differ, f"replayed schedules give other C: {differ}"
+
+
+def _matmul():
+    A = pt.placeholder((64, 32), "float32", name="A")
+    B = pt.placeholder((32, 48), "float32", name="B")
+    k = pt.reduce_axis((0, 32), name="k")
+    C = pt.compute((64, 48), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return A, B, C
+
+
+def test_a_primitive_is_a_step_applied():
+    A, B, C = _matmul()
+    s = pt.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s.apply(steps.Split(s[C], i, factor=8))
+    s[C].parallel(io)
+    assert [type(x) for x in s.records] == [steps.Split, steps.Parallel]
+    assert s.steps == [
+        {"stage": "C", "prim": "split", "loop": "i", "factor": 8, "nparts": None},
+        {"stage": "C", "prim": "parallel", "loop": "i.outer"},
+    ]
+    assert s.to_json()["outputs"] == ["C"]
+    with pytest.raises(AttributeError):
+        s.records[0].factor = 4  # records are frozen
+
+
+def test_refused_step_is_not_recorded_and_changes_nothing():
+    X = pt.placeholder((16,), "float32", name="X")
+    Y = pt.compute((16,), lambda i: X[i], name="Y")
+    r = pt.reduce_axis((1, 16), name="r")
+    Y[r] = Y[r - 1] + X[r]
+    s = pt.create_schedule(Y.op)
+    u = s[Y].update(0)
+    with pytest.raises(pt.ScheduleError, match="parallel"):
+        s.apply(steps.Parallel(u, r))
+    assert s.records == [] and u.attrs == {}
+
+
+def test_apply_refuses_what_is_not_a_step_of_this_schedule():
+    A, B, C = _matmul()
+    s, other = pt.create_schedule(C.op), pt.create_schedule(C.op)
+    with pytest.raises(TypeError, match="not a schedule step"):
+        s.apply({"prim": "split"})
+    with pytest.raises(pt.ScheduleError, match="is not a stage of this schedule"):
+        s.apply(steps.Split(other[C], C.op.axis[0], factor=4))
+
+
+def test_from_json_names_what_it_cannot_find():
+    A, B, C = _matmul()
+    doc = {"version": 1, "outputs": ["C"], "steps": []}
+    with pytest.raises(pt.ScheduleError, match="output.*D are not computed"):
+        pt.Schedule.from_json({**doc, "outputs": ["D"]}, [A, B, C])
+    bad = {"stage": "C", "prim": "split", "loop": "q", "factor": 4, "nparts": None}
+    with pytest.raises(pt.ScheduleError, match="no loop named 'q' in stage 'C'"):
+        pt.Schedule.from_json({**doc, "steps": [bad]}, [A, B, C])
+    with pytest.raises(pt.ScheduleError, match="unknown step 'twist'"):
+        pt.Schedule.from_json({**doc, "steps": [{"stage": "C", "prim": "twist"}]}, [A, B, C])
+    with pytest.raises(pt.ScheduleError, match="no tensor intrinsic named 'dot4'"):
+        step = {"stage": "C", "prim": "tensorize", "loop": "j", "intrin": "dot4"}
+        pt.Schedule.from_json({**doc, "steps": [step]}, [A, B, C])
+
+
+def test_from_json_binds_a_symbolic_factor_to_the_tensors_size():
+    n = pt.var("n")
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n,), lambda i: X[i] * 2, name="Y")
+    f = pt.var("f")
+    F = pt.placeholder((f,), "float32", name="F")
+    s = pt.create_schedule(Y.op)
+    s[Y].split(Y.op.axis[0], factor=f)
+    doc = s.to_json()
+    assert doc["steps"][0]["factor"] == "f"
+    again = pt.Schedule.from_json(doc, [X, Y, F])
+    assert again.records[0].factor is f
+    with pytest.raises(pt.ScheduleError, match="size 'f' is not a variable"):
+        pt.Schedule.from_json(doc, [X, Y])
