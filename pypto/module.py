@@ -409,18 +409,16 @@ class EmulatedModule(Module):
 
     def __init__(self, func: LoweredFunc, source: str, cname: str, prog: str, target: Target):
         self._describe(func, source, cname, prog, target)
-        if self.signature.scalars:
-            raise NotImplementedError(
-                f"{self.name}: scalar arguments ({self.signature.scalars[0].name}) are not "
-                "passed to a kernel run under emulation yet"
-            )
 
     def __repr__(self):
         return f"EmulatedModule({self.name}, target={self.target.name}, under qemu)"
 
     def _invoke(self, cargs: list, arrays: list) -> int:
-        sizes = cargs[len(arrays) :]
-        return emulate.run_program(self.lib_path, self.target, arrays, sizes, self._written)
+        sizes = cargs[len(arrays) : len(arrays) + len(self.signature.size_vars)]
+        scalars = cargs[len(arrays) + len(sizes) :]
+        return emulate.run_program(
+            self.lib_path, self.target, arrays, sizes, self._written, scalars
+        )
 
     def time_evaluator(self, *a, **kw):
         raise RuntimeError(

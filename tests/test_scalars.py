@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import pypto as pt
+from pypto import emulate
 
 RNG = np.random.default_rng(14)
 
@@ -154,3 +155,30 @@ def test_unsigned_wide_dtypes(dt):
     assert (m, low) == (top, 0)
     with pytest.raises(TypeError, match=f"argument A: dtype int64, expected {dt}"):
         mod(a.astype("int64"), b)
+
+
+def test_validate_and_profile_take_scalar_arguments():
+    alpha = pt.var("alpha", "float64")
+    B = pt.placeholder((5,), "float64", name="B")
+    C = pt.compute((5,), lambda i: alpha * B[i], name="C")
+    mod = pt.build(pt.create_schedule(C.op), [B, alpha, C])
+    b = np.arange(5.0)
+    assert pt.validate(mod, lambda x, al: al * x, [b, 2.0]).ok
+    assert not pt.validate(mod, lambda x, al: al * x + 1, [b, 2.0]).ok
+    with pytest.raises(TypeError, match=r"takes 2 input\(s\) \(B, alpha\), got 1"):
+        pt.validate(mod, lambda x: x, [b])
+    assert [e.stage for e in mod.profile(b, 2.0, repeat=2).entries] == ["C"]
+
+
+def test_scalar_arguments_under_emulation():
+    t = pt.Target("aarch64-neon")
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    alpha, beta = pt.var("alpha", "float64"), pt.var("beta", "float32")
+    n = pt.var("n")
+    B = pt.placeholder((n,), "float32", name="B")
+    C = pt.compute((n,), lambda i: pt.cast("float32", alpha) * B[i] + beta, name="C")
+    mod = pt.build(pt.create_schedule(C.op), [alpha, B, beta, C], target=t)
+    b = np.arange(7, dtype="float32")
+    np.testing.assert_allclose(mod(0.5, b, -1.0), 0.5 * b - 1.0)
