@@ -22,7 +22,6 @@ import numpy as np
 
 import cost_models as cm
 from pypto.errors import PyptoError
-from pypto.lowering import Lowering
 
 from .records import load_records, one_per_config
 from .space import SpaceError
@@ -46,8 +45,7 @@ def training_data(records, target_key: str | None):
         rows = 0
         for r in one_per_config(recs):
             try:
-                s, args = task.instantiate(task.config_space.config(r.config))
-                X.append(cm.featurize(Lowering(s, args, "c").run(), task.target))
+                X.append(task.featurize(r.config))
             except (SpaceError, PyptoError, ValueError, TypeError):
                 continue
             y.append(r.gflops if r.ok else 0.0)

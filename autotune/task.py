@@ -22,7 +22,11 @@ import json
 import math
 import warnings
 
+import numpy as np
+
+from cost_models import featurize
 from pypto.expr import Binary, Call, Cast, Const, Reduce, Select, walk
+from pypto.lowering import lower
 from pypto.simplify import simplify
 from pypto.target import as_target
 from pypto.tensor import ComputeOp, collect_ops
@@ -48,10 +52,20 @@ class Template:
     def __repr__(self):
         return f"Template({self.name!r})"
 
+    def named_args(self, args) -> dict:
+        """The template's arguments by parameter name, defaults filled in:
+        ``{"rows": 64, "cols": 128, "eps": 1e-6}`` for ``rmsnorm(cfg, rows, cols, eps=1e-6)``."""
+        bound = inspect.signature(self.func).bind(None, *args)
+        bound.apply_defaults()
+        return dict(list(bound.arguments.items())[1:])  # without cfg
+
     def reference_output(self, inputs, args) -> list:
         """The numpy reference for these input arrays, as a list of outputs. A reference
-        that declares an ``args`` keyword also gets the template arguments."""
-        kw = {"args": tuple(args)} if "args" in inspect.signature(self.reference).parameters else {}
+        also gets, by name, the template arguments it declares as keyword-only
+        parameters: ``def ref(x, w, *, eps)`` for ``rmsnorm(cfg, rows, cols, eps=1e-6)``."""
+        params = inspect.signature(self.reference).parameters
+        wanted = {k for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        kw = {k: v for k, v in self.named_args(args).items() if k in wanted}
         out = self.reference(*inputs, **kw)
         return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -192,6 +206,19 @@ class Task:
 
     def instantiate(self, cfg):
         return self.template.instantiate(cfg, *self.args)
+
+    def lower(self, cfg, name: str = "candidate"):
+        """The loop IR of a config (a Config or a dict of knob values), checked as
+        ``pt.lower`` checks every schedule: legality, bounds, bound sizes."""
+        if not isinstance(cfg, Config):
+            cfg = self.config_space.config(cfg)
+        s, args = self.instantiate(cfg)
+        return lower(s, args, name=name)
+
+    def featurize(self, cfg) -> np.ndarray:
+        """The cost model's features of a config's lowered kernel, for this task's target.
+        Raises what lowering raises (``PyptoError``, ...) for a config that does not lower."""
+        return featurize(self.lower(cfg), self.target)
 
     def __repr__(self):
         return f"Task({self.name}, {self.args}, target={self.target.name})"

@@ -18,9 +18,8 @@ import warnings
 
 import numpy as np
 
-from cost_models import XGBoostCostModel, featurize, pretrained
+from cost_models import XGBoostCostModel, pretrained
 from pypto.errors import PyptoError
-from pypto.lowering import Lowering
 from pypto.target import Target
 
 from .records import one_per_config
@@ -68,9 +67,7 @@ class XGBTuner(Tuner):
         i = cfg.index
         if i not in self.features:
             try:
-                s, args = self.task.instantiate(cfg)
-                func = Lowering(s, args, "candidate").run()
-                self.features[i] = featurize(func, self.task.target)
+                self.features[i] = self.task.featurize(cfg)
             except (PyptoError, SpaceError, ValueError, TypeError):
                 self.features[i] = None
         return self.features[i]
@@ -118,9 +115,7 @@ class XGBTuner(Tuner):
             X, y = [], []
             for r in one_per_config(recs):
                 try:
-                    cfg = other.config_space.config(r.config)
-                    s, args = other.instantiate(cfg)
-                    X.append(featurize(Lowering(s, args, "candidate").run(), target))
+                    X.append(other.featurize(r.config))
                     y.append(r.gflops if r.ok else 0.0)
                 except (PyptoError, SpaceError, ValueError, TypeError):
                     continue

@@ -23,14 +23,14 @@ import numpy as np
 
 from pypto import dtypes
 from pypto.expr import Binary, Call, Load, Select, Var, walk
-from pypto.loop_ir import Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
+from pypto.loop_ir import LOOP_KINDS, Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
 from pypto.simplify import INF, Lin, Ranges, bounds, simplify
 from pypto.target import CACHE_LINE
 
 SCHEMA = "pypto-features-v3"
 LEVELS = 6
 ACCESSES = 4
-KINDS = ("serial", "parallel", "vectorized", "unrolled")
+KINDS = LOOP_KINDS  # the loop IR's kinds, in the schema's order
 LINE = CACHE_LINE
 
 _LEVEL_NAMES = ["log_extent", *[f"kind_{k}" for k in KINDS]] + [

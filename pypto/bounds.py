@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 from . import domain, regions
 from .bounds_check import NO_REPORT, BoundsReport
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
-    Cmp,
     Const,
     Expr,
     Reduce,
@@ -36,22 +36,12 @@ from .expr import (
     tensor_reads,
     vars_of,
 )
-from .relations import Fuse, Skew, Split
 from .simplify import INF, Ranges, bounds, simplify, upper_bound
 from .stage import Stage
 from .tensor import IterVar, Tensor
 
 if TYPE_CHECKING:  # a type only: the schedule module imports this one
     from .schedule import Schedule
-
-
-def _ceildiv(a: Expr, b: Expr) -> Expr:
-    return Binary(
-        "floordiv",
-        Binary("add", a, Binary("sub", b, Const(1, "int64"), "int64"), "int64"),
-        b,
-        "int64",
-    )
 
 
 def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
@@ -182,7 +172,7 @@ class Bounds:
         st = n.stage
         shape = st.op.shape
         if st.attach is None:
-            n.region = [(Const(0, "int64"), s) for s in shape]
+            n.region = [(Const(0, INDEX), s) for s in shape]
             return
         q, L = st.attach
         if q.inline:
@@ -223,21 +213,21 @@ class Bounds:
                     exact |= regions.needs_exact(idx, relaxed)
                     r = regions.relax(idx, relaxed, self.ranges)
                     if r is None:  # not analysable: the whole dimension
-                        r = (Const(0, "int64"), Binary("sub", shape[d], Const(1, "int64"), "int64"))
-                    lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], "int64")
-                    hi[d] = r[1] if hi[d] is None else Binary("max", hi[d], r[1], "int64")
+                        r = (Const(0, INDEX), Binary("sub", shape[d], Const(1, INDEX), INDEX))
+                    lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], INDEX)
+                    hi[d] = r[1] if hi[d] is None else Binary("max", hi[d], r[1], INDEX)
         region = []
         for d, s in enumerate(shape):
-            a = simplify(Binary("max", lo[d], Const(0, "int64"), "int64"), self.ranges)
+            a = simplify(Binary("max", lo[d], Const(0, INDEX), INDEX), self.ranges)
             b = simplify(
-                Binary("min", hi[d], Binary("sub", s, Const(1, "int64"), "int64"), "int64"),
+                Binary("min", hi[d], Binary("sub", s, Const(1, INDEX), INDEX), INDEX),
                 self.ranges,
             )
             region.append(
                 (
                     a,
                     simplify(
-                        Binary("add", Binary("sub", b, a, "int64"), Const(1, "int64"), "int64"),
+                        Binary("add", Binary("sub", b, a, INDEX), Const(1, INDEX), INDEX),
                         self.ranges,
                     ),
                 )
@@ -275,23 +265,13 @@ class Bounds:
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
         if dependent:  # a polyhedron: relations work on the box of each such root
             own = domain.own_min_roots(st, dependent, true_dom)
-            offsets = {iv: (Const(0, "int64"), true_dom[iv][1]) for iv in own}
+            offsets = {iv: (Const(0, INDEX), true_dom[iv][1]) for iv in own}
             for iv, (m, e) in domain.root_boxes(
                 st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
             ).items():
                 dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                pe = ext[rel.parent]
-                if rel.factor is not None:
-                    ext[rel.outer], ext[rel.inner] = _ceildiv(pe, rel.factor), rel.factor
-                else:  # no more parts than it takes to cover the parent (8 in 32 parts: 8)
-                    ext[rel.inner] = _ceildiv(pe, rel.nparts)
-                    ext[rel.outer] = _ceildiv(pe, ext[rel.inner])
-            elif isinstance(rel, Fuse):
-                ext[rel.fused] = Binary("mul", ext[rel.outer], ext[rel.inner], "int64")
-            else:  # Skew: inner + f*outer spans [0, ext(inner) + f*(ext(outer) - 1))
-                ext[rel.skewed] = ext[rel.inner] + (ext[rel.outer] - 1) * rel.factor
+        for rel in st.relations:  # extents flow down (relations.py)
+            ext.update(rel.extents(ext))
         for iv in list(ext):
             ext[iv] = simplify(ext[iv], self.ranges)
         for iv in st.leaf_iter_vars:
@@ -307,23 +287,14 @@ class Bounds:
         # variable per level through every region expression)
         val = {iv: _zero_if_single(iv, ext[iv]) for iv in st.leaf_iter_vars}
         conds = []
-        for rel in reversed(st.relations):
-            if isinstance(rel, Split):
-                v = simplify(val[rel.outer] * ext[rel.inner] + val[rel.inner], self.ranges)
-                val[rel.parent] = v
-                total = simplify(ext[rel.outer] * ext[rel.inner] - ext[rel.parent], self.ranges)
-                if not (isinstance(total, Const) and total.value == 0):
-                    conds.append((Cmp("lt", v, ext[rel.parent]), rel.parent.kind == "reduce"))
-            elif isinstance(rel, Skew):
-                v = simplify(val[rel.skewed] - val[rel.outer] * rel.factor, self.ranges)
-                val[rel.inner] = v
-                red = rel.inner.kind == "reduce"
-                conds.append((Cmp("ge", v, Const(0, "int64")), red))
-                conds.append((Cmp("lt", v, ext[rel.inner]), red))
-            else:
-                f, inner_ext = val[rel.fused], ext[rel.inner]
-                val[rel.outer] = simplify(Binary("floordiv", f, inner_ext, "int64"), self.ranges)
-                val[rel.inner] = simplify(Binary("mod", f, inner_ext, "int64"), self.ranges)
+
+        def simp(e):
+            return simplify(e, self.ranges)
+
+        for rel in reversed(st.relations):  # values flow up, guards where parts overrun
+            up, guards = rel.values(val, ext, simp)
+            val.update(up)
+            conds += guards
         n.root_min = dom_min
         n.root_value = {}  # a minimum may name roots before it: their values, in leaves
         for iv in st.root_iter_vars:

@@ -314,7 +314,8 @@ class CodeGen:
             self.emit(depth, f"__builtin_prefetch((const void*)({base}), {rw}, 3);")
             return
         self.emit(depth, f"for (int64_t pt_line = 0; pt_line < {s.lines}; ++pt_line) {{")
-        self.emit(depth + 1, f"__builtin_prefetch((const void*)({base} + 64 * pt_line), {rw}, 3);")
+        line = f"{base} + {CACHE_LINE} * pt_line"
+        self.emit(depth + 1, f"__builtin_prefetch((const void*)({line}), {rw}, 3);")
         self.emit(depth, "}")
 
     def intrin_call(self, s: IntrinCall, depth):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .bounds import Bounds
 from .errors import ScheduleError
-from .legality import _carried_root_level, describe
+from .legality import carried_root_level, describe
 from .poly import GroupModel
 from .stage import Stage
 
@@ -88,7 +88,7 @@ def explain(sch: Schedule) -> str:
         lines.append("  loops:")
         width = max((len(iv.name) for iv in st.leaf_iter_vars), default=0)
         for iv in st.leaf_iter_vars:
-            found = m.carried(st, iv) if m.affine else _carried_root_level(m, st, iv)
+            found = m.carried(st, iv) if m.affine else carried_root_level(m, st, iv)
             ok = "yes" if found is None else f"no (carries {found[0].kind})"
             kind = st.attrs.get(iv, "serial")
             lines.append(

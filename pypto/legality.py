@@ -218,7 +218,7 @@ def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:
 
 def check_carried(m: GroupModel, stage: Stage, loop, call: str) -> None:
     if not m.affine:
-        found = _carried_root_level(m, stage, loop)
+        found = carried_root_level(m, stage, loop)
     else:
         found = m.carried(stage, loop)
     if found is None:
@@ -254,7 +254,7 @@ def describe(d: Dependence) -> str:
     return f"{d.dst.lhs_text} and {d.src.lhs_text} write the same element"
 
 
-def _carried_root_level(m: GroupModel, stage: Stage, leaf):
+def carried_root_level(m: GroupModel, stage: Stage, leaf):
     """Without an affine schedule: a loop carries every dependence whose distance may be
     non-zero along one of the root variables it is computed from (conservative)."""
     roots = root_sources(stage.relations, leaf)

@@ -74,7 +74,7 @@ class IfThenElse(Stmt):
 class Prefetch(Stmt):
     buffer: Buffer
     index: Expr  # the first element; may lie past the buffer's end (a hint never faults)
-    lines: int  # 64-byte cache lines from there on
+    lines: int  # cache lines (target.CACHE_LINE bytes) from there on
     write: bool = False  # prefetched to be written
 
 

@@ -18,6 +18,7 @@ from . import passes
 from .accumulate import accumulated_reduction, needs_accumulator, reduction_start
 from .bounds import Bounds, StageNest
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -48,8 +49,8 @@ from .tensorize import bind
 def _flat(indices, shape) -> Expr:
     out = None
     for i, s in zip(indices, shape):
-        out = i if out is None else Binary("add", Binary("mul", out, s, "int64"), i, "int64")
-    return out if out is not None else Const(0, "int64")
+        out = i if out is None else Binary("add", Binary("mul", out, s, INDEX), i, INDEX)
+    return out if out is not None else Const(0, INDEX)
 
 
 class Lowering(Bounds):
@@ -122,7 +123,7 @@ class Lowering(Bounds):
                 continue
             sizes = self.local_shape(st)
             if sizes is not None:
-                shape = tuple(Const(max(int(s), 1), "int64") for s in sizes)
+                shape = tuple(Const(max(int(s), 1), INDEX) for s in sizes)
                 n.local = True
                 n.offsets = [m for m, _ in n.region]
             else:
@@ -143,7 +144,7 @@ class Lowering(Bounds):
             return b, _flat(_checked(indices, b.shape), b.shape)
         n = self.nests[st]
         if n.offsets is not None:
-            indices = [Binary("sub", i, o, "int64") for i, o in zip(indices, n.offsets)]
+            indices = [Binary("sub", i, o, INDEX) for i, o in zip(indices, n.offsets)]
         buf = n.more_buffers[value_index] if value_index else n.buffer
         return buf, _flat(_checked(indices, buf.shape), buf.shape)
 
@@ -288,15 +289,15 @@ def _checked(indices, shape) -> list:
     out = []
     for i, d in zip(indices, shape):
         if any(isinstance(x, (TensorRead, Load)) for x in walk(i)):
-            i = Call("checked_index", (Cast(i, "int64") if i.dtype != "int64" else i, d), "int64")
+            i = Call("checked_index", (Cast(i, INDEX) if i.dtype != INDEX else i, d), INDEX)
         out.append(i)
     return out
 
 
 def _allocate(buf: Buffer, body):
-    size = Const(1, "int64")
+    size = Const(1, INDEX)
     for d in buf.shape:
-        size = Binary("mul", size, d, "int64")
+        size = Binary("mul", size, d, INDEX)
     return Allocate(buf, simplify(size), body)
 
 

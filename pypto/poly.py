@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from .expr import Const, Expr, Var, walk
+from .expr import Expr, Var, walk
 from .isl_expr import IslPrinter, NonAffine, guarded_reads, isl_condition
 from .loop_ir import Namer
-from .relations import Fuse, Skew, Split
 from .stage import Stage
 
 
@@ -257,45 +256,11 @@ class GroupModel:
         aliases: dict = {}  # leaf -> the leaf whose time dims it shares
         for d, iv in enumerate(s.roots):  # leaf coordinates start at the box's minimum
             coords[iv] = [f"(i{d} - {pr(n.root_min[iv])})"]
-        for rel in st.relations:
-            if isinstance(rel, Split):
-                if rel.parent not in coords:
-                    continue  # a reduce axis split, seen from the init statement
-                f = ext[rel.inner]
-                if len(coords[rel.parent]) != 1:
-                    raise NonAffine(f"split of {rel.parent.name}")
-                p = coords[rel.parent][0]
-                if not isinstance(f, Const):
-                    # a symbolic factor is not affine, but while outer and inner stay
-                    # adjacent loops they order exactly like the parent: one dim for both
-                    lv = st.leaf_iter_vars
-                    if (
-                        rel.outer in lv
-                        and rel.inner in lv
-                        and lv.index(rel.inner) == lv.index(rel.outer) + 1
-                    ):
-                        coords[rel.outer], coords[rel.inner] = [p], []
-                        aliases[rel.inner] = rel.outer
-                        continue
-                    raise NonAffine(f"split of {rel.parent.name} by {f}")
-                coords[rel.outer] = [f"floor(({p})/{f.value})"]
-                coords[rel.inner] = [f"(({p}) mod {f.value})"]
-            elif isinstance(rel, Fuse):
-                if rel.outer not in coords:
-                    continue
-                e = ext[rel.inner]
-                o, i = coords[rel.outer], coords[rel.inner]
-                if isinstance(e, Const) and len(o) == len(i) == 1:
-                    coords[rel.fused] = [f"({o[0]}) * {e.value} + ({i[0]})"]
-                else:  # (outer, inner) orders like outer*e + inner
-                    coords[rel.fused] = o + i
-            elif isinstance(rel, Skew):
-                if rel.inner not in coords:
-                    continue
-                a, b = coords[rel.outer], coords[rel.inner]
-                if len(a) != 1 or len(b) != 1:
-                    raise NonAffine(f"skew of a fused loop {rel.inner.name}")
-                coords[rel.skewed] = [f"({b[0]}) + {rel.factor} * ({a[0]})"]
+        for rel in st.relations:  # the isl time map of each relation (relations.py)
+            made = rel.time(coords, ext, st.leaf_iter_vars)
+            if made is not None:
+                coords.update(made[0])
+                aliases.update(made[1])
         leaves = st.leaf_iter_vars
         out: list[str] = []
         if s.part in ("init", "update"):

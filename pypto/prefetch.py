@@ -17,6 +17,7 @@ from .errors import ScheduleError
 from .expr import Const, Expr, Load, TensorRead, Var, skey, substitute, walk
 from .loop_ir import Prefetch
 from .simplify import Lin, simplify
+from .target import CACHE_LINE
 from .tensor import Tensor
 
 PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
@@ -48,12 +49,12 @@ def check_prefetch(st, tensor, offset) -> None:
     read by the stage (through inlined stages too), is its own output, or is an
     elementwise consumer of it; ``offset`` is a nonzero int (0 allowed for a consumer)."""
     if not isinstance(tensor, Tensor):
-        raise st._err("prefetch", f"expected a tensor, got {tensor!r}")
+        raise st.error("prefetch", f"expected a tensor, got {tensor!r}")
     consumer = tensor.op is not st.op and not any(tensor.op is op for op in _read_ops(st))
     if consumer:
         _check_elementwise_consumer(st, tensor)
     if not isinstance(offset, int) or isinstance(offset, bool) or not (offset or consumer):
-        raise st._err("prefetch", f"offset must be a nonzero int, got {offset!r}")
+        raise st.error("prefetch", f"offset must be a nonzero int, got {offset!r}")
 
 
 def _read_ops(st) -> list:
@@ -86,18 +87,18 @@ def _check_elementwise_consumer(st, tensor) -> None:
         if isinstance(r, TensorRead) and r.tensor.op is st.op
     ]
     if not reads:
-        raise st._err("prefetch", f"{what}, nor is {tensor.name} computed from it")
+        raise st.error("prefetch", f"{what}, nor is {tensor.name} computed from it")
     axes = [x.var for x in op.axis]
     same = [skey(e) for e in tensor.shape] == [skey(e) for e in st.op.output(0).shape]
     if not same or any(
         len(r.indices) != len(axes) or any(a is not b for a, b in zip(r.indices, axes))
         for r in reads
     ):
-        raise st._err(
+        raise st.error(
             "prefetch", f"{what}; {tensor.name} reads it other than elementwise at its own indices"
         )
     if not _at_root(st.schedule.stage_map.get(op)):
-        raise st._err(
+        raise st.error(
             "prefetch", f"{tensor.name} must be computed at the root to be prefetched here"
         )
 
@@ -143,7 +144,7 @@ def prefetch_stmts(low, n, p: int) -> list:
                     f"(more than {PREFETCH_BYTES} bytes); prefetch at an inner loop"
                 )
             # lines from the first element's on: one more when it is not line-aligned
-            lines = (span * buf.elem_bytes + 63) // 64 + 1
+            lines = (span * buf.elem_bytes + CACHE_LINE - 1) // CACHE_LINE + 1
             key = (id(buf), skey(first), write)
             if key not in seen:
                 seen.add(key)

@@ -23,31 +23,25 @@ puts them in the schedule.
 
 from __future__ import annotations
 
+from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Cmp, Const, Expr, Reduce, Select, substitute, vars_of
-from .relations import Split, created
+from .expr import Binary, Cmp, Const, Reduce, Select, substitute, vars_of
+from .relations import Split
 from .simplify import simplify
 from .tensor import ComputeOp, IterVar, make_iter_var
-
-_I64 = "int64"
 
 
 def _err(op, msg: str) -> ScheduleError:
     return ScheduleError(f"rfactor on stage '{op.name}': {msg}")
 
 
-def _ceildiv(a: Expr, b: Expr) -> Expr:
-    return simplify(Binary("floordiv", Binary("add", a, Binary("sub", b, Const(1, _I64), _I64),
-                                              _I64), b, _I64))  # fmt: skip
-
-
 def _factored(op: ComputeOp, relations: list, axis: IterVar):
     """(root reduce axis, factor extent, rest extent, value of the root from (factor,
     rest), whether the two may overrun the root's extent), or ScheduleError."""
-    split = next((r for r in relations if axis in created(r)), None)
+    split = next((r for r in relations if axis in r.created), None)
     others = [r for r in relations if r is not split]
     if others:
-        made = ", ".join(v.name for r in others for v in created(r))
+        made = ", ".join(v.name for r in others for v in r.created)
         raise _err(op, f"the stage's other loops were transformed already (into {made}); "
                        "rfactor first, then schedule the two stages")  # fmt: skip
     if axis in op.reduce_axis and split is None:
@@ -56,12 +50,10 @@ def _factored(op: ComputeOp, relations: list, axis: IterVar):
         raise _err(op, f"loop {axis.name} is not a reduce axis of the stage or a loop of "
                        "one split of a reduce axis")  # fmt: skip
     ext = split.parent.extent
-    if split.factor is not None:
-        inner, outer = split.factor, _ceildiv(ext, split.factor)
-    else:
-        outer, inner = split.nparts, _ceildiv(ext, split.nparts)
-    value = lambda o, i: Binary("add", Binary("mul", o, inner, _I64), i, _I64)  # noqa: E731
-    rem = simplify(Binary("mod", ext, inner, _I64))
+    parts = split.extents({split.parent: ext})  # the relation's own extents (one home)
+    inner, outer = simplify(parts[split.inner]), simplify(parts[split.outer])
+    value = lambda o, i: Binary("add", Binary("mul", o, inner, INDEX), i, INDEX)  # noqa: E731
+    rem = simplify(Binary("mod", ext, inner, INDEX))
     overrun = not (isinstance(rem, Const) and rem.value == 0)
     if axis is split.inner:
         return split.parent, inner, outer, (lambda f, r: value(r, f)), overrun
@@ -86,22 +78,22 @@ def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int)
         if named and (iv is root or root.var in named):
             raise _err(op, f"the bounds of reduce axis {iv.name} name {named[0].name}; "
                            "rfactor needs the factored axis to range over a box")  # fmt: skip
-    axes = [make_iter_var(iv.name, Const(0, _I64), iv.extent, "spatial") for iv in op.axis]
+    axes = [make_iter_var(iv.name, Const(0, INDEX), iv.extent, "spatial") for iv in op.axis]
     mapping = {old.var: new.var for old, new in zip(op.axis, axes)}
-    fiv = make_iter_var(f"{axis.name}.rf", Const(0, _I64), f_ext, "spatial")
+    fiv = make_iter_var(f"{axis.name}.rf", Const(0, INDEX), f_ext, "spatial")
     axes.insert(factor_axis, fiv)
     raxes = []
     for iv in op.reduce_axis:
         if iv is root:
             if r_ext is not None:
-                raxes.append(make_iter_var(f"{root.name}.r", Const(0, _I64), r_ext, "reduce"))
+                raxes.append(make_iter_var(f"{root.name}.r", Const(0, INDEX), r_ext, "reduce"))
             continue
         lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
         raxes.append(make_iter_var(iv.name, lo, ext, "reduce"))
         mapping[iv.var] = raxes[-1].var
     rest = next((v for v in raxes if v.name == f"{root.name}.r"), None)
     k = value(fiv.var, rest.var if rest is not None else None)
-    mapping[root.var] = simplify(Binary("add", root.dom_min, k, _I64))
+    mapping[root.var] = simplify(Binary("add", root.dom_min, k, INDEX))
     src = substitute(body.source, mapping)
     if overrun:
         src = Select(Cmp("lt", k, root.extent), src, body.combiner.identity(body.dtype), src.dtype)
@@ -111,7 +103,7 @@ def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int)
                        body.dtype, tuple(raxes))  # fmt: skip
     else:
         rf = ComputeOp(name, axes, src, body.dtype)
-    v = make_iter_var(f"{axis.name}.v", Const(0, _I64), f_ext, "reduce")
+    v = make_iter_var(f"{axis.name}.v", Const(0, INDEX), f_ext, "reduce")
     idx = [iv.var for iv in op.axis]
     idx.insert(factor_axis, v.var)
     final = Reduce(body.combiner, rf.output(0)[tuple(idx)], (v,), body.dtype, body.init)

@@ -15,7 +15,7 @@ from . import steps
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
 from .prefetch import check_prefetch
-from .relations import Fuse, Skew, Split, created
+from .relations import Fuse, Skew, Split
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
 from .tensorize import TensorIntrin
 
@@ -88,17 +88,18 @@ class Stage:
 
     # ------------------------------------------------------------ helpers
 
-    def _err(self, prim: str, msg: str) -> ScheduleError:
+    def error(self, prim: str, msg: str) -> ScheduleError:
+        """The error of primitive ``prim`` on this stage: ``prim on stage 'C': msg``."""
         return ScheduleError(f"{prim} on stage '{self.name}': {msg}")
 
     def _leaf(self, iv, prim: str) -> IterVar:
         if self.is_placeholder:
-            raise self._err(prim, "a placeholder has no loops to schedule")
+            raise self.error(prim, "a placeholder has no loops to schedule")
         if not isinstance(iv, IterVar):
-            raise self._err(prim, f"expected a loop variable (IterVar), got {iv!r}")
+            raise self.error(prim, f"expected a loop variable (IterVar), got {iv!r}")
         if iv not in self.leaf_iter_vars:
             where = "was split or fused already" if self._known(iv) else "belongs to another stage"
-            raise self._err(
+            raise self.error(
                 prim,
                 f"loop {iv.name} is not a current loop of this stage ({where}); "
                 f"current loops: {', '.join(v.name for v in self.leaf_iter_vars)}",
@@ -108,12 +109,12 @@ class Stage:
     def _known(self, iv) -> bool:
         if iv in self.root_iter_vars:
             return True
-        return any(iv in created(r) for r in self.relations)
+        return any(iv in r.created for r in self.relations)
 
     def _new_iv(self, name: str, kind: str) -> IterVar:
         taken = {v.name for v in self.root_iter_vars}
         for r in self.relations:
-            taken.update(v.name for v in created(r))
+            taken.update(v.name for v in r.created)
         base, n = name, 1
         while name in taken:
             name = f"{base}{n}"
@@ -122,7 +123,7 @@ class Stage:
 
     def _not_prefetched(self, iv: IterVar, prim: str):
         if any(p[1] is iv for p in self.prefetches):
-            raise self._err(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
+            raise self.error(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
 
     # ------------------------------------------------------------ primitives
 
@@ -142,10 +143,10 @@ class Stage:
         parent, factor, nparts = step.loop, step.factor, step.nparts
         self._leaf(parent, "split")
         if (factor is None) == (nparts is None):
-            raise self._err("split", "give exactly one of factor= or nparts=")
+            raise self.error("split", "give exactly one of factor= or nparts=")
         amount = as_expr(factor if factor is not None else nparts)
         if isinstance(amount, Const) and amount.value <= 0:
-            raise self._err("split", f"factor/nparts must be positive, got {amount.value}")
+            raise self.error("split", f"factor/nparts must be positive, got {amount.value}")
         outer = self._new_iv(parent.name + ".outer", parent.kind)
         inner = self._new_iv(parent.name + ".inner", parent.kind)
         rel = Split(
@@ -156,7 +157,7 @@ class Stage:
             amount if nparts is not None else None,
         )
         if parent in self.attrs:
-            raise self._err(
+            raise self.error(
                 "split",
                 f"loop {parent.name} is already annotated "
                 f"{self.attrs[parent]}; split before annotating",
@@ -191,7 +192,7 @@ class Stage:
         for iv in ivars:
             self._leaf(iv, "reorder")
         if len(set(map(id, ivars))) != len(ivars):
-            raise self._err("reorder", "a loop is named twice")
+            raise self.error("reorder", "a loop is named twice")
         snap = self._snapshot()
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
         for p, iv in zip(pos, ivars):
@@ -208,7 +209,7 @@ class Stage:
         if len(ivars) < 2:
             if len(ivars) == 1:
                 return self._leaf(ivars[0], "fuse")
-            raise self._err("fuse", "needs at least one loop")
+            raise self.error("fuse", "needs at least one loop")
         return self.schedule.apply(steps.Fuse(self, tuple(ivars)))
 
     def _fuse(self, step: steps.Fuse) -> IterVar:
@@ -217,7 +218,7 @@ class Stage:
             self._leaf(iv, "fuse")
         pos = [self.leaf_iter_vars.index(iv) for iv in ivars]
         if pos != list(range(pos[0], pos[0] + len(pos))):
-            raise self._err(
+            raise self.error(
                 "fuse",
                 "loops "
                 + ", ".join(iv.name for iv in ivars)
@@ -225,10 +226,10 @@ class Stage:
             )
         kinds = {iv.kind for iv in ivars}
         if len(kinds) > 1:
-            raise self._err("fuse", "cannot fuse a reduction loop with a spatial loop")
+            raise self.error("fuse", "cannot fuse a reduction loop with a spatial loop")
         for iv in ivars:
             if iv in self.attrs:
-                raise self._err("fuse", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+                raise self.error("fuse", f"loop {iv.name} is already annotated {self.attrs[iv]}")
             self._not_prefetched(iv, "fuse")
         fused = ivars[0]
         for iv in ivars[1:]:
@@ -255,14 +256,14 @@ class Stage:
         self._leaf(outer, "skew")
         self._leaf(inner, "skew")
         if outer is inner:
-            raise self._err("skew", "needs two different loops")
+            raise self.error("skew", "needs two different loops")
         if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
-            raise self._err("skew", f"factor must be a positive integer, got {factor!r}")
+            raise self.error("skew", f"factor must be a positive integer, got {factor!r}")
         if self.leaf_iter_vars.index(outer) > self.leaf_iter_vars.index(inner):
-            raise self._err("skew", f"loop {outer.name} must enclose {inner.name}")
+            raise self.error("skew", f"loop {outer.name} must enclose {inner.name}")
         for iv in (outer, inner):
             if iv in self.attrs:
-                raise self._err("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+                raise self.error("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
         snap = self._snapshot()
         new = self._new_iv(inner.name + ".skew", inner.kind)
         self.relations.append(Skew(outer, inner, new, factor))
@@ -290,7 +291,7 @@ class Stage:
         self._leaf(iv, prim)
         kind = ANNOTATIONS[prim]
         if iv in self.attrs and self.attrs[iv] != kind:
-            raise self._err(prim, f"loop {iv.name} is already {self.attrs[iv]}")
+            raise self.error(prim, f"loop {iv.name} is already {self.attrs[iv]}")
         snap = self._snapshot()
         self.attrs[iv] = kind
         if prim != "unroll":
@@ -314,7 +315,7 @@ class Stage:
         is refused by name."""
         prim = PRAGMAS.get(name)
         if prim is None:
-            raise self._err("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
+            raise self.error("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
         getattr(self, prim)(iv)
 
     def prefetch(self, tensor, iv, offset: int):
@@ -360,9 +361,9 @@ class Stage:
         iv, intrin = step.loop, step.intrin
         self._leaf(iv, "tensorize")
         if not isinstance(intrin, TensorIntrin):
-            raise self._err("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
+            raise self.error("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
         if self.is_update or self.inline:
-            raise self._err("tensorize", "only a stage of pt.compute with a buffer is tensorized")
+            raise self.error("tensorize", "only a stage of pt.compute with a buffer is tensorized")
         self.tensorized = (iv, intrin)
 
     def compute_at(self, parent: Stage, ivar: IterVar):
@@ -377,15 +378,15 @@ class Stage:
     def _compute_at(self, step: steps.ComputeAt):
         parent, ivar = step.parent, step.loop
         if not isinstance(parent, Stage):
-            raise self._err("compute_at", f"expected a stage (s[T]), got {parent!r}")
+            raise self.error("compute_at", f"expected a stage (s[T]), got {parent!r}")
         if parent is self:
-            raise self._err("compute_at", "cannot attach a stage to itself")
+            raise self.error("compute_at", "cannot attach a stage to itself")
         if self.is_placeholder:
-            raise self._err("compute_at", "a placeholder is not computed")
+            raise self.error("compute_at", "a placeholder is not computed")
         if self.origin_op in self.schedule.outputs:
-            raise self._err("compute_at", "an output is computed at the root")
+            raise self.error("compute_at", "an output is computed at the root")
         if self.update_stages or self.is_update:
-            raise self._err(
+            raise self.error(
                 "compute_at",
                 "a tensor with update definitions is computed at "
                 "the root, its updates in sequence after it",
@@ -402,16 +403,16 @@ class Stage:
 
     def _compute_inline(self, step: steps.ComputeInline):
         if self.is_placeholder:
-            raise self._err("compute_inline", "a placeholder cannot be inlined")
+            raise self.error("compute_inline", "a placeholder cannot be inlined")
         if isinstance(self.op.body, Reduce):
-            raise self._err("compute_inline", "a reduction cannot be inlined; use compute_at")
+            raise self.error("compute_inline", "a reduction cannot be inlined; use compute_at")
         if self.op.num_outputs > 1:
-            raise self._err("compute_inline", "a multi-output stage cannot be inlined")
+            raise self.error("compute_inline", "a multi-output stage cannot be inlined")
         if self.update_stages or self.is_update:
-            raise self._err(
+            raise self.error(
                 "compute_inline",
                 "a tensor with update definitions has a buffer; it cannot be inlined",
             )
         if self.origin_op in self.schedule.outputs:
-            raise self._err("compute_inline", "an output cannot be inlined")
+            raise self.error("compute_inline", "an output cannot be inlined")
         self.inline, self.attach = True, None

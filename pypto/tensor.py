@@ -390,9 +390,6 @@ def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Ten
     return PlaceholderOp(str(name), _shape(shape), dtypes.check(dtype)).output(0)
 
 
-_AXIS_NAMES = "ijlmnopqrstuvwxyz"
-
-
 def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None):
     """``pt.compute(shape, lambda i, j: ..., name)``: define each element.
 

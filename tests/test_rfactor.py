@@ -190,3 +190,13 @@ def test_rfactor_replays_from_json():
     a = RNG.random((5, 13), "float32")
     np.testing.assert_allclose(pt.build(s2, [A, C])(a), a.sum(1), rtol=1e-5)
     assert pt.lower(s2, [A, C]).__str__() == pt.lower(s, [A, C]).__str__()
+
+
+def test_rfactor_of_a_split_into_more_parts_than_points():
+    A, C, k = row_sum(m=13)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, nparts=32)  # 13 parts of 1, as the split itself makes
+    CF = s.rfactor(C, ko)
+    assert [str(d) for d in CF.shape] == ["13", "n"]
+    a = RNG.random((4, 13), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)

@@ -84,3 +84,14 @@ def test_all_templates_registered():
 def test_flops_declared():
     assert autotune.get_template("matmul").space(8, 16, 4).flop == 2 * 8 * 16 * 4
     assert autotune.get_template("softmax").space(4, 32).flop > 0
+
+
+def test_a_reference_gets_the_template_arguments_it_names():
+    tmpl = autotune.get_template("rmsnorm")
+    assert tmpl.named_args((4, 8)) == {"rows": 4, "cols": 8, "eps": 1e-6}
+    x = np.ones((4, 8), "float32") * 2
+    w = np.ones(8, "float32")
+    (loose,) = tmpl.reference_output([x, w], (4, 8, 1.0))  # eps = 1: 2 / sqrt(4 + 1)
+    np.testing.assert_allclose(loose, 2 / np.sqrt(5.0), rtol=1e-6)
+    (tight,) = tmpl.reference_output([x, w], (4, 8))  # the default eps
+    np.testing.assert_allclose(tight, 2 / np.sqrt(4 + 1e-6), rtol=1e-6)

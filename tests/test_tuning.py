@@ -16,6 +16,7 @@ import pytest
 import tuning_templates  # noqa: F401  (registers the test templates)
 
 import autotune as at
+import cost_models
 import pypto as pt
 from autotune.cli import main as cli_main
 from autotune.records import one_per_config
@@ -462,3 +463,14 @@ def test_cli_list_and_best(tmp_path, capsys):
     assert cli_main(["best", str(log)]) == 0
     out = capsys.readouterr().out
     assert "1 ms (1.0 GFLOP/s, of 2 records)" in out and "{'a': 2}" in out
+
+
+def test_task_featurize_is_the_features_of_the_checked_lowering():
+    task = at.Task("matmul", (64, 64, 64), target="x86-avx2")
+    cfg = task.config_space.default_config()
+    s, args = task.instantiate(cfg)
+    want = cost_models.featurize(pt.lower(s, args, name="candidate"), task.target)
+    assert np.array_equal(task.featurize(cfg), want)
+    assert np.array_equal(task.featurize(dict(cfg.values)), want)  # knob values work too
+    with pytest.raises(at.SpaceError, match="tile_i"):
+        task.featurize({**cfg.values, "tile_i": [3, 5]})

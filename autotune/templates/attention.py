@@ -43,9 +43,9 @@ from ..task import template
 from .conv2d import _inner_tile
 
 
-def _attention_ref(q, k, v, *, args=()):
-    causal = bool(args[4]) if len(args) > 4 else False
-    scale = args[5] if len(args) > 5 and args[5] is not None else 1.0 / math.sqrt(q.shape[-1])
+def _attention_ref(q, k, v, *, causal, scale):
+    causal = bool(causal)
+    scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     sq, sk = q.shape[2], k.shape[2]
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
     if causal:

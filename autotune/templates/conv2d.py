@@ -170,17 +170,13 @@ def _conv_ref(data, weight, stride=1, padding=0, groups=1):
     return out.astype(data.dtype)
 
 
-def conv2d_reference(data, weight, *, args=()):
-    """NCHW convolution in float64 (weights K x C x R x S); ``args`` as the template's."""
-    stride = args[7] if len(args) > 7 else 1
-    padding = args[8] if len(args) > 8 else 0
+def conv2d_reference(data, weight, *, stride=1, padding=0):
+    """NCHW convolution in float64 (weights K x C x R x S)."""
     return _conv_ref(data, weight, stride, padding)
 
 
-def depthwise_conv2d_reference(data, weight, *, args=()):
+def depthwise_conv2d_reference(data, weight, *, stride=1, padding=0):
     """Depthwise NCHW convolution in float64 (weights C x 1 x R x S)."""
-    stride = args[6] if len(args) > 6 else 1
-    padding = args[7] if len(args) > 7 else 0
     return _conv_ref(data, weight, stride, padding, groups=0)
 
 

@@ -115,11 +115,7 @@ def gelu_grad_ref(x, dy, approximate: str = "none"):
     return (dy.astype(np.float64) * d).astype(x.dtype)
 
 
-def _approx(args) -> str:
-    return args[2] if len(args) > 2 else "none"
-
-
-@template("gelu", reference=lambda x, *, args=(): gelu_ref(x, _approx(args)))
+@template("gelu", reference=lambda x, *, approximate: gelu_ref(x, approximate))
 def gelu(cfg, rows, cols, approximate="none", dtype="float32"):
     """Y[i, j] = gelu(X[i, j]) (exact erf form, or the tanh approximation)."""
     _check(approximate, dtype)
@@ -132,7 +128,11 @@ def gelu(cfg, rows, cols, approximate="none", dtype="float32"):
     return s, [X, Y]
 
 
-@template("gelu_backward", reference=lambda x, dy, *, args=(): gelu_grad_ref(x, dy, _approx(args)))
+def _gelu_grad_reference(x, dy, *, approximate):
+    return gelu_grad_ref(x, dy, approximate)
+
+
+@template("gelu_backward", reference=_gelu_grad_reference)
 def gelu_backward(cfg, rows, cols, approximate="none", dtype="float32"):
     """DX[i, j] = DY[i, j] * gelu'(X[i, j])."""
     _check(approximate, dtype)

@@ -201,8 +201,8 @@ def _layernorm_ref(x, gamma, beta, eps=1e-5):
     return ((x - mean) / np.sqrt(var + eps) * gamma + beta).astype(np.float32)
 
 
-def _layernorm_reference(x, gamma, beta, *, args=()):
-    return _layernorm_ref(x, gamma, beta, args[2] if len(args) > 2 else 1e-5)
+def _layernorm_reference(x, gamma, beta, *, eps):
+    return _layernorm_ref(x, gamma, beta, eps)
 
 
 @template("layernorm", reference=_layernorm_reference)
@@ -240,8 +240,7 @@ def layernorm(cfg, rows, cols, eps=1e-5):
 # ----------------------------------------------------------------- rmsnorm
 
 
-def _rmsnorm_reference(x, gamma, *, args=()):
-    eps = args[2] if len(args) > 2 else 1e-6
+def _rmsnorm_reference(x, gamma, *, eps):
     x = x.astype(np.float64)
     ms = (x * x).mean(axis=-1, keepdims=True)
     return (x / np.sqrt(ms + eps) * gamma).astype(np.float32)

@@ -144,14 +144,10 @@ def softmax_grad_ref(y, dy):
     return (y64 * (dy64 - (dy64 * y64).sum(-1, keepdims=True))).astype(y.dtype)
 
 
-def _eps(args, default):
-    return args[2] if len(args) > 2 else default
-
-
 # ---------------------------------------------------------------- forward, any float dtype
 
 
-@template("rmsnorm_fwd", reference=lambda x, w, *, args=(): rmsnorm_ref(x, w, _eps(args, 1e-6)))
+@template("rmsnorm_fwd", reference=lambda x, w, *, eps: rmsnorm_ref(x, w, eps))
 def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
     """Y = X * rsqrt(mean(X^2) + eps) * w over the last axis."""
     _check("rmsnorm_fwd", dtype)
@@ -166,9 +162,7 @@ def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
     return s, [X, W, Y]
 
 
-@template(
-    "layernorm_fwd", reference=lambda x, w, b, *, args=(): layernorm_ref(x, w, b, _eps(args, 1e-5))
-)
+@template("layernorm_fwd", reference=lambda x, w, b, *, eps: layernorm_ref(x, w, b, eps))
 def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32"):
     """Y = (X - mean) * rsqrt(var + eps) * w + b over the last axis."""
     _check("layernorm_fwd", dtype)
@@ -211,7 +205,7 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
 
 @template(
     "rmsnorm_backward",
-    reference=lambda x, w, dy, *, args=(): rmsnorm_grad_ref(x, w, dy, _eps(args, 1e-6)),
+    reference=lambda x, w, dy, *, eps: rmsnorm_grad_ref(x, w, dy, eps),
 )
 def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
     """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY."""
@@ -233,7 +227,7 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
 
 @template(
     "layernorm_backward",
-    reference=lambda x, w, dy, *, args=(): layernorm_grad_ref(x, w, dy, _eps(args, 1e-5)),
+    reference=lambda x, w, dy, *, eps: layernorm_grad_ref(x, w, dy, eps),
 )
 def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
     """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY."""
