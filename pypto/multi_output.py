@@ -10,7 +10,7 @@ values before the step, through one temporary per output:
         for i:
           idx[i] = -1; val[i] = -inf                      (the reducer's identity tuple)
           for k:
-            t0 = select(val[i] >= A[i, k], idx[i], k)     (fcombine's first value)
+            t0 = select(val[i] >= A[i, k], idx[i], k)     (fcombine's values)
             t1 = select(val[i] >= A[i, k], val[i], A[i, k])
             idx[i] = t0; val[i] = t1
 

@@ -16,9 +16,10 @@ parallelizes where the single accumulator of ``C`` could not:
 
 This reassociates the reduction, which its reducer (``pt.sum``, ``pt.max``,
 ``pt.comm_reducer``: commutative and associative by contract) allows; ``init=``
-stays with the final reduction. The two new stages are scheduled and checked
-(isl) like any other. This module builds the two operations; ``Schedule.rfactor``
-puts them in the schedule.
+stays with the final reduction. A tuple reduction (argmax) factors the same way:
+``C.rf`` has one output per value, and the final reduction combines the tuples.
+The two new stages are scheduled and checked (isl) like any other. This module
+builds the two operations; ``Schedule.rfactor`` puts them in the schedule.
 """
 
 from __future__ import annotations
@@ -65,8 +66,6 @@ def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int)
     body = op.body
     if not isinstance(body, Reduce):
         raise _err(op, "the stage is not a reduction")
-    if op.num_outputs > 1:
-        raise _err(op, "a multi-output (tuple) reduction is not factored yet")
     if getattr(op, "updates", None):
         raise _err(op, "the tensor has update definitions")
     if not 0 <= factor_axis <= len(op.axis):
@@ -94,17 +93,21 @@ def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int)
     rest = next((v for v in raxes if v.name == f"{root.name}.r"), None)
     k = value(fiv.var, rest.var if rest is not None else None)
     mapping[root.var] = simplify(Binary("add", root.dom_min, k, INDEX))
-    src = substitute(body.source, mapping)
-    if overrun:
-        src = Select(Cmp("lt", k, root.extent), src, body.combiner.identity(body.dtype), src.dtype)
-    name = f"{op.name}.rf"
+    red = body.combiner
+    dts = tuple(b.dtype for b in op.bodies)
+    srcs = [substitute(b.source, mapping) for b in op.bodies]
+    if overrun:  # the points past the end contribute the identity
+        ident = red.identity_tuple(dts) if len(dts) > 1 else (red.identity(dts[0]),)
+        inside = Cmp("lt", k, root.extent)
+        srcs = [Select(inside, s, z, s.dtype) for s, z in zip(srcs, ident)]
     if raxes:
-        rf = ComputeOp(name, axes, Reduce(body.combiner, src, tuple(raxes), body.dtype),
-                       body.dtype, tuple(raxes))  # fmt: skip
+        parts = [Reduce(red, s, tuple(raxes), s.dtype) for s in srcs]
     else:
-        rf = ComputeOp(name, axes, src, body.dtype)
+        parts = srcs
+    rf = ComputeOp(f"{op.name}.rf", axes, parts[0], dts[0], tuple(raxes), tuple(parts[1:]))
     v = make_iter_var(f"{axis.name}.v", Const(0, INDEX), f_ext, "reduce")
     idx = [iv.var for iv in op.axis]
     idx.insert(factor_axis, v.var)
-    final = Reduce(body.combiner, rf.output(0)[tuple(idx)], (v,), body.dtype, body.init)
-    return rf, ComputeOp(op.name, op.axis, final, op.dtype, (v,))
+    finals = [Reduce(red, t[tuple(idx)], (v,), b.dtype, b.init)
+              for t, b in zip(rf.outputs, op.bodies)]  # fmt: skip
+    return rf, ComputeOp(op.name, op.axis, finals[0], op.dtype, (v,), tuple(finals[1:]))

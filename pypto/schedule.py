@@ -13,6 +13,7 @@ from .dtypes import STORAGE
 from .errors import ScheduleError
 from .explain import explain
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .relayout import relayout
 from .replay import replay
 from .rfactor import rfactor_ops
 from .stage import Stage, _as_op
@@ -140,8 +141,10 @@ class Schedule:
 
             C[i, j] = sum(..., k)   ->   C.local[i, j] = sum(..., k);  C[i, j] = C.local[i, j]
 
-        ``s[C]`` keeps ``C.op.axis``; the new stage has fresh axes
-        (``s[CL].op.axis``, ``s[CL].op.reduce_axis``).
+        ``s[C]`` keeps ``C.op.axis`` (its loops start afresh); the new stage has fresh
+        axes (``s[CL].op.axis``, ``s[CL].op.reduce_axis``). After ``split``, ``fuse`` or
+        ``reorder`` of ``C``'s spatial loops, the cache is laid out as those loops run,
+        one axis per loop (TVM's relayout, ``pypto.relayout``).
         """
         return self.apply(steps.CacheWrite(tensor, scope))
 
@@ -155,17 +158,14 @@ class Schedule:
         if st.op.num_outputs > 1:
             raise ScheduleError(f"cache_write: {tensor.name} is an output of a multi-output stage")
         applied = [x for x in self.steps if x.get("stage") == st.name]
-        if applied or st.relations or st.attrs or st.attach or st.inline or st.prefetches:
+        if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
             done = ", ".join(_step_text(x) for x in applied)
             raise ScheduleError(
-                f"cache_write on stage '{st.name}': call it before scheduling the stage"
-                + (f" ({done} was applied)" if done else "")
+                f"cache_write on stage '{st.name}': call it before annotating or attaching "
+                "the stage" + (f" ({done} was applied)" if done else "")
             )
         op = st.op
-        axis = tuple(
-            make_iter_var(iv.name + ".c", iv.dom_min, iv.extent, "spatial") for iv in op.axis
-        )
-        mapping = {old.var: new.var for old, new in zip(op.axis, axis)}
+        axis, mapping, read_at = relayout(st, op)  # split/fuse/reorder: the cache's layout
         raxis = []
         for iv in op.reduce_axis:  # bounds may name the axes renamed before them
             lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
@@ -183,12 +183,13 @@ class Schedule:
             body = substitute(body, mapping)
         name = f"{op.name}.{scope}"
         cache = ComputeOp(name, axis, body, acc, raxis if op.reduce_axis else ())
-        read = cache.output(0)[tuple(iv.var for iv in op.axis)]
+        read = cache.output(0)[read_at]
         copy = ComputeOp(
             op.name, op.axis, read if acc == op.dtype else cast(op.dtype, read), op.dtype
         )
         st.op = copy
         st._reset_leaves()
+        st.relations = []
         self.stage_map[copy] = st
         cst = Stage(self, cache)
         cst.scope = scope

@@ -9,7 +9,8 @@ RNG = np.random.default_rng(5)
 
 
 def argmax_combine(x, y):
-    take_x = x[1] >= y[1]
+    # commutative: on equal values the smaller index wins (numpy's first occurrence)
+    take_x = (x[1] > y[1]) | ((x[1] == y[1]) & (x[0] < y[0]))
     return pt.select(take_x, x[0], y[0]), pt.select(take_x, x[1], y[1])
 
 
@@ -43,6 +44,23 @@ def test_argmax_tuple_reduction():
     np.testing.assert_array_equal(v_, a.max(1))
     only_index = pt.build(pt.create_schedule(idx.op), [A, idx])  # the value: a temporary
     np.testing.assert_array_equal(only_index(a), a.argmax(1))
+
+
+@pytest.mark.parametrize("factor", [16, 5])
+def test_argmax_rfactor_vectorized_lanes_with_ties(factor):
+    A, idx, val, k = row_argmax(m=37)
+    s = pt.create_schedule(idx.op)
+    ko, ki = s[idx].split(k, factor=factor)
+    RF = s.rfactor(idx, ki, factor_axis=1)
+    assert [t.name for t in RF.op.outputs] == ["am.rf", "am.rf.v1"]
+    i, lane = s[RF].op.axis
+    s[RF].reorder(i, s[RF].op.reduce_axis[0], lane)
+    s[RF].vectorize(lane)
+    s[RF].compute_at(s[idx], s[idx].op.axis[0])
+    a = RNG.integers(0, 4, (9, 37)).astype("float32")  # many ties
+    i_, v_ = pt.build(s, [A, idx, val])(a)
+    np.testing.assert_array_equal(i_, a.argmax(1))
+    np.testing.assert_array_equal(v_, a.max(1))
 
 
 def test_argmax_with_where_and_a_consumer_attached():
@@ -105,3 +123,21 @@ def test_multi_output_refusals():
     with pytest.raises(TypeError, match="XY.v1: an output of a multi-output compute takes no"):
         r = pt.reduce_axis((1, 4), name="r")
         Y[r] = Y[r - 1]
+
+
+def test_tuple_reduction_with_init_continues_from_given_values():
+    A = pt.placeholder((3, 5), "float32", name="A")
+    I0 = pt.placeholder((3,), "int32", name="I0")
+    V0 = pt.placeholder((3,), "float32", name="V0")
+    k = pt.reduce_axis((0, 5), name="k")
+    idx, val = pt.compute(
+        (3,),
+        lambda i: argmax((k.astype("int32"), A[i, k]), axis=k, init=(I0[i], V0[i])),
+        name="am",
+    )
+    mod = pt.build(pt.create_schedule(idx.op), [A, I0, V0, idx, val])
+    a = np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1], [0, 0, 9, 0, 0]], "float32")
+    i0, v0 = np.array([-7, -7, -7], "int32"), np.array([10, 4.5, 1], "float32")
+    i_, v_ = mod(a, i0, v0)
+    np.testing.assert_array_equal(i_, [-7, 0, 2])  # the start wins where it is larger
+    np.testing.assert_array_equal(v_, [10, 5, 9])
