@@ -177,6 +177,9 @@ def stmt_children(s: Stmt):
     return _kind(s)[2](s)
 
 
+_CHILDREN = {t: kind[2] for t, kind in STMT_KINDS.items()}
+
+
 def own_exprs(s: Stmt) -> tuple:
     """The expressions a statement holds itself (not those of the statements inside it)."""
     return _kind(s)[1](s)
@@ -187,7 +190,8 @@ def walk_stmts(s: Stmt):
     while stack:
         x = stack.pop()
         yield x
-        stack.extend(reversed(stmt_children(x)))
+        children = _CHILDREN.get(type(x))
+        stack.extend(reversed(children(x) if children else stmt_children(x)))
 
 
 def written_buffers(s: Stmt) -> set:
@@ -216,11 +220,20 @@ class StmtMutator:
                 return Store(s.buffer, s.index, s.value * 2)
     """
 
+    _rules: dict = {}  # statement type -> this class's mutate_<kind> (set per class)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls._rules = {t: getattr(cls, "mutate_" + kind[0]) for t, kind in STMT_KINDS.items()}
+
     def __call__(self, s: Stmt | None) -> Stmt | None:
         return self.visit(s)
 
     def visit(self, s: Stmt | None) -> Stmt | None:
-        return None if s is None else rule(self, "mutate_", s)(s)
+        if s is None:
+            return None
+        f = self._rules.get(type(s))
+        return f(self, s) if f is not None else rule(self, "mutate_", s)(s)
 
     def expr(self, e: Expr) -> Expr:
         return e
@@ -260,6 +273,9 @@ class StmtMutator:
 
     def mutate_intrin_call(self, s: IntrinCall):
         return s.with_indices(self.expr)
+
+
+StmtMutator._rules = {t: getattr(StmtMutator, "mutate_" + k[0]) for t, k in STMT_KINDS.items()}
 
 
 class ExprMapper(StmtMutator):

@@ -9,7 +9,7 @@ dependence asks its schedule to check the stage (``Schedule.check_stage``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import steps
 from .errors import ScheduleError
@@ -36,6 +36,28 @@ def _as_op(x) -> Operation:
     raise TypeError(f"expected a Tensor or an operation, got {type(x).__name__}")
 
 
+class AttachedAt(NamedTuple):
+    """Where ``compute_at`` put a stage: inside ``stage``'s loop ``loop``."""
+
+    stage: Any
+    loop: IterVar
+
+
+class PrefetchAt(NamedTuple):
+    """A ``prefetch``: ``tensor``'s elements of iteration ``loop + offset``."""
+
+    tensor: Tensor
+    loop: IterVar
+    offset: int
+
+
+class TensorizedAt(NamedTuple):
+    """A ``tensorize``: ``loop`` and the loops inside it replaced by ``intrin``."""
+
+    loop: IterVar
+    intrin: TensorIntrin
+
+
 class Stage:
     """The schedule of one operation: its loop nest and where it is computed."""
 
@@ -45,9 +67,9 @@ class Stage:
         self.origin_op = op
         self.relations: list = []
         self.attrs: dict[IterVar, str] = {}  # leaf -> loop kind
-        self.prefetches: list[tuple] = []  # (tensor, leaf, offset), see prefetch()
-        self.tensorized: tuple | None = None  # (leaf, TensorIntrin), see tensorize()
-        self.attach: tuple | None = None  # (stage, ivar) for compute_at
+        self.prefetches: list[PrefetchAt] = []  # see prefetch()
+        self.tensorized: TensorizedAt | None = None  # see tensorize()
+        self.attach: AttachedAt | None = None  # see compute_at()
         self.inline = False
         self.scope = "global"
         self.update_stages: list[Stage] = []  # stages of the update definitions
@@ -346,7 +368,7 @@ class Stage:
     def _prefetch(self, step: steps.Prefetch):
         self._leaf(step.loop, "prefetch")
         check_prefetch(self, step.tensor, step.offset)
-        self.prefetches.append((step.tensor, step.loop, step.offset))
+        self.prefetches.append(PrefetchAt(step.tensor, step.loop, step.offset))
 
     def tensorize(self, iv, intrin):
         """Replace loop ``iv`` and the loops inside it by a call of ``intrin``'s C kernel
@@ -364,7 +386,7 @@ class Stage:
             raise self.error("tensorize", f"expected pt.decl_tensor_intrin(...), got {intrin!r}")
         if self.is_update or self.inline:
             raise self.error("tensorize", "only a stage of pt.compute with a buffer is tensorized")
-        self.tensorized = (iv, intrin)
+        self.tensorized = TensorizedAt(iv, intrin)
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
@@ -392,7 +414,7 @@ class Stage:
                 "the root, its updates in sequence after it",
             )
         parent._leaf(ivar, "compute_at")
-        self.attach, self.inline = (parent, ivar), False
+        self.attach, self.inline = AttachedAt(parent, ivar), False
 
     def compute_inline(self):
         """Substitute this elementwise stage into its consumers; it gets no buffer.

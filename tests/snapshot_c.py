@@ -105,16 +105,17 @@ def compare(sources: dict[str, str], stored: dict[str, str]) -> list[str]:
     return [k for k in keys if stored.get(k) != (digest(sources[k]) if k in sources else None)]
 
 
-def lower_times(repeat: int = 3) -> dict[str, float]:
-    """Best-of-``repeat`` seconds of ``pt.lower`` for each template default (x86-avx2)."""
+def lower_times(repeat: int = 5) -> dict[str, float]:
+    """Best-of-``repeat`` CPU seconds of ``pt.lower`` for each template default (x86-avx2;
+    CPU time, so that other processes on a shared machine disturb it less)."""
     out = {}
     for name, args in template_workloads():
         best = float("inf")
         for _ in range(repeat):
             s, tensors = _default(name, args, "x86-avx2")
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             pt.lower(s, tensors, name=name)
-            best = min(best, time.perf_counter() - t0)
+            best = min(best, time.process_time() - t0)
         out[f"{name}({','.join(map(str, args))})"] = best
     return out
 

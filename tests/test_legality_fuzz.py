@@ -10,7 +10,8 @@ For a stage state (loop relations + leaf order) the scheduled time of every
 instance is computed here, in Python, from the relations:
 
     off = root - dom_min
-    split(f):  outer = off // f, inner = off % f      (nparts=p: f = ceil(ext/p))
+    split(f):  outer = off // f, inner = off % f      (nparts=p: f = ceil(ext/p),
+               outer extent ceil(ext/f): no more parts than cover the parent)
     fuse:      fused = outer * ext(inner) + inner
     skew(k):   skewed = inner + k * outer
 
@@ -271,7 +272,8 @@ class Shadow:
         if factor is not None:
             f, eo = factor, -(-e // factor)
         else:
-            f, eo = -(-e // nparts), nparts
+            f = -(-e // nparts)
+            eo = -(-e // f)  # as pypto: 4 parts of 7 by 5 (no part left empty)
         self.ext[outer], self.ext[inner] = eo, f
         self.rels.append(("split", parent, outer, inner, f))
         k = self.leaves.index(parent)
@@ -648,6 +650,18 @@ def test_prefix_sum_refusals():
     with pytest.raises(pt.ScheduleError, match="would break a dependence"):
         d.u.reorder(rin, ro)
     assert d.u.leaf_iter_vars == [ro, rin]
+    d.check_build()
+
+
+def test_nparts_split_leaves_no_empty_part():
+    """7 iterations in 5 parts are 4 parts of 2 (no part left empty); split again in 4
+    parts, the inner loop has one iteration, so moving it outward changes no order."""
+    d = Driver(PROBLEMS["prefix"])
+    (r,) = d.u.op.axis
+    ro, _ = d.split(r, nparts=5)
+    roo, roi = d.split(ro, nparts=4)
+    assert d.sh.ext[ro] == 4 and d.sh.ext[roi] == 1
+    assert d.reorder(roi, roo)
     d.check_build()
 
 
