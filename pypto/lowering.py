@@ -133,7 +133,7 @@ class Lowering(Bounds):
                 if t.value_index and t.value_index not in n.more_buffers:
                     n.more_buffers[t.value_index] = Buffer(t.name, t.dtype, shape, scope)
             if n.buffer is None:
-                n.buffer = Buffer(st.name, st.op.dtype, shape, scope)
+                n.buffer = Buffer(st.op.output(0).name, st.op.dtype, shape, scope)
         return params
 
     def buffer_index(self, st: Stage, indices, value_index: int = 0) -> tuple[Buffer, Expr]:

@@ -276,8 +276,8 @@ def _replace_reads(op: ComputeOp, mapping: dict) -> ComputeOp:
             return mapping[e.tensor][e.indices]
         return e
 
-    body = map_children(op.body, go) if isinstance(op.body, Reduce) else go(op.body)
-    new = ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis)
+    body, *more = (map_children(b, go) if isinstance(b, Reduce) else go(b) for b in op.bodies)
+    new = ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis, tuple(more))
     new.updates = op.updates
     return new
 

@@ -275,7 +275,8 @@ class Tensor:
 
     @property
     def name(self) -> str:
-        return f"{self.op.name}.v{self.value_index}" if self.value_index else self.op.name
+        several = getattr(self.op, "num_outputs", 1) > 1  # TVM's names: op.v0, op.v1, ...
+        return f"{self.op.name}.v{self.value_index}" if several else self.op.name
 
     @property
     def ndim(self) -> int:
@@ -395,7 +396,7 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
 
     The body may be a reduction (``pt.sum(..., axis=k)``) at its top level. A lambda
     returning a tuple defines several tensors at once (a list of them, the first named
-    ``name``, the others ``name.v1``, ...): one stage, one loop nest, as TVM's
+    ``name.v0``, ``name.v1``, ... as TVM names them): one stage, one loop nest, as TVM's
     multi-output compute; a tuple reduction (``pt.comm_reducer`` over tuples, argmax)
     is such a body.
 

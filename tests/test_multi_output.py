@@ -31,7 +31,7 @@ def row_argmax(m=7):
 
 def test_argmax_tuple_reduction():
     A, idx, val, k = row_argmax()
-    assert (idx.name, val.name, idx.dtype, val.dtype) == ("am", "am.v1", "int32", "float32")
+    assert (idx.name, val.name, idx.dtype, val.dtype) == ("am.v0", "am.v1", "int32", "float32")
     assert idx.op is val.op and idx.op.num_outputs == 2
     s = pt.create_schedule(idx.op)
     assert s[idx] is s[val]  # one stage
@@ -52,7 +52,7 @@ def test_argmax_rfactor_vectorized_lanes_with_ties(factor):
     s = pt.create_schedule(idx.op)
     ko, ki = s[idx].split(k, factor=factor)
     RF = s.rfactor(idx, ki, factor_axis=1)
-    assert [t.name for t in RF.op.outputs] == ["am.rf", "am.rf.v1"]
+    assert [t.name for t in RF.op.outputs] == ["am.rf.v0", "am.rf.v1"]
     i, lane = s[RF].op.axis
     s[RF].reorder(i, s[RF].op.reduce_axis[0], lane)
     s[RF].vectorize(lane)
@@ -141,3 +141,28 @@ def test_tuple_reduction_with_init_continues_from_given_values():
     i_, v_ = mod(a, i0, v0)
     np.testing.assert_array_equal(i_, [-7, 0, 2])  # the start wins where it is larger
     np.testing.assert_array_equal(v_, [10, 5, 9])
+
+
+def test_multi_output_schedule_replays_from_json():
+    A, idx, val, k = row_argmax(m=32)
+    s = pt.create_schedule(idx.op)
+    ko, ki = s[idx].split(k, factor=8)
+    RF = s.rfactor(idx, ki, factor_axis=1)
+    s[RF].vectorize(s[RF].op.axis[1])
+    Y = pt.compute((4,), lambda i: A[i, 0] * 2, name="Y")
+    s_cache = pt.create_schedule([idx.op, Y.op])
+    s_cache.cache_read(A, "local", [idx])
+    for sch, outs in ((s, [A, idx, val]), (s_cache, [A, idx, val, Y])):
+        again = pt.Schedule.from_json(sch.to_json(), outs)
+        assert str(pt.lower(again, outs)) == str(pt.lower(sch, outs))
+
+
+def test_cache_read_into_a_multi_output_stage_keeps_every_output():
+    A, idx, val, k = row_argmax(m=11)
+    s = pt.create_schedule(idx.op)
+    AL = s.cache_read(A, "local", [idx])
+    s[AL].compute_at(s[idx], idx.op.axis[0])
+    a = RNG.standard_normal((6, 11)).astype("float32")
+    i_, v_ = pt.build(s, [A, idx, val])(a)
+    np.testing.assert_array_equal(i_, a.argmax(1))
+    np.testing.assert_array_equal(v_, a.max(1))
