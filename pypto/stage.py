@@ -331,6 +331,10 @@ class Stage:
         """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
         self.schedule.apply(steps.Unroll(self, iv))
 
+    def rfactor(self, axis, factor_axis: int = 0):
+        """``s[C].rfactor(k)`` is TVM's ``s.rfactor(C, k)`` (``Schedule.rfactor``)."""
+        return self.schedule.rfactor(self.op.output(0), axis, factor_axis)
+
     def pragma(self, iv, name: str, value=None):
         """TVM's ``s[C].pragma(loop, name)`` for the pragmas that are loop annotations here
         (``PRAGMAS``: ``unroll_explicit`` is ``unroll``, recorded as that step); any other

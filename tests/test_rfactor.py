@@ -200,3 +200,15 @@ def test_rfactor_of_a_split_into_more_parts_than_points():
     assert [str(d) for d in CF.shape] == ["13", "n"]
     a = RNG.random((4, 13), "float32")
     np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+
+
+def test_stage_rfactor_is_the_schedule_primitive():
+    A, C, k = row_sum(m=12)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    CF = s[C].rfactor(ki)
+    assert CF.name == "C.rf" and s.steps[-1]["prim"] == "rfactor"
+    with pytest.raises(TypeError, match="rfactor: factor_axis must be an int"):
+        s[CF].rfactor(s[CF].op.reduce_axis[0], factor_axis=ki)
+    a = RNG.random((3, 12), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
