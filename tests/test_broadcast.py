@@ -1,7 +1,11 @@
 """Whole-tensor arithmetic with numpy broadcasting (``A + B``), against numpy."""
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pypto as pt
 
@@ -56,3 +60,41 @@ def test_shapes_that_do_not_broadcast():
         A + pt.placeholder((4,), "float64")
     with pytest.raises(TypeError, match="'/' on integer expressions"):
         pt.placeholder((2,), "int32") / 2
+
+
+# ---------------------------------------------------------------- fuzz against numpy
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+NUMPY_OP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
+PY_OP = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+         "mul": lambda a, b: a * b, "div": lambda a, b: a / b}  # fmt: skip
+
+
+@st.composite
+def shape_pair(draw):
+    out = draw(st.lists(st.integers(1, 4), min_size=0, max_size=3))
+
+    def operand():  # noqa: E306 - a suffix of out, some dimensions stretched from 1
+        tail = out[len(out) - draw(st.integers(0, len(out))) :]
+        return tuple(1 if draw(st.booleans()) else d for d in tail)
+
+    return operand(), operand()
+
+
+@FUZZ
+@given(shape_pair(), st.lists(st.sampled_from(sorted(NUMPY_OP)), min_size=1, max_size=3))
+def test_broadcast_chains_match_numpy(shapes, ops):
+    sa, sb = shapes
+    A = pt.placeholder(sa, "float64", name="A")
+    B = pt.placeholder(sb, "float64", name="B")
+    a, b = np.asarray(RNG.random(sa) + 0.5), np.asarray(RNG.random(sb) + 0.5)
+    T, ref = A, a
+    for k, op in enumerate(ops):  # alternate the sides and mix in a number
+        other, oref = (B, b) if k % 2 == 0 else (1.5, 1.5)
+        T, ref = PY_OP[op](T, other), NUMPY_OP[op](ref, oref)
+    mod = pt.build(pt.create_schedule(T.op), [A, B, T])
+    np.testing.assert_allclose(mod(a, b), ref, rtol=1e-12)
