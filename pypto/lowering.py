@@ -29,6 +29,7 @@ from .expr import (
     Load,
     Reduce,
     TensorRead,
+    Var,
     conjunction,
     map_children,
     substitute,
@@ -74,6 +75,11 @@ class Lowering(Bounds):
         args = [a for a in args if not is_scalar_var(a)]
         for a in args:
             if not isinstance(a, Tensor):
+                if isinstance(a, Var):  # an integer size: no argument of its own
+                    raise TypeError(
+                        f"argument {a.name}: an integer pt.var is a size, bound from the "
+                        "arrays' shapes, not an argument; pass tensors and float scalars"
+                    )
                 raise TypeError(f"args must be tensors, got {a!r}")
             if a.op not in self.sch.stage_map:
                 raise ScheduleError(f"argument {a.name} is not part of this schedule")

@@ -182,3 +182,26 @@ def test_scalar_arguments_under_emulation():
     mod = pt.build(pt.create_schedule(C.op), [alpha, B, beta, C], target=t)
     b = np.arange(7, dtype="float32")
     np.testing.assert_allclose(mod(0.5, b, -1.0), 0.5 * b - 1.0)
+
+
+def test_integer_size_among_the_arguments_is_refused():
+    n = pt.var("n")
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((n,), lambda i: A[i] + 1, name="B")
+    with pytest.raises(TypeError, match="argument n: an integer pt.var is a size, bound from"):
+        pt.build(pt.create_schedule(B.op), [A, B, n])
+
+
+def test_tuple_reduction_into_float16_is_refused():
+    def combine(x, y):
+        return x[0] + y[0], x[1] + y[1]
+
+    def identity(t0, t1):
+        return pt.const(0, t0), pt.const(0, t1)
+
+    pair_sum = pt.comm_reducer(combine, identity, name="pair_sum")
+    A = pt.placeholder((3, 4), "float16", name="A")
+    k = pt.reduce_axis((0, 4), name="k")
+    S, T = pt.compute((3,), lambda i: pair_sum((A[i, k], A[i, k] * A[i, k]), axis=k), name="S")
+    with pytest.raises(pt.ScheduleError, match="a tuple reduction into float16/bfloat16"):
+        pt.build(pt.create_schedule(S.op), [A, S, T])
