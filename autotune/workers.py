@@ -29,7 +29,9 @@ import traceback
 import numpy as np
 
 import pypto as pt
+from pypto import dtypes
 from pypto.codegen_c import codegen
+from pypto.dtypes import numpy_dtype
 from pypto.runtime import compile_source, kill_compilers
 from pypto.target import Target
 from pypto.tensor import PlaceholderOp
@@ -132,16 +134,17 @@ def _random_inputs(tensors, rng):
     arrays, outputs = [], []
     for t in tensors:
         shape = tuple(int(d.value) for d in t.shape)
-        dt = np.dtype(t.dtype)
+        dt = numpy_dtype(t.dtype)
+        floating = dtypes.dtype(t.dtype).is_float
         if isinstance(t.op, PlaceholderOp):
-            if dt.kind == "f":
+            if floating:
                 arrays.append(rng.uniform(-1, 1, shape).astype(dt))
             elif dt.kind in "iu":
                 arrays.append(rng.integers(0, 8, shape).astype(dt))
             else:
                 arrays.append(np.zeros(shape, dt))
         else:
-            arrays.append(np.full(shape, np.nan, dt) if dt.kind == "f" else np.zeros(shape, dt))
+            arrays.append(np.full(shape, np.nan, dt) if floating else np.zeros(shape, dt))
             outputs.append(len(arrays) - 1)
     return arrays, outputs
 

@@ -108,6 +108,9 @@ STANDARD: tuple[Workload, ...] = (
     Workload("softmax", (4096, 4096), trials=64),
     Workload("layernorm", (4096, 4096), trials=32),
     Workload("rmsnorm", (4096, 4096), trials=32),
+    # int8 inference: a BERT-base feed-forward GEMM, raw and requantized
+    Workload("dense", (128, 3072, 768), dtype="int8", trials=32),
+    Workload("dense_requant", (128, 3072, 768), trials=32),
     # the PyTorch operators' kernels (autotune.torch), at the shapes their benchmarks use
     Workload("gelu", (4096, 4096), trials=32),
     Workload("attention", (1, 8, 1024, 64), trials=48),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.workloads import Workload, standard_workloads
+from benchmarks import mixed
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class Kernel:
     torch: object = None  # torch module -> ((inputs..., out) -> None), eager
     compiled: object = None  # torch module -> a function that torch.compile compiles
     rtol: float = 1e-4
+    dtype: str = "float32"  # the inputs' dtype
+    target: str | None = None  # a named target (None: the host's, with its tuning records)
 
 
 def _mm_np(a, b, c):
@@ -171,6 +174,17 @@ KERNELS = {
 }
 
 
+def _mixed() -> list[Kernel]:
+    m, n, k = mixed.SHAPE
+    return [
+        Kernel(mixed.label(dt), "matmul", (m, n, k, dt), 2.0 * m * n * k,
+               torch=mixed.TORCH[dt], rtol=1e-2, dtype=dt, target=mixed.dot_target(dt))
+        for dt in mixed.DTYPES
+    ]  # fmt: skip
+
+
 def all_kernels() -> list[Kernel]:
-    """One kernel per standard workload of a template this suite knows how to measure."""
-    return [KERNELS[w.template](w) for w in standard_workloads() if w.template in KERNELS]
+    """One kernel per standard workload of a template this suite knows how to measure,
+    then the mixed-precision rows (``benchmarks/mixed.py``)."""
+    std = [KERNELS[w.template](w) for w in standard_workloads() if w.template in KERNELS]
+    return std + _mixed()

@@ -1,7 +1,7 @@
 """Every kernel of the suite against numpy, PyTorch and the machine's peak.
 
     python -m benchmarks [--threads 1,2] [--only softmax,matmul] [--repeat 3] [--json [FILE]]
-                         [--logs DIR]
+                         [--logs DIR] [--profile [DIR]]
 
 For each thread count a fresh worker process (numpy, OpenMP, MKL and torch
 pinned to that count) builds each kernel from its built-in template twice:
@@ -14,6 +14,10 @@ order, with a pause and a warm-up before each block), the figure is the
 median round. The figures are measured here, in this process, not taken
 from the tuner's records. numpy runs its best OpenBLAS kernel (the worker
 unsets OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE) and the kernel it ran is printed.
+The int8 and bfloat16 matmul rows (benchmarks/mixed.py) run on the richest target
+here with a dot-product kernel, against torch._int_mm and torch's bfloat16 matmul.
+``--profile`` also prints each pypto kernel's per-stage profile (``mod.profile``) and
+writes its roofline PNG into DIR (default benchmarks/profiles).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import blas, history  # noqa: E402
+from benchmarks import blas, history, mixed  # noqa: E402
 from benchmarks.common import run_workers, table  # noqa: E402
 from benchmarks.kernels import Kernel, all_kernels  # noqa: E402
 
@@ -77,6 +81,9 @@ def _schedules(k: Kernel, logs: str):
     import pypto as pt
 
     tpl = at.get_template(k.template)
+    if k.target is not None:  # a named target's default config: no shipped records
+        task = at.Task(k.template, k.args, target=k.target)
+        return None, task.instantiate(task.config_space.default_config())
     default = tpl(*k.args)
     log = os.path.join(logs, f"{k.template}.jsonl")
     if not os.path.exists(log):
@@ -91,29 +98,54 @@ def _schedules(k: Kernel, logs: str):
     return ((s, tensors) if tuned else None), default
 
 
+def _arrays(k: Kernel, tensors, rng) -> list:
+    shapes = [tuple(int(d.value) for d in t.shape) for t in tensors]
+    if k.dtype == "float32":
+        return [rng.standard_normal(sh, dtype=np.float32) for sh in shapes]
+    out = [mixed.random_array(rng, sh, t.dtype) for sh, t in zip(shapes, tensors)]
+    return out
+
+
+def _check(got, want, k: Kernel, name: str):
+    if got.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        return
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    np.testing.assert_allclose(
+        got, want, rtol=k.rtol, atol=k.rtol * np.abs(want).max(), err_msg=name
+    )
+
+
 def _pypto_kernels(k: Kernel, logs: str, rng) -> tuple:
-    """Built and checked: ``(arrays, {"pypto": run, "default": run})`` -- "default" only
-    when there is a tuned config to compare it with."""
+    """Built and checked: ``(arrays, {"pypto": run, "default": run}, the pypto module)``
+    -- "default" only when there is a tuned config to compare it with."""
     import autotune as at
     import pypto as pt
 
     tuned, default = _schedules(k, logs)
-    shapes = [tuple(int(d.value) for d in t.shape) for t in default[1]]
-    arrays = [rng.standard_normal(sh, dtype=np.float32) for sh in shapes]
+    arrays = _arrays(k, default[1], rng)
     want = at.get_template(k.template).reference_output(arrays[:-1], k.args)[0]
     kernels = {"pypto": tuned or default}
     if tuned:
         kernels["default"] = default
-    fns = {}
+    fns, mods = {}, {}
     for name, (s, tensors) in kernels.items():
-        mod = pt.build(s, tensors, name=f"{k.template}_{name}")
-        arrays[-1][...] = np.nan
+        mods[name] = mod = pt.build(s, tensors, target=k.target, name=f"{k.template}_{name}")
+        arrays[-1][...] = 0 if arrays[-1].dtype.kind in "iu" else np.nan
         mod(*arrays)
-        np.testing.assert_allclose(
-            arrays[-1], want, rtol=k.rtol, atol=k.rtol * np.abs(want).max(), err_msg=name
-        )
+        _check(arrays[-1], want, k, name)
         fns[name] = lambda mod=mod: mod(*arrays)
-    return arrays, fns
+    return arrays, fns, mods["pypto"]
+
+
+def _profile(k: Kernel, mod, arrays, threads: int, folder: str) -> str:
+    """The per-stage profile of the pypto kernel as text; its roofline PNG in ``folder``."""
+    prof = mod.profile(*arrays, repeat=5)
+    os.makedirs(folder, exist_ok=True)
+    name = "".join(c if c.isalnum() else "_" for c in k.label)
+    png = os.path.join(folder, f"{name}-{threads}t.png")
+    prof.plot(png)
+    return f"{k.label}, {threads} thread(s), {mod.target.name} ({png}):\n{prof}"
 
 
 def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
@@ -122,7 +154,7 @@ def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
     except ImportError:
         return {}
     torch.set_num_threads(threads)
-    ts = [torch.from_numpy(a) for a in arrays]  # shares memory: same inputs and output
+    ts = [mixed.to_torch(torch, a) for a in arrays]  # shares memory: same inputs and output
     fns = {}
     if k.torch is not None:
         eager = k.torch(torch)
@@ -133,20 +165,22 @@ def _torch_fns(k: Kernel, arrays, threads: int, with_compile: bool) -> dict:
     return fns
 
 
-def worker(names, threads: int, with_compile: bool, logs: str):
+def worker(names, threads: int, with_compile: bool, logs: str, profile: str = ""):
     rng = np.random.default_rng(0)
     out = {}
     for k in all_kernels():
         if names and not any(n in k.label for n in names):
             continue
-        arrays, fns = _pypto_kernels(k, logs, rng)
+        arrays, fns, mod = _pypto_kernels(k, logs, rng)
         tuned = "default" in fns
         if k.numpy is not None:
             fns["numpy"] = lambda f=k.numpy, a=arrays: f(*a)
         fns.update(_torch_fns(k, arrays, threads, with_compile))
         secs = block_medians(fns)
-        out[k.label] = {"unit": k.unit, "tuned": tuned}
+        out[k.label] = {"unit": k.unit, "tuned": tuned, "target": mod.target.name}
         out[k.label].update({n: k.work / t / 1e9 for n, t in secs.items()})
+        if profile:
+            out[k.label]["profile"] = _profile(k, mod, arrays, threads, profile)
         if not tuned:  # no record: the default config is the kernel just measured
             out[k.label]["default"] = out[k.label]["pypto"]
         print(f"[{threads} thread(s)] {k.label}: done", file=sys.stderr, flush=True)
@@ -162,6 +196,7 @@ def combine(runs: list) -> dict:
         for label, first in runs[0][t]["kernels"].items():
             rs = [run[t]["kernels"][label] for run in runs]
             cell = {"unit": first["unit"], "tuned": all(r.get("tuned", True) for r in rs)}
+            cell.update({f: first[f] for f in ("target", "profile") if f in first})
             for name in ("pypto", *REFS):
                 if all(name in r for r in rs):
                     cell[name] = float(np.median([r[name] for r in rs]))
@@ -225,6 +260,15 @@ def main(argv=None):
         help="tuning records, DIR/<template>.jsonl (default: the shipped "
         "tuning_logs/<target>/ of this host's target)",
     )
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const=os.path.join(ROOT, "benchmarks", "profiles"),
+        default="",
+        metavar="DIR",
+        help="print each pypto kernel's per-stage profile and write its roofline PNG into "
+        "DIR (default benchmarks/profiles)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.logs = a.logs or os.path.join(LOGS, _host_key())
@@ -239,12 +283,14 @@ def main(argv=None):
     if names and not any(n in lb for n in names for lb in labels):
         p.error(f"--only {a.only!r} matches no kernel; kernels: {', '.join(labels)}")
     if a.worker:
-        return worker(names, int(os.environ["OMP_NUM_THREADS"]), not a.no_compile, a.logs)
+        threads_here = int(os.environ["OMP_NUM_THREADS"])
+        return worker(names, threads_here, not a.no_compile, a.logs, a.profile)
     import pypto as pt
     from benchmarks import peak
 
     t0 = time.time()
     extra = ["--only", a.only, "--logs", a.logs] + (["--no-compile"] if a.no_compile else [])
+    extra += ["--profile", os.path.abspath(a.profile)] if a.profile else []
     runs, peak_runs = [], []
     for _ in range(max(1, a.repeat)):
         peak_runs.append({t: peak.measure(t) for t in threads})
@@ -269,11 +315,23 @@ def main(argv=None):
             f"triad {pk['triad_gbps']:.1f} GB/s"
         )
     print(report(results, peaks))
+    mix = mixed.summary(results)
+    if mix:
+        print(f"mixed precision (default configs, noisy on a shared machine):\n{mix}")
+    if a.profile:
+        for t in threads:
+            for r in results[t].values():
+                if "profile" in r:
+                    print(r["profile"])
     what = f"medians over {len(runs)} runs of " if len(runs) > 1 else "medians of "
     print(f"{what}timed rounds; {time.time() - t0:.0f} s in all")
     if a.json:
         libs = blas.describe(runs[0][threads[0]].get("blas", []))
-        e = history.entry(results, peaks, len(runs), pt.Target("host").name, pt.__version__, libs)
+        kept = {
+            t: {lb: {k: v for k, v in r.items() if k != "profile"} for lb, r in res.items()}
+            for t, res in results.items()
+        }
+        e = history.entry(kept, peaks, len(runs), pt.Target("host").name, pt.__version__, libs)
         history.append(e, a.json)
         print(f"appended to {a.json}")
 

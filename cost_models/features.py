@@ -12,7 +12,9 @@ around it are described innermost first, for up to ``LEVELS`` levels:
 Then whole-kernel features: flops, bytes, arithmetic intensity, parallel
 and vector extents, local buffers, prefetches, and the target's vector
 width and cache sizes. The layout is versioned (``SCHEMA``): a saved model refuses
-vectors of another schema.
+vectors of another schema. The element type shows in the bytes, lines and strides of
+each access (an int8 load is a quarter of a float32 one) and in the flops, which count
+integer data arithmetic (int8 products summed in int32) as well as float.
 """
 
 from __future__ import annotations
@@ -111,11 +113,14 @@ class _Walk:
 
 
 def _flops(e) -> int:
-    return sum(
-        1
-        for x in walk(e)
-        if isinstance(x, (Binary, Call, Select)) and dtypes.dtype(x.dtype).is_float
-    )
+    """Arithmetic on data: float operations, and integer ones not on indices (int8
+    products summed in int32 count as float32 ones do; index arithmetic is int64)."""
+    return sum(1 for x in walk(e) if isinstance(x, (Binary, Call, Select)) and _data(x.dtype))
+
+
+def _data(dt: str) -> bool:
+    d = dtypes.dtype(dt)
+    return d.is_float or (d.is_int and dt != dtypes.INDEX)
 
 
 def _access_stats(index, elem: int, loops, level: int):

@@ -32,6 +32,7 @@ from .expr import (
     tanh,
 )
 from .expr import power as pow
+from .expr import round_ as round
 from .lowering import lower
 from .reducers import comm_reducer, max, min, sum
 from .runtime import Module, build, load_module, set_num_threads
@@ -46,7 +47,7 @@ __all__ = [
     "Expr", "Var", "IterVar", "Tensor",
     "Schedule", "Stage", "Module", "Target", "__version__",
     "abs", "cast", "ceil", "const", "erf", "exp", "fast_erf", "fast_exp", "floor", "if_then_else",
-    "log", "pow", "rsqrt",
+    "log", "pow", "round", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
     "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin",

@@ -47,6 +47,7 @@ _MATH = {
     "sigmoid": ("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     "floor": ("floorf({0})", "floor({0})"),
     "ceil": ("ceilf({0})", "ceil({0})"),
+    "round": ("rintf({0})", "rint({0})"),  # the default rounding mode: ties to even
     "abs": ("fabsf({0})", "fabs({0})"),
     "pow": ("powf({0}, {1})", "pow({0}, {1})"),
 }

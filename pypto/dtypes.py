@@ -75,6 +75,32 @@ def check(name) -> str:
     return dtype(name).name
 
 
+# Which dtype holds every value of another (the implicit conversions; README "Casting
+# rules"): an integer kind widens within its kind, and an unsigned integer into any wider
+# signed one. Nothing else converts without pt.cast: not float <-> int, not between float
+# widths, not int8 <-> uint8.
+_HOLDS = {
+    ("int", "int"): lambda a, b: a.bits >= b.bits,
+    ("uint", "uint"): lambda a, b: a.bits >= b.bits,
+    ("int", "uint"): lambda a, b: a.bits > b.bits,
+    ("bool", "bool"): lambda a, b: True,
+}
+
+
+def promote(a: str, b: str) -> str | None:
+    """The dtype both ``a`` and ``b`` convert to implicitly, or None (a ``pt.cast`` is needed).
+
+    ``promote("int64", "int32") == "int64"``, ``promote("int32", "uint8") == "int32"``,
+    ``promote("int8", "uint8") is None``, ``promote("float32", "float16") is None``.
+    """
+    da, db = dtype(a), dtype(b)
+    for x, y in ((da, db), (db, da)):
+        rule = _HOLDS.get((x.kind, y.kind))
+        if rule is not None and rule(x, y):
+            return x.name
+    return None
+
+
 def numpy_dtype(name: str) -> np.dtype:
     """The numpy dtype of arrays of ``name``; bfloat16 needs ``ml_dtypes`` (TypeError
     saying so without it)."""

@@ -3,7 +3,8 @@
 Nodes are frozen slotted dataclasses compared by identity (``==`` builds a
 comparison node, as in TVM). Structural equality goes through ``skey``.
 Python numbers adapt to the dtype of the other operand; two different
-dtypes need an explicit ``pt.cast`` (integers of different widths widen).
+dtypes need an explicit ``pt.cast`` unless ``dtypes.promote`` has a rule (an integer
+widens to one that holds all its values).
 """
 
 from __future__ import annotations
@@ -246,12 +247,13 @@ def _unify(a, b) -> tuple[Expr, Expr, str]:
         b = as_expr(b, a.dtype)
     if a.dtype == b.dtype:
         return a, b, a.dtype
-    da, db = dtypes.dtype(a.dtype), dtypes.dtype(b.dtype)
-    if da.is_int and db.is_int:  # widen integers (index arithmetic mixes widths)
-        return a, b, (a.dtype if da.bits >= db.bits else b.dtype)
-    if da.kind == "bool" and db.kind == "bool":
-        return a, b, "bool"
-    raise TypeError(f"mixed dtypes {a.dtype} and {b.dtype} in ({a}, {b}); use pt.cast to convert")
+    wider = dtypes.promote(a.dtype, b.dtype)
+    if wider is not None:
+        return a, b, wider
+    raise TypeError(
+        f"mixed dtypes {a.dtype} and {b.dtype} in ({a}, {b}): no rule converts one to the "
+        "other; use pt.cast to convert"
+    )
 
 
 def binary(op: str, a, b) -> Expr:
@@ -302,6 +304,7 @@ MATH = {
     "sigmoid": (1, True),
     "floor": (1, True),
     "ceil": (1, True),
+    "round": (1, True),  # to nearest, ties to even
     "abs": (1, False),
     "pow": (2, True),
     "fast_exp": (1, True),  # vectorizable float32 forms (pypto/fastmath.py)
@@ -333,7 +336,7 @@ def _math(name: str) -> Callable:
     return fn
 
 
-exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power, fast_exp, fast_erf = (
+exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, round_, abs, power, fast_exp, fast_erf = (
     _math(n)
     for n in (
         "exp",
@@ -345,6 +348,7 @@ exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, abs, power, fast_exp, fa
         "sigmoid",
         "floor",
         "ceil",
+        "round",
         "abs",
         "pow",
         "fast_exp",

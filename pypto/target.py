@@ -42,12 +42,13 @@ class _Spec:
     cross_cc: str | None = None  # the compiler for it on another architecture
 
 
+_AVX512 = ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "f16c", "fma")
 KNOWN = {
     "x86-avx512": _Spec(
         "x86_64",
         512,
         32,
-        ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "fma"),
+        _AVX512,
         ("-march=x86-64-v4", "-mprefer-vector-width=512"),
         (48 * KIB, 1 * MIB, 32 * MIB),
         "x86_64-linux-gnu-gcc",
@@ -56,7 +57,7 @@ KNOWN = {
         "x86_64",
         256,
         16,
-        ("avx2", "fma"),
+        ("avx2", "f16c", "fma"),
         ("-march=x86-64-v3",),
         (32 * KIB, 512 * KIB, 16 * MIB),
         "x86_64-linux-gnu-gcc",
@@ -67,6 +68,35 @@ KNOWN = {
         32,
         ("asimd",),
         ("-march=armv8-a+simd",),
+        (64 * KIB, 1 * MIB, 32 * MIB),
+        "aarch64-linux-gnu-gcc",
+    ),
+    # the same machines with dot-product instructions for int8 and bfloat16 (tensor
+    # intrinsics use them); after their base rows, so "host" keeps resolving to those
+    "x86-avx512-bf16": _Spec(
+        "x86_64",
+        512,
+        32,
+        _AVX512 + ("avx512_bf16", "avx512_vnni"),
+        ("-march=x86-64-v4", "-mprefer-vector-width=512", "-mavx512vnni", "-mavx512bf16"),
+        (48 * KIB, 1 * MIB, 32 * MIB),
+        "x86_64-linux-gnu-gcc",
+    ),
+    "x86-avx2-vnni": _Spec(
+        "x86_64",
+        256,
+        16,
+        ("avx2", "avx_vnni", "f16c", "fma"),
+        ("-march=x86-64-v3", "-mavxvnni"),
+        (32 * KIB, 512 * KIB, 16 * MIB),
+        "x86_64-linux-gnu-gcc",
+    ),
+    "aarch64-dotprod": _Spec(
+        "aarch64",
+        128,
+        32,
+        ("asimd", "asimddp"),
+        ("-march=armv8.2-a+dotprod",),
         (64 * KIB, 1 * MIB, 32 * MIB),
         "aarch64-linux-gnu-gcc",
     ),

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import pypto as pt
 from autotune.workloads import STANDARD
 from benchmarks import blas
 from benchmarks.common import run_workers
@@ -81,12 +82,18 @@ def test_blas_description():
 
 def test_kernels_come_from_the_standard_workloads():
     ks = all_kernels()
-    assert [(k.template, k.args) for k in ks] == [
-        (w.template, w.args) for w in STANDARD if w.template in KERNELS
+    std = [(w.template, w.args) for w in STANDARD if w.template in KERNELS]
+    assert [(k.template, k.args) for k in ks[: len(std)]] == std
+    # then the mixed-precision rows, each on a named target with a dot kernel for its dtype
+    assert [(k.template, k.args, k.dtype) for k in ks[len(std) :]] == [
+        ("matmul", (1024, 1024, 1024, "int8"), "int8"),
+        ("matmul", (1024, 1024, 1024, "bfloat16"), "bfloat16"),
     ]
+    assert all(k.target in pt.target.KNOWN for k in ks[len(std) :])
     # every template is benchmarked but the PyTorch operators' kernels (not in the suite yet)
     operators = {"gelu", "attention", "moe", "softmax_fwd", "layernorm_fwd", "rmsnorm_fwd"}
     operators |= {f"{n}_backward" for n in ("gelu", "softmax", "layernorm", "rmsnorm")}
+    operators |= {"dense", "dense_requant"}  # int8 inference GEMMs: no reference in the suite yet
     assert {w.template for w in STANDARD} - set(KERNELS) == operators
     assert len({k.label for k in ks}) == len(ks)
     by = {k.label: k for k in ks}

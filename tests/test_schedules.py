@@ -722,6 +722,7 @@ MATH = {
     "abs": (lambda x: pt.abs(x), np.abs, (-5, 5)),
     "floor": (lambda x: pt.floor(x), np.floor, (-5, 5)),
     "ceil": (lambda x: pt.ceil(x), np.ceil, (-5, 5)),
+    "round": (lambda x: pt.round(x), np.rint, (-5, 5)),
     "pow": (lambda x: pt.pow(x, x * 0.5), lambda x: np.power(x, x * 0.5), (0.1, 4)),
     "neg_div": (lambda x: -x / (x * x + 1.0), lambda x: -x / (x * x + 1), (-3, 3)),
 }

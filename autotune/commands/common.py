@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 import os
 import sys
@@ -59,6 +60,12 @@ def add_workload_arguments(p: argparse.ArgumentParser, target_help: str) -> None
     p.add_argument("template", help="template name (see 'pypto-tune list')")
     p.add_argument(
         "--args", required=True, help="the template's arguments, comma-separated, e.g. 64,64,64"
+    )
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="element type, appended to --args (float32, float16, bfloat16, int8, ...; "
+        "templates that take a dtype)",
     )
     p.add_argument("--target", default="host", help=target_help)
     add_import_argument(p)
@@ -130,6 +137,8 @@ def task_of(ns, must_run: bool = True) -> at.Task:
     except KeyError as e:
         raise UsageError(str(e).strip("'\"")) from None
     args = parse_args_list(ns.args)
+    if getattr(ns, "dtype", None):
+        args = with_dtype(ns.template, args, ns.dtype)
     target = target_of(ns.target, must_run)
     try:
         task = at.Task(ns.template, args, target=target)
@@ -147,6 +156,22 @@ def task_of(ns, must_run: bool = True) -> at.Task:
                 f"{tuple(shape)}); every size must be at least 1"
             )
     return task
+
+
+def with_dtype(template: str, args: list, dtype: str) -> list:
+    """``args`` with ``dtype`` at the template's ``dtype`` parameter, the parameters
+    between them at their defaults (conv2d_nchw's stride and padding)."""
+    params = list(inspect.signature(at.get_template(template).func).parameters.values())[1:]
+    names = [q.name for q in params]
+    if "dtype" not in names:
+        raise UsageError(f"--dtype: template {template!r} takes no dtype")
+    pos = names.index("dtype")
+    if len(args) > pos:
+        raise UsageError(f"--dtype {dtype}: --args already gives {names[pos]} ({args[pos]!r})")
+    missing = [q.name for q in params[len(args) : pos] if q.default is inspect.Parameter.empty]
+    if missing:
+        raise UsageError(f"--dtype: --args lacks {', '.join(missing)} of {template!r}")
+    return [*args, *(q.default for q in params[len(args) : pos]), dtype]
 
 
 def writable_log(path: str) -> str:

@@ -4,6 +4,7 @@ from . import (  # noqa: F401  (registers the templates)
     attention,
     conv2d,
     dense,
+    depthwise_conv2d,
     gelu,
     matmul,
     moe,

@@ -40,7 +40,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .conv2d import _inner_tile
+from .knobs import inner_tile
 
 
 def _attention_ref(q, k, v, *, causal, scale):
@@ -89,16 +89,16 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
     vector partials of the row max and sum. Defaults from the target's vector width
     and registers."""
     regs = cfg.target.vector_registers
-    _inner_tile(cfg, "tile_q", S, [8, 16, 32, 64], 16 if S >= 16 else 8)
+    inner_tile(cfg, "tile_q", S, [8, 16, 32, 64], 16 if S >= 16 else 8)
     nr = 2 * lanes if Sk >= 2 * lanes else lanes
     mr_s = max(m for m in (2, 4, 8) if m * (nr // lanes) + nr // lanes + 1 <= regs)
     cfg.define_knob("mr_s", [2, 4, 8], default=mr_s)  # divisors of tile_q
-    _inner_tile(cfg, "key_tile", Sk, [lanes, 2 * lanes, 3 * lanes, 4 * lanes], nr)
+    inner_tile(cfg, "key_tile", Sk, [lanes, 2 * lanes, 3 * lanes, 4 * lanes], nr)
     # P V tile: as many vectors of D as leave room for 4 rows (AVX-512, D = 64: 4 x 4)
     dv = max(1, -(-D // lanes))
     vecs = [v for v in (1, 2, 4, 8) if v <= dv] or [1]
     v_d = max([v for v in vecs if 4 * v + v + 1 <= regs] or [1])
-    _inner_tile(cfg, "o_cols", D, [lanes * v for v in vecs], lanes * v_d)
+    inner_tile(cfg, "o_cols", D, [lanes * v for v in vecs], lanes * v_d)
     fit = [m for m in (1, 2, 4, 8) if m * v_d + v_d + 1 <= regs]  # divisors of tile_q
     cfg.define_knob("mr_o", [1, 2, 4, 8], default=max(fit or [1]))
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)

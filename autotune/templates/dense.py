@@ -22,6 +22,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import dot_ukernels, precision
 from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm
 
 F32 = "float32"
@@ -41,45 +42,142 @@ _erf64 = np.vectorize(math.erf, otypes=[np.float64])
 
 def _dense_bias_gelu_ref(x, w, bias):
     y = x.astype(np.float64) @ w.astype(np.float64).T + bias.astype(np.float64)
-    return (0.5 * y * (1.0 + _erf64(y / math.sqrt(2.0)))).astype(np.float32)
+    return precision.reference(0.5 * y * (1.0 + _erf64(y / math.sqrt(2.0))), x.dtype)
+
+
+def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
+    """``D[i, j] = sum_k X[i, k] * W[j, k]`` (products as ``p`` multiplies), W packed per
+    column panel when ``pack_b`` is on; returns (D, [the packed weights] or [], the tile
+    intrinsic of the dot-product kernel or None)."""
+    k = pt.reduce_axis((0, K), name="k")
+    isa = dot_ukernels.usable(cfg.target, p.name, K)
+    nr = cfg["tile_j"].size[-1]
+    if isa is not None and cfg["ukernel"].val:
+        D, WP, tile = dot_ukernels.dot_gemm(
+            isa, X, lambda kk, n: W[n, kk], (M, N, K), cfg["tile_i"].size[-1], nr,
+            lambda a, b: precision.product(p, a, b), names=("D", "W"),
+        )  # fmt: skip
+        return D, [WP], tile
+    if not cfg["pack_b"].val:
+        return (
+            pt.compute(
+                (M, N),
+                lambda i, j: pt.sum(precision.product(p, X[i, k], W[j, k]), axis=k),
+                name="D",
+            ),
+            [],
+            None,
+        )
+    # packed weights: panel jo holds columns jo*nr .. jo*nr+nr-1 as K x nr
+    # (the ragged last panel repeats column N-1; those lanes are never stored)
+    WP = pt.compute(
+        (_ceil_div(N, nr), K, nr),
+        lambda jo, kk, ji: W[pt.min(jo * nr + ji, N - 1), kk],
+        name="WP",
+    )
+    D = pt.compute(
+        (M, N),
+        lambda i, j: pt.sum(precision.product(p, X[i, k], WP[j // nr, k, j % nr]), axis=k),
+        name="D",
+    )
+    return D, [WP], None
+
+
+def _schedule_dense(cfg, out, D, M, packed, tile=None):
+    """The accumulator tile: D computed into a local buffer, copied out through the
+    epilogue ``out`` (the copy stage D is inlined into it)."""
+    s = pt.create_schedule(out.op)
+    DL = s.cache_write(D, "local")
+    s[D].compute_inline()
+    pack = (lambda: packed[0]) if packed else None
+    schedule_gemm(cfg, s, out, DL, M, pack=pack, tile_intrin=tile, pack_k_inner=True)
+    return s
+
+
+def _gemm_knobs(cfg, p, M, N, K):
+    # W is (N, K): unpacked, the vectorized column loop would gather with stride K
+    # (two orders of magnitude slower), so the weights are always packed
+    V = cfg.target.vector_lanes(p.out)
+    define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K)
+    cfg.add_flop(2.0 * M * N * K)
+    if dot_ukernels.usable(cfg.target, p.name, K) is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
 
 
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
-def dense_bias_gelu(cfg, M, N, K):
-    """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]), float32."""
-    V = cfg.target.vector_lanes(F32)
-    # W is (N, K): unpacked, the vectorized column loop would gather with stride K
-    # (two orders of magnitude slower), so the weights are always packed
-    define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=4 * M * K)
+def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
+    """out[i, j] = gelu(sum_k X[i, k] * W[j, k] + bias[j]); ``dtype`` float32, float16 or
+    bfloat16 (X, W, bias and out; the sum and the epilogue in float32)."""
+    p = precision.precision(dtype, "dense_bias_gelu")
+    if p.widen is not None or p.name == "float64":
+        raise ValueError(
+            f"dense_bias_gelu: dtype must be float32, float16 or bfloat16, got {dtype!r}"
+        )
+    _gemm_knobs(cfg, p, M, N, K)
     # erf: libm's erff (a scalar call per output) or the vectorizable rational pt.fast_erf
     cfg.define_knob("erf_impl", ["libm", "rational"], default="rational")
-    cfg.add_flop(2.0 * M * N * K)
-    X = pt.placeholder((M, K), F32, name="X")
-    W = pt.placeholder((N, K), F32, name="W")
-    bias = pt.placeholder((N,), F32, name="bias")
-    k = pt.reduce_axis((0, K), name="k")
-    nr = cfg["tile_j"].size[-1]
-    packed = []
-    if cfg["pack_b"].val:
-        # packed weights: panel jo holds columns jo*nr .. jo*nr+nr-1 as K x nr
-        # (the ragged last panel repeats column N-1; those lanes are never stored)
-        WP = pt.compute(
-            (_ceil_div(N, nr), K, nr),
-            lambda jo, kk, ji: W[pt.min(jo * nr + ji, N - 1), kk],
-            name="WP",
-        )
-        packed.append(WP)
-        D = pt.compute(
-            (M, N), lambda i, j: pt.sum(X[i, k] * WP[j // nr, k, j % nr], axis=k), name="D"
-        )
-    else:
-        D = pt.compute((M, N), lambda i, j: pt.sum(X[i, k] * W[j, k], axis=k), name="D")
+    X = pt.placeholder((M, K), dtype, name="X")
+    W = pt.placeholder((N, K), dtype, name="W")
+    bias = pt.placeholder((N,), dtype, name="bias")
+    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
     impl = cfg["erf_impl"].val
-    out = pt.compute((M, N), lambda i, j: gelu(D[i, j] + bias[j], impl), name="out")
-    s = pt.create_schedule(out.op)
-    # the accumulator tile: D computed into a local buffer, copied out through the
-    # bias + gelu epilogue (the copy stage D is inlined into it)
-    DL = s.cache_write(D, "local")
-    s[D].compute_inline()
-    schedule_gemm(cfg, s, out, DL, M, pack=(lambda: packed[0]) if packed else None)
-    return s, [X, W, bias, out]
+
+    def epilogue(i, j):
+        y = pt.cast(F32, D[i, j]) + pt.cast(F32, bias[j])
+        return pt.cast(dtype, gelu(y, impl))
+
+    out = pt.compute((M, N), epilogue, name="out")
+    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, bias, out]
+
+
+def _dense_ref(x, w):
+    return precision.reference(precision.widened(x) @ precision.widened(w).T, x.dtype)
+
+
+@template("dense", reference=_dense_ref)
+def dense(cfg, M, N, K, dtype="float32"):
+    """out[i, j] = sum_k X[i, k] * W[j, k] (X is M x K, W is N x K: ``X @ W.T``);
+    ``dtype`` as ``matmul``'s (int8: an int32 output)."""
+    p = precision.precision(dtype, "dense")
+    _gemm_knobs(cfg, p, M, N, K)
+    X = pt.placeholder((M, K), dtype, name="X")
+    W = pt.placeholder((N, K), dtype, name="W")
+    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
+    out = pt.compute((M, N), lambda i, j: D[i, j], name="out")
+    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, out]
+
+
+def requantize_reference(acc, scale) -> np.ndarray:
+    """int8 of ``acc`` (int32) times a per-column float32 ``scale``: the product in float32,
+    clamped to [-128, 127], rounded to nearest with ties to even."""
+    y = acc.astype(np.float32) * scale.astype(np.float32)[None, :]
+    return np.rint(np.clip(y, np.float32(-128), np.float32(127))).astype(np.int8)
+
+
+def _dense_requant_ref(x, w, scale):
+    acc = (x.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+    return requantize_reference(acc, scale)
+
+
+def requantize(acc, scale):
+    """The epilogue of ``requantize_reference`` as an expression (clamped before rounding:
+    the clamp keeps the compiler from fusing the scale into an addition)."""
+    y = pt.cast(F32, acc) * scale
+    return pt.cast("int8", pt.round(pt.min(pt.max(y, _c(-128.0)), _c(127.0))))
+
+
+@template("dense_requant", reference=_dense_requant_ref)
+def dense_requant(cfg, M, N, K, dtype="int8"):
+    """out[i, j] = int8(round(clamp(float(sum_k X[i, k] * W[j, k]) * scale[j], -128, 127))):
+    an int8 dense layer (int32 accumulation) with a requantizing epilogue, per output
+    channel ``scale`` (float32, N), rounding to nearest even, saturating."""
+    p = precision.precision(dtype, "dense_requant")
+    if p.name != "int8":
+        raise ValueError(f"dense_requant: dtype must be int8, got {dtype!r}")
+    _gemm_knobs(cfg, p, M, N, K)
+    X = pt.placeholder((M, K), dtype, name="X")
+    W = pt.placeholder((N, K), dtype, name="W")
+    scale = pt.placeholder((N,), F32, name="scale")
+    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
+    out = pt.compute((M, N), lambda i, j: requantize(D[i, j], scale[j]), name="out")
+    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, scale, out]

@@ -19,7 +19,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .conv2d import _inner_tile
+from .knobs import inner_tile
 
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -66,7 +66,7 @@ def gelu_grad_expr(x, approximate: str, dtype: str):
 
 def define_elementwise_knobs(cfg, cols: int, lanes: int):
     """``tile_j``: the vector chunk of a row; ``unroll_j``: chunks unrolled."""
-    _inner_tile(cfg, "tile_j", cols, [lanes * m for m in (1, 2, 4)], 2 * lanes)
+    inner_tile(cfg, "tile_j", cols, [lanes * m for m in (1, 2, 4)], 2 * lanes)
     cfg.define_knob("unroll_j", [1, 2, 4], default=2)
 
 

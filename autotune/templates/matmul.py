@@ -27,6 +27,8 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import dot_ukernels, precision
+from .precision import widened
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -82,15 +84,28 @@ def _default_rows(registers: int, vectors: int, mrs: list, M: int) -> int:
 
 
 def schedule_gemm(
-    cfg, s, C, CL, M: int, B_tensor=None, batch_axis=None, prefix: str = "", pack=None
+    cfg,
+    s,
+    C,
+    CL,
+    M: int,
+    B_tensor=None,
+    batch_axis=None,
+    prefix: str = "",
+    pack=None,
+    tile_intrin=None,
+    pack_k_inner: bool = False,
 ):
     """Schedule ``C`` (copied out of the accumulator ``CL``) as a blocked GEMM.
 
     ``C``'s last two axes are (i, j) with ``M`` rows; ``batch_axis`` (if any) is an
     outer spatial axis, fused with the parallel loop when they are adjacent. When
     ``pack_b`` is on, B is packed per column panel: ``pack()`` returns the packing
-    stage's tensor (default: ``cache_read(B_tensor)`` for ``CL``). Returns the
-    packed tensor or None.
+    stage's tensor (default: ``cache_read(B_tensor)`` for ``CL``). ``tile_intrin``
+    (a tensor intrinsic of the whole register tile, its reduction included) replaces
+    the tile's loops in whole tiles; its packed B is copied with B's columns innermost,
+    or its reduction with ``pack_k_inner`` (dense's W is N x K). Returns the packed
+    tensor or None.
     """
     i, j = C.op.axis[-2], C.op.axis[-1]
     io, ii = cfg[prefix + "tile_i"].apply(s, C, i)
@@ -124,9 +139,13 @@ def schedule_gemm(
     # the register tile: k outermost, rows unrolled, columns vectorized
     s[CL].compute_at(s[C], attach_c)
     ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
-    (kk,) = s[CL].op.reduce_axis
+    red = list(s[CL].op.reduce_axis)
+    kk = red[-1]
     uk = cfg[prefix + "unroll_k"].val
-    if uk > 1:
+    if tile_intrin is not None:  # partial tiles keep these loops
+        s[CL].reorder(*red, ic, jc)
+        s[CL].tensorize(red[0], tile_intrin)
+    elif uk > 1:
         ko, ki = s[CL].split(kk, factor=uk)
         s[CL].reorder(ko, ki, ic, jc)
         s[CL].unroll(ki)
@@ -139,44 +158,80 @@ def schedule_gemm(
     BP = pack() if pack is not None else s.cache_read(B_tensor, "local", [CL])
     # once per column panel (per row tile too when rows are outermost unblocked)
     s[BP].compute_at(s[C], attach_b)
-    s[BP].vectorize(s[BP].op.axis[-1])
+    if tile_intrin is None:
+        s[BP].vectorize(s[BP].op.axis[-1])
+    elif pack_k_inner:  # the dot kernels' layout [jo, ko, ji, kq] from rows of W
+        jo_, ko_, ji_, kq_ = s[BP].op.axis
+        s[BP].reorder(jo_, ji_, ko_, kq_)
+        s[BP].unroll(kq_)
+    else:  # the dot kernels' layout [jo, ko, ji, kq]: rows of B read contiguously
+        jo_, ko_, ji_, kq_ = s[BP].op.axis
+        s[BP].reorder(jo_, ko_, kq_, ji_)
+        s[BP].unroll(kq_)
+        s[BP].vectorize(ji_)
     return BP
 
 
 def _matmul_ref(a, b):
-    return (a.astype(np.float64) @ b.astype(np.float64)).astype(a.dtype)
+    return precision.reference(widened(a) @ widened(b), a.dtype)
 
 
 @template("matmul", reference=_matmul_ref)
 def matmul(cfg, M, N, K, dtype="float32"):
-    """C[i, j] = sum_k A[i, k] * B[k, j]; A is (M, K), B is (K, N)."""
+    """C[i, j] = sum_k A[i, k] * B[k, j]; A is (M, K), B is (K, N).
+
+    ``dtype``: float32, float64, float16, bfloat16 (float32 accumulation), int8 or uint8
+    (int32 products and output; see ``precision``)."""
+    p = precision.precision(dtype, "matmul")
     A = pt.placeholder((M, K), dtype, name="A")
     B = pt.placeholder((K, N), dtype, name="B")
-    k = pt.reduce_axis((0, K), name="k")
-    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
     cfg.add_flop(2.0 * M * N * K)
-    lanes = cfg.target.vector_lanes(dtype)
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * np.dtype(dtype).itemsize)
+    lanes = cfg.target.vector_lanes(p.out)
+    isa = dot_ukernels.usable(cfg.target, dtype, K)
+    pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack)
+    if isa is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
+    if isa is None or not cfg["ukernel"].val:
+        k = pt.reduce_axis((0, K), name="k")
+        C = pt.compute(
+            (M, N), lambda i, j: pt.sum(precision.product(p, A[i, k], B[k, j]), axis=k), name="C"
+        )
+        s = pt.create_schedule(C.op)
+        CL = s.cache_write(C, "local")
+        schedule_gemm(cfg, s, C, CL, M, B)
+        return s, [A, B, C]
+    # the dot-product kernel: B packed with g reduction elements adjacent per column
+    nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
+    C, BP, tile = dot_ukernels.dot_gemm(
+        isa, A, lambda k, n: B[k, n], (M, N, K), mr, nr, lambda a, b: precision.product(p, a, b)
+    )
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
-    schedule_gemm(cfg, s, C, CL, M, B)
+    schedule_gemm(cfg, s, C, CL, M, pack=lambda: BP, tile_intrin=tile)
     return s, [A, B, C]
 
 
 def _batch_matmul_ref(a, b):
-    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    return precision.reference(np.matmul(widened(a), widened(b)), a.dtype)
 
 
 @template("batch_matmul", reference=_batch_matmul_ref)
 def batch_matmul(cfg, B, M, N, K, dtype="float32"):
-    """C[b, i, j] = sum_k A[b, i, k] * Bm[b, k, j] (numpy ``matmul`` semantics)."""
+    """C[b, i, j] = sum_k A[b, i, k] * Bm[b, k, j] (numpy ``matmul`` semantics); ``dtype``
+    as ``matmul``'s."""
+    p = precision.precision(dtype, "batch_matmul")
     A = pt.placeholder((B, M, K), dtype, name="A")
     Bm = pt.placeholder((B, K, N), dtype, name="B")
     k = pt.reduce_axis((0, K), name="k")
-    C = pt.compute((B, M, N), lambda b, i, j: pt.sum(A[b, i, k] * Bm[b, k, j], axis=k), name="C")
+    C = pt.compute(
+        (B, M, N),
+        lambda b, i, j: pt.sum(precision.product(p, A[b, i, k], Bm[b, k, j]), axis=k),
+        name="C",
+    )
     cfg.add_flop(2.0 * B * M * N * K)
-    lanes = cfg.target.vector_lanes(dtype)
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * np.dtype(dtype).itemsize)
+    lanes = cfg.target.vector_lanes(p.out)
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p))
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
     schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])

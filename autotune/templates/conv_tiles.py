@@ -1,0 +1,143 @@
+"""Output-column tiles of a direct NCHW convolution, shared by ``conv2d_nchw`` (when
+whole vectors of output channels do not divide K) and ``depthwise_conv2d_nchw``.
+
+A tile of ``kb`` channels x ``hb`` rows x ``wb`` columns (columns are contiguous in
+NCHW, so input rows are read as vectors when the stride is 1) is accumulated in a
+local buffer while the whole reduction (input channels, kernel rows, kernel
+columns, in the order ``reorder_red``) runs over it, in the spirit of TVM's x86
+schedules: each input vector is reused for ``kb`` channels, each broadcast weight
+for ``hb * wb`` outputs. For stride > 1 the padded input is split by column phase
+(``x % stride``, ``x // stride``) so vectorized columns still read consecutive
+inputs. The tile's rows and channels are unrolled; zero padding is a separate stage
+computed once at the root (in parallel, vectorized) or inlined into the convolution
+as a select; batch, channel blocks (and row blocks) are fused into the parallel loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pypto as pt
+
+from . import precision
+from .knobs import inner_tile
+
+
+def out_size(x: int, k: int, stride: int, padding: int) -> int:
+    return (x + 2 * padding - k) // stride + 1
+
+
+def input_stage(cfg, data, N, C, H, W, stride, padding, dtype, phase_split=True):
+    """The stage the convolution reads, and how it reads it.
+
+    Returns ``(P, read)``: ``P`` the padded (and, for stride > 1 with
+    ``phase_split``, column-phase-split) copy of ``data`` or None, and
+    ``read(n, c, y, ox, rs)`` the input element of output column ``ox``, kernel
+    column ``rs``, padded row ``y``. Phase split stores column ``x`` at
+    ``[x % stride, x // stride]``, so for a fixed ``rs`` the vectorized output
+    columns read consecutive elements even when the stride is not 1.
+    """
+    p, st = padding, stride
+    zero = pt.const(0.0, dtype)
+    split = phase_split and stride > 1 and cfg["phase_split"].val == 1
+    if split:
+        Wq = -(-(W + 2 * p) // st)
+
+        def body(n, c, y, ph, xq):
+            x = xq * st + ph
+            return pt.select(
+                (y >= p) & (y < H + p) & (x >= p) & (x < W + p), data[n, c, y - p, x - p], zero
+            )
+
+        P = pt.compute((N, C, H + 2 * p, st, Wq), body, name="pad")
+        return P, lambda n, c, y, ox, rs: P[n, c, y, rs % st, ox + rs // st]
+    if padding > 0:
+        P = pt.compute(
+            (N, C, H + 2 * p, W + 2 * p),
+            lambda n, c, y, x: pt.select(
+                (y >= p) & (y < H + p) & (x >= p) & (x < W + p), data[n, c, y - p, x - p], zero
+            ),
+            name="pad",
+        )
+        return P, lambda n, c, y, ox, rs: P[n, c, y, ox * st + rs]
+    return None, lambda n, c, y, ox, rs: data[n, c, y, ox * st + rs]
+
+
+def schedule_pad(cfg, s, P, force_root: bool = False):
+    if P is None:
+        return
+    if cfg["pad"].val == "inline" and not force_root:
+        s[P].compute_inline()
+        return
+    axes = P.op.axis
+    nc = s[P].fuse(axes[0], axes[1])
+    s[P].parallel(nc)
+    s[P].vectorize(axes[-1])
+
+
+def define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes):
+    inner_tile(cfg, "tile_oh", OH, [1, 2, 4], 1)
+    wbs = [max(1, lanes // 2), lanes, 2 * lanes, 3 * lanes]
+    wb_d = 2 * lanes if OW >= 2 * lanes else lanes
+    inner_tile(cfg, "tile_ow", OW, wbs, wb_d)
+    cfg.define_knob("unroll_red", [0, 1], default=1)
+    if stride > 1:
+        cfg.define_knob("phase_split", [0, 1], default=1)
+    define_red_pad_knobs(cfg, red_axes, stride, padding)
+
+
+def define_red_pad_knobs(cfg, red_axes, stride: int, padding: int):
+    """The knobs both conv schedules share: the reduction order, and (when there is a
+    padded or phase-split input) that input computed once at the root or inlined."""
+    cfg.define_reorder("reorder_red", red_axes, policy="all", default=list(range(len(red_axes))))
+    if padding > 0 or stride > 1:
+        cfg.define_knob("pad", ["root", "inline"], default="root")
+
+
+def schedule_tile(cfg, s, Out, OL, outer_spatial, kb_loops):
+    """Tile ``Out``'s (oh, ow) axes; ``outer_spatial`` are the loops before them
+    (batch, channel block), ``kb_loops`` the tile's channel loop (or none); the
+    accumulator ``OL`` is computed per tile."""
+    oh, ow = Out.op.axis[2], Out.op.axis[3]
+    oho, ohi = cfg["tile_oh"].apply(s, Out, oh)
+    owo, owi = cfg["tile_ow"].apply(s, Out, ow)
+    s[Out].reorder(*outer_spatial, oho, owo, *kb_loops, ohi, owi)
+    par = cfg["par"].val
+    fused = s[Out].fuse(*outer_spatial, oho) if par == "with_rows" else s[Out].fuse(*outer_spatial)
+    s[Out].parallel(fused)
+    s[Out].vectorize(owi)
+    for lp in kb_loops:
+        s[Out].unroll(lp)
+    s[Out].unroll(ohi)
+    s[OL].compute_at(s[Out], owo)
+    # the accumulator: the reduction outside, the tile inside
+    axes = s[OL].op.axis
+    red = list(s[OL].op.reduce_axis)
+    order = cfg["reorder_red"].apply(s, OL, red)
+    tile = [axes[1], axes[2], axes[3]]  # (channel, row, col) of the tile
+    s[OL].reorder(*order, *tile)
+    # unrolling a long reduction (all input channels) around an unrolled tile makes
+    # kilobytes of C that take minutes to compile for no gain: only short ones
+    if cfg["unroll_red"].val and int(order[-1].extent.value) <= 8:
+        s[OL].unroll(order[-1])
+    s[OL].unroll(tile[0])
+    s[OL].unroll(tile[1])
+    s[OL].vectorize(tile[2])
+
+
+def conv_ref(data, weight, stride=1, padding=0, groups=1):
+    d = np.pad(precision.widened(data), ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    w = precision.widened(weight)
+    N, C, H, W = d.shape
+    K, Cg, R, S = w.shape
+    OH = (H - R) // stride + 1
+    OW = (W - S) // stride + 1
+    out = np.zeros((N, K, OH, OW), d.dtype)
+    for r in range(R):
+        for q in range(S):
+            patch = d[:, :, r::stride, q::stride][:, :, :OH, :OW]
+            if groups == 1:
+                out += np.einsum("nchw,kc->nkhw", patch, w[:, :, r, q])
+            else:  # depthwise: one input channel per output channel
+                out += patch * w[:, 0, r, q][None, :, None, None]
+    return precision.reference(out, data.dtype)

@@ -1,0 +1,85 @@
+"""What the built-in templates do with their ``dtype`` argument (API.md 9).
+
+``matmul``, ``batch_matmul``, ``conv2d_nchw`` and ``dense`` take a last argument
+``dtype`` (one of ``DTYPES``), part of the workload. One rule per dtype says what
+the output is and how a product is written:
+
+    float32, float64       out[..] = sum(a * b)                    (same dtype)
+    float16, bfloat16      out[..] = sum(a * b)                    (16-bit out; lowering
+                                                                    accumulates in float32)
+    int8, uint8            out[..] = sum(int32(a) * int32(b))      (int32 out, exact)
+
+The references compute in float64 (int64 for integers) and convert to the output dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import pypto as pt
+from pypto.dtypes import numpy_dtype
+from pypto.schedule import accumulator_dtype
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    out: str  # the dtype of the output
+    widen: str | None  # the dtype each operand is cast to before multiplying (None: none)
+
+
+_RULES = {
+    p.name: p
+    for p in (
+        Precision("float32", "float32", None),
+        Precision("float64", "float64", None),
+        Precision("float16", "float16", None),
+        Precision("bfloat16", "bfloat16", None),
+        Precision("int8", "int32", "int32"),
+        Precision("uint8", "int32", "int32"),
+    )
+}
+DTYPES = tuple(_RULES)
+
+
+def precision(dtype: str, template: str) -> Precision:
+    """The rule for ``dtype``; a ValueError naming the template and the choices otherwise."""
+    rule = _RULES.get(str(dtype))
+    if rule is None:
+        raise ValueError(f"{template}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    return rule
+
+
+def product(p: Precision, a, b):
+    """``a * b`` as the rule multiplies (integers widened first)."""
+    if p.widen is None:
+        return a * b
+    return pt.cast(p.widen, a) * pt.cast(p.widen, b)
+
+
+def accumulated(p: Precision, prod):
+    """A product as a reduction into the output accumulates it: 16-bit floats widened
+    to float32 (what lowering and ``cache_write`` make of ``sum(a * b)``)."""
+    return pt.cast(accumulator_dtype(p.out), prod)
+
+
+def zero(p: Precision):
+    """The zero of the inputs' dtype (padding)."""
+    return pt.const(0, p.name)
+
+
+def elem_bytes(p: Precision) -> int:
+    return numpy_dtype(p.name).itemsize
+
+
+def reference(value64: np.ndarray, input_dtype) -> np.ndarray:
+    """A float64 (or int64) reference result in the output dtype of inputs of ``input_dtype``."""
+    out = _RULES[np.dtype(input_dtype).name].out
+    return np.asarray(value64).astype(numpy_dtype(out))
+
+
+def widened(a: np.ndarray) -> np.ndarray:
+    """``a`` in the reference's dtype: int64 for integers (exact), else float64."""
+    return a.astype(np.int64 if a.dtype.kind in "iu" else np.float64)

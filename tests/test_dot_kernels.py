@@ -1,0 +1,168 @@
+"""int8 and bfloat16 GEMMs through dot-product tensor intrinsics (API.md 9): the kernel
+comes from the TARGET's features, never the host's; the object code holds the
+instruction wherever the target has it (compiled for targets this machine cannot run);
+results are bit-exact (int8, against numpy in int64) or within 1e-2 of float64 at
+K=4096 (bfloat16, float16), run natively or under qemu where possible."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import autotune as at
+import pypto as pt
+from autotune.templates.dense import requantize_reference
+from autotune.templates.dot_ukernels import dot_isa
+from pypto import emulate
+from pypto.dtypes import numpy_dtype
+from pypto.runtime import compile_source
+from pypto.target import cross_compiler
+
+
+@pytest.mark.parametrize(
+    "target, dtype, kernel",
+    [
+        ("x86-avx512-bf16", "int8", "avx512vnni"),
+        ("x86-avx512-bf16", "bfloat16", "avx512bf16"),
+        ("x86-avx2-vnni", "int8", "avxvnni"),
+        ("x86-avx512", "int8", "avx512bw"),
+        ("x86-avx2", "int8", "avx2"),
+        ("aarch64-dotprod", "int8", "neondot"),
+        ("aarch64-neon", "int8", None),
+        ("x86-avx512", "bfloat16", None),
+        ("generic", "int8", None),
+        ("x86-avx512-bf16", "float32", None),
+    ],
+)
+def test_the_kernel_follows_the_target(target, dtype, kernel):
+    isa = dot_isa(pt.Target(target), dtype)
+    assert (isa.name if isa else None) == kernel
+    task = at.Task("matmul", (64, 64, 64, dtype), target=target)
+    assert ("ukernel" in task.config_space.knobs) == (kernel is not None)
+
+
+def _objdump(target: pt.Target) -> str | None:
+    if target.arch == "aarch64" and target.compiler_prefix is not None:
+        return shutil.which("aarch64-linux-gnu-objdump")
+    return shutil.which("objdump")
+
+
+def _disassembly(target_name: str, dtype: str, args=(64, 64, 128)) -> str:
+    t = pt.Target(target_name)
+    cc = None
+    if t.compiler_prefix is not None:
+        cc = cross_compiler(t)
+        if cc is None:
+            pytest.skip(f"no {t.compiler_prefix}")
+        cc = [cc]
+    objdump = _objdump(t)
+    if objdump is None:
+        pytest.skip("no objdump")
+    task = at.Task("matmul", (*args, dtype), target=t)
+    s, tensors = task.instantiate(task.config_space.default_config())
+    src = pt.build(s, tensors, target=t, name="mm", emit_only=True)
+    so = compile_source(src, t.cflags, cc=cc)
+    return subprocess.run([objdump, "-d", so], capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize(
+    "target, dtype, instruction",
+    [
+        ("x86-avx512-bf16", "int8", r"vpdpbusd\s+%zmm"),
+        ("x86-avx512-bf16", "bfloat16", r"vdpbf16ps\s+%zmm"),
+        ("x86-avx2-vnni", "int8", r"vpdpbusd\s+%ymm"),  # the VEX (AVX-VNNI) form
+        ("x86-avx512", "int8", r"vpmaddwd\s+%zmm"),
+        ("x86-avx2", "int8", r"vpmaddwd\s+%ymm"),
+        ("x86-avx2", "float16", r"vcvtph2ps"),  # F16C widens float16 loads
+        ("aarch64-dotprod", "int8", r"\bsdot\b"),
+    ],
+)
+def test_object_code_holds_the_instruction(target, dtype, instruction):
+    asm = _disassembly(target, dtype)
+    assert re.search(instruction, asm), f"no {instruction} in the code for {target}"
+
+
+def test_a_target_without_vnni_gets_no_vnni_instruction():
+    asm = _disassembly("x86-avx512", "int8")
+    assert "vpmaddwd" in asm and "vpdpbusd" not in asm
+
+
+def _run(target: pt.Target, args, cfg_values=None):
+    why = emulate.why_not_runnable(target)
+    if why:
+        pytest.skip(why)
+    task = at.Task("matmul", args, target=target)
+    cfg = task.config_space.default_config()
+    if cfg_values:
+        cfg = task.config_space.config({**cfg.values, **cfg_values})
+    s, tensors = task.instantiate(cfg)
+    mod = pt.build(s, tensors, target=target, name="mm")
+    M, N, K, dtype = args
+    rng = np.random.default_rng(4)
+    if dtype == "int8":
+        a = rng.integers(-128, 128, (M, K)).astype(np.int8)
+        b = rng.integers(-128, 128, (K, N)).astype(np.int8)
+        a[0], b[:, 0] = -128, -128  # the extremes: (-128)(-128) summed K times
+        a[1], b[:, 1] = 127, -128
+    else:
+        a = rng.uniform(0, 1, (M, K)).astype(numpy_dtype(dtype))
+        b = rng.uniform(0, 1, (K, N)).astype(numpy_dtype(dtype))
+    out = np.zeros((M, N), numpy_dtype(tensors[-1].dtype))
+    mod(a, b, out)
+    return mod, a, b, out
+
+
+INT8_TARGETS = ["x86-avx512-bf16", "x86-avx2-vnni", "x86-avx512", "x86-avx2", "aarch64-dotprod"]
+
+
+@pytest.mark.parametrize("target", INT8_TARGETS)
+def test_int8_matmul_is_bit_exact(target):
+    """Ragged tiles (M, N not multiples of the tile) take the plain loops; whole ones
+    the kernel."""
+    mod, a, b, out = _run(pt.Target(target), (37, 50, 300, "int8"))
+    assert mod.source.count(f"gemm_{dot_isa(pt.Target(target), 'int8').name}_") >= 2
+    np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_int8_matmul_without_the_kernel_is_bit_exact_too():
+    mod, a, b, out = _run(pt.Target("x86-avx512-bf16"), (16, 64, 64, "int8"), {"ukernel": 0})
+    assert "gemm_" not in mod.source
+    np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+@pytest.mark.parametrize(
+    "target, dtype", [("x86-avx512-bf16", "bfloat16"), ("x86-avx2", "float16")]
+)
+def test_16_bit_matmul_at_k_4096_within_1e_2(target, dtype):
+    mod, a, b, out = _run(pt.Target(target), (8, 48, 4096, dtype))
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.max(np.abs(out.astype(np.float64) - ref) / ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["x86-avx512-bf16", "x86-avx2", "aarch64-dotprod"])
+def test_int8_dense_and_requantized_dense_use_the_kernel_and_stay_exact(target):
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    rng = np.random.default_rng(8)
+    x = rng.integers(-128, 128, (37, 300)).astype(np.int8)
+    w = rng.integers(-128, 128, (50, 300)).astype(np.int8)
+    scale = rng.uniform(1e-4, 1e-2, 50).astype(np.float32)
+    acc = x.astype(np.int64) @ w.astype(np.int64).T
+    for name, args, inputs, want in [
+        ("dense", (37, 50, 300, "int8"), [x, w], acc),
+        ("dense_requant", (37, 50, 300), [x, w, scale],
+         requantize_reference(acc.astype(np.int32), scale)),
+    ]:  # fmt: skip
+        task = at.Task(name, args, target=t)
+        s, tensors = task.instantiate(task.config_space.default_config())
+        mod = pt.build(s, tensors, target=t, name=name)
+        assert f"gemm_{dot_isa(t, 'int8').name}_" in mod.source
+        out = np.zeros(want.shape, numpy_dtype(tensors[-1].dtype))
+        mod(*inputs, out)
+        np.testing.assert_array_equal(out, want)

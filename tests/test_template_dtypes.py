@@ -1,0 +1,179 @@
+"""The ``dtype`` argument of the GEMM-like templates (API.md 9): int8 inputs give exact
+int32 outputs (bit-exact against numpy in int64), 16-bit floats accumulate in float32,
+``dense_requant``'s epilogue equals its numpy reference bit for bit (ties, saturation),
+and the dtype is part of the workload (records, the command line)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import autotune as at
+import pypto as pt
+from autotune.templates.dense import requantize_reference
+from pypto.dtypes import numpy_dtype
+
+try:
+    import ml_dtypes
+except ImportError:
+    ml_dtypes = None
+
+
+def _build(name, args, target="host"):
+    task = at.Task(name, args, target=target)
+    s, tensors = task.instantiate(task.config_space.default_config())
+    return task, pt.build(s, tensors, target=target, name=name), tensors
+
+
+def _ints(rng, shape, dtype):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+
+
+def _shape(t):
+    return tuple(int(d.value) for d in t.shape)
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("matmul", (37, 50, 300, "int8")),
+        ("matmul", (16, 64, 64, "uint8")),
+        ("batch_matmul", (2, 9, 40, 70, "int8")),
+        ("dense", (33, 40, 70, "int8")),
+        ("conv2d_nchw", (1, 8, 10, 10, 32, 3, 3, 1, 1, "int8")),  # channels vectorized
+        ("conv2d_nchw", (2, 5, 9, 9, 6, 3, 3, 2, 1, "int8")),  # columns vectorized
+    ],
+)
+def test_int8_templates_are_exact_in_int32(name, args):
+    task, mod, tensors = _build(name, args)
+    rng = np.random.default_rng(1)
+    inputs = [_ints(rng, _shape(t), t.dtype) for t in tensors[:-1]]
+    inputs[0].reshape(-1)[:64] = np.iinfo(tensors[0].dtype).min  # the extremes
+    inputs[1].reshape(-1)[:64] = np.iinfo(tensors[1].dtype).min
+    out = mod(*inputs)
+    assert out.dtype == np.int32
+    (ref,) = task.template.reference_output(inputs, args)
+    w = [x.astype(np.int64) for x in inputs]
+    direct = {
+        "matmul": lambda: w[0] @ w[1],
+        "batch_matmul": lambda: np.matmul(w[0], w[1]),
+        "dense": lambda: w[0] @ w[1].T,
+    }
+    if name in direct:  # the reference is the product in int64
+        np.testing.assert_array_equal(ref, direct[name]())
+    np.testing.assert_array_equal(out, ref)
+
+
+NO_BF16 = pytest.mark.skipif(ml_dtypes is None, reason="needs ml_dtypes")
+
+
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=NO_BF16)])
+def test_16_bit_matmul_template_within_1e_2_at_k_4096(dtype):
+    M, N, K = 8, 32, 4096
+    task, mod, _ = _build("matmul", (M, N, K, dtype))
+    rng = np.random.default_rng(2)
+    a = rng.uniform(0, 1, (M, K)).astype(numpy_dtype(dtype))
+    b = rng.uniform(0, 1, (K, N)).astype(numpy_dtype(dtype))
+    out = mod(a, b)
+    assert out.dtype == numpy_dtype(dtype)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.max(np.abs(out.astype(np.float64) - ref) / ref) < 1e-2
+
+
+def test_requantized_dense_is_bit_exact_with_ties_and_saturation():
+    M, N, K = 12, 48, 40
+    task, mod, tensors = _build("dense_requant", (M, N, K))
+    assert [t.dtype for t in tensors] == ["int8", "int8", "float32", "int8"]
+    rng = np.random.default_rng(3)
+    x, w = _ints(rng, (M, K), np.int8), _ints(rng, (N, K), np.int8)
+    # rows 1..: small values; columns 0-15: weights in -1..1 and scale 1/2 or 1/4 (exact
+    # products: every odd sum is a tie, .25/.75 not); 16-31: scale 1 (most saturate);
+    # the rest: random small scales
+    x[1:] = rng.integers(-8, 9, (M - 1, K))
+    w[:16] = rng.integers(-1, 2, (16, K))
+    scale = rng.uniform(1e-4, 4e-3, N).astype(np.float32)
+    scale[0:8], scale[8:16], scale[16:32] = 0.5, 0.25, 1.0
+    x[0, :], w[16, :] = 127, 127  # the largest positive sum: saturates at 127
+    out = mod(x, w, scale)
+    acc = (x.astype(np.int64) @ w.astype(np.int64).T).astype(np.int32)
+    ref = requantize_reference(acc, scale)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(ref, task.template.reference_output([x, w, scale], task.args)[0])
+    y = acc[1:, :8].astype(np.float64) * 0.5  # rows 1..: inside the int8 range
+    ties = np.abs(y - np.floor(y)) == 0.5
+    assert ties.sum() > 10 and (out[1:, :8][ties] % 2 == 0).all()  # ties went to even
+    assert (np.abs(out[1:, :8] - y) <= 0.5).all()
+    assert (out[:, 16:32] == 127).any() and (out[:, 16:32] == -128).any()
+    assert out[0, 16] == 127
+
+
+def test_requantize_reference_rounds_ties_to_even_and_saturates():
+    acc = np.array([[1, 3, 5, -1, -3, 255, 256, -257, -300]], np.int32)
+    scale = np.array([0.5] * 9, np.float32)
+    assert requantize_reference(acc, scale).tolist() == [[0, 2, 2, 0, -2, 127, 127, -128, -128]]
+
+
+def test_dtype_is_part_of_the_workload(tmp_path):
+    f32 = at.Task("matmul", (32, 32, 32))
+    i8 = at.Task("matmul", (32, 32, 32, "int8"))
+    assert f32.workload_key != i8.workload_key
+    assert at.get_template("matmul")(32, 32, 32, "int8")[1][-1].dtype == "int32"
+    with pytest.raises(ValueError, match="matmul: dtype 'int4' is not one of float32, .*int8"):
+        at.Task("matmul", (32, 32, 32, "int4")).instantiate(None)
+    log = tmp_path / "mm.jsonl"
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune", "matmul", "--args", "32,32,32", "--dtype", "int8",
+         "--trials", "2", "--log", str(log), "--no-progress", "--confirm", "0"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert recs and all(rec["workload"] == ["matmul", [32, 32, 32, "int8"]] for rec in recs)
+    assert any(rec["error"] is None for rec in recs)
+    with at.apply_history_best(str(log)):
+        s, tensors = at.get_template("matmul")(32, 32, 32, "int8")
+    assert tensors[-1].dtype == "int32"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["softmax", "--args", "8,8", "--dtype", "int8"], "template 'softmax' takes no dtype"),
+        (["matmul", "--args", "8,8,8,int8", "--dtype", "int8"], "--args already gives dtype"),
+        (["conv2d_nchw", "--args", "1,2,3", "--dtype", "int8"], "--args lacks W, K, R, S"),
+    ],
+)
+def test_bad_dtype_arguments_are_refused(argv, message):
+    r = subprocess.run(
+        [sys.executable, "-m", "autotune", "show", *argv], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_conv2d_dtype_fills_stride_and_padding_defaults():
+    from autotune.commands.common import with_dtype
+
+    assert with_dtype("conv2d_nchw", [1, 8, 10, 10, 32, 3, 3], "int8") == [
+        1, 8, 10, 10, 32, 3, 3, 1, 0, "int8"
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=NO_BF16)])
+def test_dense_bias_gelu_in_16_bit_floats(dtype):
+    task, mod, tensors = _build("dense_bias_gelu", (33, 40, 300, dtype))
+    assert all(t.dtype == dtype for t in tensors)
+    rng = np.random.default_rng(6)
+    inputs = [rng.uniform(-1, 1, _shape(t)).astype(numpy_dtype(dtype)) for t in tensors[:-1]]
+    out = mod(*inputs).astype(np.float64)
+    (ref,) = task.template.reference_output(inputs, task.args)
+    # the sum is rounded to the dtype (D is a 16-bit tensor), then the result: 2 ulps
+    ulp = 2.0 ** (-10 if dtype == "float16" else -7)  # relative spacing of the dtype
+    err = np.abs(out - ref.astype(np.float64))
+    assert np.all(err <= 2 * ulp * np.maximum(np.abs(ref.astype(np.float64)), 1))
+    with pytest.raises(ValueError, match="dense_bias_gelu: dtype must be float32, float16"):
+        at.Task("dense_bias_gelu", (4, 4, 4, "int8"))
