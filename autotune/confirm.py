@@ -19,6 +19,8 @@ them; one that falls out is left.
 
 from __future__ import annotations
 
+import contextlib
+
 from .measure import EnvironmentFault, MeasureOption, Measurer
 from .records import append_records, load_records, ranked_configs
 from .space import SpaceError
@@ -39,17 +41,27 @@ def _fastest(task, records, k: int) -> list:
     return out
 
 
-def confirm_best(task, log: str, k: int, rounds: int = 2, measure: MeasureOption | None = None):
+def confirm_best(
+    task,
+    log: str,
+    k: int,
+    rounds: int = 2,
+    measure: MeasureOption | None = None,
+    measurer=None,
+):
     """Measure the ``k`` fastest configs of ``task`` in ``log`` again, ``rounds`` times
     each, interleaved, appending every measurement to ``log`` (see the module
     docstring). Returns how many measurements were made. ``EnvironmentFault`` stops
-    it, after the measurements made before the fault are appended."""
+    it, after the measurements made before the fault are appended. ``measurer``: an
+    object with ``measure(task, configs)`` to use instead of a fresh ``Measurer(measure)``
+    (a ``RayMeasurer``: confirmed on the cluster's nodes of the task's target)."""
     if k <= 0 or rounds <= 0:
         return 0
     records = load_records(log)
     fresh: dict = {}  # config index -> measurements made in this call
     made = 0
-    with Measurer(measure or MeasureOption()) as m:
+    m = measurer or Measurer(measure or MeasureOption())
+    with contextlib.nullcontext() if measurer else m:  # a measurer given stays open
         for _ in range(4 * rounds):  # a bound: the set of the k fastest settles quickly
             todo = [c for c in _fastest(task, records, k) if fresh.get(c.index, 0) < rounds]
             if not todo:

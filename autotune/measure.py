@@ -32,7 +32,7 @@ from pypto.errors import TargetError
 from pypto.target import Target
 
 from .records import ErrorKind, Measured
-from .workers import _short, build_worker, init_build_worker, probe_worker, runner_main
+from .workers import build_worker, init_build_worker, probe_worker, runner_main, short_error
 
 __all__ = ["EnvironmentFault", "ErrorKind", "MeasureOption", "MeasureResult", "Measurer"]
 
@@ -71,6 +71,12 @@ class MeasureResult(Measured):
     build_s: float = 0.0
     run_s: float = 0.0
     ts: float = field(default_factory=time.time)
+
+
+def candidate_specs(task, configs, option: MeasureOption) -> list[dict]:
+    """What a build or run of each config needs, as plain data (sent to other processes,
+    or to other machines)."""
+    return [{**_spec(task, c), "build_timeout": option.build_timeout} for c in configs]
 
 
 def _spec(task, cfg) -> dict:
@@ -162,7 +168,7 @@ class Measurer:
                 msg = f"build took longer than {self.option.build_timeout:.0f} s"
             except Exception as e:  # noqa: BLE001 - a dead worker, a pool that cannot start
                 kind = ErrorKind.INSTANTIATION
-                msg = f"the build process died building it: {_short(e)}"
+                msg = f"the build process died building it: {short_error(e)}"
             out.append(None)
             lost.append((k, {"error": kind.value, "msg": msg}))
         return out, lost
@@ -175,7 +181,7 @@ class Measurer:
             self._drop_pool()
             raise EnvironmentFault(
                 f"the build processes cannot start ({why}; a no-op job failed too: "
-                f"{_short(e)}); is the main module importable in a fresh interpreter?"
+                f"{short_error(e)}); is the main module importable in a fresh interpreter?"
             ) from None
 
     def build(self, specs) -> list[dict]:
@@ -304,7 +310,7 @@ class Measurer:
         ``EnvironmentFault`` (with the results measured before it) when the environment
         breaks; no result then blames a config for it."""
         check_measurable(task.target)
-        specs = [{**_spec(task, c), "build_timeout": self.option.build_timeout} for c in configs]
+        specs = candidate_specs(task, configs, self.option)
         built = self.build(specs)
         results = []
         for spec, b in zip(specs, built):

@@ -43,7 +43,7 @@ from .task import get_template
 _PR_SET_PDEATHSIG = 1
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     return text if len(text) < 2000 else text[:2000] + " ..."
 
@@ -106,25 +106,26 @@ def probe_worker() -> int:
 
 
 def build_worker(spec: dict) -> dict:
-    """Instantiate and compile one candidate; returns a dict of plain data."""
+    """Instantiate and compile one candidate; returns a dict of plain data (with the
+    path of the object in this machine's cache)."""
     t0 = time.perf_counter()
     try:
         tpl = _load_template(spec)
         s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
         func = pt.lower(s, tensors, name="candidate")
     except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
-        return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
+        return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
     try:
         target = Target(spec["target"])
         src, _ = codegen(func, target)
-        compile_source(src, target.cflags, timeout=spec["build_timeout"])
+        so = compile_source(src, target.cflags, timeout=spec["build_timeout"])
     except pt.BuildEnvironmentError as e:
         return _fault(e)
     except pt.BuildError as e:
-        return {"error": ErrorKind.COMPILE.value, "msg": _short(e)[:4000]}
+        return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)[:4000]}
     except Exception as e:  # noqa: BLE001
-        return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
-    return {"build_s": time.perf_counter() - t0}
+        return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)}
+    return {"build_s": time.perf_counter() - t0, "so": so}
 
 
 # ---------------------------------------------------------------- running (the runner child)
@@ -236,9 +237,9 @@ class Runner:
         except pt.BuildEnvironmentError as e:
             return _fault(e)
         except pt.BuildError as e:
-            return {"error": ErrorKind.COMPILE.value, "msg": _short(e)}
+            return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)}
         except Exception as e:  # noqa: BLE001
-            return {"error": ErrorKind.INSTANTIATION.value, "msg": _short(e)}
+            return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
         try:
             pristine, outs, ref, names = self.case(spec, tpl, tensors, opt["seed"])
             arrays = [a.copy() for a in pristine]  # no earlier candidate touched these
@@ -260,7 +261,7 @@ class Runner:
             if bad is not None:
                 return bad
         except Exception as e:  # noqa: BLE001
-            return {"error": ErrorKind.RUNTIME.value, "msg": _short(e)}
+            return {"error": ErrorKind.RUNTIME.value, "msg": short_error(e)}
         return {"costs": costs, "run_s": time.perf_counter() - t0}
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from . import domain, regions
 from .bounds_check import NO_REPORT, BoundsReport
+from .compute_with import shared_loops
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
@@ -61,6 +62,7 @@ class StageNest:
         self.root_value = {}  # root IterVar -> Expr of leaves
         self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
         self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
+        self.shared = 0  # outer loops shared with other stages (compute_with): kept whole
         self.init_value = None  # root_value and guards of a reduction's init nest, which
         self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
         self.init_guards = {}
@@ -264,10 +266,11 @@ class Bounds:
         true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
         if dependent:  # a polyhedron: relations work on the box of each such root
-            own = domain.own_min_roots(st, dependent, true_dom)
+            n.shared = shared_loops(st)  # shared loops count alike in every stage
+            own = domain.own_min_roots(st, dependent, true_dom, st.root_iter_vars[: n.shared])
             offsets = {iv: (Const(0, INDEX), true_dom[iv][1]) for iv in own}
             for iv, (m, e) in domain.root_boxes(
-                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent
+                st.name, st.root_iter_vars, {**true_dom, **offsets}, dependent, n.shared
             ).items():
                 dom_min[iv], ext[iv] = (true_dom[iv][0], e) if iv in own else (m, e)
         for rel in st.relations:  # extents flow down (relations.py)

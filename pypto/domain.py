@@ -48,18 +48,19 @@ def dependent_roots(roots: list, dom: dict) -> list:
     return [iv for iv in roots if any(v in root_vars for e in dom[iv] for v in vars_of(e))]
 
 
-def own_min_roots(stage, dependent: list, dom: dict) -> list:
+def own_min_roots(stage, dependent: list, dom: dict, shared=()) -> list:
     """The dependent roots whose leaf loops all lie inside the loops of every root their
     minimum names, and whose value no other bound names: their leaf coordinates start at
     each iteration's own minimum (a split of ``j`` in ``[k + 1, n)`` under ``k`` tiles
-    ``[k + 1, n)`` from ``k + 1``), the others' at their box's minimum."""
+    ``[k + 1, n)`` from ``k + 1``), the others' at their box's minimum, as do the roots
+    in ``shared`` (loops shared with other stages, see ``compute_with``)."""
     leaves = stage.leaf_iter_vars
     roots = stage.root_iter_vars
     srcs = [root_sources(stage.relations, leaf) for leaf in leaves]
     named_by_others = {v for r in roots for e in dom[r] for v in vars_of(e)}
     out = []
     for iv in dependent:
-        if iv.var in named_by_others:
+        if iv.var in named_by_others or iv in shared:
             continue
         mine = [k for k, s in enumerate(srcs) if iv in s]
         outer = {r for r in roots if r.var in set(vars_of(dom[iv][0]))}
@@ -99,9 +100,11 @@ def _range(pr: IslPrinter, x: str, lo: Expr, ext: Expr) -> str:
     return f"{pr(lo)} <= {x} < {pr(lo)} + {pr(ext)}"
 
 
-def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict:
+def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list, shared: int = 0) -> dict:
     """``{root: (min, extent)}`` of each dependent root over all values of the others,
-    in sizes and enclosing loops only."""
+    in sizes and enclosing loops only. The first ``shared`` roots (loops shared with
+    other stages by ``compute_with``) take the range their own bounds and the outer
+    roots' give, whatever the inner loops: the same in every stage sharing them."""
     sp = IslSpace([iv.var for iv in roots])
     pr = sp.printer([e for iv in roots for e in dom[iv]])
     try:
@@ -118,6 +121,10 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list) -> dict
     out = {}
     for iv in dependent:
         d = roots.index(iv)
+        if d < shared:
+            domain = sp.set(cons[: d + 1] + [f"{x} = 0" for x in sp.dims[d + 1 :]])
+        else:
+            domain = sp.set(cons)
         line = domain.project_out(isl.dim_type.set, d + 1, len(roots) - d - 1)
         line = line.project_out(isl.dim_type.set, 0, d)
         lo, hi = line.dim_min(0).coalesce(), line.dim_max(0).coalesce()
@@ -183,11 +190,12 @@ def tighten(n, true_dom: dict, conds: list, ranges) -> list:
     from its lower bound; its root values and the guards ``conds`` are rewritten in
     those counters. A pure stage's spatial loops outside its first reduce loop keep
     their box (its init statement runs over all of them); the init nest keeps the box
-    of the spatial loops inside too (``n.init_value``, ``n.init_conds``)."""
+    of the spatial loops inside too (``n.init_value``, ``n.init_conds``); so do the
+    ``n.shared`` outer loops a stage shares with others (``compute_with``)."""
     st = n.stage
     leaves = st.leaf_iter_vars
     first = next((k for k, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
-    chosen = set(leaves if st.is_update else leaves[first:])
+    chosen = set(leaves if st.is_update else leaves[first:]) - set(leaves[: n.shared])
     guards = [c for c, _ in conds]
     found = leaf_bounds(leaves, chosen, n.box_ext, n.root_value, true_dom, guards)
     if found is None:

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING
 import islpy as isl
 
 from .bounds import Bounds
+from .compute_with import cluster_map, clusters, node_order
 from .errors import ScheduleError
 from .expr import Var, walk
 from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Namer
 from .poly import Dependence, GroupModel, witness
+from .poly_cluster import ClusterModel
 from .relations import root_sources
 from .stage import Stage
 
@@ -45,15 +47,37 @@ def _model(sch: Schedule, stage: Stage, nests: Bounds | None = None) -> GroupMod
     if pure.is_placeholder or pure.inline:
         return None
     low = nests or Bounds(sch)
-    for st in (pure, *pure.update_stages):
-        low.nest(st)
-    return GroupModel(pure, low.nests)
+    groups = cluster_groups(sch, pure)
+    for g in groups or (pure,):
+        for st in (g, *g.update_stages):
+            low.nest(st)
+    if groups is None:
+        return GroupModel(pure, low.nests)
+    index = {st: k for k, st in enumerate(sch.stages)}
+    return ClusterModel(groups, low.nests, node_order(sch, low), index)
+
+
+def cluster_groups(sch: Schedule, pure: Stage) -> list | None:
+    """The pure stages of every tensor whose statements interleave with ``pure``'s
+    through compute_with (``pure`` included), in schedule order; None without any."""
+    cmap = cluster_map(sch)
+    if not any(st in cmap for st in (pure, *pure.update_stages)):
+        return None
+    groups, work = {pure}, [pure]
+    while work:
+        g = work.pop()
+        for st in (g, *g.update_stages):
+            for m in cmap[st].members if st in cmap else ():
+                if _pure(m) not in groups:
+                    groups.add(_pure(m))
+                    work.append(_pure(m))
+    return sorted(groups, key=sch.stages.index)
 
 
 def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
     """Check one stage right after a primitive (``call`` is how the error names it)."""
     pure = _pure(stage)
-    needs_order = bool(pure.update_stages)
+    needs_order = bool(pure.update_stages) or cluster_groups(sch, pure) is not None
     if not needs_order:
         # A pure definition's only dependences are those of a reduction on itself:
         # its loop order is free (they commute) and lowering checks its annotations.
@@ -75,6 +99,9 @@ def check_acyclic(sch: Schedule, lowering: Bounds) -> None:
     """Tensors must not read each other: all definitions of a tensor (its pure definition
     and its updates) run together, producers first, so in a cycle one of them would read
     another's buffer before anything wrote it."""
+    if clusters(sch):  # compute_with orders some statements: the order of the root nodes
+        node_order(sch, lowering)
+        return
     edges: dict = {}  # pure stage -> {producer pure stage: the stage that reads it}
     for st in sch.stages:
         if st.is_placeholder or st.inline:
@@ -98,7 +125,8 @@ def check_acyclic(sch: Schedule, lowering: Bounds) -> None:
             raise ScheduleError(
                 f"tensors {who} read each other ({reads}): the definitions of a tensor run "
                 "together, producers first, so one of them would read a buffer before it is "
-                "written; compute one of them from a copy of the other"
+                "written; give their update definitions one loop order with compute_with, "
+                "or compute one of them from a copy of the other"
             )
 
 
@@ -129,18 +157,20 @@ def _cycle_from(st, edges: dict, state: dict, path: list) -> list | None:
 def check_schedule(sch: Schedule, lowering: Bounds) -> None:
     """Check every stage of a finished schedule over its inferred nests (called by ``lower``)."""
     check_acyclic(sch, lowering)
+    done = set()
     for st in sch.stages:
-        if st.is_placeholder or st.inline or st.is_update:
+        if st.is_placeholder or st.inline or st.is_update or st in done:
             continue
-        annotated = [
-            (s, iv, k) for s in (st, *st.update_stages) for iv, k in s.attrs.items() if k in _VERB
-        ]
-        if not st.update_stages and not annotated:
-            check_shared_regions(sch, st, lowering)
+        groups = cluster_groups(sch, st) or [st]
+        done.update(groups)
+        stages = [s for g in groups for s in (g, *g.update_stages)]
+        annotated = [(s, iv, k) for s in stages for iv, k in s.attrs.items() if k in _VERB]
+        for g in groups:
+            check_shared_regions(sch, g, lowering)
+        if len(stages) == 1 and not annotated:
             continue
-        check_shared_regions(sch, st, lowering)
         m = _model(sch, st, lowering)
-        if st.update_stages:
+        if len(stages) > 1:
             check_order(m, st, None)
         for s, iv, kind in annotated:
             check_carried(m, s, iv, f"{_VERB[kind]}({iv.name})")
@@ -203,6 +233,15 @@ def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:
                 "not affine (a split by a symbolic factor?), and the statements of "
                 f"'{m.stage.name}' depend on each other ({describe(strict[0])}); "
                 "use constant split factors"
+            )
+    if isinstance(m, ClusterModel):
+        early = m.early_read()
+        if early is not None:
+            d, pairs = early
+            raise ScheduleError(
+                f"{call or 'compute_with'} on '{d.dst.stage.name}': {d.dst.lhs_text} would read "
+                f"{d.dst_access.text} before {d.src.lhs_text} computes it "
+                f"(witness: {witness(pairs, d, m.params)})"
             )
     found = m.violation()
     if found is None:

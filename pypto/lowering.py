@@ -18,6 +18,7 @@ from . import passes
 from .accumulate import accumulated_reduction, needs_accumulator, reduction_start
 from .bounds import Bounds, StageNest
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
+from .compute_with import root_stmts
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
@@ -45,6 +46,7 @@ from .schedule import Schedule, Stage
 from .simplify import simplify
 from .tensor import IterVar, Tensor
 from .tensorize import bind
+from .update_reduce import update_store
 
 
 def _flat(indices, shape) -> Expr:
@@ -172,7 +174,7 @@ class Lowering(Bounds):
         body = self.bodies[st]
         if st.is_update:
             buf, idx = self.buffer_index(st.target_stage, self.lhs[st])
-            store = Store(buf, self.lower_expr(n, idx), self.lower_expr(n, body))
+            store = update_store(self, n, buf, idx, body)
             return self._nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
@@ -265,7 +267,7 @@ class Lowering(Bounds):
             for st in self.sch.stages
             if not st.is_placeholder and not st.inline and st.attach is None
         ]
-        body = seq(*[self.stage_stmt(st) for st in roots])
+        body = seq(*root_stmts(self, roots))
         for st in reversed(roots):
             for b in self.nests[st].buffers():
                 if b is not None and b.scope != "param":

@@ -233,6 +233,9 @@ class GroupModel:
 
     def _access_map(self, s: Statement, idx, shape, pr) -> isl.Map:
         names = self._names(s)
+        inner = _inner_axes(idx, s.roots)
+        if inner:  # a read inside a reduction of an update: every element it reduces over
+            return self._reduced_access(s, idx, shape, inner)
         outs, cons = [], []
         for d, e in enumerate(idx):
             try:
@@ -245,6 +248,36 @@ class GroupModel:
                     cons.append(f"0 <= o{d}")
         where = (" : " + " and ".join(cons)) if cons else ""
         text = f"{self._pstr()} -> {{ {s.name}[{s._coords}] -> M[{', '.join(outs)}]{where} }}"
+        return isl.Map(text).intersect_domain(s.domain)
+
+    def _reduced_access(self, s: Statement, idx, shape, inner: list) -> isl.Map:
+        """``{ S[i] -> M[o] : exists e: o = idx(i, e) and e in its bounds }``: the
+        elements a reduction inside an update reads (``e``: the reduce axes)."""
+        names = self._names(s)
+        for k, iv in enumerate(inner):
+            names[iv.var] = f"e{k}"
+        pr = IslPrinter(names)
+        cons = []
+        for iv in inner:
+            try:
+                lo = pr(iv.dom_min)
+                cons.append(f"{lo} <= {names[iv.var]} < {lo} + {pr(iv.extent)}")
+            except NonAffine:
+                pass  # more elements than read: a superset is safe
+        for d, e in enumerate(idx):
+            try:
+                cons.append(f"o{d} = {pr(e)}")
+            except NonAffine:
+                try:
+                    cons.append(f"0 <= o{d} < {pr(shape[d])}")
+                except NonAffine:
+                    cons.append(f"0 <= o{d}")
+        outs = ", ".join(f"o{d}" for d in range(len(idx)))
+        ex = ", ".join(f"e{k}" for k in range(len(inner)))
+        text = (
+            f"{self._pstr()} -> {{ {s.name}[{s._coords}] -> M[{outs}] : "
+            f"exists ({ex} : {' and '.join(cons)}) }}"
+        )
         return isl.Map(text).intersect_domain(s.domain)
 
     def _scheduled_time(self, s: Statement, pr: IslPrinter) -> list[str]:
@@ -374,6 +407,25 @@ class GroupModel:
         if key not in self._prefix_cache:
             self._prefix_cache[key] = _equal_prefix(a, b, n)
         return self._prefix_cache[key]
+
+
+def _inner_axes(idx, roots) -> list:
+    """The reduce axes an access's indices name that are not instance coordinates (those
+    of a reduction inside an update), with the axes their bounds name, outer first."""
+    out: list = []
+
+    def add(e):
+        for v in walk(e):
+            iv = getattr(v, "axis", None)
+            if isinstance(v, Var) and iv is not None and iv.kind == "reduce":
+                if iv not in roots and iv not in out:
+                    add(iv.dom_min)
+                    add(iv.extent)
+                    out.append(iv)
+
+    for e in idx:
+        add(e)
+    return out
 
 
 def _equal_prefix(a: Statement, b: Statement, n: int) -> isl.Map:

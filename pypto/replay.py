@@ -72,7 +72,7 @@ class _Resolver:
         rules = {
             "stage": lambda v: stage,
             "parent": lambda v: parent,
-            "loop": lambda v: self.loop(parent or stage, v),
+            "loop": lambda v: self.loop(_owner(v, parent, stage), v),
             "loops": lambda v: tuple(self.loop(stage, x) for x in v),
             "outer": lambda v: self.loop(stage, v),
             "inner": lambda v: self.loop(stage, v),
@@ -87,6 +87,14 @@ class _Resolver:
         except KeyError as e:
             raise ScheduleError(f"from_json: step {d} lacks the field {e.args[0]!r}") from None
         return cls(**args)
+
+
+def _owner(loop: str, parent, stage):
+    """The stage a step's loop belongs to: its parent's (compute_at; compute_with when
+    the parent has it), else its own."""
+    if parent is not None and (stage is None or loop in {v.name for v in parent.leaf_iter_vars}):
+        return parent
+    return stage
 
 
 def replay(schedule_cls, doc, tensors, intrinsics=()):

@@ -1,4 +1,5 @@
-"""Scalar arguments: ``pt.var("alpha", "float64")`` passed by value, as TVM's ``te.var``.
+"""``pt.var``: sizes (``pt.var("n")``, bound from shapes) and scalar arguments passed by
+value (``pt.var("alpha", "float64")``), as TVM's ``te.var``.
 
     alpha = pt.var("alpha", "float64")
     C = pt.compute((n,), lambda i: alpha * A[i] + B[i], name="C")
@@ -25,10 +26,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes
+from .dtypes import INDEX
 from .expr import Var
 
 # the dtypes a scalar argument may have -> the ctypes type it is passed as
 SCALAR_CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
+
+
+def var(name: str = "n", dtype: str = INDEX) -> Var:
+    """``pt.var(name)``: a symbolic size, bound at call time from array shapes.
+
+    ``pt.var("alpha", "float64")`` (or ``"float32"``) is a scalar argument instead:
+    it goes in the argument list of ``pt.build`` and is passed as a Python float at
+    call (``pypto.scalar_args``).
+    """
+    d = dtypes.dtype(dtype)
+    if d.kind not in ("int", "uint") and d.name not in SCALAR_CTYPES:
+        raise TypeError(
+            f"pt.var needs an integer dtype (a size) or one of "
+            f"{', '.join(SCALAR_CTYPES)} (a scalar argument), got {dtype}"
+        )
+    return Var(str(name), d.name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -241,6 +241,7 @@ _RULES = {
     steps.Prefetch: lambda sch, x: x.stage._prefetch(x),
     steps.Tensorize: lambda sch, x: x.stage._tensorize(x),
     steps.ComputeAt: lambda sch, x: x.stage._compute_at(x),
+    steps.ComputeWith: lambda sch, x: x.stage._compute_with(x),
     steps.ComputeInline: lambda sch, x: x.stage._compute_inline(x),
     steps.CacheRead: lambda sch, x: sch._cache_read(x),
     steps.CacheWrite: lambda sch, x: sch._cache_write(x),

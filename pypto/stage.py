@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import steps
+from .compute_with import check_compute_with
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
 from .prefetch import check_prefetch
@@ -34,6 +35,13 @@ def _as_op(x) -> Operation:
     if isinstance(x, Operation):
         return x
     raise TypeError(f"expected a Tensor or an operation, got {type(x).__name__}")
+
+
+class FusedWith(NamedTuple):
+    """What ``compute_with`` made of a stage: it runs in ``stage``'s loops down to ``loop``."""
+
+    stage: Any
+    loop: IterVar
 
 
 class AttachedAt(NamedTuple):
@@ -70,6 +78,7 @@ class Stage:
         self.prefetches: list[PrefetchAt] = []  # see prefetch()
         self.tensorized: TensorizedAt | None = None  # see tensorize()
         self.attach: AttachedAt | None = None  # see compute_at()
+        self.fused_with: FusedWith | None = None  # see compute_with()
         self.inline = False
         self.scope = "global"
         self.update_stages: list[Stage] = []  # stages of the update definitions
@@ -392,6 +401,30 @@ class Stage:
             raise self.error("tensorize", "only a stage of pt.compute with a buffer is tensorized")
         self.tensorized = TensorizedAt(iv, intrin)
 
+    def compute_with(self, other: Stage, loop: IterVar):
+        """Run this stage inside ``other``'s loops down to ``loop`` (a loop of either),
+        after ``other``'s statement in each of their iterations (Halide's
+        ``compute_with``); see ``pypto.compute_with`` for chains and imperfect nests.
+
+            for t: for i: A[i] = f(B)          for t:
+            for t: for i: B[i] = g(A)    ->      for i: A[i] = f(B)
+                                                 for i: B[i] = g(A)
+
+        The shared loops need equal extents; the order is checked by isl.
+        """
+        self.schedule.apply(steps.ComputeWith(self, other, loop))
+
+    def _compute_with(self, step: steps.ComputeWith):
+        other, loop = step.parent, step.loop
+        check_compute_with(self, other, loop)
+        snap = self._snapshot()
+        self.fused_with = FusedWith(other, loop)
+        try:
+            self._check(f"compute_with({other.name}, {loop.name})", snap)
+        except ScheduleError:
+            self.fused_with = None
+            raise
+
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
 
@@ -411,6 +444,10 @@ class Stage:
             raise self.error("compute_at", "a placeholder is not computed")
         if self.origin_op in self.schedule.outputs:
             raise self.error("compute_at", "an output is computed at the root")
+        if self.fused_with is not None or any(
+            st.fused_with is not None and st.fused_with.stage is self for st in self.schedule.stages
+        ):
+            raise self.error("compute_at", "a stage computed with another runs at the root")
         if self.update_stages or self.is_update:
             raise self.error(
                 "compute_at",

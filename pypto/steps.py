@@ -123,6 +123,14 @@ class ComputeAt(Step):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class ComputeWith(Step):
+    prim: ClassVar[str] = "compute_with"
+    stage: Any
+    parent: Any  # the stage it runs with (after it, in their shared loops)
+    loop: Any  # the innermost shared loop, a loop of either stage
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class ComputeInline(Step):
     prim: ClassVar[str] = "compute_inline"
     stage: Any
@@ -156,6 +164,6 @@ STEPS = {
     cls.prim: cls
     for cls in (
         Split, Reorder, Fuse, Skew, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
-        ComputeAt, ComputeInline, CacheRead, CacheWrite, RFactor,
+        ComputeAt, ComputeWith, ComputeInline, CacheRead, CacheWrite, RFactor,
     )
 }  # fmt: skip

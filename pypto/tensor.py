@@ -28,25 +28,9 @@ from .expr import (
     Var,
     as_expr,
     binary,
+    map_children,
     walk,
 )
-from .scalar_args import SCALAR_CTYPES
-
-
-def var(name: str = "n", dtype: str = INDEX) -> Var:
-    """``pt.var(name)``: a symbolic size, bound at call time from array shapes.
-
-    ``pt.var("alpha", "float64")`` (or ``"float32"``) is a scalar argument instead:
-    it goes in the argument list of ``pt.build`` and is passed as a Python float at
-    call (``pypto.scalar_args``).
-    """
-    d = dtypes.dtype(dtype)
-    if d.kind not in ("int", "uint") and d.name not in SCALAR_CTYPES:
-        raise TypeError(
-            f"pt.var needs an integer dtype (a size) or one of "
-            f"{', '.join(SCALAR_CTYPES)} (a scalar argument), got {dtype}"
-        )
-    return Var(str(name), d.name)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -255,6 +239,16 @@ class UpdateOp(ComputeOp):
         return _reads_of([*self.lhs, self.body])
 
 
+def _elementwise_op(op: str, reflected: bool = False):
+    """The operator method ``op`` of whole tensors (``elementwise``)."""
+
+    def method(self, o):
+        return elementwise(op, o, self) if reflected else elementwise(op, self, o)
+
+    method.__name__ = f"__{'r' if reflected else ''}{op}__"
+    return method
+
+
 class Tensor:
     """A multi-dimensional array value; index it to read: ``A[i, k]``."""
 
@@ -318,15 +312,11 @@ class Tensor:
             raise TypeError(
                 f"update of {self.name}: value is {val.dtype}, tensor is {self.dtype}; use pt.cast"
             )
+        inner = _reduction_axes(self.name, lhs, val)
         groups = {}
         for e in (*lhs, val):
             for x in walk(e):
-                if isinstance(x, Reduce):
-                    raise TypeError(
-                        f"update of {self.name}: a reduction inside an update; "
-                        "compute it as its own tensor first"
-                    )
-                if isinstance(x, Var) and x.axis is not None:
+                if isinstance(x, Var) and x.axis is not None and x.axis not in inner:
                     if x.axis.kind != "reduce":
                         raise TypeError(
                             f"update of {self.name}: {x.name} is a loop variable of "
@@ -338,39 +328,16 @@ class Tensor:
                 f"update of {self.name}: it needs at least one reduce axis "
                 "(pt.reduce_axis or pt.rdom) to range over"
             )
+        _bound_rdoms(groups)
         axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
         op.updates.append((lhs, val, axes))
 
     # whole-tensor arithmetic with numpy broadcasting (pypto.broadcast), as TVM's topi
-    def __add__(self, o):
-        return elementwise("add", self, o)
-
-    def __radd__(self, o):
-        return elementwise("add", o, self)
-
-    def __sub__(self, o):
-        return elementwise("sub", self, o)
-
-    def __rsub__(self, o):
-        return elementwise("sub", o, self)
-
-    def __mul__(self, o):
-        return elementwise("mul", self, o)
-
-    def __rmul__(self, o):
-        return elementwise("mul", o, self)
-
-    def __truediv__(self, o):
-        return elementwise("div", self, o)
-
-    def __rtruediv__(self, o):
-        return elementwise("div", o, self)
-
-    def __floordiv__(self, o):
-        return elementwise("floordiv", self, o)
-
-    def __mod__(self, o):
-        return elementwise("mod", self, o)
+    __add__, __radd__ = _elementwise_op("add"), _elementwise_op("add", reflected=True)
+    __sub__, __rsub__ = _elementwise_op("sub"), _elementwise_op("sub", reflected=True)
+    __mul__, __rmul__ = _elementwise_op("mul"), _elementwise_op("mul", reflected=True)
+    __truediv__, __rtruediv__ = _elementwise_op("div"), _elementwise_op("div", reflected=True)
+    __floordiv__, __mod__ = _elementwise_op("floordiv"), _elementwise_op("mod")
 
     def __neg__(self):
         return compute(self.shape, lambda *i: -self[i], name="T_negative")
@@ -378,6 +345,48 @@ class Tensor:
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
         return f"Tensor({self.name}, ({dims}), {self.dtype})"
+
+
+def _bound_rdoms(groups: dict):
+    """Add to ``groups`` the rdoms whose axes the bounds of its axes name (an update over
+    ``i`` in ``[0, k)`` runs for every ``k``), transitively."""
+    todo = list(groups.values())
+    while todo:
+        for a in todo.pop().axes:
+            for e in a.dom:
+                for x in walk(e):
+                    if isinstance(x, Var) and x.axis is not None and x.axis.kind == "reduce":
+                        r = x.axis.rdom
+                        if id(r) not in groups:
+                            groups[id(r)] = r
+                            todo.append(r)
+
+
+def _reduction_axes(name: str, lhs: tuple, val: Expr) -> set:
+    """The axes of the reductions in an update's value (each instance reduces over them:
+    they are not axes of the update); refuses reductions in indices or nested ones."""
+    for e in lhs:
+        if any(isinstance(x, Reduce) for x in walk(e)):
+            raise TypeError(f"update of {name}: a reduction in an index of the left side")
+    reds = [x for x in walk(val) if isinstance(x, Reduce)]
+    inner = {a for r in reds for a in r.axes}
+    for r in reds:
+        if any(isinstance(x, Reduce) for x in walk(r.source)):
+            raise TypeError(f"update of {name}: a reduction inside a reduction")
+    outside = set()
+    for e in (*lhs, _without_reductions(val)):
+        outside.update(x.axis for x in walk(e) if isinstance(x, Var) and x.axis is not None)
+    both = inner & outside
+    if both:
+        raise TypeError(
+            f"update of {name}: {', '.join(sorted(a.name for a in both))} is reduced over "
+            "inside the update and also an axis of the update; use another reduce_axis"
+        )
+    return inner
+
+
+def _without_reductions(e: Expr) -> Expr:
+    return Const(0, e.dtype) if isinstance(e, Reduce) else map_children(e, _without_reductions)
 
 
 def _shape(shape) -> tuple:

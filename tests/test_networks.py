@@ -179,18 +179,16 @@ def test_report_table_totals_weight_times_time():
     assert "1 workload(s) without both times" in lines[5]
 
 
-@pytest.mark.parametrize(
-    "installed, message",
-    [(False, "ray is not installed; install the distributed extra"),
-     (True, "Ray support is not implemented yet")],
-)  # fmt: skip
-def test_ray_is_refused(monkeypatch, capsys, installed, message):
+@pytest.mark.parametrize("command", ["network resnet18", "all", "tune matmul --args 8,8,8"])
+def test_ray_without_ray_installed_is_refused(monkeypatch, capsys, command):
     from autotune import cli
-    from autotune.commands import network
+    from autotune.commands import common
 
-    monkeypatch.setattr(network, "_installed", lambda m: installed if m == "ray" else True)
-    assert cli.main(["network", "resnet18", "--trials", "1", "--ray", "auto"]) == 2
-    assert message in capsys.readouterr().err
+    monkeypatch.setattr(common, "_ray_installed", lambda: False)
+    assert cli.main([*command.split(), "--trials", "1", "--ray", "auto"]) == 2
+    err = capsys.readouterr().err
+    assert "--ray auto: ray is not installed; install the distributed extra" in err
+    assert "pip install 'pypto[distributed]'" in err
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -100,6 +101,38 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
         default=3,
         help="timing repeats per candidate (default 3)",
     )
+
+
+def add_ray_argument(p: argparse.ArgumentParser) -> None:
+    """--ray ADDRESS: build and measure on a Ray cluster (``autotune.ray_runner``)."""
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="build and measure on a Ray cluster (host:port, or 'auto'); needs the "
+        "distributed extra",
+    )
+
+
+def _ray_installed() -> bool:
+    return importlib.util.find_spec("ray") is not None
+
+
+def check_ray(a) -> None:
+    """Refuse ``--ray`` without ray installed, before anything else is done."""
+    if a.ray and not _ray_installed():
+        raise UsageError(
+            f"--ray {a.ray}: ray is not installed; install the distributed extra "
+            "(pip install 'pypto[distributed]')"
+        )
+
+
+def connect_ray(a, opt):
+    """A ``RayMeasurer`` on the cluster ``--ray`` names (``UsageError`` if unreachable)."""
+    ray_runner = importlib.import_module("autotune.ray_runner")  # ray only when asked for
+    try:
+        return ray_runner.RayMeasurer(a.ray, opt)
+    except ray_runner.RayUnavailable as e:
+        raise UsageError(f"--ray {a.ray}: {e}") from None
 
 
 def import_modules(names) -> None:

@@ -25,7 +25,7 @@ from collections import Counter
 from ..networks import NETWORKS, network_workloads
 from ..records import best_by_workload, load_records
 from ..workloads import WorkloadError
-from .common import UsageError, import_modules, positive, target_of
+from .common import UsageError, check_ray, import_modules, positive, target_of
 from .tune_all import add_tuning_arguments, check_budget, log_paths, tasks_of, tune_workloads
 
 DESCRIPTION = "Tune a model's workloads within one budget, then report its estimated time."
@@ -45,24 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="PyTorch eager's intra-op threads in the report (default 1)",
     )
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="measure on a Ray cluster (ADDRESS or 'auto'; needs the distributed extra)",
-    )
 
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
-
-
-def _refuse_ray(address: str) -> None:
-    if not _installed("ray"):
-        raise UsageError(
-            f"--ray {address}: ray is not installed; install the distributed extra "
-            "(pip install 'pypto[distributed]')"
-        )
-    raise UsageError(f"--ray {address}: Ray support is not implemented yet; tune locally")
 
 
 def _eager():
@@ -135,11 +121,11 @@ def run(a: argparse.Namespace) -> int:
     """Run ``pypto-tune network`` with parsed options; returns the exit status (0: every
     workload has a valid config, 1: some have none, 2: refused before measuring)."""
     t0 = time.monotonic()
-    if a.ray:
-        _refuse_ray(a.ray)
     if not a.report_only:
         check_budget(a)
-    target = target_of(a.target, must_run=not a.report_only)
+        check_ray(a)
+    # on a cluster the nodes measure: this machine need not run the target
+    target = target_of(a.target, must_run=not (a.report_only or a.ray))
     import_modules(a.imports)
     try:
         ws = network_workloads(a.network)

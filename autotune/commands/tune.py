@@ -11,7 +11,10 @@ from .. import store
 from ..scheduler import TUNERS
 from .common import (
     add_measure_arguments,
+    add_ray_argument,
     add_workload_arguments,
+    check_ray,
+    connect_ray,
     load_logs,
     positive,
     task_of,
@@ -60,12 +63,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=None, help="random seed of the tuner")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_ray_argument(p)
 
 
 def run(a: argparse.Namespace) -> int:
     """Run the subcommand on parsed arguments; returns the exit status."""
-    task = task_of(a)
+    check_ray(a)
+    task = task_of(a, must_run=not a.ray)  # on a cluster the nodes measure
     log = writable_log(a.log or store.user_log(task.name))
+    opt = at.MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    measurer = connect_ray(a, opt) if a.ray else None
+    try:
+        return _tune(a, task, log, opt, measurer)
+    finally:
+        if measurer is not None:
+            measurer.close()
+
+
+def _tune(a, task, log, opt, measurer) -> int:
     tuner = TUNERS[a.tuner](task, seed=a.seed)
     done = 0
     sources = [log] + ([] if a.log else store.shipped_logs(task.target))
@@ -76,13 +91,20 @@ def run(a: argparse.Namespace) -> int:
     callbacks = [at.log_to_file(log)]
     if not a.no_progress:
         callbacks.append(at.progress_bar())
-    opt = at.MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
-    tuner.tune(remaining, measure=opt, early_stopping=a.early_stopping, callbacks=callbacks)
+    if measurer is not None:
+        print(f"measuring on {measurer.describe(task.target.name)}", flush=True)
+    tuner.tune(
+        remaining,
+        measure=opt,
+        early_stopping=a.early_stopping,
+        callbacks=callbacks,
+        measurer=measurer,
+    )
     if tuner.best_config is None:
         print(f"no valid config among {len(tuner.history)} trial(s); see {log}")
         return 1
     if a.confirm > 0:
-        made = at.confirm_best(task, log, a.confirm, measure=opt)
+        made = at.confirm_best(task, log, a.confirm, measure=opt, measurer=measurer)
         if made:
             print(f"confirmed the {a.confirm} fastest: {made} more measurement(s)")
     recs = at.load_records(sources if a.resume else [log])

@@ -18,11 +18,14 @@ interface, so any command-line front end can mount the command.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import os
 import sys
 import time
 
 from .. import store
+from ..confirm import confirm_best
 from ..measure import MeasureOption
 from ..scheduler import TUNERS, TaskScheduler
 from ..space import SpaceError
@@ -32,6 +35,9 @@ from .common import (
     UsageError,
     add_import_argument,
     add_measure_arguments,
+    add_ray_argument,
+    check_ray,
+    connect_ray,
     import_modules,
     positive,
     target_of,
@@ -109,6 +115,7 @@ def add_tuning_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler and tuners")
     add_import_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    add_ray_argument(p)
 
 
 def _workloads(a):
@@ -159,7 +166,9 @@ def check_budget(a) -> None:
 
 def _prepare(a):
     check_budget(a)
-    target = target_of(a.target, must_run=True)
+    check_ray(a)
+    # on a cluster the nodes measure: this machine need not run the target
+    target = target_of(a.target, must_run=not a.ray)
     import_modules(a.imports)
     ws = _workloads(a)
     return target, ws, tasks_of(ws, target), log_paths(a, ws)
@@ -180,6 +189,21 @@ def tune_workloads(a, target, ws, tasks, logs, t0: float) -> TaskScheduler:
     options of ``add_tuning_arguments``, the minutes counted from ``t0``; confirm the
     best, print the summary table, and return the scheduler."""
     opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    measurer = connect_ray(a, opt) if a.ray else None
+    try:
+        return _tune(a, target, ws, tasks, logs, t0, opt, measurer)
+    finally:
+        if measurer is not None:
+            measurer.close()
+
+
+def _tune(a, target, ws, tasks, logs, t0, opt, measurer) -> TaskScheduler:
+    confirm_fn = confirm_best
+    if measurer is not None:
+        # a round's chunk is one build per CPU of the cluster
+        opt = dataclasses.replace(opt, n_parallel=max(2, measurer.n_parallel))
+        confirm_fn = functools.partial(confirm_best, measurer=measurer)
+        print(f"measuring on {measurer.describe(target.name)}", flush=True)
     sched = TaskScheduler(
         tasks,
         [w.weight for w in ws],
@@ -193,7 +217,10 @@ def tune_workloads(a, target, ws, tasks, logs, t0: float) -> TaskScheduler:
         resume=a.resume,
         seed=a.seed,
         progress=not a.no_progress,
+        measurer=measurer,
     )
+    if measurer is not None:
+        measurer.option_for = sched.option_for  # a task's own timeout, as locally
     for msg in sched.warnings:
         print(f"warning: {msg}", file=sys.stderr)
     budget = " and ".join(
@@ -213,7 +240,9 @@ def tune_workloads(a, target, ws, tasks, logs, t0: float) -> TaskScheduler:
     minutes = None if a.minutes is None else max(a.minutes - (time.monotonic() - t0) / 60, 1e-3)
     sched.tune(trials=a.trials, minutes=minutes, confirm_k=a.confirm)
     tuned_s = time.monotonic() - t0
-    made = sched.confirm(a.confirm, deadline=sched.deadline) if a.confirm else 0
+    made = 0
+    if a.confirm:
+        made = sched.confirm(a.confirm, confirm_fn=confirm_fn, deadline=sched.deadline)
     total_s = time.monotonic() - t0
     print(
         f"{sum(st.new for st in sched.states)} new trial(s) in {tuned_s / 60:.1f} min"

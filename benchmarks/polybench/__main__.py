@@ -1,0 +1,95 @@
+"""``python -m benchmarks.polybench [--size MEDIUM] [KERNEL ...]``: each PolyBench kernel's
+scheduled build against the plain C nest (its unscheduled build: the statements as
+written, compiled by the same compiler with the same flags), one thread.
+
+The table gives the median time of each, the speed-up, and whether the scheduled
+build matched the plain one on the timed inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import platform
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import pypto as pt  # noqa: E402
+from benchmarks.common import median_seconds, table  # noqa: E402
+from benchmarks.polybench import KERNELS, build, run  # noqa: E402
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def measure(name: str, size: str, min_time: float = 0.2, repeat: int = 7) -> dict:
+    """Median seconds of the plain and the scheduled build, measured alternately (the
+    machine's load drifts between them alike), and whether their outputs agree."""
+    plain, prog = build(name, size, tuned=False)
+    best, _ = build(name, size, tuned=True) if prog.schedule is not None else (plain, prog)
+    inputs = prog.init(np.random.default_rng(0))
+    same = all(
+        np.allclose(a, b, rtol=max(prog.rtol, 1e-9), atol=prog.atol, equal_nan=True)
+        for a, b in zip(run(plain, prog, inputs), run(best, prog, inputs))
+    )
+    outs = [np.empty([int(d.value) for d in t.shape], t.dtype) for t in prog.outs]
+    args = [np.array(a) for a in inputs] + outs
+    t0 = time.perf_counter()
+    plain(*args)
+    number = max(1, int(min_time / max(time.perf_counter() - t0, 1e-6)))
+    times = {"plain": [], "best": []}
+    for _ in range(repeat):
+        for key, mod in (("plain", plain), ("best", best)):
+            call = functools.partial(mod, *args)
+            times[key].append(median_seconds(call, number, repeat=1, warmup=1))
+    return {
+        "plain": float(np.median(times["plain"])),
+        "best": float(np.median(times["best"])),
+        "same": same,
+        "scheduled": prog.schedule is not None,
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.polybench", description=__doc__)
+    ap.add_argument("kernels", nargs="*", help="kernel names (default: all 30)")
+    ap.add_argument("--size", default="MEDIUM", choices=["MINI", "SMALL", "MEDIUM"])
+    ap.add_argument("--min-time", type=float, default=0.2, help="seconds per measurement")
+    a = ap.parse_args(argv)
+    names = a.kernels or list(KERNELS)
+    unknown = [n for n in names if n not in KERNELS]
+    if unknown:
+        ap.error(f"unknown kernel(s) {', '.join(unknown)}; known: {', '.join(KERNELS)}")
+    print(f"PolyBench/C 4.2, {a.size}, 1 thread, {cpu_name()}, target {pt.Target('host').name}")
+    rows = []
+    for n in names:
+        r = measure(n, a.size, a.min_time)
+        rows.append(
+            [
+                n,
+                KERNELS[n].category,
+                f"{r['plain'] * 1e3:.3f}",
+                f"{r['best'] * 1e3:.3f}" if r["scheduled"] else "(no schedule)",
+                f"{r['plain'] / r['best']:.2f}x" if r["scheduled"] else "1.00x",
+                "yes" if r["same"] else "NO",
+            ]
+        )
+        print("  ".join(rows[-1]), flush=True)
+    print()
+    print(table(["kernel", "category", "plain ms", "best ms", "speed-up", "same"], rows))
+
+
+if __name__ == "__main__":
+    main()

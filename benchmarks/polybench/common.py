@@ -1,0 +1,121 @@
+"""The PolyBench/C 4.2 kernels as pypto programs: registry, building, checking.
+
+Each kernel is a function of its sizes returning a ``Program``: input and output tensors
+in the order of the module's arguments, the program's own ``compute_with`` order
+(``order``: for update definitions it is part of the algorithm, as the C nest's
+statement order is), a schedule for speed (``schedule``), the inputs (``init``) and a
+numpy reference that follows the C nest (``reference``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import pypto as pt
+
+F = "float64"  # PolyBench's default DATA_TYPE
+
+
+@dataclass
+class Program:
+    ins: list
+    outs: list
+    init: Callable[[np.random.Generator], list]
+    reference: Callable[..., list]
+    order: Callable | None = None  # order(s): compute_with steps of the algorithm
+    schedule: Callable | None = None  # schedule(s): the fast schedule (after order)
+    rtol: float = 1e-10
+    atol: float = 0.0
+    view: Callable | None = None  # view(*outputs): the parts the C nest defines exactly
+    notes: str = ""
+
+
+@dataclass
+class Kernel:
+    name: str
+    category: str
+    sizes: dict  # "MINI" | "SMALL" | "MEDIUM" -> {size name: int}
+    make: Callable[..., Program]
+    notes: str = ""
+    tags: set = field(default_factory=set)
+
+
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(name: str, category: str, mini: dict, small: dict, medium: dict, notes: str = ""):
+    """Register ``make(**sizes) -> Program`` as PolyBench kernel ``name``."""
+
+    def deco(make):
+        sizes = {"MINI": mini, "SMALL": small, "MEDIUM": medium}
+        KERNELS[name] = Kernel(name, category, sizes, make, notes)
+        return make
+
+    return deco
+
+
+def schedule_of(prog: Program, tuned: bool) -> pt.Schedule:
+    s = pt.create_schedule([t.op for t in prog.outs])
+    if prog.order is not None:
+        prog.order(s)
+    if tuned and prog.schedule is not None:
+        prog.schedule(s)
+    return s
+
+
+def build(name: str, size: str = "MINI", tuned: bool = False, target: str = "host"):
+    """``(module, program)`` of kernel ``name`` at PolyBench size ``size``."""
+    k = KERNELS[name]
+    prog = k.make(**k.sizes[size])
+    s = schedule_of(prog, tuned)
+    mod = pt.build(s, prog.ins + prog.outs, target=target, name=name.replace("-", "_"))
+    return mod, prog
+
+
+def run(mod, prog: Program, inputs: list) -> list:
+    """The outputs of one call on copies of ``inputs`` (outputs prefilled with poison)."""
+    outs = [np.full([int(d.value) for d in t.shape], _poison(t.dtype), t.dtype) for t in prog.outs]
+    mod(*[np.array(a) for a in inputs], *outs)
+    return outs
+
+
+def _poison(dtype: str):
+    """What outputs are prefilled with: whatever the kernel does not write shows."""
+    return np.nan if np.dtype(dtype).kind == "f" else np.iinfo(np.dtype(dtype)).min
+
+
+def check(name: str, size: str = "MINI", tuned: bool = False, seed: int = 0) -> float:
+    """Build, run and compare with the reference; returns the largest relative error."""
+    mod, prog = build(name, size, tuned)
+    inputs = prog.init(np.random.default_rng(seed))
+    got = run(mod, prog, inputs)
+    want = prog.reference(*[np.array(a) for a in inputs])
+    if prog.view is not None:
+        got, want = prog.view(*got), prog.view(*[np.asarray(w) for w in want])
+    worst = 0.0
+    for t, g, w in zip(prog.outs, got, want):
+        w = np.asarray(w, dtype=g.dtype)
+        err = np.abs(g.astype(np.float64) - w) / (np.abs(w) + 1e-300)
+        bad = ~np.isclose(g, w, rtol=prog.rtol, atol=prog.atol)
+        if bad.any():
+            idx = tuple(int(x) for x in np.argwhere(bad)[0])
+            raise AssertionError(
+                f"{name} ({size}, {'tuned' if tuned else 'plain'}): {t.name}{list(idx)} = "
+                f"{g[idx]}, the C nest gives {w[idx]} ({int(bad.sum())} of {g.size} differ)"
+            )
+        worst = max(worst, float(np.max(err, initial=0.0)))
+    return worst
+
+
+def rdom(*ranges, names: str):
+    """``pt.rdom`` with ranges given as arguments."""
+    return pt.rdom(list(ranges), names=names)
+
+
+def spd(rng: np.random.Generator, n: int) -> np.ndarray:
+    """A symmetric positive definite matrix (what the solvers' inits make)."""
+    r = rng.random((n, n))
+    return r @ r.T / n + np.eye(n)

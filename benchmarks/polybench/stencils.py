@@ -1,0 +1,367 @@
+"""PolyBench stencils: adi, fdtd-2d, heat-3d, jacobi-1d, jacobi-2d, seidel-2d.
+
+Every statement of a time step is an update definition over an rdom whose first axis
+is the time loop; ``compute_with`` runs them in the C nest's order inside one time loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pypto as pt
+
+from .common import F, Program, kernel, rdom
+
+
+def _chain(s, stages_and_loops):
+    """``compute_with`` each stage after the one before it, sharing loops down to the
+    given loop of the one before: [(stage, None), (stage, loop), ...]."""
+    for (prev, _), (st, loop) in zip(stages_and_loops, stages_and_loops[1:]):
+        st.compute_with(prev, loop)
+
+
+@kernel(
+    "jacobi-1d", "stencils", dict(TSTEPS=20, N=30), dict(TSTEPS=40, N=120), dict(TSTEPS=100, N=400)
+)
+def jacobi_1d(TSTEPS, N):
+    A0 = pt.placeholder((N,), F, name="A0")
+    B0 = pt.placeholder((N,), F, name="B0")
+    A = pt.compute((N,), lambda i: A0[i], name="A")
+    B = pt.compute((N,), lambda i: B0[i], name="B")
+    t, i = rdom((0, TSTEPS), (1, N - 1), names="t i")
+    B[i] = 0.33333 * (A[i - 1] + A[i] + A[i + 1])
+    t2, i2 = rdom((0, TSTEPS), (1, N - 1), names="t2 i2")
+    A[i2] = 0.33333 * (B[i2 - 1] + B[i2] + B[i2 + 1])
+
+    def order(s):
+        s[A].update(0).compute_with(s[B].update(0), t)
+
+    def ref(a, b):
+        a, b = a.copy(), b.copy()
+        for _ in range(TSTEPS):
+            b[1:-1] = 0.33333 * (a[:-2] + a[1:-1] + a[2:])
+            a[1:-1] = 0.33333 * (b[:-2] + b[1:-1] + b[2:])
+        return [a, b]
+
+    def schedule(s):
+        s[B].update(0).vectorize(i)
+        s[A].update(0).vectorize(i2)
+
+    init = lambda rng: [rng.random(N), rng.random(N)]  # noqa: E731
+    return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule)
+
+
+def _five_point(T, i, j):
+    return 0.2 * (T[i, j] + T[i, j - 1] + T[i, 1 + j] + T[1 + i, j] + T[i - 1, j])
+
+
+@kernel(
+    "jacobi-2d", "stencils", dict(TSTEPS=20, N=30), dict(TSTEPS=40, N=90), dict(TSTEPS=100, N=250)
+)
+def jacobi_2d(TSTEPS, N):
+    A0 = pt.placeholder((N, N), F, name="A0")
+    B0 = pt.placeholder((N, N), F, name="B0")
+    A = pt.compute((N, N), lambda i, j: A0[i, j], name="A")
+    B = pt.compute((N, N), lambda i, j: B0[i, j], name="B")
+    t, i, j = rdom((0, TSTEPS), (1, N - 1), (1, N - 1), names="t i j")
+    B[i, j] = _five_point(A, i, j)
+    t2, i2, j2 = rdom((0, TSTEPS), (1, N - 1), (1, N - 1), names="t2 i2 j2")
+    A[i2, j2] = _five_point(B, i2, j2)
+
+    def order(s):
+        s[A].update(0).compute_with(s[B].update(0), t)
+
+    def ref(a, b):
+        a, b = a.copy(), b.copy()
+        for _ in range(TSTEPS):
+            b[1:-1, 1:-1] = 0.2 * (
+                a[1:-1, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] + a[2:, 1:-1] + a[:-2, 1:-1]
+            )
+            a[1:-1, 1:-1] = 0.2 * (
+                b[1:-1, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:] + b[2:, 1:-1] + b[:-2, 1:-1]
+            )
+        return [a, b]
+
+    def schedule(s):
+        s[B].update(0).vectorize(j)
+        s[A].update(0).vectorize(j2)
+
+    init = lambda rng: [rng.random((N, N)), rng.random((N, N))]  # noqa: E731
+    return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule)
+
+
+def _heat(T, i, j, k):
+    return (
+        0.125 * (T[i + 1, j, k] - 2.0 * T[i, j, k] + T[i - 1, j, k])
+        + 0.125 * (T[i, j + 1, k] - 2.0 * T[i, j, k] + T[i, j - 1, k])
+        + 0.125 * (T[i, j, k + 1] - 2.0 * T[i, j, k] + T[i, j, k - 1])
+        + T[i, j, k]
+    )
+
+
+def _heat_ref(a):
+    c = a[1:-1, 1:-1, 1:-1]
+    return (
+        0.125 * (a[2:, 1:-1, 1:-1] - 2.0 * c + a[:-2, 1:-1, 1:-1])
+        + 0.125 * (a[1:-1, 2:, 1:-1] - 2.0 * c + a[1:-1, :-2, 1:-1])
+        + 0.125 * (a[1:-1, 1:-1, 2:] - 2.0 * c + a[1:-1, 1:-1, :-2])
+        + c
+    )
+
+
+@kernel("heat-3d", "stencils", dict(TSTEPS=20, N=10), dict(TSTEPS=40, N=20), dict(TSTEPS=100, N=40))
+def heat_3d(TSTEPS, N):
+    A0 = pt.placeholder((N, N, N), F, name="A0")
+    B0 = pt.placeholder((N, N, N), F, name="B0")
+    A = pt.compute((N, N, N), lambda i, j, k: A0[i, j, k], name="A")
+    B = pt.compute((N, N, N), lambda i, j, k: B0[i, j, k], name="B")
+    t, i, j, k = rdom((1, TSTEPS + 1), (1, N - 1), (1, N - 1), (1, N - 1), names="t i j k")
+    B[i, j, k] = _heat(A, i, j, k)
+    t2, i2, j2, k2 = rdom((1, TSTEPS + 1), (1, N - 1), (1, N - 1), (1, N - 1), names="t2 i2 j2 k2")
+    A[i2, j2, k2] = _heat(B, i2, j2, k2)
+
+    def order(s):
+        s[A].update(0).compute_with(s[B].update(0), t)
+
+    def ref(a, b):
+        a, b = a.copy(), b.copy()
+        for _ in range(TSTEPS):
+            b[1:-1, 1:-1, 1:-1] = _heat_ref(a)
+            a[1:-1, 1:-1, 1:-1] = _heat_ref(b)
+        return [a, b]
+
+    def schedule(s):
+        s[B].update(0).vectorize(k)
+        s[A].update(0).vectorize(k2)
+
+    init = lambda rng: [rng.random((N, N, N)), rng.random((N, N, N))]  # noqa: E731
+    return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule)
+
+
+@kernel(
+    "seidel-2d", "stencils", dict(TSTEPS=20, N=40), dict(TSTEPS=40, N=120), dict(TSTEPS=100, N=400)
+)
+def seidel_2d(TSTEPS, N):
+    A0 = pt.placeholder((N, N), F, name="A0")
+    A = pt.compute((N, N), lambda i, j: A0[i, j], name="A")
+    t, i, j = rdom((0, TSTEPS), (1, N - 1), (1, N - 1), names="t i j")
+    A[i, j] = (
+        A[i - 1, j - 1]
+        + A[i - 1, j]
+        + A[i - 1, j + 1]
+        + A[i, j - 1]
+        + A[i, j]
+        + A[i, j + 1]
+        + A[i + 1, j - 1]
+        + A[i + 1, j]
+        + A[i + 1, j + 1]
+    ) / 9.0
+
+    def ref(a):
+        a = a.copy()
+        for _ in range(TSTEPS):
+            for p in range(1, N - 1):
+                for q in range(1, N - 1):
+                    a[p, q] = (
+                        a[p - 1, q - 1]
+                        + a[p - 1, q]
+                        + a[p - 1, q + 1]
+                        + a[p, q - 1]
+                        + a[p, q]
+                        + a[p, q + 1]
+                        + a[p + 1, q - 1]
+                        + a[p + 1, q]
+                        + a[p + 1, q + 1]
+                    ) / 9.0
+        return [a]
+
+    # time tiling (seidel_time_tiles) is legal and exact but slower than the plain nest
+    # here: the j loop carries A[i, j - 1] (a chain of additions), which tiles do not
+    # shorten, and the tiles' lower bounds stay guards
+    return Program([A0], [A], lambda rng: [rng.random((N, N))], ref)
+
+
+def seidel_time_tiles(s, A, t_tile=8, i_tile=32, j_tile=64):
+    """seidel-2d's update skewed (i' = i + t, j' = j + i + 2t: every dependence then
+    points forward in t, i', j') and tiled in all three."""
+    u = s[A].update(0)
+    t, i, j = u.op.axis
+    _, i1 = u.skew(t, i, 1)
+    _, j1 = u.skew(i1, j, 1)
+    _, j2 = u.skew(t, j1, 1)
+    to, ti = u.split(t, factor=t_tile)
+    io, ii = u.split(i1, factor=i_tile)
+    jo, ji = u.split(j2, factor=j_tile)
+    u.reorder(to, io, jo, ti, ii, ji)
+
+
+@kernel(
+    "fdtd-2d",
+    "stencils",
+    dict(TMAX=20, NX=20, NY=30),
+    dict(TMAX=40, NX=60, NY=80),
+    dict(TMAX=100, NX=200, NY=240),
+)
+def fdtd_2d(TMAX, NX, NY):
+    fict = pt.placeholder((TMAX,), F, name="fict")
+    ex0, ey0, hz0 = (pt.placeholder((NX, NY), F, name=n) for n in ("ex0", "ey0", "hz0"))
+    ex = pt.compute((NX, NY), lambda i, j: ex0[i, j], name="ex")
+    ey = pt.compute((NX, NY), lambda i, j: ey0[i, j], name="ey")
+    hz = pt.compute((NX, NY), lambda i, j: hz0[i, j], name="hz")
+    t0, j0 = rdom((0, TMAX), (0, NY), names="t0 j0")
+    ey[0, j0] = fict[t0]
+    t1, i1, j1 = rdom((0, TMAX), (1, NX), (0, NY), names="t1 i1 j1")
+    ey[i1, j1] = ey[i1, j1] - 0.5 * (hz[i1, j1] - hz[i1 - 1, j1])
+    t2, i2, j2 = rdom((0, TMAX), (0, NX), (1, NY), names="t2 i2 j2")
+    ex[i2, j2] = ex[i2, j2] - 0.5 * (hz[i2, j2] - hz[i2, j2 - 1])
+    t3, i3, j3 = rdom((0, TMAX), (0, NX - 1), (0, NY - 1), names="t3 i3 j3")
+    hz[i3, j3] = hz[i3, j3] - 0.7 * (ex[i3, j3 + 1] - ex[i3, j3] + ey[i3 + 1, j3] - ey[i3, j3])
+
+    def order(s):
+        _chain(
+            s,
+            [
+                (s[ey].update(0), None),
+                (s[ey].update(1), t0),
+                (s[ex].update(0), t1),
+                (s[hz].update(0), t2),
+            ],
+        )
+
+    def ref(f, ex, ey, hz):
+        ex, ey, hz = ex.copy(), ey.copy(), hz.copy()
+        for tt in range(TMAX):
+            ey[0, :] = f[tt]
+            ey[1:, :] = ey[1:, :] - 0.5 * (hz[1:, :] - hz[:-1, :])
+            ex[:, 1:] = ex[:, 1:] - 0.5 * (hz[:, 1:] - hz[:, :-1])
+            hz[:-1, :-1] = hz[:-1, :-1] - 0.7 * (
+                ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1] - ey[:-1, :-1]
+            )
+        return [ex, ey, hz]
+
+    def schedule(s):
+        s[ey].update(1).vectorize(j1)
+        s[ex].update(0).vectorize(j2)
+        s[hz].update(0).vectorize(j3)
+
+    def init(rng):
+        return [rng.random(TMAX)] + [rng.random((NX, NY)) for _ in range(3)]
+
+    return Program([fict, ex0, ey0, hz0], [ex, ey, hz], init, ref, order=order, schedule=schedule)
+
+
+@kernel("adi", "stencils", dict(TSTEPS=20, N=20), dict(TSTEPS=40, N=60), dict(TSTEPS=100, N=200))
+def adi(TSTEPS, N):
+    DX = 1.0 / N
+    DY = 1.0 / N
+    DT = 1.0 / TSTEPS
+    B1, B2 = 2.0, 1.0
+    mul1 = B1 * DT / (DX * DX)
+    mul2 = B2 * DT / (DY * DY)
+    a, b, c = -mul1 / 2.0, 1.0 + mul1, -mul1 / 2.0
+    d, e, f = -mul2 / 2.0, 1.0 + mul2, -mul2 / 2.0
+    U0 = pt.placeholder((N, N), F, name="u0")
+    u = pt.compute((N, N), lambda i, j: U0[i, j], name="u")
+    v = pt.compute((N, N), lambda i, j: pt.const(0.0, F), name="v")
+    p = pt.compute((N, N), lambda i, j: pt.const(0.0, F), name="p")
+    q = pt.compute((N, N), lambda i, j: pt.const(0.0, F), name="q")
+    T = (1, TSTEPS + 1)
+    I = (1, N - 1)  # noqa: E741
+    stmts = []  # (tensor, update index, the loop it shares down to with the one before)
+
+    def row():  # the t, i loops of a statement at the row level
+        return rdom(T, I, names=f"t{len(stmts)} i{len(stmts)}")
+
+    # column sweep
+    t, i = row()
+    v[0, i] = pt.const(1.0, F)
+    stmts.append((v, 0, None))
+    t1, i1 = row()
+    p[i1, 0] = pt.const(0.0, F)
+    stmts.append((p, 0, i))
+    t2, i2 = row()
+    q[i2, 0] = v[0, i2]
+    stmts.append((q, 0, i1))
+    t3, i3, j3 = rdom(T, I, (1, N - 1), names="t3 i3 j3")
+    p[i3, j3] = -c / (a * p[i3, j3 - 1] + b)
+    stmts.append((p, 1, i2))
+    q[i3, j3] = (
+        -d * u[j3, i3 - 1] + (1.0 + 2.0 * d) * u[j3, i3] - f * u[j3, i3 + 1] - a * q[i3, j3 - 1]
+    ) / (a * p[i3, j3 - 1] + b)
+    stmts.append((q, 1, j3))
+    t5, i5 = row()
+    v[N - 1, i5] = pt.const(1.0, F)
+    stmts.append((v, 1, i3))
+    t6, i6, r6 = rdom(T, I, (0, N - 2), names="t6 i6 r6")  # j = N - 2 - r
+    v[N - 2 - r6, i6] = p[i6, N - 2 - r6] * v[N - 1 - r6, i6] + q[i6, N - 2 - r6]
+    stmts.append((v, 2, i5))
+    # row sweep
+    t7, i7 = row()
+    u[i7, 0] = pt.const(1.0, F)
+    stmts.append((u, 0, t6))
+    t8, i8 = row()
+    p[i8, 0] = pt.const(0.0, F)
+    stmts.append((p, 2, i7))
+    t9, i9 = row()
+    q[i9, 0] = u[i9, 0]
+    stmts.append((q, 2, i8))
+    t10, i10, j10 = rdom(T, I, (1, N - 1), names="t10 i10 j10")
+    p[i10, j10] = -f / (d * p[i10, j10 - 1] + e)
+    stmts.append((p, 3, i9))
+    q[i10, j10] = (
+        -a * v[i10 - 1, j10]
+        + (1.0 + 2.0 * a) * v[i10, j10]
+        - c * v[i10 + 1, j10]
+        - d * q[i10, j10 - 1]
+    ) / (d * p[i10, j10 - 1] + e)
+    stmts.append((q, 3, j10))
+    t12, i12 = row()
+    u[i12, N - 1] = pt.const(1.0, F)
+    stmts.append((u, 1, i10))
+    t13, i13, r13 = rdom(T, I, (0, N - 2), names="t13 i13 r13")
+    u[i13, N - 2 - r13] = p[i13, N - 2 - r13] * u[i13, N - 1 - r13] + q[i13, N - 2 - r13]
+    stmts.append((u, 2, i12))
+
+    def order(s):
+        for (t_a, k_a, _), (t_b, k_b, loop) in zip(stmts, stmts[1:]):
+            s[t_b].update(k_b).compute_with(s[t_a].update(k_a), loop)
+
+    def ref(u):
+        u = u.copy()
+        v = np.zeros((N, N))
+        p = np.zeros((N, N))
+        q = np.zeros((N, N))
+        for _ in range(TSTEPS):
+            for ii in range(1, N - 1):
+                v[0, ii] = 1.0
+                p[ii, 0] = 0.0
+                q[ii, 0] = v[0, ii]
+                for jj in range(1, N - 1):
+                    p[ii, jj] = -c / (a * p[ii, jj - 1] + b)
+                    q[ii, jj] = (
+                        -d * u[jj, ii - 1]
+                        + (1.0 + 2.0 * d) * u[jj, ii]
+                        - f * u[jj, ii + 1]
+                        - a * q[ii, jj - 1]
+                    ) / (a * p[ii, jj - 1] + b)
+                v[N - 1, ii] = 1.0
+                for jj in range(N - 2, 0, -1):
+                    v[jj, ii] = p[ii, jj] * v[jj + 1, ii] + q[ii, jj]
+            for ii in range(1, N - 1):
+                u[ii, 0] = 1.0
+                p[ii, 0] = 0.0
+                q[ii, 0] = u[ii, 0]
+                for jj in range(1, N - 1):
+                    p[ii, jj] = -f / (d * p[ii, jj - 1] + e)
+                    q[ii, jj] = (
+                        -a * v[ii - 1, jj]
+                        + (1.0 + 2.0 * a) * v[ii, jj]
+                        - c * v[ii + 1, jj]
+                        - d * q[ii, jj - 1]
+                    ) / (d * p[ii, jj - 1] + e)
+                u[ii, N - 1] = 1.0
+                for jj in range(N - 2, 0, -1):
+                    u[ii, jj] = p[ii, jj] * u[ii, jj + 1] + q[ii, jj]
+        return [u]
+
+    return Program([U0], [u], lambda rng: [rng.random((N, N))], ref, order=order, rtol=1e-8)

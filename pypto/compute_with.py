@@ -1,0 +1,311 @@
+"""``compute_with``: several stages share their outer loops (Halide's ``compute_with``).
+
+``s[B].update(0).compute_with(s[A].update(0), t)`` runs B's update inside A's loops
+down to ``t``, after A's statement in each iteration of ``t``:
+
+    for t:                                  for t:
+      for i: A[i] = f(B[i-1], B[i+1])         for i: A[i] = f(B[i-1], B[i+1])
+    for t:                          ->        for i: B[i] = g(A[i-1], A[i+1])
+      for i: B[i] = g(A[i-1], A[i+1])
+
+A chain (``C.compute_with(B, t)``, ``B.compute_with(A, t)``) orders A, B, C; a stage
+sharing fewer loops with the one before it runs after that stage's inner loops, which
+makes imperfect nests (a statement before or after an inner loop, as in trisolv):
+
+    for i:                                  for i:
+      for j in 0..i: x[i] -= L[i,j]*x[j]      for j in 0..i: x[i] -= L[i,j]*x[j]
+    for i:                          ->        x[i] = x[i] / L[i,i]
+      x[i] = x[i] / L[i,i]
+
+When the fused statements update one tensor (trisolv's subtract and divide) or their
+tensors read each other (jacobi's A and B), the fused order at the root loops is the
+program's order: there is no other. Otherwise the tensors keep their order, producers
+first, and the fusion must keep its dependences (refused with a witness). Later
+primitives (split, reorder, skew, parallel, ...) must keep the program's dependences;
+``legality`` checks all of it with isl (``poly_cluster.fixes_order``, ``ClusterModel``).
+This module holds what the schedule, the order of the root statements and the merge of
+loop nests need to know about groups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ScheduleError
+from .expr import Binary, Const, conjunction
+from .loop_ir import For, IfThenElse, seq
+from .passes import subst_stmt
+from .simplify import simplify
+
+
+@dataclass(frozen=True, eq=False)
+class Cluster:
+    """Stages sharing outer loops, in execution order; ``depths[k]`` is the number of
+    loops member ``k`` shares with member ``k - 1`` (``depths[0]`` is 0)."""
+
+    members: tuple
+    depths: tuple
+
+    @property
+    def name(self) -> str:
+        return " + ".join(f"'{m.name}'" for m in self.members)
+
+    def positions(self, k: int) -> list[int]:
+        """Member ``k``'s position after each loop it shares (its time vector's extra
+        dims): members split into runs at each depth, the run's index in its parent."""
+        d = self.depths
+        m = max(d[k], d[k + 1] if k + 1 < len(d) else 0)
+        out = []
+        for level in range(1, m + 1):
+            start = max(j for j in range(k + 1) if d[j] < level)
+            out.append(sum(1 for j in range(start + 1, k + 1) if d[j] == level))
+        return out
+
+    def shared(self, k: int) -> int:
+        """How many outer loops of member ``k`` are shared with a neighbour."""
+        return len(self.positions(k))
+
+
+def check_compute_with(stage, other, loop) -> None:
+    """The refusals of ``stage.compute_with(other, loop)`` that need no dependence analysis."""
+
+    def err(msg):
+        return ScheduleError(f"compute_with on stage '{stage.name}': {msg}")
+
+    if not hasattr(other, "leaf_iter_vars") or not hasattr(other, "schedule"):
+        raise err(f"expected a stage (s[T] or s[T].update(k)), got {other!r}")
+    if other is stage:
+        raise err("a stage cannot be computed with itself")
+    if other.schedule is not stage.schedule:
+        raise err(f"stage '{other.name}' belongs to another schedule")
+    for st in (stage, other):
+        if st.is_placeholder:
+            raise err(f"'{st.name}' is a placeholder and has no loops")
+        if st.inline or st.attach is not None:
+            raise err(
+                f"'{st.name}' is inlined or attached (compute_at); both stages run at the root"
+            )
+    if stage.fused_with is not None:
+        raise err(f"it is already computed with '{stage.fused_with[0].name}'")
+    x = other
+    while x is not None:
+        if x is stage:
+            raise err(f"'{other.name}' is already computed with it (a cycle)")
+        x = x.fused_with[0] if x.fused_with is not None else None
+    for st in (stage, other):
+        if loop in st.leaf_iter_vars:
+            depth = st.leaf_iter_vars.index(loop) + 1
+            break
+    else:
+        raise err(
+            f"loop {getattr(loop, 'name', loop)!r} is a loop of neither '{stage.name}' nor "
+            f"'{other.name}'"
+        )
+    for st in (stage, other):
+        if len(st.leaf_iter_vars) < depth:
+            raise err(f"'{st.name}' has {len(st.leaf_iter_vars)} loop(s), {depth} would be shared")
+
+
+def fused_depth(stage) -> int:
+    """The number of loops ``stage`` shares with the stage it is computed with."""
+    other, loop = stage.fused_with
+    for st in (other, stage):
+        if loop in st.leaf_iter_vars:
+            return st.leaf_iter_vars.index(loop) + 1
+    raise ScheduleError(
+        f"compute_with on stage '{stage.name}': loop {loop.name} is no longer a loop of "
+        f"'{stage.name}' or '{other.name}' (it was split or fused after compute_with)"
+    )
+
+
+def clusters(sch) -> list[Cluster]:
+    """The groups of stages made by ``compute_with``, in schedule order."""
+    followers: dict = {}
+    for st in sch.stages:
+        if getattr(st, "fused_with", None) is not None:
+            followers.setdefault(st.fused_with[0], []).append(st)
+    out = []
+    for lead in sch.stages:
+        if lead in followers and lead.fused_with is None:
+            members, depths = [], []
+            _visit(lead, 0, followers, members, depths)
+            out.append(Cluster(tuple(members), tuple(depths)))
+    return out
+
+
+def _visit(st, depth: int, followers: dict, members: list, depths: list):
+    """Depth-first: a stage, then each stage computed with it (and theirs), in call order."""
+    members.append(st)
+    depths.append(depth)
+    for f in followers.get(st, ()):
+        d = fused_depth(f)
+        between = min(depths[members.index(st) + 1 :], default=d)
+        if between < d:
+            raise ScheduleError(
+                f"compute_with on stage '{f.name}': it cannot share {d} loops with "
+                f"'{st.name}', a stage between them shares only {between}"
+            )
+        _visit(f, d, followers, members, depths)
+
+
+def cluster_map(sch) -> dict:
+    """Stage -> its Cluster, for the stages in one."""
+    return {m: c for c in clusters(sch) for m in c.members}
+
+
+def _root_of(st):
+    while st.attach is not None:
+        st = st.attach[0]
+    return st
+
+
+def node_order(sch, low) -> list:
+    """The root statements in the order they run: stages, and each cluster as one node.
+
+    Producers first (a reader of a tensor after all its definitions), each tensor's
+    definitions in sequence; a cycle between nodes is refused, naming the tensors."""
+    cmap = cluster_map(sch)
+
+    def node(st):
+        st = _root_of(st)
+        return cmap.get(st, st)
+
+    def pure(st):
+        return st.target_stage or st
+
+    nodes, edges = [], {}
+    for st in sch.stages:
+        if st.is_placeholder or st.inline:
+            continue
+        n = node(st)
+        if n not in edges:
+            nodes.append(n)
+            edges[n] = {}
+        group = [pure(st), *pure(st).update_stages]
+        k = group.index(st)
+        if k > 0 and node(group[k - 1]) is not n:  # updates run in sequence
+            edges[n].setdefault(node(group[k - 1]), (st, None))
+        for read in low.reads(st):
+            p = low.stage_of(read.tensor)
+            if p.is_placeholder or pure(p) is pure(st):
+                continue
+            for q in (pure(p), *pure(p).update_stages):
+                if not q.inline and node(q) is not n:
+                    edges[n].setdefault(node(q), (st, read.tensor))
+    order, done = [], set()
+    while len(order) < len(nodes):
+        ready = [n for n in nodes if n not in done and all(p in done for p in edges[n])]
+        if not ready:
+            raise _cycle_error([n for n in nodes if n not in done], edges)
+        order.append(ready[0])
+        done.add(ready[0])
+    return order
+
+
+def _cycle_error(left: list, edges: dict) -> ScheduleError:
+    path, n = [], left[0]
+    while n not in path:
+        path.append(n)
+        n = next(p for p in edges[n] if p in left)
+    path = path[path.index(n) :]
+    reads, names = [], []
+    for a, b in zip(path, path[1:] + path[:1]):
+        st, t = edges[a][b]
+        reads.append(f"'{st.name}' reads {t.name}" if t is not None else f"'{st.name}' follows")
+        for m in a.members if isinstance(a, Cluster) else (a,):  # a group: all its tensors
+            pure = m.target_stage or m
+            if f"'{pure.name}'" not in names:
+                names.append(f"'{pure.name}'")
+    who = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
+    return ScheduleError(
+        f"tensors {who} read each other ({', '.join(reads)}): no order of their definitions "
+        "computes every value before it is read; give their update definitions one loop "
+        "order with compute_with, or compute one from a copy of the other"
+    )
+
+
+# ---------------------------------------------------------------- merging loop nests
+
+
+def fused_stmt(low, cluster: Cluster):
+    """One loop nest for the members of ``cluster`` (their nests merged down to the
+    loops they share), from ``low.stage_stmt`` of each member."""
+    items = [(low.stage_stmt(m), d, m) for m, d in zip(cluster.members, cluster.depths)]
+    return _merge(items, low.ranges)
+
+
+def _merge(items: list, ranges):
+    out, run = [], []
+    for item in items:
+        if run and item[1] >= 1:
+            run.append(item)
+        else:
+            if run:
+                out.append(_fuse_run(run, ranges))
+            run = [item]
+    out.append(_fuse_run(run, ranges))
+    return seq(*out)
+
+
+def _fuse_run(run: list, ranges):
+    if len(run) == 1:
+        return run[0][0]
+    peeled = [_peel(s, m) for s, _, m in run]
+    lead, lead_stage = peeled[0][0], run[0][2]
+    inner = []
+    for k, ((loop, body), (_, d, m)) in enumerate(zip(peeled, run)):
+        if k:
+            diff = simplify(Binary("sub", loop.extent, lead.extent, "int64"), ranges)
+            if not (isinstance(diff, Const) and diff.value == 0):
+                raise ScheduleError(
+                    f"compute_with on stage '{m.name}': its loop {loop.var.name} runs "
+                    f"{loop.extent} iterations, loop {lead.var.name} of '{lead_stage.name}' "
+                    f"{lead.extent}; shared loops need the same extent"
+                )
+            if loop.kind != lead.kind:
+                raise ScheduleError(
+                    f"compute_with on stage '{m.name}': its loop {loop.var.name} is "
+                    f"{loop.kind}, loop {lead.var.name} of '{lead_stage.name}' {lead.kind}; "
+                    "shared loops need the same annotation"
+                )
+            if loop.var is not lead.var:
+                body = subst_stmt(body, {loop.var: lead.var})
+        inner.append((body, d - 1 if k else 0, m))
+    return For(lead.var, lead.extent, lead.kind, _merge(inner, ranges))
+
+
+def _peel(s, stage):
+    """``s`` as its outer loop and that loop's body; guards on outer loops move inside."""
+    conds = []
+    while isinstance(s, IfThenElse) and s.else_ is None:
+        conds.append(s.cond)
+        s = s.then
+    if not isinstance(s, For):
+        raise ScheduleError(
+            f"compute_with on stage '{stage.name}': a shared loop level holds more than "
+            "one loop (a reduction's init and update nests, a stage attached with "
+            "compute_at, or a prefetch); share fewer loops"
+        )
+    body = IfThenElse(conjunction(conds), s.body) if conds else s.body
+    return s, body
+
+
+def root_stmts(low, roots: list) -> list:
+    """The statements of the root stages, each cluster's members as one merged nest."""
+    if not clusters(low.sch):
+        return [low.stage_stmt(st) for st in roots]
+    out = []
+    for node in node_order(low.sch, low):
+        if isinstance(node, Cluster):
+            out.append(fused_stmt(low, node))
+        elif node in roots:
+            out.append(low.stage_stmt(node))
+    return out
+
+
+def shared_loops(stage) -> int:
+    """How many outer loops ``stage`` shares with other stages (0 outside a cluster)."""
+    for c in clusters(stage.schedule):
+        if stage in c.members:
+            return c.shared(c.members.index(stage))
+    return 0

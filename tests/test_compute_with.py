@@ -1,0 +1,330 @@
+"""compute_with: statements of several tensors inside one sequential loop, imperfect nests."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+F = "float64"
+
+
+def _jacobi_1d(n, steps):
+    A0 = pt.placeholder((n,), F, name="A0")
+    A = pt.compute((n,), lambda i: A0[i], name="A")
+    B = pt.compute((n,), lambda i: A0[i], name="B")
+    t, i = pt.rdom([(0, steps), (1, n - 1)], names="t i")
+    B[i] = (A[i - 1] + A[i] + A[i + 1]) * 0.33333
+    t2, i2 = pt.rdom([(0, steps), (1, n - 1)], names="t2 i2")
+    A[i2] = (B[i2 - 1] + B[i2] + B[i2 + 1]) * 0.33333
+    return A0, A, B, (t, i), (t2, i2)
+
+
+def _jacobi_1d_ref(a0, steps):
+    a, b = a0.copy(), a0.copy()
+    for _ in range(steps):
+        b[1:-1] = (a[:-2] + a[1:-1] + a[2:]) * 0.33333
+        a[1:-1] = (b[:-2] + b[1:-1] + b[2:]) * 0.33333
+    return a, b
+
+
+@pytest.mark.parametrize("split", [None, 4])
+def test_jacobi_1d_two_tensors_in_one_time_loop(split):
+    n, steps = 13, 4
+    A0, A, B, (t, i), (t2, i2) = _jacobi_1d(n, steps)
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    if split:
+        s[B].update(0).split(i, factor=split)
+        s[A].update(0).split(i2, factor=split)
+    mod = pt.build(s, [A0, A, B])
+    a0 = np.random.default_rng(0).random(n)
+    a, b = np.full(n, np.nan), np.full(n, np.nan)
+    mod(a0, a, b)
+    ra, rb = _jacobi_1d_ref(a0, steps)
+    np.testing.assert_allclose(a, ra, rtol=1e-13)
+    np.testing.assert_allclose(b, rb, rtol=1e-13)
+
+
+def test_jacobi_2d_vectorized_inner_loops():
+    n, steps = 9, 3
+    A0 = pt.placeholder((n, n), F, name="A0")
+    A = pt.compute((n, n), lambda i, j: A0[i, j], name="A")
+    B = pt.compute((n, n), lambda i, j: A0[i, j], name="B")
+    t, i, j = pt.rdom([(0, steps), (1, n - 1), (1, n - 1)], names="t i j")
+    B[i, j] = 0.2 * (A[i, j] + A[i, j - 1] + A[i, j + 1] + A[i + 1, j] + A[i - 1, j])
+    u, k, m = pt.rdom([(0, steps), (1, n - 1), (1, n - 1)], names="u k m")
+    A[k, m] = 0.2 * (B[k, m] + B[k, m - 1] + B[k, m + 1] + B[k + 1, m] + B[k - 1, m])
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    s[B].update(0).vectorize(j)
+    s[A].update(0).parallel(k)
+    mod = pt.build(s, [A0, A, B])
+    a0 = np.random.default_rng(1).random((n, n))
+    a, b = np.empty((n, n)), np.empty((n, n))
+    mod(a0, a, b)
+    ra, rb = a0.copy(), a0.copy()
+    for _ in range(steps):
+        rb[1:-1, 1:-1] = 0.2 * (
+            ra[1:-1, 1:-1] + ra[1:-1, :-2] + ra[1:-1, 2:] + ra[2:, 1:-1] + ra[:-2, 1:-1]
+        )
+        ra[1:-1, 1:-1] = 0.2 * (
+            rb[1:-1, 1:-1] + rb[1:-1, :-2] + rb[1:-1, 2:] + rb[2:, 1:-1] + rb[:-2, 1:-1]
+        )
+    np.testing.assert_allclose(a, ra, rtol=1e-13)
+    np.testing.assert_allclose(b, rb, rtol=1e-13)
+
+
+def test_fdtd_2d_four_statements_on_three_tensors():
+    tm, nx, ny = 4, 6, 7
+    fict = pt.placeholder((tm,), F, name="fict")
+    ex0, ey0, hz0 = (pt.placeholder((nx, ny), F, name=nm) for nm in ("ex0", "ey0", "hz0"))
+    ex = pt.compute((nx, ny), lambda i, j: ex0[i, j], name="ex")
+    ey = pt.compute((nx, ny), lambda i, j: ey0[i, j], name="ey")
+    hz = pt.compute((nx, ny), lambda i, j: hz0[i, j], name="hz")
+    t0, j0 = pt.rdom([(0, tm), (0, ny)], names="t0 j0")
+    ey[0, j0] = fict[t0]
+    t1, i1, j1 = pt.rdom([(0, tm), (1, nx), (0, ny)], names="t1 i1 j1")
+    ey[i1, j1] = ey[i1, j1] - 0.5 * (hz[i1, j1] - hz[i1 - 1, j1])
+    t2, i2, j2 = pt.rdom([(0, tm), (0, nx), (1, ny)], names="t2 i2 j2")
+    ex[i2, j2] = ex[i2, j2] - 0.5 * (hz[i2, j2] - hz[i2, j2 - 1])
+    t3, i3, j3 = pt.rdom([(0, tm), (0, nx - 1), (0, ny - 1)], names="t3 i3 j3")
+    hz[i3, j3] = hz[i3, j3] - 0.7 * (ex[i3, j3 + 1] - ex[i3, j3] + ey[i3 + 1, j3] - ey[i3, j3])
+    s = pt.create_schedule([ex.op, ey.op, hz.op])
+    s[ey].update(1).compute_with(s[ey].update(0), t0)
+    s[ex].update(0).compute_with(s[ey].update(1), t1)
+    s[hz].update(0).compute_with(s[ex].update(0), t2)
+    s[hz].update(0).vectorize(j3)
+    mod = pt.build(s, [fict, ex0, ey0, hz0, ex, ey, hz])
+    rng = np.random.default_rng(2)
+    f = rng.random(tm)
+    e0, y0, h0 = (rng.random((nx, ny)) for _ in range(3))
+    outs = [np.full((nx, ny), np.nan) for _ in range(3)]
+    mod(f, e0, y0, h0, *outs)
+    rex, rey, rhz = e0.copy(), y0.copy(), h0.copy()
+    for t in range(tm):
+        rey[0, :] = f[t]
+        rey[1:, :] = rey[1:, :] - 0.5 * (rhz[1:, :] - rhz[:-1, :])
+        rex[:, 1:] = rex[:, 1:] - 0.5 * (rhz[:, 1:] - rhz[:, :-1])
+        rhz[:-1, :-1] -= 0.7 * (rex[:-1, 1:] - rex[:-1, :-1] + rey[1:, :-1] - rey[:-1, :-1])
+    for got, want in zip(outs, (rex, rey, rhz)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_statement_after_an_inner_loop_trisolv():
+    n = 9
+    L = pt.placeholder((n, n), F, name="L")
+    b = pt.placeholder((n,), F, name="b")
+    x = pt.compute((n,), lambda i: b[i], name="x")
+    i = pt.reduce_axis((0, n), name="i")
+    j = pt.reduce_axis((0, i), name="j")
+    x[i] = x[i] - L[i, j] * x[j]
+    x[i] = x[i] / L[i, i]
+    s = pt.create_schedule(x.op)
+    s[x].update(1).compute_with(s[x].update(0), i)
+    mod = pt.build(s, [L, b, x])
+    rng = np.random.default_rng(3)
+    lv = np.tril(rng.random((n, n))) + 2 * np.eye(n)
+    bv = rng.random(n)
+    xv = np.empty(n)
+    mod(lv, bv, xv)
+    ref = bv.copy()
+    for r in range(n):
+        for c in range(r):
+            ref[r] -= lv[r, c] * ref[c]
+        ref[r] /= lv[r, r]
+    np.testing.assert_allclose(xv, ref, rtol=1e-13)
+    src = mod.source
+    assert src.count("for (") == 3  # the pure copy, then one i loop around j and the divide
+
+
+def test_statement_before_an_inner_loop_gemm_beta():
+    m, n, kk = 5, 6, 7
+    A = pt.placeholder((m, kk), F, name="A")
+    B = pt.placeholder((kk, n), F, name="B")
+    C0 = pt.placeholder((m, n), F, name="C0")
+    C = pt.compute((m, n), lambda i, j: C0[i, j], name="C")
+    i, j = pt.rdom([(0, m), (0, n)], names="i j")
+    C[i, j] = C[i, j] * 1.5
+    i2, j2, k = pt.rdom([(0, m), (0, n), (0, kk)], names="i2 j2 k")
+    C[i2, j2] = C[i2, j2] + A[i2, k] * B[k, j2]
+    s = pt.create_schedule(C.op)
+    s[C].update(1).compute_with(s[C].update(0), j)
+    mod = pt.build(s, [A, B, C0, C])
+    rng = np.random.default_rng(4)
+    a, bb, c0 = rng.random((m, kk)), rng.random((kk, n)), rng.random((m, n))
+    c = np.empty((m, n))
+    mod(a, bb, c0, c)
+    np.testing.assert_allclose(c, c0 * 1.5 + a @ bb, rtol=1e-13)
+
+
+def test_tensors_reading_each_other_without_an_order_are_refused():
+    n, steps = 8, 2
+    A0, A, B, _, _ = _jacobi_1d(n, steps)
+    s = pt.create_schedule([A.op, B.op])
+    with pytest.raises(pt.ScheduleError, match=r"'B' and 'A' read each other.*compute_with"):
+        pt.lower(s, [A0, A, B])
+
+
+def test_parallel_shared_time_loop_races():
+    A0, A, B, (t, i), _ = _jacobi_1d(8, 2)
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    with pytest.raises(
+        pt.ScheduleError, match=r"parallel\(t\) on 'B.update\(0\)' would race.*witness"
+    ):
+        s[B].update(0).parallel(t)
+
+
+def test_reading_a_pure_value_before_it_is_computed_is_refused():
+    n = 8
+    P = pt.placeholder((n,), F, name="P")
+    X = pt.compute((n,), lambda i: P[i] * 2.0, name="X")
+    Y = pt.compute((n,), lambda i: P[i], name="Y")
+    r = pt.reduce_axis((0, n - 1), name="r")
+    Y[r] = Y[r] + X[r + 1]
+    s = pt.create_schedule(Y.op)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_with\(X, i\) on 'Y.update\(0\)' would break a dependence: Y\[r\] reads "
+        r"X\[r \+ 1\], written by X\[i\]; .*witness: i=7 -> r=6",
+    ):
+        s[Y].update(0).compute_with(s[X], s[X].op.axis[0])
+
+
+@pytest.mark.parametrize("shift", [0, -1, 1])
+def test_fusing_tensors_that_do_not_read_each_other_keeps_producers_first(shift):
+    """Y's update reads X's final values: fused into X's loop it may read X[r + shift]
+    only where X's loop has finished that element (shift <= 0)."""
+    n = 9
+    P = pt.placeholder((n,), F, name="P")
+    X = pt.compute((n,), lambda i: P[i], name="X")
+    r = pt.reduce_axis((1, n - 1), name="r")
+    X[r] = X[r] * 2.0 + X[r - 1]
+    Y = pt.compute((n,), lambda i: pt.const(0.0, F), name="Y")
+    q = pt.reduce_axis((1, n - 1), name="q")
+    Y[q] = X[q + shift] + 1.0
+    s = pt.create_schedule(Y.op)
+    if shift > 0:
+        with pytest.raises(
+            pt.ScheduleError,
+            match=r"compute_with\(X.update\(0\), r\) on 'Y.update\(0\)' would break a "
+            r"dependence: Y\[q\] reads X\[q \+ 1\], written by X\[r\].*witness: r=\d+ -> q=\d+\)",
+        ):
+            s[Y].update(0).compute_with(s[X].update(0), r)
+        return
+    s[Y].update(0).compute_with(s[X].update(0), r)
+    src = pt.lower(s, [P, Y])
+    assert str(src).count("for (") == 3  # X's copy, Y's zeros, then one fused loop
+    p = np.random.default_rng(5).random(n)
+    y = pt.build(s, [P, Y])(p)
+    x = p.copy()
+    for k in range(1, n - 1):
+        x[k] = x[k] * 2.0 + x[k - 1]
+    want = np.zeros(n)
+    want[1 : n - 1] = x[1 + shift : n - 1 + shift] + 1.0
+    np.testing.assert_allclose(y, want)
+
+
+def test_shared_loops_need_equal_extents():
+    n = 8
+    P = pt.placeholder((n,), F, name="P")
+    Y = pt.compute((n,), lambda i: P[i], name="Y")
+    r = pt.reduce_axis((0, n), name="r")
+    Y[r] = Y[r] * 2.0
+    q = pt.reduce_axis((0, n - 1), name="q")
+    Y[q] = Y[q] + P[q + 1]
+    s = pt.create_schedule(Y.op)
+    s[Y].update(1).compute_with(s[Y].update(0), r)
+    with pytest.raises(pt.ScheduleError, match=r"loop q runs 7 iterations, loop r .* 8; shared"):
+        pt.lower(s, [P, Y])
+
+
+def test_bad_compute_with_calls():
+    A0, A, B, (t, i), (t2, _) = _jacobi_1d(8, 2)
+    s = pt.create_schedule([A.op, B.op])
+    with pytest.raises(pt.ScheduleError, match=r"loop 'k' is a loop of neither"):
+        s[A].update(0).compute_with(s[B].update(0), pt.reduce_axis((0, 2), name="k"))
+    with pytest.raises(pt.ScheduleError, match=r"cannot be computed with itself"):
+        s[A].update(0).compute_with(s[A].update(0), t2)
+    with pytest.raises(pt.ScheduleError, match=r"'A0' is a placeholder"):
+        s[A].update(0).compute_with(s[A0], t2)
+    s[A].update(0).compute_with(s[B].update(0), t)
+    with pytest.raises(pt.ScheduleError, match=r"a cycle"):
+        s[B].update(0).compute_with(s[A].update(0), t)
+    assert s.steps[-1] == {
+        "stage": "A.update(0)",
+        "prim": "compute_with",
+        "parent": "B.update(0)",
+        "loop": "t",
+    }
+
+
+def test_compute_with_replays_from_json():
+    A0, A, B, (t, i), (t2, i2) = _jacobi_1d(10, 3)
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t2)  # a loop of the stage itself
+    s[B].update(0).split(i, factor=4)
+    again = pt.Schedule.from_json(s.to_json(), [A0, A, B])
+    assert again.steps == s.steps
+    assert pt.build(again, [A0, A, B]).source == pt.build(s, [A0, A, B]).source
+
+
+def test_an_update_runs_over_the_rdoms_its_bounds_name():
+    n = 6
+    X = pt.placeholder((n,), F, name="X")
+    Y = pt.compute((n,), lambda i: pt.const(0.0, F), name="Y")
+    k = pt.reduce_axis((0, n), name="k")
+    i = pt.reduce_axis((0, k), name="i")
+    Y[i] = Y[i] + X[i]  # runs for every k: Y[i] gets X[i] n - 1 - i times
+    assert [a.name for a in pt.create_schedule(Y.op)[Y].update(0).op.axis] == ["k", "i"]
+    mod = pt.build(pt.create_schedule(Y.op), [X, Y])
+    x, y = np.arange(1.0, n + 1), np.empty(n)
+    mod(x, y)
+    np.testing.assert_array_equal(y, x * (n - 1 - np.arange(n)))
+
+
+def test_parallel_shared_loop_races_with_the_other_tensor():
+    n = 8
+    X = pt.compute((n,), lambda i: pt.const(1.0, F), name="X")
+    Y = pt.compute((n,), lambda i: pt.const(1.0, F), name="Y")
+    t = pt.reduce_axis((1, n), name="t")
+    X[t] = Y[t - 1] + 1.0  # no dependence of X on itself across t: only through Y
+    t2 = pt.reduce_axis((1, n), name="t2")
+    Y[t2] = X[t2] * 2.0
+    s = pt.create_schedule([X.op, Y.op])
+    s[Y].update(0).compute_with(s[X].update(0), t)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"parallel\(t2\) on 'Y.update\(0\)' would race: X\[t\] reads Y\[t - 1\], "
+        r"written by Y\[t2\], in another iteration of t2 \(witness",
+    ):
+        s[Y].update(0).parallel(t2)
+    s = pt.create_schedule([X.op, Y.op])
+    s[Y].update(0).compute_with(s[X].update(0), t)
+    mod = pt.build(s, [X, Y])
+    x, y = mod()
+    rx, ry = np.ones(n), np.ones(n)
+    for k in range(1, n):
+        rx[k] = ry[k - 1] + 1.0
+        ry[k] = rx[k] * 2.0
+    np.testing.assert_array_equal(x, rx)
+    np.testing.assert_array_equal(y, ry)
+
+
+def test_a_cycle_through_a_fused_group_is_refused():
+    n = 8
+    A0 = pt.placeholder((n,), F, name="A0")
+    A = pt.compute((n,), lambda i: A0[i], name="A")
+    B = pt.compute((n,), lambda i: A0[i], name="B")
+    C = pt.compute((n,), lambda i: A[i] * 2.0, name="C")  # A's final values
+    t, i = pt.rdom([(0, 2), (1, n - 1)], names="t i")
+    B[i] = A[i - 1] + C[i]
+    t2, i2 = pt.rdom([(0, 2), (1, n - 1)], names="t2 i2")
+    A[i2] = B[i2 + 1]
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"tensors 'C', 'B' and 'A' read each other \('C' reads A, 'B.update\(0\)' reads C\)",
+    ):
+        pt.lower(s, [A0, A, B])

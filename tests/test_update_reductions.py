@@ -1,0 +1,110 @@
+"""Reductions inside update definitions: Y[i] = Y[i] + pt.sum(A[i, k] * x[k], axis=k)."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+F = "float64"
+RNG = np.random.default_rng(7)
+
+
+def _matvec_update(n, m):
+    A = pt.placeholder((n, m), F, name="A")
+    x = pt.placeholder((m,), F, name="x")
+    Y0 = pt.placeholder((n,), F, name="Y0")
+    Y = pt.compute((n,), lambda i: Y0[i], name="Y")
+    i = pt.reduce_axis((0, n), name="i")
+    k = pt.reduce_axis((0, m), name="k")
+    Y[i] = Y[i] + pt.sum(A[i, k] * x[k], axis=k)
+    return A, x, Y0, Y, i
+
+
+@pytest.mark.parametrize("schedule", ["plain", "parallel", "split"])
+def test_matvec_in_an_update(schedule):
+    n, m = 11, 7
+    A, x, Y0, Y, i = _matvec_update(n, m)
+    s = pt.create_schedule(Y.op)
+    if schedule == "parallel":
+        s[Y].update(0).parallel(i)
+    elif schedule == "split":
+        s[Y].update(0).split(i, factor=4)
+    mod = pt.build(s, [A, x, Y0, Y])
+    a, xv, y0 = RNG.random((n, m)), RNG.random(m), RNG.random(n)
+    y = np.full(n, np.nan)
+    mod(a, xv, y0, y)
+    np.testing.assert_allclose(y, y0 + a @ xv, rtol=1e-13)
+
+
+def test_forward_substitution_with_a_triangular_reduction():
+    n = 10
+    L = pt.placeholder((n, n), F, name="L")
+    b = pt.placeholder((n,), F, name="b")
+    x = pt.compute((n,), lambda i: b[i], name="x")
+    i = pt.reduce_axis((0, n), name="i")
+    j = pt.reduce_axis((0, i), name="j")
+    x[i] = (x[i] - pt.sum(L[i, j] * x[j], axis=j)) / L[i, i]
+    s = pt.create_schedule(x.op)
+    mod = pt.build(s, [L, b, x])
+    lv = np.tril(RNG.random((n, n))) + 2 * np.eye(n)
+    bv = RNG.random(n)
+    xv = np.empty(n)
+    mod(lv, bv, xv)
+    np.testing.assert_allclose(xv, np.linalg.solve(lv, bv), rtol=1e-12)
+    s = pt.create_schedule(x.op)
+    with pytest.raises(pt.ScheduleError, match=r"parallel\(i\) on 'x.update\(0\)' would race"):
+        s[x].update(0).parallel(i)
+
+
+def test_lu_rows_with_reductions_and_compute_with():
+    n = 8
+    A0 = pt.placeholder((n, n), F, name="A0")
+    A = pt.compute((n, n), lambda i, j: A0[i, j], name="A")
+    i = pt.reduce_axis((0, n), name="i")
+    j = pt.reduce_axis((0, i), name="j")
+    k = pt.reduce_axis((0, j), name="k")
+    A[i, j] = (A[i, j] - pt.sum(A[i, k] * A[k, j], axis=k)) / A[j, j]
+    j2 = pt.reduce_axis((i, n), name="j2")
+    k2 = pt.reduce_axis((0, i), name="k2")
+    A[i, j2] = A[i, j2] - pt.sum(A[i, k2] * A[k2, j2], axis=k2)
+    s = pt.create_schedule(A.op)
+    s[A].update(1).compute_with(s[A].update(0), i)
+    mod = pt.build(s, [A0, A])
+    a0 = RNG.random((n, n)) + n * np.eye(n)
+    out = np.empty((n, n))
+    mod(a0, out)
+    r = a0.copy()
+    for p in range(n):
+        for q in range(p):
+            r[p, q] = (r[p, q] - r[p, :q] @ r[:q, q]) / r[q, q]
+        for q in range(p, n):
+            r[p, q] -= r[p, :p] @ r[:p, q]
+    np.testing.assert_allclose(out, r, rtol=1e-12)
+
+
+def test_max_reduction_and_two_reductions_in_one_update():
+    n, m = 5, 6
+    A = pt.placeholder((n, m), F, name="A")
+    Y = pt.compute((n,), lambda i: pt.const(0.0, F), name="Y")
+    i = pt.reduce_axis((0, n), name="i")
+    k = pt.reduce_axis((0, m), name="k")
+    k2 = pt.reduce_axis((0, m), name="k2")
+    Y[i] = pt.max(A[i, k], axis=k) - pt.sum(A[i, k2], axis=k2) * 0.5
+    mod = pt.build(pt.create_schedule(Y.op), [A, Y])
+    a = RNG.random((n, m))
+    y = np.empty(n)
+    mod(a, y)
+    np.testing.assert_allclose(y, a.max(1) - a.sum(1) * 0.5, rtol=1e-13)
+
+
+def test_bad_reductions_in_updates_are_refused():
+    n = 4
+    A = pt.placeholder((n, n), F, name="A")
+    Y = pt.compute((n,), lambda i: pt.const(0.0, F), name="Y")
+    i = pt.reduce_axis((0, n), name="i")
+    k = pt.reduce_axis((0, n), name="k")
+    k2 = pt.reduce_axis((0, n), name="k2")
+    with pytest.raises(TypeError, match=r"a reduction inside a reduction"):
+        Y[i] = pt.sum(pt.sum(A[k2, k], axis=k2), axis=k)
+    with pytest.raises(TypeError, match=r"k is reduced over inside the update and also an axis"):
+        Y[k] = pt.sum(A[i, k], axis=k)
