@@ -292,10 +292,7 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
-CAUSAL_CHUNK = 128  # causal calls: queries in chunks of this many rows (at most 8 chunks)
-
-
-def _attention_chunk(q, k, v, causal: bool, scale, dt: str):
+def _attention_call(q, k, v, causal: bool, scale, dt: str):
     B, H, S, D = q.shape
     args = (B, H, S, D, causal, scale) + (() if dt == "float32" else (dt,))
     if k.shape[2] != S:
@@ -315,8 +312,8 @@ def attention(
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)``: q
     ``[B, H, S, D]``, k and v ``[B, H, S_kv, D]`` (``S_kv == S`` when causal); no mask
-    tensor, no dropout. A causal call runs in chunks of queries, each against the
-    keys up to its last query (about half of the full work for long sequences)."""
+    tensor, no dropout. Causal calls skip the key blocks above the diagonal (the
+    template's flash form, its default for them)."""
     dt = dtype_name(q, "attention: q")
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
@@ -334,15 +331,7 @@ def attention(
             f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
             f"for {S} queries"
         )
-    chunks = min(8, S // CAUSAL_CHUNK) if is_causal else 1
-    if chunks <= 1:
-        return _attention_chunk(q, k, v, bool(is_causal), scale, dt)
-    out = torch.empty(q.shape, dtype=q.dtype)
-    step = -(-S // chunks)
-    for a in range(0, S, step):
-        b = min(S, a + step)  # queries a..b-1 see keys 0..b-1 (the mask aligned to key b-1)
-        out[:, :, a:b] = _attention_chunk(q[:, :, a:b], k[:, :, :b], v[:, :, :b], True, scale, dt)
-    return out
+    return _attention_call(q, k, v, bool(is_causal), scale, dt)
 
 
 @attention.register_fake

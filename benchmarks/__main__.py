@@ -1,5 +1,13 @@
-"""``python -m benchmarks``: the whole suite (see benchmarks/suite.py)."""
+"""``python -m benchmarks``: the whole suite (see benchmarks/suite.py);
+``python -m benchmarks torch_ops ...``: the PyTorch operators (benchmarks/torch_ops.py)."""
 
-from benchmarks.suite import main
+import sys
 
-main()
+if sys.argv[1:2] == ["torch_ops"]:
+    from benchmarks.torch_ops import main
+
+    main(sys.argv[2:])
+else:
+    from benchmarks.suite import main
+
+    main()

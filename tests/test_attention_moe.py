@@ -1,6 +1,8 @@
 """New templates against their float64 numpy references: gelu, attention, moe, and
 the row-wise forwards/backwards in float32 and float64, at small (non-divisible) shapes."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,11 @@ from autotune.templates.gelu import gelu_grad_ref, gelu_ref
 from autotune.templates.moe import _moe_ref, capacity, moe_route
 
 RNG = np.random.default_rng(3)
+
+
+def _ref(args, *inputs):
+    """The attention template's float64 reference for these template arguments."""
+    return at.get_template("attention").reference_output(inputs, args)[0]
 
 
 def _run(name, args, *inputs):
@@ -158,5 +165,121 @@ def test_attention_other_targets_schedules(target):
     q, k, v = (RNG.standard_normal((1, 2, 33, 64)).astype("float32") for _ in range(3))
     o = np.empty_like(q)
     mod(q, k, v, o)
-    ref = _attention_ref(q, k, v, causal=True, scale=None)
+    np.testing.assert_allclose(o, _ref(args, q, k, v), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(1, 2, 53, 32, False, 0.2), (2, 1, 41, 16, True, None), (1, 1, 24, 48, True, 0.7)],
+)
+def test_attention_micro_kernel_tiles_match_reference(args):
+    """Whole register tiles are gemm_tile calls; ragged ones (S, D not multiples of the
+    tiles) keep the loops: both against the reference."""
+    t = pt.Target("host")
+    task = at.Task("attention", args, target=t)
+    if "ukernel" not in task.config_space.knobs:
+        pytest.skip(f"{t.name} has no micro-kernels")
+    s, tensors = task.instantiate(task.config_space.default_config())
+    mod = pt.build(s, tensors, target=t)
+    assert "gemm_tile_" in mod.source
+    B, H, S, D = args[:4]
+    q, k, v = (RNG.standard_normal((B, H, S, D)).astype("float32") for _ in range(3))
+    o = np.full_like(q, np.nan)
+    mod(q, k, v, o)
+    np.testing.assert_allclose(o, _ref(args, q, k, v), atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("target,lanes", [("x86-avx2", 8), ("aarch64-neon", 4)])
+def test_attention_micro_kernel_follows_the_target(target, lanes):
+    """The tiles' vectors are the task target's, whatever the host."""
+    task = at.Task("attention", (1, 2, 64, 32), target=target)
+    cfg = task.config_space.default_config()
+    s, tensors = task.instantiate(cfg)
+    src = pt.build(s, tensors, target=target, emit_only=True)
+    mr, kt = cfg["mr_s"].val, cfg["key_tile"].size[-1]
+    assert f"gemm_tile_{'neon' if lanes == 4 else 'avx2'}_{mr}x{kt}x32(" in src
+    assert kt % lanes == 0
+    assert "gemm_tile_" not in pt.build(
+        *at.get_template("attention")(1, 2, 64, 32, target="generic"),
+        target="generic",
+        emit_only=True,
+    )
+
+
+def test_attention_reads_a_prefix_of_the_keys():
+    """kv_rows: K and V hold more rows than the kv_len keys read (a causal chunk's view),
+    K as given or transposed."""
+    args = (1, 2, 12, 16, True, None, "float32", 30, 47)
+    q = RNG.standard_normal((1, 2, 12, 16)).astype("float32")
+    k, v = (RNG.standard_normal((1, 2, 47, 16)).astype("float32") for _ in range(2))
+    (o,) = _run("attention", args, q, k, v)
+    ref = _ref(args[:7], q, k[:, :, :30], v[:, :, :30])
     np.testing.assert_allclose(o, ref, atol=2e-6, rtol=1e-5)
+    kt = np.ascontiguousarray(np.swapaxes(k, 2, 3))  # k_transposed: [B, H, D, kv_rows]
+    (o_t,) = _run("attention", (*args, True), q, kt, v)
+    np.testing.assert_allclose(o_t, ref, atol=2e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="kv_rows 20 < kv_len 30"):
+        at.get_template("attention")(1, 2, 12, 16, True, None, "float32", 30, 20)
+
+
+def _flash(args, **knobs):
+    task = at.Task("attention", args)
+    cfg = dict(task.config_space.default_config().values, form="flash", **knobs)
+    s, tensors = task.instantiate(task.config_space.config(cfg))
+    return pt.build(s, tensors), tensors
+
+
+@pytest.mark.parametrize(
+    "args,key_block",
+    [
+        ((1, 2, 37, 16, False, None), 16),  # 3 blocks, the last one partial
+        ((2, 1, 45, 20, True, 0.3), 32),
+        ((1, 1, 5, 3, True, None), 16),  # one block, mostly padding
+        ((1, 2, 70, 32, True, None, "float32", 100, 130, True), 64),  # chunk of a causal call
+        ((1, 2, 33, 16, True, None, "float64"), 16),
+    ],
+)
+def test_flash_form_matches_reference(args, key_block):
+    """The online softmax over key blocks (update definitions) against the float64 reference."""
+    mod, tensors = _flash(args, key_block=key_block)
+    ins = [
+        RNG.standard_normal([int(d.value) for d in t.shape]).astype(t.dtype) for t in tensors[:3]
+    ]
+    o = np.full([int(d.value) for d in tensors[3].shape], np.nan, tensors[3].dtype)
+    mod(*ins, o)
+    tol = 1e-12 if tensors[3].dtype == "float64" else 2e-6
+    np.testing.assert_allclose(o, _ref(args, *ins), atol=tol, rtol=1e-5)
+
+
+def test_flash_form_holds_no_row_of_scores():
+    """Every buffer of the flash form is at most tile_q x key_block scores; the two-pass
+    form holds tile_q x S of them."""
+    S, tq, kb = 512, 16, 64
+    sizes = {}
+    for form in ("flash", "two_pass"):
+        task = at.Task("attention", (1, 1, S, 32))
+        cfg = dict(task.config_space.default_config().values, form=form, key_block=kb)
+        cfg["tile_q"] = [-1, tq]
+        s, tensors = task.instantiate(task.config_space.config(cfg))
+        text = str(pt.lower(s, tensors))
+        sizes[form] = max(
+            int(np.prod([int(x) for x in m.split(", ")]))
+            for m in re.findall(r"alloc \w+: float32\[([\d, ]+)\] local", text)
+        )
+    assert sizes["flash"] <= tq * kb < tq * S <= sizes["two_pass"]
+
+
+def test_flash_form_skips_key_blocks_above_the_diagonal():
+    """Causal: the block loop of a query tile ends at the tile's last query's block (its
+    extent depends on the task); not causal: every block."""
+    for causal in (True, False):
+        task = at.Task("attention", (1, 2, 256, 16, causal, None))
+        cfg = dict(task.config_space.default_config().values, form="flash", key_block=64)
+        cfg["tile_q"] = [-1, 16]
+        text = str(pt.lower(*task.instantiate(task.config_space.config(cfg))))
+        (bound,) = re.findall(r"for \(rt, 0, ([^)]+)\)", text)
+        assert (bound == "4") == (not causal), bound
+        if causal:  # 2 heads x 16 tiles of 16 queries; a block of 64 keys per 4 tiles
+            (task_var,) = set(re.findall(r"[a-z_]\w*", bound))
+            blocks = [eval(bound, {task_var: x}) for x in range(32)]
+            assert blocks == [(x % 16) // 4 + 1 for x in range(32)], bound

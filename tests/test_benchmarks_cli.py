@@ -194,3 +194,23 @@ def test_the_readme_performance_table_is_the_last_history_entry():
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
     assert history.update(readme, history.markdown(entries[-1])) == readme
+
+
+def test_torch_ops_report_ratios_and_triad_share():
+    """The operators' table: reference time / pypto time per reference, and a memory-bound
+    row's GB/s (one read, one write of 4096 x 4096 floats) as a share of triad."""
+    from benchmarks import torch_ops
+
+    run = {1: {"rms_norm": {"pypto": 0.01, "eager": 0.03, "torch.compile": 0.015},
+               "attention": {"pypto": 0.02, "sdpa": 0.03}}}  # fmt: skip
+    text = torch_ops.report([run, run], {1: 26.8435456})
+    assert "eager 30.00 ms (3.00x); torch.compile 15.00 ms (1.50x)" in text
+    assert "13.4 GB/s = 50% of triad" in text  # 2 * 4 * 4096**2 / 0.01 s
+    assert "sdpa 30.00 ms (1.50x)" in text
+
+
+def test_torch_ops_refuses_an_unknown_row():
+    r = subprocess.run([sys.executable, "-m", "benchmarks", "torch_ops", "--only", "conv"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2
+    assert "--only 'conv' matches no row; rows: attention, attention causal, moe" in r.stderr

@@ -1,9 +1,22 @@
 """Scaled dot-product attention: ``O = softmax(Q K^T * scale [+ causal mask]) V``.
 
 Q, K, V and O are ``[B, H, S, D]`` (``F.scaled_dot_product_attention``'s layout).
-The schedule works on one tile of ``tile_q`` queries of one head at a time,
-heads x query tiles in one parallel loop; per tile every intermediate is
-computed at that loop, so the only buffers are per tile:
+Two forms (the ``form`` knob), both working on one tile of ``tile_q`` queries of
+one head at a time, heads x query tiles in one parallel loop, both with the score
+and the P V products in register tiles (``ukernels.gemm_tile`` where the target
+has SIMD micro-kernels):
+
+- ``flash`` (``attention_flash.py``): the keys streamed ``key_block`` at a time
+  through an online softmax (running max and sum, the accumulator rescaled),
+  written as an update definition; a task holds ``tile_q x key_block`` scores,
+  and with ``causal`` never visits the blocks above the diagonal. The default
+  for causal calls and for rows of scores too long for L2.
+- ``two_pass``, below: the exact row max first. The default (not causal) while
+  a tile's row of scores and probabilities (``2 x tile_q x S`` floats) fits in
+  half the target's L2, where the second pass costs no memory traffic.
+
+In the two-pass form every intermediate is computed at the task loop, so the
+only buffers are per tile:
 
 - ``KT``: the keys transposed per head (``[B, H, D, S]``, one pass), so the
   score GEMM reads contiguous key rows under its vectorized loop;
@@ -17,18 +30,14 @@ computed at that loop, so the only buffers are per tile:
   over keys outermost), scaled by 1 / sum as it is stored.
 
 No S x S buffer exists: a thread holds ``tile_q x S`` scores (64 KiB for
-``tile_q = 16``, S = 1024), which stay in its L2. This is the two-pass
-(exact max first) form of the flash schedule, not the online-softmax one:
-the DSL has no loop-carried rescaling of an accumulator across key tiles
-short of update definitions, and with the score row of a tile in L2 the
-second pass costs no memory traffic.
+``tile_q = 16``, S = 1024), which stay in its L2.
 
 ``kv_len`` keys (default S) serve S queries; ``causal`` masks keys past
 ``i + kv_len - S`` (the mask aligned to the last key, as for the last S
-queries of a longer sequence). Key tiles entirely above the diagonal are still
-computed and masked (``-inf``): the PyTorch operator therefore splits a causal
-call into chunks of queries, each against the keys up to its end
-(``kv_len``), which skips most of the masked work.
+queries of a longer sequence). In the two-pass form key tiles above the
+diagonal are computed and masked (``-inf``); ``kv_len`` with ``kv_rows`` (K and
+V read as a prefix of their rows) and ``k_transposed`` let a caller split a
+causal call into chunks of queries, each against the keys up to its end.
 """
 
 from __future__ import annotations
@@ -40,13 +49,18 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import ukernels
+from .attention_flash import flash_attention, flash_knobs
 from .knobs import inner_tile
 
 
-def _attention_ref(q, k, v, *, causal, scale):
-    causal = bool(causal)
+def _attention_ref(q, k, v, *, causal, scale, kv_len=None, k_transposed=False):
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    sq, sk = q.shape[2], k.shape[2]
+    if k_transposed:
+        k = np.swapaxes(k, 2, 3)
+    sq = q.shape[2]
+    sk = k.shape[2] if kv_len is None else int(kv_len)
+    k, v = k[:, :, :sk], v[:, :, :sk]
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
     if causal:
         s = np.where(np.tril(np.ones((sq, sk), bool), k=sk - sq), s, -np.inf)
@@ -83,7 +97,7 @@ def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
     return R, P
 
 
-def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
+def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: bool):
     """``tile_q`` queries per parallel task; ``mr_s`` x ``key_tile``: the score register
     tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of D); ``red_lanes``:
     vector partials of the row max and sum. Defaults from the target's vector width
@@ -102,23 +116,49 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int):
     fit = [m for m in (1, 2, 4, 8) if m * v_d + v_d + 1 <= regs]  # divisors of tile_q
     cfg.define_knob("mr_o", [1, 2, 4, 8], default=max(fit or [1]))
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes], default=2 * lanes)
+    if ukernels.simd_isa(cfg.target) is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
+    # the two-pass form keeps a tile's scores and probabilities (2 x tile_q x Sk) in L2,
+    # and visits every key tile; the flash form skips the blocks above the diagonal
+    held = 2 * cfg["tile_q"].size[-1] * Sk * 4
+    flash = causal or held > cfg.target.cache_sizes["L2"] // 2
+    cfg.define_knob("form", ["two_pass", "flash"], default="flash" if flash else "two_pass")
+    flash_knobs(cfg, Sk, lanes)
 
 
-def _schedule_tile_gemm(s, CL, mr: int):
-    """A register tile inside the local accumulator ``CL`` (rows x cols, reduction k):
-    rows split by ``mr``, the reduction outermost inside a row group, rows unrolled,
-    columns vectorized::
+def _tile_intrin(cfg, dtype: str, mr: int, cols: int, K: int, rows: int, ncols: int):
+    """The register tile's micro-kernel (``ukernels.gemm_tile``) when the target has one,
+    the ``ukernel`` knob asks for it and ``mr`` x ``cols`` (whole vectors) fits in the
+    ``rows`` x ``ncols`` the tile is cut from, else None (loops)."""
+    isa = ukernels.simd_isa(cfg.target)
+    if dtype != "float32" or isa is None or not cfg["ukernel"].val or cols % isa.lanes:
+        return None
+    if mr > rows or cols > ncols:
+        return None
+    return ukernels.gemm_tile(isa, mr, cols, K)
+
+
+def _schedule_tile_gemm(s, CL, mr: int, jc, intrin=None, outer=()):
+    """A register tile inside the local accumulator ``CL`` (rows x cols ``jc``, reduction
+    k): rows split by ``mr``, the reduction outermost inside a row group, rows unrolled,
+    columns vectorized; with ``intrin`` (a ``gemm_tile``) the whole tiles are one call::
 
         for i, j: CL[i, j] = 0; for k: CL[i, j] += A[i, k] * B[k, j]
         ->
         for io: for k: unrolled for ii < mr: vectorized for j: CL[io * mr + ii, j] += ...
+        or
+        for io: gemm_tile(A + io * mr * a0, a0, a1, B, b0, b1, CL + io * mr * c0, c0, c1)
     """
-    ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
+    ic = s[CL].op.axis[-2]
     (kk,) = s[CL].op.reduce_axis
     ico, ici = s[CL].split(ic, factor=mr)
-    s[CL].reorder(ico, kk, ici, jc)
     s[CL].unroll(ici)
     s[CL].vectorize(jc)
+    if intrin is None:
+        s[CL].reorder(*outer, ico, kk, ici, jc)
+    else:  # partial tiles (ragged rows or columns) keep the loops
+        s[CL].reorder(*outer, ico, ici, jc, kk)
+        s[CL].tensorize(ici, intrin)
 
 
 def _schedule_partial(s, P):
@@ -129,9 +169,25 @@ def _schedule_partial(s, P):
 
 
 @template("attention", reference=_attention_ref)
-def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len=None):
+def attention(
+    cfg,
+    B,
+    H,
+    S,
+    D,
+    causal=False,
+    scale=None,
+    dtype="float32",
+    kv_len=None,
+    kv_rows=None,
+    k_transposed=False,
+):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
-    over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S."""
+    over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S. K and V
+    have ``kv_rows`` rows (default ``kv_len``), of which the first ``kv_len`` are read:
+    a chunk of queries reads a prefix of the whole K and V without a copy.
+    ``k_transposed``: K is given as ``[B, H, D, kv_rows]`` (transposed once for several
+    calls) instead of ``[B, H, kv_rows, D]``."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
     Sk = S if kv_len is None else int(kv_len)
@@ -140,16 +196,40 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
             f"attention: causal needs kv_len >= S (the mask is aligned to the last key), "
             f"got kv_len {Sk} < S {S}"
         )
+    rows = Sk if kv_rows is None else int(kv_rows)
+    if rows < Sk:
+        raise ValueError(f"attention: kv_rows {rows} < kv_len {Sk} (K and V hold the keys)")
     lanes = cfg.target.vector_lanes(dtype)
-    define_attention_knobs(cfg, S, Sk, D, lanes)
+    define_attention_knobs(cfg, S, Sk, D, lanes, causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
     cfg.add_flop(4.0 * B * H * D * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
-    K = pt.placeholder((B, H, Sk, D), dtype, name="K")
-    V = pt.placeholder((B, H, Sk, D), dtype, name="V")
-    KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
+    V = pt.placeholder((B, H, rows, D), dtype, name="V")
+    if cfg["form"].val == "flash":
+        K = pt.placeholder((B, H, D, rows) if k_transposed else (B, H, rows, D), dtype, name="K")
+
+        def tiles(s, DL, PV, kb):
+            tq = min(S, cfg["tile_q"].size[-1])
+            mr_s, mr_o = cfg["mr_s"].val, cfg["mr_o"].val
+            kt = cfg["key_tile"].size[-1]
+            _schedule_tile_gemm(
+                s, DL, mr_s, DL.op.axis[-1], _tile_intrin(cfg, dtype, mr_s, kt, D, tq, kb)
+            )
+            dco, dci = cfg["o_cols"].apply(s, PV, PV.op.axis[-1])
+            otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], kb, tq, D)
+            _schedule_tile_gemm(s, PV, mr_o, dci, otile, outer=(dco,))
+
+        kt_in = K if k_transposed else None
+        dims = (B, H, S, D, Sk)
+        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles)
+        return s, [Q, K, V, Out]
+    if k_transposed:
+        K = KT = pt.placeholder((B, H, D, rows), dtype, name="K")
+    else:
+        K = pt.placeholder((B, H, rows, D), dtype, name="K")
+        KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
         (B, H, S, Sk), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
@@ -176,8 +256,8 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
     Out = pt.compute((B, H, S, D), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
 
     s = pt.create_schedule(Out.op)
-    kb, kh = KT.op.axis[0], KT.op.axis[1]
-    s[KT].parallel(s[KT].fuse(kb, kh))
+    if not k_transposed:
+        s[KT].parallel(s[KT].fuse(KT.op.axis[0], KT.op.axis[1]))
     DL = s.cache_write(Dot, "local")
     s[Dot].compute_inline()
     AL = s.cache_write(Acc, "local")
@@ -197,17 +277,17 @@ def attention(cfg, B, H, S, D, causal=False, scale=None, dtype="float32", kv_len
     s[Sc].reorder(jo, Sc.op.axis[2], ji)
     s[Sc].vectorize(ji)
     s[DL].compute_at(s[Sc], jo)
-    _schedule_tile_gemm(s, DL, cfg["mr_s"].val)
+    mr_s = cfg["mr_s"].val
+    tq = min(S, cfg["tile_q"].size[-1])
+    dtile = _tile_intrin(cfg, dtype, mr_s, cfg["key_tile"].size[-1], D, tq, Sk)
+    _schedule_tile_gemm(s, DL, mr_s, DL.op.axis[-1], dtile)
     _schedule_partial(s, mx_p)
     _schedule_partial(s, sm_p)
     po, pi = s[P].split(P.op.axis[3], factor=lanes)
     s[P].vectorize(pi)
     # P V: mr_o queries x o_cols columns of D per register tile
-    ic, dc = AL.op.axis[-2], AL.op.axis[-1]
-    (jj,) = s[AL].op.reduce_axis
-    ico, ici = s[AL].split(ic, factor=cfg["mr_o"].val)
-    dco, dci = cfg["o_cols"].apply(s, AL, dc)
-    s[AL].reorder(ico, dco, jj, ici, dci)
-    s[AL].unroll(ici)
-    s[AL].vectorize(dci)
+    dco, dci = cfg["o_cols"].apply(s, AL, AL.op.axis[-1])
+    mr_o = cfg["mr_o"].val
+    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, tq, D)
+    _schedule_tile_gemm(s, AL, mr_o, dci, otile, outer=(dco,))
     return s, [Q, K, V, Out]

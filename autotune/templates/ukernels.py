@@ -173,3 +173,64 @@ def _conv_source(isa: SimdISA, name, C, R, S, hb, wb, kb, st) -> str:
     ]
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def gemm_tile(isa: SimdISA, mr: int, nc: int, K: int):
+    """The intrinsic ``out[i, j] = sum_k a[i, k] * b[k, j]`` over a register tile of ``mr``
+    rows x ``nc`` columns (whole vectors of ``isa``), the whole reduction of ``K`` inside:
+
+        acc[i][v] = 0                                   (mr * nc / L registers)
+        for k < K:
+          b[v] = load(B[k, L*v : L*v + L])
+          acc[i][v] += broadcast(A[i, k]) * b[v]        (i < mr, unrolled)
+        out[i, L*v : L*v + L] = acc[i][v]
+
+    gcc keeps an accumulator array of ``omp simd`` loops in memory (a load and a store per
+    FMA); named vector variables are registers."""
+    if nc % isa.lanes:
+        raise ValueError(f"gemm_tile: {nc} columns are not whole {isa.name} vectors of {isa.lanes}")
+    A = pt.placeholder((mr, K), name="a")
+    B = pt.placeholder((K, nc), name="b")
+    k = pt.reduce_axis((0, K), name="k")
+    out = pt.compute((mr, nc), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="tile")
+    name = f"gemm_tile_{isa.name}_{mr}x{nc}x{K}"
+    return pt.decl_tensor_intrin(out.op, name, _gemm_source(isa, name, mr, nc, K))
+
+
+def _gemm_source(isa: SimdISA, name: str, mr: int, nc: int, K: int) -> str:
+    L, V = isa.lanes, isa.vtype
+    nv = nc // L
+    acc = {(i, v): f"c{i}_{v}" for i in range(mr) for v in range(nv)}
+    lines = [
+        f"#include <{isa.header}>",
+        f"static inline void {name}(const float* restrict a, int64_t a0, int64_t a1,",
+        "    const float* restrict b, int64_t b0, int64_t b1,",
+        "    float* restrict out, int64_t o0, int64_t o1) {",
+        "  if (b1 != 1 || o1 != 1) {  /* columns not contiguous: the plain loops */",
+        f"    for (int64_t i = 0; i < {mr}; ++i)",
+        f"      for (int64_t j = 0; j < {nc}; ++j) {{",
+        "        float t = 0.0f;",
+        f"        for (int64_t k = 0; k < {K}; ++k) t += a[i * a0 + k * a1] * b[k * b0 + j * b1];",
+        "        out[i * o0 + j * o1] = t;",
+        "      }",
+        "    return;",
+        "  }",
+        f"  {V} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";",
+        f"  for (int64_t k = 0; k < {K}; ++k) {{",
+        "    const float* bp = b + k * b0;",
+        "    const float* ap = a + k * a1;",
+    ]
+    body = [f"{V} y{v} = " + isa.load.format(p=f"bp + {v * L}") + ";" for v in range(nv)]
+    for i in range(mr):
+        body.append(f"{V} x{i} = " + isa.bcast.format(p=f"ap + {i} * a0") + ";")
+        body += [
+            f"{acc[i, v]} = " + isa.fma.format(a=f"x{i}", b=f"y{v}", acc=acc[i, v]) + ";"
+            for v in range(nv)
+        ]
+    lines += ["    " + b for b in body]
+    lines.append("  }")
+    lines += [
+        "  " + isa.store.format(p=f"out + {i} * o0 + {v * L}", v=c) for (i, v), c in acc.items()
+    ]
+    lines.append("}")
+    return "\n".join(lines) + "\n"

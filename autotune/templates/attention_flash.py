@@ -1,0 +1,189 @@
+"""The flash form of attention: an online softmax over streamed blocks of keys.
+
+Per parallel task (one head, ``tile_q`` queries) the keys are taken ``key_block``
+at a time; a block's scores, their exponentials and its share of ``P V`` live
+only while that block is processed (``tile_q x key_block`` floats), and a running
+state per query carries the rest from block to block (no ``S x S`` buffer, no
+``tile_q x S`` one either). The recurrence is an update definition (API.md §1)
+whose sequential order over the blocks is the semantics; its loop over the
+blocks hosts every per-block stage (``compute_at``)::
+
+    for task in B * H * ceil(S / tile_q) (parallel):
+      for t in key blocks (causal: up to the task's last query's):   (the update's block loop)
+        s[i, j]  = scale * Q[i] . K[t*kb + j]           (gemm_tile register tiles)
+        bm[i]    = max_j s[i, j]                        (lane partials, vectorized)
+        p[i, j]  = exp(s[i, j] - bm[i]);  lb[i] = sum_j p[i, j]
+        pv[i, :] = sum_j p[i, j] V[t*kb + j, :]         (gemm_tile register tiles)
+        for i:                                          (the update, one row's state)
+          m' = max(m, bm);  a = exp(m - m');  b = exp(bm - m')
+          l = l * a + b * lb;  acc[:] = acc[:] * a + b * pv[:];  m = m'
+    O[i, :] = acc[:] / l
+
+The state of a row is vectors of ``Ls`` lanes: ``[l, a, b, 0..]``, the
+accumulator, then ``[m, 0..]``. The header vector (l, a, b) reads the previous
+block's ``m`` from the last vector, which is written after it, so no vector reads
+what another lane of itself writes and the update's lane loop is vectorizable
+(the legality check proves it); the accumulator vectors read ``a`` and ``b``
+from the header written just before.
+
+Causal: the block loop's extent depends on the query tile (an affine bound in
+the update's domain), so the blocks above the diagonal are never visited; the
+diagonal block is masked (``-inf`` scores). Keys past ``kv_len`` (a last,
+partial block) are padded: K and V copies with
+zero rows, scores ``-inf``. A block whose scores are all masked has ``bm =
+-inf``, clamped to a finite floor so that ``exp`` gives 0 instead of NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pypto as pt
+
+FLOOR = -3.0e38  # below every finite score; exp(FLOOR - x) is 0
+
+
+def flash_knobs(cfg, Sk: int, lanes: int):
+    """``key_block``: keys per step of the online softmax (multiples of the lanes); by
+    default the largest whose scores and probabilities (2 x tile_q x key_block floats)
+    fill at most 3/4 of the target's L1: the per-block work (row max and sum, the state
+    update) is paid once per block."""
+    top = -(-Sk // lanes) * lanes
+    sizes = sorted({min(top, b) for b in (lanes, 2 * lanes, 64, 128, 256, 512) if b % lanes == 0})
+    room = cfg.target.cache_sizes["L1"] * 3 // 4 // (2 * cfg["tile_q"].size[-1] * 4)
+    cfg.define_knob("key_block", sizes, default=max([b for b in sizes if b <= room] or sizes[:1]))
+
+
+def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, tiles):
+    """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
+    ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None).
+    ``tiles(s, DL, PV, key_block)`` schedules the two register-tiled GEMMs."""
+    B, H, S, D, Sk = dims
+    L = cfg.target.vector_lanes(dtype)
+    Ls = max(L, 4)  # the state's vectors hold at least the header l, a, b
+    kb = cfg["key_block"].val
+    nt = -(-Sk // kb)
+    Sp = nt * kb
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    exp = pt.fast_exp if dtype == "float32" else pt.exp
+    last = Sk - 1
+    if Sp != Sk or KT is None:
+        src = (
+            (lambda b, h, d, j: KT[b, h, d, j])
+            if KT is not None
+            else (lambda b, h, d, j: K[b, h, j, d])
+        )
+        KT = pt.compute(
+            (B, H, D, Sp),
+            lambda b, h, d, j: pt.select(j < Sk, src(b, h, d, pt.min(j, last)), c(0.0)),
+            name="KT",
+        )
+    VP = V
+    if Sp != Sk:
+        VP = pt.compute(
+            (B, H, Sp, D),
+            lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, last), e], c(0.0)),
+            name="VP",
+        )
+    d = pt.reduce_axis((0, D), name="d")
+    Dot = pt.compute(
+        (B, H, S, Sp), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
+    )
+    lim = (lambda i: pt.min(i + (Sk - S), last)) if causal else (lambda i: last)  # noqa: E731
+    Sc = pt.compute(
+        (B, H, S, Sp),
+        lambda b, h, i, j: pt.select(j <= lim(i), Dot[b, h, i, j] * c(sc), c(-math.inf)),
+        name="Sc",
+    )
+    nk = kb // L
+    jm, lm = pt.reduce_axis((0, nk), name="jm"), pt.reduce_axis((0, L), name="lm")
+    bmp = pt.compute(
+        (B, H, S, nt, L),
+        lambda b, h, i, t, n: pt.max(Sc[b, h, i, t * kb + jm * L + n], axis=jm),
+        name="bmp",
+    )
+    bm = pt.compute(
+        (B, H, S, nt), lambda b, h, i, t: pt.max(bmp[b, h, i, t, lm], axis=lm), name="bm"
+    )
+    P = pt.compute(
+        (B, H, S, Sp),
+        lambda b, h, i, j: exp(Sc[b, h, i, j] - pt.max(bm[b, h, i, j // kb], c(FLOOR))),
+        name="P",
+    )
+    js, ls = pt.reduce_axis((0, nk), name="js"), pt.reduce_axis((0, L), name="ls")
+    lbp = pt.compute(
+        (B, H, S, nt, L),
+        lambda b, h, i, t, n: pt.sum(P[b, h, i, t * kb + js * L + n], axis=js),
+        name="lbp",
+    )
+    lb = pt.compute(
+        (B, H, S, nt), lambda b, h, i, t: pt.sum(lbp[b, h, i, t, ls], axis=ls), name="lb"
+    )
+    jj = pt.reduce_axis((0, kb), name="jj")
+    PV = pt.compute(
+        (B, H, nt, S, D),
+        lambda b, h, t, i, e: pt.sum(P[b, h, i, t * kb + jj] * VP[b, h, t * kb + jj, e], axis=jj),
+        name="PV",
+    )
+    NV = -(-D // Ls) + 2
+    St = pt.compute(
+        (B, H, S, NV, Ls),
+        lambda b, h, i, v, n: pt.select((v == NV - 1) & (n == 0), c(FLOOR), c(0.0)),
+        name="St",
+    )
+    tq = cfg["tile_q"].size[-1]
+    rb, rh, ri = pt.rdom([(0, B), (0, H), (0, S)], names="rb rh ri")
+    if causal:  # the blocks up to the last key the query tile of ri sees
+        last_key = pt.min((ri // tq) * tq + (tq - 1 + Sk - S), Sk - 1)
+        rt = pt.reduce_axis((0, last_key // kb + 1), name="rt")
+    else:
+        rt = pt.reduce_axis((0, nt), name="rt")
+    rv, rl = pt.rdom([(0, NV), (0, Ls)], names="rv rl")
+    cur = lambda v, n: St[rb, rh, ri, v, n]  # noqa: E731
+    bmv = pt.max(bm[rb, rh, ri, rt], c(FLOOR))
+    m_new = pt.max(cur(NV - 1, 0), bmv)
+    a, b_ = exp(cur(NV - 1, 0) - m_new), exp(bmv - m_new)
+    head = pt.select(
+        rl == 0,
+        cur(0, 0) * a + b_ * lb[rb, rh, ri, rt],
+        pt.select(rl == 1, a, pt.select(rl == 2, b_, c(0.0))),
+    )
+    e = pt.min(pt.max(rv - 1, 0) * Ls + rl, D - 1)
+    acc = cur(rv, rl) * cur(0, 1) + cur(0, 2) * PV[rb, rh, rt, ri, e]
+    St[rb, rh, ri, rv, rl] = pt.select(
+        rv == 0, head, pt.select(rv == NV - 1, pt.select(rl == 0, m_new, c(0.0)), acc)
+    )
+    Out = pt.compute(
+        (B, H, S, D),
+        lambda b, h, i, e: St[b, h, i, 1 + e // Ls, e % Ls] / St[b, h, i, 0, 0],
+        name="O",
+    )
+
+    s = pt.create_schedule(Out.op)
+    for T in {KT, VP} - {K, V}:  # the padded or transposed copies, once per call
+        s[T].parallel(s[T].fuse(T.op.axis[0], T.op.axis[1]))
+    DL = s.cache_write(Dot, "local")
+    s[Dot].compute_inline()
+    u = s[St].update(0)
+    ub, uh, ui, ut, uv, un = u.op.axis
+    uio, uii = u.split(ui, factor=cfg["tile_q"].size[-1])
+    u.reorder(ub, uh, uio, ut, uv, uii, un)  # the header, accumulator, max vectors in turn
+    u.parallel(u.fuse(u.fuse(ub, uh), uio))
+    u.vectorize(un)
+    for T in (PV, lb, lbp, P, bm, bmp, Sc):
+        s[T].compute_at(u, ut)
+    s[Out].parallel(s[Out].fuse(*Out.op.axis[:3]))
+    s[St].parallel(s[St].fuse(*St.op.axis[:3]))
+    s[Out].vectorize(Out.op.axis[3])
+    jo, ji = cfg["key_tile"].apply(s, Sc, Sc.op.axis[3])
+    s[Sc].reorder(jo, Sc.op.axis[2], ji)
+    s[Sc].vectorize(ji)
+    s[DL].compute_at(s[Sc], jo)
+    for T in (bmp, lbp):
+        (r,) = s[T].op.reduce_axis
+        s[T].reorder(r, T.op.axis[-1])
+        s[T].vectorize(T.op.axis[-1])
+    po, pi = s[P].split(P.op.axis[3], factor=L)
+    s[P].vectorize(pi)
+    tiles(s, DL, PV, kb)
+    return s, Out

@@ -1,0 +1,170 @@
+"""The PyTorch operators (``torch.ops.pypto.*``) against PyTorch, in the same run.
+
+    python -m benchmarks torch_ops [--threads 1,2] [--only attention,moe] [--repeat 3]
+
+Per thread count a fresh worker process (torch and OpenMP pinned to it) times,
+in interleaved blocks of rounds (``suite.block_medians``), each operator and its
+references on the same tensors:
+
+- attention (B=1, H=8, S=1024, D=64), causal and not: ``F.scaled_dot_product_attention``;
+- moe (8 experts, top-2, 512 tokens, d_model 1024, d_ff 2816, SwiGLU): the eager
+  per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it;
+- rms_norm, layer_norm, softmax, gelu on 4096 x 4096: the eager composition and
+  ``torch.compile`` of it, and GB/s (one read, one write) against the triad peak;
+- the transformer block of ``examples/transformer_block.py`` (S=256, d=512):
+  eager and ``torch.compile`` of it, against the block with the pypto operators.
+
+A row's ratio is reference time / pypto time (above 1: pypto is faster). Every
+pypto output is checked against the first reference before timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import peak  # noqa: E402
+from benchmarks.common import run_workers, table  # noqa: E402
+from benchmarks.suite import block_medians  # noqa: E402
+
+ROWS = ("attention", "attention causal", "moe", "rms_norm", "layer_norm", "softmax", "gelu",
+        "block")  # fmt: skip
+MEMORY_BOUND = ("rms_norm", "layer_norm", "softmax", "gelu")
+N = 4096  # rows and columns of the memory-bound operators
+
+
+def _moe_loop(torch, F):
+    def run(x, wg, wu, wd, tw, ti):
+        out = torch.zeros_like(x)
+        for e in range(wg.shape[0]):
+            tok, slot = (ti == e).nonzero(as_tuple=True)
+            he = F.silu(x[tok] @ wg[e].T) * (x[tok] @ wu[e].T)
+            out.index_add_(0, tok, (he @ wd[e].T) * tw[tok, slot, None])
+        return out
+
+    return run
+
+
+def _cases(torch, only):
+    """row -> (pypto fn, {reference name: fn}, inputs)."""
+    import torch.nn.functional as F
+
+    ops = torch.ops.pypto
+    g = torch.Generator().manual_seed(0)
+    cases = {}
+    want = lambda row: not only or any(o in row for o in only)  # noqa: E731
+    for causal in (False, True):
+        row = "attention causal" if causal else "attention"
+        if want(row):
+            q, k, v = (torch.randn(1, 8, 1024, 64, generator=g) for _ in range(3))
+            cases[row] = (
+                lambda q, k, v, c=causal: ops.attention(q, k, v, c, None),
+                {"sdpa": lambda q, k, v, c=causal: F.scaled_dot_product_attention(
+                    q, k, v, is_causal=c)},
+                (q, k, v),
+            )  # fmt: skip
+    if want("moe"):
+        T, d, ff, E = 512, 1024, 2816, 8
+        x = torch.randn(T, d, generator=g)
+        wg, wu = (torch.randn(E, ff, d, generator=g) * d**-0.5 for _ in range(2))
+        wd = torch.randn(E, d, ff, generator=g) * ff**-0.5
+        tw, ti = torch.softmax(torch.randn(T, E, generator=g), -1).topk(2, -1)
+        loop = _moe_loop(torch, F)
+        cases["moe"] = (ops.moe, {"eager loop": loop, "torch.compile": torch.compile(loop)},
+                        (x, wg, wu, wd, tw / tw.sum(-1, keepdim=True), ti))  # fmt: skip
+    x = torch.randn(N, N, generator=g)
+    w, b = 1 + 0.1 * torch.randn(N, generator=g), 0.1 * torch.randn(N, generator=g)
+    comps = {
+        "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
+                     lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                     (x, w)),
+        "layer_norm": (lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+                       lambda x, w, b: F.layer_norm(x, (N,), w, b, 1e-5), (x, w, b)),
+        "softmax": (lambda x: ops.softmax(x, -1), lambda x: torch.softmax(x, -1), (x,)),
+        "gelu": (lambda x: ops.gelu(x, "none"), lambda x: F.gelu(x), (x,)),
+    }  # fmt: skip
+    for row, (mine, ref, ins) in comps.items():
+        if want(row):
+            cases[row] = (mine, {"eager": ref, "torch.compile": torch.compile(ref)}, ins)
+    if want("block"):
+        from examples import transformer_block as tb
+
+        p = tb.make_params(512, 8, 1408, 8)
+        xb = torch.randn(256, 512, generator=g)
+        ref = lambda x: tb.block_torch(x, p)  # noqa: E731
+        cases["block"] = (lambda x: tb.block_pypto(x, p),
+                          {"eager": ref, "torch.compile": torch.compile(ref)}, (xb,))  # fmt: skip
+    return cases
+
+
+def worker(threads: int, only) -> dict:
+    import torch
+
+    import autotune.torch  # noqa: F401  (registers torch.ops.pypto.*)
+
+    torch.set_num_threads(threads)
+    out = {}
+    with torch.no_grad():
+        for row, (mine, refs, ins) in _cases(torch, only).items():
+            expect = next(iter(refs.values()))(*ins)
+            err = (mine(*ins) - expect).abs().max().item()
+            if not err <= 1e-3 * max(1.0, expect.abs().max().item()):
+                raise SystemExit(f"{row}: the pypto operator differs from PyTorch by {err}")
+            fns = {"pypto": lambda m=mine, a=ins: m(*a)}
+            fns.update({n: (lambda f=f, a=ins: f(*a)) for n, f in refs.items()})
+            out[row] = block_medians(fns, rounds=6)
+            print(f"  {threads} thread(s) {row}: done", file=sys.stderr)
+    return out
+
+
+def report(runs: list, triad: dict) -> str:
+    lines = []
+    for t in runs[0]:
+        rows = []
+        for row in runs[0][t]:
+            med = {k: float(np.median([r[t][row][k] for r in runs])) for k in runs[0][t][row]}
+            ratios = [f"{n} {v * 1e3:.2f} ms ({v / med['pypto']:.2f}x)"
+                      for n, v in med.items() if n != "pypto"]  # fmt: skip
+            extra = ""
+            if row in MEMORY_BOUND:
+                gbps = 2 * 4 * N * N / med["pypto"] / 1e9
+                extra = f"{gbps:.1f} GB/s = {gbps / triad[t]:.0%} of triad"
+            rows.append((row, f"{med['pypto'] * 1e3:.2f}", "; ".join(ratios), extra))
+        lines.append(f"{t} thread(s), triad {triad[t]:.1f} GB/s")
+        lines.append(table(("operator", "pypto ms", "references (ref time / pypto time)", ""),
+                           rows))  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks torch_ops", description=__doc__)
+    p.add_argument("--threads", default="1,2")
+    p.add_argument("--only", default="", help=f"comma-separated substrings of {', '.join(ROWS)}")
+    p.add_argument("--repeat", type=int, default=1, help="whole runs; medians are reported")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    only = [o for o in a.only.split(",") if o]
+    if only and not any(o in r for o in only for r in ROWS):
+        p.error(f"--only {a.only!r} matches no row; rows: {', '.join(ROWS)}")
+    if a.worker:
+        print(json.dumps(worker(int(os.environ["OMP_NUM_THREADS"]), only)))
+        return
+    threads = [int(x) for x in a.threads.split(",")]
+    import pypto as pt
+
+    triad = {t: peak.measure(t)["triad_gbps"] for t in threads}
+    script = os.path.abspath(__file__)
+    runs = [run_workers(script, threads, ["--only", a.only]) for _ in range(max(1, a.repeat))]
+    print(f"pypto {pt.__version__} on {pt.Target('host').name}, {os.cpu_count()} cores; "
+          f"medians over {len(runs)} run(s)")  # fmt: skip
+    print(report(runs, triad))
+
+
+if __name__ == "__main__":
+    main()
