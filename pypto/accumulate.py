@@ -19,7 +19,7 @@ keeps it: ``cache_write`` (already a float32 stage) or a reduction cast to float
 
 from __future__ import annotations
 
-from .expr import Binary, Cast, Const, Expr, Load, skey
+from .expr import Binary, Cast, Const, Expr, Load, Reduce, skey, substitute
 from .loop_ir import Allocate, Buffer, Stmt, Store, seq
 from .schedule import accumulator_dtype
 from .simplify import INF, simplify, upper_bound
@@ -48,7 +48,7 @@ def accumulated_reduction(low, n, body, buf: Buffer, idx: Expr, init_idx: Expr, 
     src = low.lower_expr(n, body.source)
     src = src if src.dtype == acc_dt else Cast(src, acc_dt)
     update = Store(acc, acc_idx, body.combiner.combine(Load(acc, acc_idx, acc_dt), src))
-    init = Store(acc, acc_init, body.combiner.identity(acc_dt))
+    init = Store(acc, acc_init, reduction_start(low, n, body, acc_dt))
     out = Store(buf, init_idx, Cast(Load(acc, acc_init, acc_dt), body.dtype))
     stmts = seq(
         low._nest(n, later, init, with_reduce=False, attached=False),
@@ -59,6 +59,16 @@ def accumulated_reduction(low, n, body, buf: Buffer, idx: Expr, init_idx: Expr, 
     for d in acc.shape:
         size = Binary("mul", size, d, "int64")
     return Allocate(acc, simplify(size), stmts)
+
+
+def reduction_start(low, n, body: Reduce, dtype: str) -> Expr:
+    """The value a reduction's accumulator starts from, in its init nest: the reducer's
+    identity, or ``init=`` (TVM's) read at the init nest's output point."""
+    if not body.init:
+        return body.combiner.identity(dtype)
+    e = substitute(body.init[0], {iv.var: v for iv, v in n.init_value.items()})
+    e = low.lower_expr(n, e)
+    return e if e.dtype == dtype else Cast(e, dtype)
 
 
 def _tile_sizes(low, n, inner) -> list | None:

@@ -68,8 +68,13 @@ class StageNest:
         self.init_guards = {}
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
         self.buffer = None
+        self.more_buffers = {}  # value index -> Buffer: the other outputs of a multi-output op
         self.offsets = None  # per dimension, subtracted from indices (local buffers)
         self.local = False
+
+    def buffers(self) -> list:
+        """The buffers of all of the stage's outputs."""
+        return [self.buffer, *self.more_buffers.values()]
 
     @property
     def context(self):
@@ -90,6 +95,7 @@ class Bounds:
         self.ranges = Ranges()
         self.nests: dict[Stage, StageNest] = {}
         self.bodies: dict[Stage, Expr] = {}
+        self.more_bodies: dict[Stage, tuple] = {}  # a multi-output stage's other bodies
         self.lhs: dict[Stage, tuple] = {}  # update stages: the indices they write
         self.in_progress: set = set()
         for st in sch.stages:  # sizes are never negative
@@ -123,18 +129,16 @@ class Bounds:
                     f"{st.name} was given update definitions after create_schedule; create the "
                     "schedule once all updates are defined"
                 )
-            body = st.op.body
-            if isinstance(body, Reduce):
-                body = Reduce(body.combiner, expand(body.source), body.axes, body.dtype)
-            else:
-                body = expand(body)
+            body, *more = (map_children(b, expand) if isinstance(b, Reduce) else expand(b)
+                           for b in st.op.bodies)  # fmt: skip
             self.bodies[st] = body
+            self.more_bodies[st] = tuple(more)
             if st.is_update:
                 self.lhs[st] = tuple(expand(i) for i in self.checks.guarded_lhs(st.op))
 
     def reads(self, st: Stage) -> list:
         """Every tensor read of a stage, the data-dependent indices of an update included."""
-        exprs = [self.bodies[st], *self.lhs.get(st, ())]
+        exprs = [self.bodies[st], *self.more_bodies[st], *self.lhs.get(st, ())]
         return [r for e in exprs for r in tensor_reads(e)]
 
     def _consumers(self) -> dict:

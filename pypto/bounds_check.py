@@ -198,7 +198,7 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
     axes = list(op.axis)
     accesses: list[_Access] = []
     accessed = []
-    body_exprs = [op.body]
+    body_exprs = list(op.bodies)
     if is_update:
         body_exprs = [*op.lhs, op.body]
         accesses.append(_Access(op, op.target, op.lhs, []))

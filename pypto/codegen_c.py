@@ -161,7 +161,8 @@ class CPrinter(Printer):
                     text += "f"
         else:
             v = int(v)
-            text = str(v) if -(2**31) <= v < 2**31 else f"INT64_C({v})"
+            wide = "UINT64_C" if d.kind == "uint" else "INT64_C"
+            text = str(v) if -(2**31) <= v < 2**31 else f"{wide}({v})"
         return text, (ATOM if not text.startswith("-") else 7)
 
     def nonneg(self, e) -> bool:
@@ -416,6 +417,8 @@ class CodeGen:
             params.append(f"{const}{t}* restrict {self.namer(b, b.name)}")
         for v in f.size_vars:
             params.append(f"int64_t {self.namer(v, v.name)}")
+        for v in f.scalar_vars:
+            params.append(f"{dtypes.dtype(v.dtype).c_storage} {self.namer(v, v.name)}")
         fname = self.namer(f, f.name)
         self.stmt(f.body, 1)
         body = self.lines

@@ -51,6 +51,8 @@ _TABLE = {
         DType("int32", "int32_t", "int32_t", "int32", 32, "int"),
         DType("int64", "int64_t", "int64_t", "int64", 64, "int"),
         DType("uint8", "uint8_t", "int32_t", "uint8", 8, "uint"),
+        DType("uint32", "uint32_t", "uint32_t", "uint32", 32, "uint"),
+        DType("uint64", "uint64_t", "uint64_t", "uint64", 64, "uint"),
         DType("bool", "uint8_t", "int", "bool", 1, "bool"),
     )
 }

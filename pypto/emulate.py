@@ -22,6 +22,7 @@ import tempfile
 
 import numpy as np
 
+from . import dtypes
 from .cache import Entry, remove_file
 from .errors import BuildError
 from .loop_ir import LoweredFunc, written_buffers
@@ -59,9 +60,11 @@ def why_not_runnable(t: Target) -> str | None:
 
 def driver_source(func: LoweredFunc, cname: str) -> str:
     """A C program that runs ``cname`` on arguments read from a file (see the module doc)."""
-    npar, nsz = len(func.params), len(func.size_vars)
-    decl = ", ".join(["void*"] * npar + ["int64_t"] * nsz)
-    call = ", ".join([f"buf[{i}]" for i in range(npar)] + [f"sizes[{i}]" for i in range(nsz)])
+    npar, nsz, nsc = len(func.params), len(func.size_vars), len(func.scalar_vars)
+    ctypes_ = [dtypes.dtype(v.dtype).c_storage for v in func.scalar_vars]  # float or double
+    decl = ", ".join(["void*"] * npar + ["int64_t"] * nsz + ctypes_)
+    call = ", ".join([f"buf[{i}]" for i in range(npar)] + [f"sizes[{i}]" for i in range(nsz)]
+                     + [f"({t})scal[{i}]" for i, t in enumerate(ctypes_)])  # fmt: skip
     written = [i for i, w in enumerate(_written_flags(func)) if w]
     return "\n".join(
         [
@@ -78,6 +81,8 @@ def driver_source(func: LoweredFunc, cname: str) -> str:
             f"  void* buf[{npar}];",
             "  if (!get(f, nbytes, sizeof nbytes)) return 4;",
             f"  if (!get(f, sizes, {nsz} * sizeof(int64_t))) return 4;",
+            f"  double scal[{nsc + 1}];",
+            f"  if (!get(f, scal, {nsc} * sizeof(double))) return 4;",
             f"  for (int i = 0; i < {npar}; ++i) {{",
             f"    size_t n = ((size_t)nbytes[i] + {ALIGN - 1}) / {ALIGN} * {ALIGN};",
             f"    buf[i] = aligned_alloc({ALIGN}, n ? n : {ALIGN});",
@@ -141,8 +146,11 @@ def _missing_compiler(target: Target):
     )
 
 
-def run_program(prog: str, target: Target, arrays: list, sizes: list, written: list) -> int:
-    """Run ``prog`` under qemu on ``arrays`` (copying back the written ones); its status."""
+def run_program(
+    prog: str, target: Target, arrays: list, sizes: list, written: list, scalars=()
+) -> int:
+    """Run ``prog`` under qemu on ``arrays`` (copying back the written ones) with the size
+    and scalar arguments; its status."""
     qemu = emulator(target)
     if qemu is None:
         raise RuntimeError(
@@ -154,6 +162,7 @@ def run_program(prog: str, target: Target, arrays: list, sizes: list, written: l
         with open(inp, "wb") as f:
             f.write(np.array([a.nbytes for a in arrays], np.int64).tobytes())
             f.write(np.array(sizes, np.int64).tobytes())
+            f.write(np.array(scalars, np.float64).tobytes())
             for a in arrays:
                 f.write(a.tobytes())
         r = subprocess.run([qemu, prog, inp, outp], capture_output=True, text=True)

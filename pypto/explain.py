@@ -30,7 +30,7 @@ def _definition(st: Stage) -> str:
     if not hasattr(op, "body"):
         return "placeholder"
     idx = ", ".join(iv.name for iv in op.axis)
-    return f"{op.name}[{idx}] = {op.body}"
+    return "; ".join(f"{t.name}[{idx}] = {b}" for t, b in zip(op.outputs, op.bodies))
 
 
 def _leaf_distance(m: GroupModel, d, st: Stage) -> str:

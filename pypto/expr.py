@@ -29,46 +29,36 @@ if sys.getrecursionlimit() < MAX_DEPTH_FRAMES:
     sys.setrecursionlimit(MAX_DEPTH_FRAMES)
 
 
+def _arith(op: str, reflected: bool = False):
+    """The operator method ``op``; a whole tensor on the other side is left to the
+    tensor's own operator (broadcasting arithmetic, ``alpha * A``)."""
+
+    def method(self, o):
+        if getattr(o, "is_tensor", False):
+            return NotImplemented
+        return binary(op, o, self) if reflected else binary(op, self, o)
+
+    method.__name__ = f"__{'r' if reflected else ''}{op}__"
+    return method
+
+
 class ExprOp:
     """Operator overloading shared by expressions and iteration variables."""
 
     __slots__ = ()
 
-    def __add__(self, o):
-        return binary("add", self, o)
-
-    def __radd__(self, o):
-        return binary("add", o, self)
-
-    def __sub__(self, o):
-        return binary("sub", self, o)
-
-    def __rsub__(self, o):
-        return binary("sub", o, self)
-
-    def __mul__(self, o):
-        return binary("mul", self, o)
-
-    def __rmul__(self, o):
-        return binary("mul", o, self)
-
-    def __truediv__(self, o):
-        return binary("div", self, o)
-
-    def __rtruediv__(self, o):
-        return binary("div", o, self)
-
-    def __floordiv__(self, o):
-        return binary("floordiv", self, o)
-
-    def __rfloordiv__(self, o):
-        return binary("floordiv", o, self)
-
-    def __mod__(self, o):
-        return binary("mod", self, o)
-
-    def __rmod__(self, o):
-        return binary("mod", o, self)
+    __add__ = _arith("add")
+    __radd__ = _arith("add", reflected=True)
+    __sub__ = _arith("sub")
+    __rsub__ = _arith("sub", reflected=True)
+    __mul__ = _arith("mul")
+    __rmul__ = _arith("mul", reflected=True)
+    __truediv__ = _arith("div")
+    __rtruediv__ = _arith("div", reflected=True)
+    __floordiv__ = _arith("floordiv")
+    __rfloordiv__ = _arith("floordiv", reflected=True)
+    __mod__ = _arith("mod")
+    __rmod__ = _arith("mod", reflected=True)
 
     def __neg__(self):
         e = as_expr(self)
@@ -199,6 +189,7 @@ class Reduce(Expr):
     source: Expr
     axes: tuple  # IterVars
     dtype: str
+    init: tuple = ()  # () or (the starting value, an Expr over the spatial axes): TVM's init=
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -388,7 +379,7 @@ CHILD_FIELDS: dict[type, tuple[str, ...]] = {
     Cast: ("value",),
     Call: ("args",),
     TensorRead: ("indices",),
-    Reduce: ("source",),
+    Reduce: ("source", "init"),
     Load: ("index",),
 }
 
@@ -441,12 +432,13 @@ def substitute(e: Expr, mapping: dict) -> Expr:
 
 
 def walk(e: Expr):
-    """Pre-order iteration over ``e`` and its sub-expressions."""
+    """Pre-order iteration over ``e`` and its sub-expressions, left to right (the order
+    the expression reads them: ``op.input_tensors`` follows it)."""
     stack = [e]
     while stack:
         x = stack.pop()
         yield x
-        stack.extend(children(x))
+        stack.extend(reversed(tuple(children(x))))
 
 
 def tensor_reads(e: Expr) -> list:

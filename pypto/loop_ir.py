@@ -132,6 +132,8 @@ class LoweredFunc:
     body: Stmt
     attrs: dict = field(default_factory=dict)
     tensors: tuple = ()  # the Tensors behind params (for argument checks)
+    scalars: tuple = ()  # scalar_args.ScalarParam: float arguments passed by value
+    scalar_vars: tuple = ()  # their Vars, in the same order (C parameters after the sizes)
 
     def __str__(self):
         return IRPrinter().func(self)
@@ -286,7 +288,7 @@ class ExprMapper(StmtMutator):
 def unbound_vars(func: LoweredFunc) -> list:
     """The variables ``func``'s body uses that neither a loop nor an argument's shape
     binds (each once, in order of first use): C would not know them."""
-    bound = {id(v) for v in func.size_vars}
+    bound = {id(v) for v in (*func.size_vars, *func.scalar_vars)}
     bound |= {id(s.var) for s in walk_stmts(func.body) if isinstance(s, For)}
     out: list = []
     for s in walk_stmts(func.body):
@@ -357,7 +359,7 @@ class IRPrinter(Printer):
             f"{self.namer(b, b.name)}: {b.dtype}[{', '.join(self(d) for d in b.shape)}]"
             for b in f.params
         ]
-        params += [f"{self.namer(v, v.name)}: {v.dtype}" for v in f.size_vars]
+        params += [f"{self.namer(v, v.name)}: {v.dtype}" for v in (*f.size_vars, *f.scalar_vars)]
         head = f"func {f.name}({', '.join(params)}) {{\n"
         return head + self.stmt(f.body, 1) + "}\n"
 

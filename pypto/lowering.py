@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import passes
-from .accumulate import accumulated_reduction, needs_accumulator
+from .accumulate import accumulated_reduction, needs_accumulator, reduction_start
 from .bounds import Bounds, StageNest
 from .bounds_check import NO_REPORT, BoundsReport, check_bounds
 from .compute_with import root_stmts
@@ -30,6 +30,7 @@ from .expr import (
     Load,
     Reduce,
     TensorRead,
+    Var,
     conjunction,
     map_children,
     substitute,
@@ -38,7 +39,9 @@ from .expr import (
 )
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
+from .multi_output import multi_output_stmt
 from .prefetch import prefetch_stmts
+from .scalar_args import check_scalar_var, is_scalar_var, scalar_params
 from .schedule import Schedule, Stage
 from .simplify import simplify
 from .tensor import IterVar, Tensor
@@ -59,14 +62,26 @@ class Lowering(Bounds):
     def __init__(self, sch: Schedule, args, name: str, checks: BoundsReport = NO_REPORT):
         self.sch = sch
         self.name = name
+        self.scalars = scalar_params(args) if isinstance(args, (list, tuple)) else ()
+        self.scalar_vars = tuple(a for a in args if is_scalar_var(a)) if self.scalars else ()
         super().__init__(sch, checks, self._check_args(args))
 
     def _check_args(self, args) -> list:
         if not isinstance(args, (list, tuple)):
             raise TypeError("args must be a list of tensors")
         seen = set()
+        for v in self.scalar_vars:
+            check_scalar_var(v)
+        if len({id(v) for v in self.scalar_vars}) < len(self.scalar_vars):
+            raise ScheduleError("a scalar argument is passed twice")
+        args = [a for a in args if not is_scalar_var(a)]
         for a in args:
             if not isinstance(a, Tensor):
+                if isinstance(a, Var):  # an integer size: no argument of its own
+                    raise TypeError(
+                        f"argument {a.name}: an integer pt.var is a size, bound from the "
+                        "arrays' shapes, not an argument; pass tensors and float scalars"
+                    )
                 raise TypeError(f"args must be tensors, got {a!r}")
             if a.op not in self.sch.stage_map:
                 raise ScheduleError(f"argument {a.name} is not part of this schedule")
@@ -75,9 +90,9 @@ class Lowering(Bounds):
                 raise ScheduleError(
                     f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
                 )
-            if st in seen:
+            if (st, a.value_index) in seen:
                 raise ScheduleError(f"argument {a.name} is passed twice")
-            seen.add(st)
+            seen.update({(st, a.value_index), st})
         for op in self.sch.outputs:
             if self.sch.stage_map[op] not in seen:
                 raise ScheduleError(f"output {op.name} is not among the arguments")
@@ -104,13 +119,15 @@ class Lowering(Bounds):
             params.append(b)
             if st.is_placeholder:
                 self.placeholder_buf[st] = b
+            elif t.value_index:
+                self.nest(st).more_buffers[t.value_index] = b
             else:
                 self.nest(st).buffer = b
         for st in self.sch.stages:
             if st.is_placeholder or st.inline or st.is_update:
                 continue
             n = self.nest(st)
-            if n.buffer is not None:
+            if n.buffer is not None and len(n.more_buffers) + 1 == st.op.num_outputs:
                 continue
             sizes = self.local_shape(st)
             if sizes is not None:
@@ -120,10 +137,14 @@ class Lowering(Bounds):
             else:
                 shape = tuple(st.op.shape)
             scope = "local" if n.local else "global"
-            n.buffer = Buffer(st.name, st.op.dtype, shape, scope)
+            for t in st.op.outputs:
+                if t.value_index and t.value_index not in n.more_buffers:
+                    n.more_buffers[t.value_index] = Buffer(t.name, t.dtype, shape, scope)
+            if n.buffer is None:
+                n.buffer = Buffer(st.op.output(0).name, st.op.dtype, shape, scope)
         return params
 
-    def buffer_index(self, st: Stage, indices) -> tuple[Buffer, Expr]:
+    def buffer_index(self, st: Stage, indices, value_index: int = 0) -> tuple[Buffer, Expr]:
         if st.is_placeholder:
             b = self.placeholder_buf.get(st)
             if b is None:
@@ -132,7 +153,8 @@ class Lowering(Bounds):
         n = self.nests[st]
         if n.offsets is not None:
             indices = [Binary("sub", i, o, INDEX) for i, o in zip(indices, n.offsets)]
-        return n.buffer, _flat(_checked(indices, n.buffer.shape), n.buffer.shape)
+        buf = n.more_buffers[value_index] if value_index else n.buffer
+        return buf, _flat(_checked(indices, buf.shape), buf.shape)
 
     # ------------------------------------------------------------ statements
 
@@ -140,7 +162,8 @@ class Lowering(Bounds):
         def go(x):
             x = map_children(x, go)
             if isinstance(x, TensorRead):
-                buf, idx = self.buffer_index(self.stage_of(x.tensor), x.indices)
+                st = self.stage_of(x.tensor)
+                buf, idx = self.buffer_index(st, x.indices, x.tensor.value_index)
                 return Load(buf, idx, x.dtype)
             return x
 
@@ -155,6 +178,8 @@ class Lowering(Bounds):
             return self._nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
+        if st.op.num_outputs > 1:
+            return multi_output_stmt(self, n)
         buf, flat = self.buffer_index(st, [iv.var for iv in st.op.axis])
         idx = simplify(self.in_leaves(n, flat), self.ranges)
         leaves = st.leaf_iter_vars
@@ -170,7 +195,7 @@ class Lowering(Bounds):
         if needs_accumulator(body) and st.tensorized is None:  # float16/bfloat16: in float32
             inner = accumulated_reduction(self, n, body, buf, idx, init_idx, p)
             return self._nest(n, range(p), inner, True, True)
-        ident = body.combiner.identity(body.dtype)
+        ident = reduction_start(self, n, body, body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
         init = Store(buf, init_idx, ident)
@@ -227,7 +252,8 @@ class Lowering(Bounds):
         for a in reversed(inner):
             n = self.nests[a]
             if n.local:
-                s = _allocate(n.buffer, s)
+                for b in n.buffers():
+                    s = _allocate(b, s)
         return s
 
     def run(self) -> LoweredFunc:
@@ -243,18 +269,15 @@ class Lowering(Bounds):
         ]
         body = seq(*root_stmts(self, roots))
         for st in reversed(roots):
-            b = self.nests[st].buffer
-            if b is not None and b.scope != "param":
-                body = _allocate(b, body)
+            for b in self.nests[st].buffers():
+                if b is not None and b.scope != "param":
+                    body = _allocate(b, body)
         for st in self.sch.stages:  # attached stages whose region is not bounded
             n = self.nests.get(st)
-            if (
-                n is not None
-                and st.attach is not None
-                and not n.local
-                and n.buffer.scope != "param"
-            ):
-                body = _allocate(n.buffer, body)
+            if n is not None and st.attach is not None and not n.local:
+                for b in n.buffers():
+                    if b.scope != "param":
+                        body = _allocate(b, body)
         size_vars = []
         for b in params:
             for d in b.shape:
@@ -262,8 +285,9 @@ class Lowering(Bounds):
                     if v not in size_vars:
                         size_vars.append(v)
         func = LoweredFunc(
-            self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args)
-        )
+            self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args),
+            scalars=self.scalars, scalar_vars=self.scalar_vars,
+        )  # fmt: skip
         return passes.finalize(func)
 
 
@@ -294,6 +318,12 @@ def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
     check_schedule(sch, low)
     func = low.run()
     unbound = unbound_vars(func)
+    floats = [v.name for v in unbound if is_scalar_var(v)]
+    if floats:
+        raise ScheduleError(
+            f"{func.name}: the scalar variable(s) {', '.join(floats)} are used but not among "
+            "the arguments; pass them in the argument list (as TVM: [A, alpha, B])"
+        )
     if unbound:  # e.g. a symbolic split factor that no argument's shape carries
         names = ", ".join(v.name for v in unbound)
         raise ScheduleError(

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes, emulate
+from .arg_checks import as_array, check_overlap, check_temporary, fmt_shape, raise_status
 from .bounds_check import SizeCheck, check_sizes
-from .codegen_c import MAX_BYTES
 from .expr import Const, Expr, Var, binary, substitute
 from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
+from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
 from .simplify import simplify
 from .target import Target
 
@@ -68,6 +69,7 @@ class Signature:
     size_vars: tuple  # of Var
     size_checks: tuple = ()  # of bounds_check.SizeCheck
     temps: tuple = ()  # of Temp
+    scalars: tuple = ()  # of scalar_args.ScalarParam, passed after the sizes
 
     @staticmethod
     def of(func: LoweredFunc, cname: str) -> Signature:
@@ -81,7 +83,9 @@ class Signature:
             if isinstance(a, Allocate) and not isinstance(a.size, Const)
         )
         checks = tuple(func.attrs.get("size_checks", ()))
-        return Signature(func.name, cname, params, tuple(func.size_vars), checks, temps)
+        return Signature(
+            func.name, cname, params, tuple(func.size_vars), checks, temps, func.scalars
+        )
 
     def to_json(self) -> dict:
         return {
@@ -102,6 +106,7 @@ class Signature:
                 {"name": t.name, "elem_bytes": t.elem_bytes, "shape": [str(d) for d in t.shape]}
                 for t in self.temps
             ],
+            "scalars": [p.to_json() for p in self.scalars],
         }  # fmt: skip
 
     @staticmethod
@@ -123,7 +128,10 @@ class Signature:
                  tuple(_shape_expr(x, sizes) for x in t["shape"]))
             for t in d.get("temps", [])
         )  # fmt: skip
-        return Signature(d["name"], d["cname"], params, tuple(sizes.values()), checks, temps)
+        scalars = tuple(ScalarParam.from_json(p) for p in d.get("scalars", []))
+        return Signature(
+            d["name"], d["cname"], params, tuple(sizes.values()), checks, temps, scalars
+        )
 
 
 # the arithmetic a printed shape may use: AST node type -> how to combine pypto Exprs
@@ -204,8 +212,10 @@ class Module:
         self._c = getattr(lib, cname)
         self._c.restype = ctypes.c_int32
         sig = self.signature
-        self._c.argtypes = [ctypes.c_void_p] * len(sig.params) + [ctypes.c_int64] * len(
-            sig.size_vars
+        self._c.argtypes = (
+            [ctypes.c_void_p] * len(sig.params)
+            + [ctypes.c_int64] * len(sig.size_vars)
+            + [SCALAR_CTYPES[p.dtype] for p in sig.scalars]
         )
 
     def _describe(self, func, source, cname, lib_path, target, signature=None):
@@ -220,6 +230,9 @@ class Module:
         sig = self.signature
         self._specs = [(p.name, dtypes.numpy_dtype(p.dtype), p.shape) for p in sig.params]
         self._written = [p.written for p in sig.params]
+        self._slots = ScalarSlots(
+            sig.name, sig.scalars, [p.name for p in sig.params], self._written
+        )
 
     def __repr__(self):
         return f"Module({self.name}, target={self.target.name})"
@@ -227,14 +240,15 @@ class Module:
     def _with_outputs(self, args) -> tuple[list, list]:
         """The arguments with omitted outputs allocated (when exactly the inputs are given),
         and the allocated outputs."""
+        args, scalars = self._slots.split(args)
         inputs = [s for s, w in zip(self._specs, self._written) if not w]
         if (
             len(args) == len(self._specs)
             or len(args) != len(inputs)
             or len(inputs) == len(self._specs)
         ):
-            return list(args), []
-        arrays = [_as_array(a, name) for a, (name, _, _) in zip(args, inputs)]
+            return self._slots.join(args, scalars), []
+        arrays = [as_array(a, name) for a, (name, _, _) in zip(args, inputs)]
         bound = self._bind(arrays, inputs)
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
         full, made, it = [], [], iter(arrays)
@@ -246,12 +260,12 @@ class Module:
             unknown = [str(d) for d in dims if not isinstance(d, Const)]
             if unknown:
                 raise ValueError(
-                    f"output {name}: its shape {_fmt_shape(shape)} depends on "
+                    f"output {name}: its shape {fmt_shape(shape)} depends on "
                     f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
                 )
             made.append(np.empty(tuple(d.value for d in dims), dt))
             full.append(made[-1])
-        return full, made
+        return self._slots.join(full, scalars), made
 
     def _bind(self, arrays, specs) -> dict:
         """Size variables bound from the arrays' shapes: Var -> (value, argument name)."""
@@ -262,7 +276,7 @@ class Module:
             if arr.ndim != len(shape):
                 raise ValueError(
                     f"argument {name}: {arr.ndim} dimension(s), expected "
-                    f"{len(shape)} (shape {_fmt_shape(shape)})"
+                    f"{len(shape)} (shape {fmt_shape(shape)})"
                 )
             for d, (want, got) in enumerate(zip(shape, arr.shape)):
                 if isinstance(want, Var):
@@ -276,6 +290,7 @@ class Module:
         return bound
 
     def _prepare(self, args) -> list:
+        args, scalars = self._slots.split(args)
         if len(args) != len(self._specs):
             names = ", ".join(n for n, _, _ in self._specs)
             outs = [n for (n, _, _), w in zip(self._specs, self._written) if w]
@@ -284,7 +299,7 @@ class Module:
                 f"{len(self._specs) - len(outs)} without the outputs ({', '.join(outs)}); "
                 f"got {len(args)}"
             )
-        arrays = [_as_array(a, name) for a, (name, _, _) in zip(args, self._specs)]
+        arrays = [as_array(a, name) for a, (name, _, _) in zip(args, self._specs)]
         bound = self._bind(arrays, self._specs)
         for arr, (name, _, _), out in zip(arrays, self._specs, self._written):
             if not arr.flags.c_contiguous:
@@ -302,15 +317,15 @@ class Module:
                 if w.value != got:
                     raise ValueError(
                         f"argument {name}: dimension {d} is {got}, expected "
-                        f"{w.value} (shape {_fmt_shape(shape)})"
+                        f"{w.value} (shape {fmt_shape(shape)})"
                     )
         check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
         for t in self.signature.temps:
-            _check_temporary(self.name, t, values)
-        _check_overlap(arrays, self._specs, self._written)
+            check_temporary(self.name, t, values)
+        check_overlap(arrays, self._specs, self._written)
         ptrs = [arr.ctypes.data for arr in arrays]
         sizes = [bound[v][0] for v in self.signature.size_vars]
-        return [*ptrs, *sizes], arrays
+        return [*ptrs, *sizes, *scalars], arrays
 
     def __call__(self, *args):
         """Run the kernel. With every argument given, returns None; with only the inputs,
@@ -320,7 +335,7 @@ class Module:
         status = self._invoke(cargs, keep)
         del keep
         if status != 0:
-            _raise_status(self.name, status)
+            raise_status(self.name, status)
         if made:
             return made[0] if len(made) == 1 else tuple(made)
         return None
@@ -339,7 +354,7 @@ class Module:
             fn = self._c
             status = fn(*cargs)  # warm-up
             if status != 0:
-                _raise_status(self.name, status)
+                raise_status(self.name, status)
             n = number
             results = []
             for _ in range(repeat):
@@ -399,8 +414,11 @@ class EmulatedModule(Module):
         return f"EmulatedModule({self.name}, target={self.target.name}, under qemu)"
 
     def _invoke(self, cargs: list, arrays: list) -> int:
-        sizes = cargs[len(arrays) :]
-        return emulate.run_program(self.lib_path, self.target, arrays, sizes, self._written)
+        sizes = cargs[len(arrays) : len(arrays) + len(self.signature.size_vars)]
+        scalars = cargs[len(arrays) + len(sizes) :]
+        return emulate.run_program(
+            self.lib_path, self.target, arrays, sizes, self._written, scalars
+        )
 
     def time_evaluator(self, *a, **kw):
         raise RuntimeError(
@@ -438,62 +456,3 @@ def load_module(path: str) -> Module:
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-def _raise_status(name: str, status: int):
-    if status == -1:
-        raise MemoryError(f"{name}: could not allocate its temporary buffers")
-    if status == -3:
-        raise MemoryError(f"{name}: the byte size of a temporary buffer overflows for these sizes")
-    if status == -4:
-        raise ZeroDivisionError(
-            f"{name}: an integer division by a divisor computed at run time found 0; "
-            "the outputs are incomplete"
-        )
-    if status == -2:
-        raise IndexError(
-            f"{name}: an index read from data (such as X[i] in H[X[i]]) or not affine "
-            "is out of range; the outputs are incomplete"
-        )
-    raise RuntimeError(f"{name}: the kernel failed with status {status}")
-
-
-def _check_temporary(name: str, t: Temp, values: dict):
-    """MemoryError before the call when a temporary buffer's byte size cannot be had."""
-    nbytes = t.elem_bytes
-    for d in t.shape:
-        v = simplify(substitute(d, values))
-        nbytes *= max(v.value, 0) if isinstance(v, Const) else 1
-    if nbytes > MAX_BYTES:
-        raise MemoryError(f"{name}: temporary buffer {t.name} would need {nbytes} bytes")
-
-
-def _fmt_shape(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ")"
-
-
-def _as_array(a, name: str) -> np.ndarray:
-    """A numpy view of an argument: an ndarray as it is, anything with ``__dlpack__``
-    (a PyTorch CPU tensor, ...) through DLPack, without copying."""
-    if isinstance(a, np.ndarray):
-        return a
-    if hasattr(a, "__dlpack__"):
-        try:
-            return np.from_dlpack(a)
-        except Exception as e:  # noqa: BLE001 - report any exporter failure the same way
-            raise TypeError(f"argument {name}: cannot view it through __dlpack__: {e}") from None
-    raise TypeError(f"argument {name}: expected a numpy array, got {type(a).__name__}")
-
-
-def _check_overlap(arrays, specs, written):
-    spans = []
-    for arr, (name, _, _), w in zip(arrays, specs, written):
-        if arr.nbytes:
-            spans.append((arr.ctypes.data, arr.ctypes.data + arr.nbytes, name, w))
-    for i, (a0, a1, an, aw) in enumerate(spans):
-        for b0, b1, bn, bw in spans[i + 1 :]:
-            if (aw or bw) and a0 < b1 and b0 < a1:
-                raise ValueError(
-                    f"arguments {an} and {bn} overlap in memory; a kernel's "
-                    "outputs must not alias its other arguments"
-                )

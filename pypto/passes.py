@@ -23,6 +23,8 @@ only the statement kinds it is about.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, skey, substitute, vars_of
 from .loop_ir import (
     ExprMapper,
@@ -254,4 +256,4 @@ def finalize(func: LoweredFunc, pipeline=PIPELINE) -> LoweredFunc:
         body = run(body, ranges, func.size_vars)
     if body is None:
         body = Seq(())
-    return LoweredFunc(func.name, func.params, func.size_vars, body, func.attrs, func.tensors)
+    return replace(func, body=body)

@@ -93,7 +93,8 @@ class Printer:
 
     def reduce(self, e):
         axes = ", ".join(a.name for a in e.axes)
-        return f"{e.combiner.name}({self(e.source)}, axis=[{axes}])", ATOM
+        init = "".join(f", init={self(x)}" for x in e.init)
+        return f"{e.combiner.name}({self(e.source)}, axis=[{axes}]{init})", ATOM
 
     def load(self, e):
         return f"{e.buffer.name}[{self(e.index)}]", ATOM

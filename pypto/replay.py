@@ -47,7 +47,9 @@ class _Resolver:
         return _named(stage.leaf_iter_vars, name, "loop", f"stage '{stage.name}'")
 
     def tensor(self, name):
-        return self.stage(name).op.output(0)
+        stages = [st for st in self.sch.stages if not st.is_update]
+        outs = [t for st in stages for t in getattr(st.op, "outputs", (st.op.output(0),))]
+        return _named(outs, name, "tensor", "the schedule")
 
     def size(self, value):
         if value is None or isinstance(value, int):

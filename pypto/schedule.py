@@ -13,7 +13,9 @@ from .dtypes import STORAGE
 from .errors import ScheduleError
 from .explain import explain
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .relayout import relayout
 from .replay import replay
+from .rfactor import rfactor_ops
 from .stage import Stage, _as_op
 from .tensor import (
     ComputeOp,
@@ -139,8 +141,10 @@ class Schedule:
 
             C[i, j] = sum(..., k)   ->   C.local[i, j] = sum(..., k);  C[i, j] = C.local[i, j]
 
-        ``s[C]`` keeps ``C.op.axis``; the new stage has fresh axes
-        (``s[CL].op.axis``, ``s[CL].op.reduce_axis``).
+        ``s[C]`` keeps ``C.op.axis`` (its loops start afresh); the new stage has fresh
+        axes (``s[CL].op.axis``, ``s[CL].op.reduce_axis``). After ``split``, ``fuse`` or
+        ``reorder`` of ``C``'s spatial loops, the cache is laid out as those loops run,
+        one axis per loop (TVM's relayout, ``pypto.relayout``).
         """
         return self.apply(steps.CacheWrite(tensor, scope))
 
@@ -151,18 +155,17 @@ class Schedule:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
+        if st.op.num_outputs > 1:
+            raise ScheduleError(f"cache_write: {tensor.name} is an output of a multi-output stage")
         applied = [x for x in self.steps if x.get("stage") == st.name]
-        if applied or st.relations or st.attrs or st.attach or st.inline or st.prefetches:
+        if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
             done = ", ".join(_step_text(x) for x in applied)
             raise ScheduleError(
-                f"cache_write on stage '{st.name}': call it before scheduling the stage"
-                + (f" ({done} was applied)" if done else "")
+                f"cache_write on stage '{st.name}': call it before annotating or attaching "
+                "the stage" + (f" ({done} was applied)" if done else "")
             )
         op = st.op
-        axis = tuple(
-            make_iter_var(iv.name + ".c", iv.dom_min, iv.extent, "spatial") for iv in op.axis
-        )
-        mapping = {old.var: new.var for old, new in zip(op.axis, axis)}
+        axis, mapping, read_at = relayout(st, op)  # split/fuse/reorder: the cache's layout
         raxis = []
         for iv in op.reduce_axis:  # bounds may name the axes renamed before them
             lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
@@ -173,22 +176,55 @@ class Schedule:
         acc = accumulator_dtype(op.dtype) if isinstance(body, Reduce) else op.dtype
         if isinstance(body, Reduce):
             src = substitute(body.source, mapping)
-            body = Reduce(body.combiner, src if acc == op.dtype else cast(acc, src), raxis, acc)
+            init = tuple(cast(acc, substitute(x, mapping)) for x in body.init)
+            src = src if acc == op.dtype else cast(acc, src)
+            body = Reduce(body.combiner, src, raxis, acc, init)
         else:
             body = substitute(body, mapping)
         name = f"{op.name}.{scope}"
         cache = ComputeOp(name, axis, body, acc, raxis if op.reduce_axis else ())
-        read = cache.output(0)[tuple(iv.var for iv in op.axis)]
+        read = cache.output(0)[read_at]
         copy = ComputeOp(
             op.name, op.axis, read if acc == op.dtype else cast(op.dtype, read), op.dtype
         )
         st.op = copy
         st._reset_leaves()
+        st.relations = []
         self.stage_map[copy] = st
         cst = Stage(self, cache)
         cst.scope = scope
         self._insert_before(cst, [st])
         return cache.output(0)
+
+    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
+        """TVM's ``s.rfactor(C, k)``: a partial reduction ``C.rf`` with loop ``k`` (a reduce
+        axis of ``C``, or a loop of its split) as a spatial axis at ``factor_axis``; ``C``
+        becomes a reduction over it. Returns ``C.rf``; see ``pypto.rfactor``.
+
+            for i: for ko: for ki: C[i] += A[i, ko*4 + ki]
+              ->  for ki: for i: for ko: C.rf[ki, i] += A[i, ko*4 + ki]
+                  for i: for v: C[i] += C.rf[v, i]
+        """
+        return self.apply(steps.RFactor(self[tensor], axis, factor_axis))
+
+    def _rfactor(self, step: steps.RFactor) -> Tensor:
+        st = step.stage
+        if st.is_placeholder or st.is_update or not isinstance(st.op, ComputeOp):
+            raise ScheduleError(f"rfactor: {st.name} is not computed by pt.compute")
+        if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
+            raise ScheduleError(
+                f"rfactor on stage '{st.name}': call it before annotating or attaching the stage"
+            )
+        fa = step.factor_axis
+        if not isinstance(fa, int) or isinstance(fa, bool):
+            raise TypeError(f"rfactor: factor_axis must be an int, got {fa!r}")
+        rf, new = rfactor_ops(st.op, st.relations, step.loop, fa)
+        st.op = new
+        st.relations = []
+        st._reset_leaves()
+        self.stage_map[new] = st
+        self._insert_before(Stage(self, rf), [st])
+        return rf.output(0)
 
 
 JSON_VERSION = 1
@@ -209,6 +245,7 @@ _RULES = {
     steps.ComputeInline: lambda sch, x: x.stage._compute_inline(x),
     steps.CacheRead: lambda sch, x: sch._cache_read(x),
     steps.CacheWrite: lambda sch, x: sch._cache_write(x),
+    steps.RFactor: lambda sch, x: sch._rfactor(x),
 }
 
 
@@ -240,12 +277,8 @@ def _replace_reads(op: ComputeOp, mapping: dict) -> ComputeOp:
             return mapping[e.tensor][e.indices]
         return e
 
-    body = op.body
-    if isinstance(body, Reduce):
-        body = Reduce(body.combiner, go(body.source), body.axes, body.dtype)
-    else:
-        body = go(body)
-    new = ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis)
+    body, *more = (map_children(b, go) if isinstance(b, Reduce) else go(b) for b in op.bodies)
+    new = ComputeOp(op.name, op.axis, body, op.dtype, op.reduce_axis, tuple(more))
     new.updates = op.updates
     return new
 

@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to i
 
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
+# TVM pragma -> the primitive that does it here
+PRAGMAS = {"unroll_explicit": "unroll"}
 
 
 def _as_op(x) -> Operation:
@@ -338,6 +340,19 @@ class Stage:
         """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
         self.schedule.apply(steps.Unroll(self, iv))
 
+    def rfactor(self, axis, factor_axis: int = 0):
+        """``s[C].rfactor(k)`` is TVM's ``s.rfactor(C, k)`` (``Schedule.rfactor``)."""
+        return self.schedule.rfactor(self.op.output(0), axis, factor_axis)
+
+    def pragma(self, iv, name: str, value=None):
+        """TVM's ``s[C].pragma(loop, name)`` for the pragmas that are loop annotations here
+        (``PRAGMAS``: ``unroll_explicit`` is ``unroll``, recorded as that step); any other
+        is refused by name."""
+        prim = PRAGMAS.get(name)
+        if prim is None:
+            raise self.error("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
+        getattr(self, prim)(iv)
+
     def prefetch(self, tensor, iv, offset: int):
         """At the start of each iteration of loop ``iv``, prefetch into cache the elements
         of ``tensor`` that this stage reads in iteration ``iv + offset`` (as TVM's
@@ -454,6 +469,8 @@ class Stage:
             raise self.error("compute_inline", "a placeholder cannot be inlined")
         if isinstance(self.op.body, Reduce):
             raise self.error("compute_inline", "a reduction cannot be inlined; use compute_at")
+        if self.op.num_outputs > 1:
+            raise self.error("compute_inline", "a multi-output stage cannot be inlined")
         if self.update_stages or self.is_update:
             raise self.error(
                 "compute_inline",

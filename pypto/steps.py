@@ -151,11 +151,19 @@ class CacheWrite(Step):
     scope: str
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class RFactor(Step):
+    prim: ClassVar[str] = "rfactor"
+    stage: Any
+    loop: Any
+    factor_axis: int = 0
+
+
 # the step of each primitive name (what ``Schedule.from_json`` reads)
 STEPS = {
     cls.prim: cls
     for cls in (
         Split, Reorder, Fuse, Skew, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
-        ComputeAt, ComputeWith, ComputeInline, CacheRead, CacheWrite,
+        ComputeAt, ComputeWith, ComputeInline, CacheRead, CacheWrite, RFactor,
     )
 }  # fmt: skip

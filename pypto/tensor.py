@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import dtypes
+from .broadcast import OP_NAMES, broadcast_shape, operand, shape_of
 from .dtypes import INDEX
 from .expr import (
     Const,
@@ -27,17 +28,9 @@ from .expr import (
     Var,
     as_expr,
     binary,
-    identity_value,
     map_children,
     walk,
 )
-
-
-def var(name: str = "n", dtype: str = INDEX) -> Var:
-    """``pt.var(name)``: a symbolic size, bound at call time from array shapes."""
-    if dtypes.dtype(dtype).kind not in ("int", "uint"):
-        raise TypeError(f"pt.var needs an integer dtype, got {dtype}")
-    return Var(str(name), dtypes.check(dtype))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -175,22 +168,41 @@ class PlaceholderOp(Operation):
 
 
 class ComputeOp(Operation):
-    """``out[axis] = body``; ``body`` may be a Reduce over ``reduce_axis``."""
+    """``out[axis] = body``; ``body`` may be a Reduce over ``reduce_axis``.
 
-    def __init__(self, name, axis, body, dtype, reduce_axis=()):
+    A multi-output operation (``pt.compute`` of a lambda returning a tuple) has one
+    body per output (``bodies``; ``body`` is the first), all over the same loops.
+    """
+
+    def __init__(self, name, axis, body, dtype, reduce_axis=(), more_bodies=()):
         self.name = name
         self.axis = tuple(axis)
         self.reduce_axis = tuple(reduce_axis)
         self.body = body
+        self.bodies = (body, *more_bodies)
         self.dtype = dtype
         self.shape = tuple(iv.extent for iv in self.axis)
         self.updates: list = []  # (lhs indices, value, axes) appended by Tensor.__setitem__
-        self._out = Tensor(self)
+        self.outputs = tuple(Tensor(self, j) for j in range(len(self.bodies)))
+        self._out = self.outputs[0]
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.bodies)
+
+    def output(self, index: int = 0) -> Tensor:
+        if not 0 <= index < len(self.bodies):
+            raise IndexError(f"operation {self.name!r} has {len(self.bodies)} output(s)")
+        return self.outputs[index] if index else self._out
+
+    def output_dtype(self, index: int) -> str:
+        return self.dtype if index == 0 else self.bodies[index].dtype
 
     @property
     def input_tensors(self) -> list[Tensor]:
-        """Tensors read by the definition and by its updates (this one included, if read)."""
-        exprs = [self.body] + [e for lhs, val, _ in self.updates for e in (*lhs, val)]
+        """Tensors read by the definition and by its updates (this one included, if read),
+        in the order the definition first reads them (TVM's argument order)."""
+        exprs = [*self.bodies] + [e for lhs, val, _ in self.updates for e in (*lhs, val)]
         return _reads_of(exprs)
 
 
@@ -216,6 +228,7 @@ class UpdateOp(ComputeOp):
         self.axis = axes
         self.reduce_axis = ()
         self.body = body
+        self.bodies = (body,)
         self.dtype = target.dtype
         self.shape = target.shape
         self.updates = []
@@ -226,13 +239,25 @@ class UpdateOp(ComputeOp):
         return _reads_of([*self.lhs, self.body])
 
 
+def _elementwise_op(op: str, reflected: bool = False):
+    """The operator method ``op`` of whole tensors (``elementwise``)."""
+
+    def method(self, o):
+        return elementwise(op, o, self) if reflected else elementwise(op, self, o)
+
+    method.__name__ = f"__{'r' if reflected else ''}{op}__"
+    return method
+
+
 class Tensor:
     """A multi-dimensional array value; index it to read: ``A[i, k]``."""
 
-    __slots__ = ("op",)
+    __slots__ = ("op", "value_index")
+    is_tensor = True  # expressions leave arithmetic with a tensor to the tensor
 
-    def __init__(self, op: Operation):
+    def __init__(self, op: Operation, value_index: int = 0):
         self.op = op
+        self.value_index = value_index  # which output of a multi-output operation
 
     @property
     def shape(self) -> tuple:
@@ -240,11 +265,12 @@ class Tensor:
 
     @property
     def dtype(self) -> str:
-        return self.op.dtype
+        return self.op.output_dtype(self.value_index) if self.value_index else self.op.dtype
 
     @property
     def name(self) -> str:
-        return self.op.name
+        several = getattr(self.op, "num_outputs", 1) > 1  # TVM's names: op.v0, op.v1, ...
+        return f"{self.op.name}.v{self.value_index}" if several else self.op.name
 
     @property
     def ndim(self) -> int:
@@ -261,6 +287,10 @@ class Tensor:
                 raise TypeError(f"index {i} of {self.name} is {i.dtype}, not an integer")
         return TensorRead(self, ind, self.dtype)
 
+    def __call__(self, *idx) -> TensorRead:
+        """``A(i, k)`` is ``A[i, k]`` (TVM's call form; ``S()`` reads a 0-d tensor)."""
+        return self[idx]
+
     def __setitem__(self, idx, value):
         """An update definition: ``T[r] = T[r - 1] + X[r]`` over reduce axes / rdoms.
 
@@ -270,6 +300,8 @@ class Tensor:
         op = self.op
         if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp):
             raise TypeError(f"{self.name}: only a tensor defined by pt.compute takes updates")
+        if op.num_outputs > 1:
+            raise TypeError(f"{self.name}: an output of a multi-output compute takes no updates")
         if not isinstance(idx, tuple):
             idx = (idx,)
         if len(idx) != self.ndim:
@@ -299,6 +331,16 @@ class Tensor:
         _bound_rdoms(groups)
         axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
         op.updates.append((lhs, val, axes))
+
+    # whole-tensor arithmetic with numpy broadcasting (pypto.broadcast), as TVM's topi
+    __add__, __radd__ = _elementwise_op("add"), _elementwise_op("add", reflected=True)
+    __sub__, __rsub__ = _elementwise_op("sub"), _elementwise_op("sub", reflected=True)
+    __mul__, __rmul__ = _elementwise_op("mul"), _elementwise_op("mul", reflected=True)
+    __truediv__, __rtruediv__ = _elementwise_op("div"), _elementwise_op("div", reflected=True)
+    __floordiv__, __mod__ = _elementwise_op("floordiv"), _elementwise_op("mod")
+
+    def __neg__(self):
+        return compute(self.shape, lambda *i: -self[i], name="T_negative")
 
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
@@ -358,10 +400,16 @@ def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Ten
     return PlaceholderOp(str(name), _shape(shape), dtypes.check(dtype)).output(0)
 
 
-def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None) -> Tensor:
+def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None):
     """``pt.compute(shape, lambda i, j: ..., name)``: define each element.
 
-    The body may be a reduction (``pt.sum(..., axis=k)``) at its top level.
+    The body may be a reduction (``pt.sum(..., axis=k)``) at its top level. A lambda
+    returning a tuple defines several tensors at once (a list of them, the first named
+    ``name.v0``, ``name.v1``, ... as TVM names them): one stage, one loop nest, as TVM's
+    multi-output compute; a tuple reduction (``pt.comm_reducer`` over tuples, argmax)
+    is such a body.
+
+        for i: for j: T0[i, j] = e0(i, j); T1[i, j] = e1(i, j)
     """
     shape = _shape(shape)
     params = list(inspect.signature(fcompute).parameters.values())
@@ -375,7 +423,10 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
                 f"{len(shape)} dimension(s)"
             )
     axis = tuple(make_iter_var(n, Const(0, INDEX), s, "spatial") for n, s in zip(names, shape))
-    body = as_expr(fcompute(*[iv.var for iv in axis]))
+    result = fcompute(*[iv.var for iv in axis])
+    if isinstance(result, (tuple, list)):
+        return multi_compute(str(name), axis, [as_expr(e) for e in result])
+    body = as_expr(result)
     if dtype is not None:
         body_dtype = dtypes.check(dtype)
         if body.dtype != body_dtype:
@@ -392,75 +443,37 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
     return ComputeOp(str(name), axis, body, body.dtype, reduce_axes).output(0)
 
 
-# ---------------------------------------------------------------- reductions
+def multi_compute(name: str, axis: tuple, bodies: list) -> list:
+    """The tensors of a multi-output compute (see ``compute``)."""
+    if not bodies:
+        raise TypeError(f"compute {name!r}: the lambda returned an empty tuple")
+    reds = [b for b in bodies if isinstance(b, Reduce)]
+    for b in bodies:
+        if any(isinstance(e, Reduce) for e in walk(b) if e is not b):
+            raise TypeError(f"compute {name!r}: a reduction must be a whole body")
+    if reds:
+        first = reds[0]
+        same = all(
+            isinstance(b, Reduce)
+            and b.combiner is first.combiner
+            and len(b.axes) == len(first.axes)
+            and all(x is y for x, y in zip(b.axes, first.axes))
+            for b in bodies
+        )
+        if not same:
+            raise TypeError(
+                f"compute {name!r}: outputs that reduce must be the whole tuple of one "
+                "reducer's call (one tuple reduction over the same axes)"
+            )
+    op = ComputeOp(name, axis, bodies[0], bodies[0].dtype,
+                   reds[0].axes if reds else (), tuple(bodies[1:]))  # fmt: skip
+    return list(op.outputs)
 
 
-class CommReducer:
-    """A commutative, associative combiner with an identity element."""
-
-    def __init__(self, combine: Callable, identity: Callable, name: str):
-        self.combine = combine  # (Expr, Expr) -> Expr
-        self.identity = identity  # dtype -> Const
-        self.name = name
-
-    def __call__(self, expr, axis, where=None) -> Reduce:
-        if where is not None:
-            raise NotImplementedError("reductions with where= are not supported yet")
-        expr = as_expr(expr)
-        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
-        for a in axes:
-            if not isinstance(a, IterVar) or a.kind != "reduce":
-                raise TypeError(f"{self.name}: axis must be pt.reduce_axis, got {a!r}")
-        return Reduce(self, expr, axes, expr.dtype)
-
-    def __repr__(self):
-        return f"CommReducer({self.name})"
-
-
-def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> CommReducer:
-    """``pt.comm_reducer(lambda x, y: ..., lambda dtype: pt.const(...))``.
-
-    Returns a reducer used like ``pt.sum``: ``myred(expr, axis=k)``.
-    """
-    return CommReducer(lambda x, y: as_expr(fcombine(x, y)), fidentity, name)
-
-
-_sum = CommReducer(lambda x, y: binary("add", x, y), lambda dt: Const(0, dt), "sum")
-_max = CommReducer(
-    lambda x, y: binary("max", x, y), lambda dt: Const(identity_value("min", dt), dt), "max"
-)
-_min = CommReducer(
-    lambda x, y: binary("min", x, y), lambda dt: Const(identity_value("max", dt), dt), "min"
-)
-
-
-def _is_axis(a) -> bool:
-    if isinstance(a, IterVar):
-        return True
-    return isinstance(a, (list, tuple)) and len(a) > 0 and all(isinstance(x, IterVar) for x in a)
-
-
-def sum(expr, axis, where=None) -> Reduce:  # noqa: A001 - mirrors te.sum
-    """``pt.sum(expr, axis=k)`` (``axis`` may be a list of reduce axes)."""
-    return _sum(expr, axis, where)
-
-
-def max(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
-    """``pt.max(a, b)`` elementwise, or ``pt.max(expr, axis=k)`` a reduction."""
-    if axis is None and b is not None and _is_axis(b):
-        axis, b = b, None
-    if axis is not None:
-        return _max(a, axis, where)
-    return binary("max", a, b)
-
-
-def min(a, b=None, axis=None, where=None) -> Expr:  # noqa: A001
-    """``pt.min(a, b)`` elementwise, or ``pt.min(expr, axis=k)`` a reduction."""
-    if axis is None and b is not None and _is_axis(b):
-        axis, b = b, None
-    if axis is not None:
-        return _min(a, axis, where)
-    return binary("min", a, b)
+def elementwise(op: str, a, b) -> Tensor:
+    """``a op b`` for tensors (and scalars) of broadcastable shapes: a new tensor."""
+    shape = broadcast_shape(shape_of(a), shape_of(b))
+    return compute(shape, lambda *i: binary(op, operand(a, i), operand(b, i)), name=OP_NAMES[op])
 
 
 def collect_ops(outputs: Sequence) -> list[Operation]:

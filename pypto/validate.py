@@ -240,14 +240,15 @@ def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
             raise ValueError(f"{what} must be a non-negative finite number, got {v!r}")
     inputs = list(inputs)
     outs = [p.name for p in mod.signature.params if p.written]
-    n_in = len(mod.signature.params) - len(outs)
+    n_in = len(mod.signature.params) - len(outs) + len(mod.signature.scalars)
     if len(inputs) != n_in:
         ins = [p.name for p in mod.signature.params if not p.written]
+        ins += [p.name for p in mod.signature.scalars]
         raise TypeError(
             f"validate: {mod.name} takes {n_in} input(s) ({', '.join(ins)}), got {len(inputs)}"
         )
     got = mod(*inputs)
     got = list(got) if isinstance(got, tuple) else [got]
-    want = reference(*[np.array(a, copy=True) for a in inputs])
+    want = reference(*[np.array(a, copy=True) if hasattr(a, "shape") else a for a in inputs])
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     return compare(got, want, outs, rtol, atol)

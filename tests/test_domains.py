@@ -162,16 +162,26 @@ def test_cache_write_renames_reduce_bounds():
 # ---------------------------------------------------------------- 5. cache_write after reorder
 
 
-def test_cache_write_after_reorder_refused():
+def test_cache_write_after_reorder_lays_the_cache_out_in_loop_order():
+    # the reorder is kept, as TVM does: the cache is laid out (j, i), computed in that order
     B = pt.placeholder((8, 4), "float32", name="B")
     C = pt.compute((8, 4), lambda i, j: B[i, j] * 2.0, name="C")
     s = pt.create_schedule(C.op)
     s[C].reorder(C.op.axis[1], C.op.axis[0])
+    CL = s.cache_write(C, "local")
+    assert [str(d) for d in CL.shape] == ["4", "8"]
+    assert [st["prim"] for st in s.steps] == ["reorder", "cache_write"]
+    b = np.arange(32, dtype="float32").reshape(8, 4)
+    np.testing.assert_array_equal(pt.build(s, [B, C])(b), b * 2)
+    s2 = pt.create_schedule(C.op)
+    s2[C].reorder(C.op.axis[1], C.op.axis[0])
+    s2[C].parallel(C.op.axis[1])
     with pytest.raises(
-        pt.ScheduleError, match=r"cache_write on stage 'C': call it before .*reorder\(j, i\)"
+        pt.ScheduleError,
+        match=r"cache_write on stage 'C': call it before annotating .*parallel\(j\)",
     ):
-        s.cache_write(C, "local")
-    assert [st["prim"] for st in s.steps] == ["reorder"]
+        s2.cache_write(C, "local")
+    assert [st["prim"] for st in s2.steps] == ["reorder", "parallel"]
 
 
 # ---------------------------------------------------------------- select: the branch not taken

@@ -1,0 +1,181 @@
+"""Reducers: ``pt.sum``, ``pt.max``, ``pt.min`` and ``pt.comm_reducer`` (TVM's ``te``).
+
+    k = pt.reduce_axis((0, n), name="k")
+    C = pt.compute((m,), lambda i: pt.sum(A[i, k], axis=k, where=k != i, init=B[i]))
+    prod = pt.comm_reducer(lambda x, y: x * y, lambda dt: pt.const(1, dt), name="prod")
+
+A reducer is commutative and associative by contract: schedules reorder its
+combinations (split, reorder, rfactor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .expr import Const, Expr, Reduce, Select, Var, as_expr, binary, identity_value, walk
+from .tensor import IterVar
+
+
+class CommReducer:
+    """A commutative, associative combiner with an identity element.
+
+    It pickles (with the expressions that use it) when ``fcombine`` and ``fidentity``
+    do: module-level functions, not lambdas; the built-in reducers always do, and
+    come back as themselves.
+    """
+
+    def __init__(self, fcombine: Callable, fidentity: Callable, name: str):
+        self.fcombine = fcombine  # (Expr, Expr) -> Expr
+        self.fidentity = fidentity  # dtype -> Const
+        self.name = name
+
+    def combine(self, x, y) -> Expr:
+        return as_expr(self.fcombine(x, y))
+
+    def identity(self, dtype: str) -> Expr:
+        return as_expr(self.fidentity(dtype), dtype)
+
+    def combine_tuple(self, xs: tuple, ys: tuple) -> tuple:
+        """A tuple reducer's combination of two tuples (an argmax's (index, value))."""
+        out = self.fcombine(tuple(xs), tuple(ys))
+        if not isinstance(out, (tuple, list)) or len(out) != len(xs):
+            raise TypeError(f"{self.name}: fcombine must return a tuple of {len(xs)} values")
+        return tuple(as_expr(e, x.dtype) for e, x in zip(out, xs))
+
+    def identity_tuple(self, dtypes: tuple) -> tuple:
+        out = self.fidentity(*dtypes)
+        if not isinstance(out, (tuple, list)) or len(out) != len(dtypes):
+            raise TypeError(f"{self.name}: fidentity must return a tuple of {len(dtypes)} values")
+        return tuple(as_expr(e, dt) for e, dt in zip(out, dtypes))
+
+    def _tuple(self, srcs: tuple, axes: tuple, where, init) -> tuple:
+        """A tuple reduction: one Reduce per element, to be the bodies of one
+        multi-output ``pt.compute`` (``idx, val = pt.compute(..., lambda i: argmax(...))``)."""
+        dts = tuple(e.dtype for e in srcs)
+        if where is not None:
+            cond = as_expr(where)
+            if cond.dtype != "bool":
+                raise TypeError(f"{self.name}: where= must be a condition, got {cond.dtype}")
+            ident = self.identity_tuple(dts)
+            srcs = tuple(Select(cond, e, z, e.dtype) for e, z in zip(srcs, ident))
+        starts = [()] * len(srcs)
+        if init is not None:
+            if not isinstance(init, (tuple, list)) or len(init) != len(srcs):
+                raise TypeError(f"{self.name}: init= of a tuple reduction is a tuple of "
+                                f"{len(srcs)} values")  # fmt: skip
+            starts = [(as_expr(x, dt),) for x, dt in zip(init, dts)]
+        return tuple(Reduce(self, e, axes, e.dtype, s) for e, s in zip(srcs, starts))
+
+    def __reduce__(self):
+        if _BUILTIN.get(self.name) is self:
+            return (builtin_reducer, (self.name,))
+        return (CommReducer, (self.fcombine, self.fidentity, self.name))
+
+    def __call__(self, expr, axis, where=None, init=None) -> Reduce:
+        """``red(expr, axis=k, where=cond, init=value)``, as TVM's reducers.
+
+        ``where``: only the points where ``cond`` holds take part (the others contribute
+        the identity).  ``init``: the value the reduction starts from instead of the
+        identity, an expression over the spatial axes (``init=C0[i, j]``: ``C0 + A @ B``).
+
+            C[i] = init(i); for k: if cond(i, k): C[i] = combine(C[i], expr(i, k))
+        """
+        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+        for a in axes:
+            if not isinstance(a, IterVar) or a.kind != "reduce":
+                raise TypeError(f"{self.name}: axis must be pt.reduce_axis, got {a!r}")
+        if isinstance(expr, (tuple, list)):
+            return self._tuple(tuple(as_expr(e) for e in expr), axes, where, init)
+        expr = as_expr(expr)
+        if where is not None:
+            cond = as_expr(where)
+            if cond.dtype != "bool":
+                raise TypeError(f"{self.name}: where= must be a condition, got {cond.dtype}")
+            expr = Select(cond, expr, self.identity(expr.dtype), expr.dtype)
+        start = ()
+        if init is not None:
+            start = (as_expr(init, expr.dtype),)
+            if start[0].dtype != expr.dtype:
+                raise TypeError(
+                    f"{self.name}: init= is {start[0].dtype}, the reduction {expr.dtype}; "
+                    "use pt.cast"
+                )
+            if any(isinstance(x, Var) and x.axis in axes for x in walk(start[0])):
+                raise ValueError(f"{self.name}: init= may not name the reduce axes")
+        return Reduce(self, expr, axes, expr.dtype, start)
+
+    def __repr__(self):
+        return f"CommReducer({self.name})"
+
+
+def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> CommReducer:
+    """``pt.comm_reducer(lambda x, y: ..., lambda dtype: pt.const(...))``.
+
+    Returns a reducer used like ``pt.sum``: ``myred(expr, axis=k)``.
+    """
+    return CommReducer(fcombine, fidentity, name)
+
+
+def _add(x, y):
+    return binary("add", x, y)
+
+
+def _maximum(x, y):
+    return binary("max", x, y)
+
+
+def _minimum(x, y):
+    return binary("min", x, y)
+
+
+def _zero(dtype: str) -> Const:
+    return Const(0, dtype)
+
+
+def _lowest(dtype: str) -> Const:
+    return Const(identity_value("min", dtype), dtype)
+
+
+def _highest(dtype: str) -> Const:
+    return Const(identity_value("max", dtype), dtype)
+
+
+_sum = CommReducer(_add, _zero, "sum")
+_max = CommReducer(_maximum, _lowest, "max")
+_min = CommReducer(_minimum, _highest, "min")
+_BUILTIN = {r.name: r for r in (_sum, _max, _min)}
+
+
+def builtin_reducer(name: str) -> CommReducer:
+    """``pt.sum``'s (``"sum"``, ``"max"``, ``"min"``) reducer: what they unpickle to."""
+    return _BUILTIN[name]
+
+
+def _is_axis(a) -> bool:
+    if isinstance(a, IterVar):
+        return True
+    return isinstance(a, (list, tuple)) and len(a) > 0 and all(isinstance(x, IterVar) for x in a)
+
+
+def sum(expr, axis, where=None, init=None) -> Reduce:  # noqa: A001 - mirrors te.sum
+    """``pt.sum(expr, axis=k)`` (``axis`` may be a list of reduce axes); ``where=`` and
+    ``init=`` as TVM's (see ``CommReducer.__call__``)."""
+    return _sum(expr, axis, where, init)
+
+
+def max(a, b=None, axis=None, where=None, init=None) -> Expr:  # noqa: A001
+    """``pt.max(a, b)`` elementwise, or ``pt.max(expr, axis=k)`` a reduction."""
+    if axis is None and b is not None and _is_axis(b):
+        axis, b = b, None
+    if axis is not None:
+        return _max(a, axis, where, init)
+    return binary("max", a, b)
+
+
+def min(a, b=None, axis=None, where=None, init=None) -> Expr:  # noqa: A001
+    """``pt.min(a, b)`` elementwise, or ``pt.min(expr, axis=k)`` a reduction."""
+    if axis is None and b is not None and _is_axis(b):
+        axis, b = b, None
+    if axis is not None:
+        return _min(a, axis, where, init)
+    return binary("min", a, b)

@@ -1,0 +1,214 @@
+"""TVM's ``s.rfactor`` and ``where=``/``init=`` on reductions, against numpy."""
+
+import pickle
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+RNG = np.random.default_rng(11)
+
+
+def row_sum(m=13, dtype="float32", **kw):
+    n = pt.var("n")
+    A = pt.placeholder((n, m), dtype, name="A")
+    k = pt.reduce_axis((0, m), name="k")
+    C = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, **kw), name="C")
+    return A, C, k
+
+
+@pytest.mark.parametrize("factor", [4, 13, 5])
+def test_rfactor_inner_of_split(factor):
+    A, C, k = row_sum()
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=factor)
+    CF = s.rfactor(C, ki)
+    assert CF.name == "C.rf" and [str(d) for d in CF.shape] == [str(factor), "n"]
+    assert [iv.name for iv in s[C].op.reduce_axis] == ["k.inner.v"]
+    s[CF].reorder(s[CF].op.axis[1], s[CF].op.reduce_axis[0], s[CF].op.axis[0])
+    s[CF].vectorize(s[CF].op.axis[0])  # the lanes of the partial sums are independent
+    a = RNG.random((6, 13), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+
+
+def test_rfactor_outer_of_split_parallel_and_attached():
+    A, C, k = row_sum(m=64, dtype="float64")
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, nparts=8)
+    CF = s.rfactor(C, ko, factor_axis=1)
+    assert [str(d) for d in CF.shape] == ["n", "8"]
+    s[CF].compute_at(s[C], s[C].op.axis[0])
+    a = RNG.random((3, 64))
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1))
+    s2 = pt.create_schedule(C.op)
+    ko, ki = s2[C].split(k, nparts=8)
+    CF = s2.rfactor(C, ko)
+    s2[CF].parallel(s2[CF].op.axis[0])  # one partial sum per thread
+    np.testing.assert_allclose(pt.build(s2, [A, C])(a), a.sum(1))
+
+
+def test_rfactor_root_axis_with_other_reduce_axes_and_max():
+    A = pt.placeholder((4, 5, 6), "float32", name="A")
+    k = pt.reduce_axis((0, 5), name="k")
+    r = pt.reduce_axis((1, 6), name="r")
+    M = pt.compute((4,), lambda i: pt.max(A[i, k, r], axis=[k, r]), name="M")
+    s = pt.create_schedule(M.op)
+    MF = s.rfactor(M, k)
+    assert [str(d) for d in MF.shape] == ["5", "4"]
+    a = RNG.standard_normal((4, 5, 6)).astype("float32")
+    np.testing.assert_array_equal(pt.build(s, [A, M])(a), a[:, :, 1:].max(axis=(1, 2)))
+
+
+def test_rfactor_keeps_init_for_the_final_reduction():
+    n = pt.var("n")
+    A = pt.placeholder((n, 10), "float32", name="A")
+    B = pt.placeholder((n,), "float32", name="B")
+    k = pt.reduce_axis((0, 10), name="k")
+    C = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, init=B[i]), name="C")
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=3)
+    s.rfactor(C, ki)
+    a, b = RNG.random((4, 10), "float32"), RNG.random(4, "float32")
+    np.testing.assert_allclose(pt.build(s, [A, B, C])(a, b), b + a.sum(1), rtol=1e-5)
+
+
+def test_rfactor_refusals():
+    A, C, k = row_sum()
+    s = pt.create_schedule(C.op)
+    with pytest.raises(pt.ScheduleError, match="rfactor on stage 'C': loop i is not a reduce"):
+        s.rfactor(C, C.op.axis[0])
+    io, ii = s[C].split(C.op.axis[0], factor=2)
+    with pytest.raises(pt.ScheduleError, match=r"other loops were transformed already \(into i"):
+        s.rfactor(C, k)
+    D = pt.compute((3,), lambda i: A[i, 0] * 2, name="D")
+    with pytest.raises(pt.ScheduleError, match="rfactor on stage 'D': the stage is not a red"):
+        pt.create_schedule(D.op).rfactor(D, k)
+    A2, C2, k2 = row_sum()
+    s2 = pt.create_schedule(C2.op)
+    s2[C2].parallel(C2.op.axis[0])
+    with pytest.raises(pt.ScheduleError, match="call it before annotating or attaching"):
+        s2.rfactor(C2, k2)
+    n = pt.var("n")
+    T = pt.placeholder((n, n), "float32", name="T")
+    j = pt.reduce_axis((0, n), name="j")
+    tri = pt.reduce_axis((0, j + 1), name="tri")
+    S = pt.compute((n,), lambda i: pt.sum(T[i, tri] + T[i, j], axis=[j, tri]), name="S")
+    with pytest.raises(pt.ScheduleError, match="bounds of reduce axis tri name j; rfactor needs"):
+        pt.create_schedule(S.op).rfactor(S, j)
+
+
+def test_parallel_final_reduction_of_rfactor_is_refused():
+    A, C, k = row_sum()
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    s.rfactor(C, ki)
+    v = s[C].op.reduce_axis[0]
+    with pytest.raises(pt.ScheduleError, match=r"parallel\(k.inner.v\) on stage 'C'"):
+        s[C].parallel(v)
+        pt.lower(s, [A, C])
+
+
+# ---------------------------------------------------------------- where= and init=
+
+
+def test_where_and_init_on_reductions():
+    n = 7
+    A = pt.placeholder((n, n), "float64", name="A")
+    C0 = pt.placeholder((n,), "float64", name="C0")
+    k = pt.reduce_axis((0, n), name="k")
+    T = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, where=k <= i, init=C0[i] * 2), name="T")
+    M = pt.compute((n,), lambda i: pt.max(A[i, k], axis=k, where=k > i), name="M")
+    s = pt.create_schedule([T.op, M.op])
+    a, c0 = RNG.random((n, n)), RNG.random(n)
+    t, m = pt.build(s, [A, C0, T, M])(a, c0)
+    np.testing.assert_allclose(t, np.tril(a).sum(1) + 2 * c0)
+    np.testing.assert_array_equal(m, [a[i, i + 1 :].max(initial=-np.inf) for i in range(n)])
+    s2 = pt.create_schedule(T.op)
+    s2.cache_write(T, "local")  # init= follows the reduction into the cache
+    np.testing.assert_allclose(pt.build(s2, [A, C0, T])(a, c0), np.tril(a).sum(1) + 2 * c0)
+
+
+def test_where_and_init_refusals():
+    A = pt.placeholder((4, 4), "float32", name="A")
+    k = pt.reduce_axis((0, 4), name="k")
+    with pytest.raises(TypeError, match="sum: where= must be a condition, got float32"):
+        pt.compute((4,), lambda i: pt.sum(A[i, k], axis=k, where=A[i, k]))
+    with pytest.raises(TypeError, match="sum: init= is float64, the reduction float32"):
+        pt.compute((4,), lambda i: pt.sum(A[i, k], axis=k, init=pt.const(1, "float64")))
+    with pytest.raises(ValueError, match="sum: init= may not name the reduce axes"):
+        pt.compute((4,), lambda i: pt.sum(A[i, k], axis=k, init=A[i, k]))
+
+
+# ---------------------------------------------------------------- picklable reducers
+
+
+def _mul(x, y):
+    return x * y
+
+
+def _one(dtype):
+    return pt.const(1, dtype)
+
+
+def test_reducers_pickle_with_their_expressions():
+    prod = pt.comm_reducer(_mul, _one, name="prod")
+    A = pt.placeholder((3, 4), "float64", name="A")
+    k = pt.reduce_axis((0, 4), name="k")
+    C = pt.compute((3,), lambda i: prod(A[i, k], axis=k, where=k > 0), name="C")
+    C2 = pickle.loads(pickle.dumps(C))
+    assert C2.op.body.combiner.fcombine is _mul
+    s = pt.create_schedule(C2.op)
+    a = RNG.random((3, 4))
+    np.testing.assert_allclose(pt.build(s, [C2.op.input_tensors[0], C2])(a), a[:, 1:].prod(1))
+    red = pickle.loads(pickle.dumps(pt.sum(A[0, k], axis=k))).combiner
+    assert red is pt.sum(A[1, k], axis=k).combiner  # built-ins come back as themselves
+
+
+def test_pragma_unroll_explicit_and_unknown_pragmas():
+    A, C, k = row_sum(m=8)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    s[C].pragma(ki, "unroll_explicit")
+    assert s[C].attrs[ki] == "unrolled"
+    a = RNG.random((3, 8), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+    with pytest.raises(pt.ScheduleError, match="pragma on stage 'C': unknown pragma 'debug_skip"):
+        s[C].pragma(ko, "debug_skip_region")
+
+
+def test_rfactor_replays_from_json():
+    A, C, k = row_sum()
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    CF = s.rfactor(C, ki, factor_axis=1)
+    s[CF].vectorize(s[CF].op.axis[1])
+    doc = s.to_json()
+    assert doc["steps"][1] == {"stage": "C", "prim": "rfactor", "loop": "k.inner",
+                               "factor_axis": 1}  # fmt: skip
+    s2 = pt.Schedule.from_json(doc, [A, C])
+    a = RNG.random((5, 13), "float32")
+    np.testing.assert_allclose(pt.build(s2, [A, C])(a), a.sum(1), rtol=1e-5)
+    assert pt.lower(s2, [A, C]).__str__() == pt.lower(s, [A, C]).__str__()
+
+
+def test_rfactor_of_a_split_into_more_parts_than_points():
+    A, C, k = row_sum(m=13)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, nparts=32)  # 13 parts of 1, as the split itself makes
+    CF = s.rfactor(C, ko)
+    assert [str(d) for d in CF.shape] == ["13", "n"]
+    a = RNG.random((4, 13), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+
+
+def test_stage_rfactor_is_the_schedule_primitive():
+    A, C, k = row_sum(m=12)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    CF = s[C].rfactor(ki)
+    assert CF.name == "C.rf" and s.steps[-1]["prim"] == "rfactor"
+    with pytest.raises(TypeError, match="rfactor: factor_axis must be an int"):
+        s[CF].rfactor(s[CF].op.reduce_axis[0], factor_axis=ki)
+    a = RNG.random((3, 12), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
