@@ -222,8 +222,13 @@ def test_attention_reads_a_prefix_of_the_keys():
         at.get_template("attention")(1, 2, 12, 16, True, None, "float32", 30, 20)
 
 
-def _flash(args, **knobs):
+def _flash(args, key_block=None, **knobs):
+    """The flash form of ``args``; ``key_block`` the target's nearest block size at least as
+    large (the sizes are multiples of the target's lanes, so they differ by target)."""
     task = at.Task("attention", args)
+    if key_block is not None:
+        sizes = task.config_space.knobs["key_block"].values
+        knobs["key_block"] = min([b for b in sizes if b >= key_block] or [max(sizes)])
     cfg = dict(task.config_space.default_config().values, form="flash", **knobs)
     s, tensors = task.instantiate(task.config_space.config(cfg))
     return pt.build(s, tensors), tensors
