@@ -63,7 +63,7 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
         P, read = input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
         return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride, p)
     inner_tile(cfg, "tile_k", K, [1, 2, 4, 8], 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1)
-    define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rc, rr, rs])
+    define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rc, rr, rs], cfg["tile_k"].size[-1])
     # weights packed per tile of kb output channels, those innermost: the kb weights a
     # reduction step broadcasts share one cache line instead of touching kb lines
     cfg.define_knob("pack_w", [0, 1], default=1)

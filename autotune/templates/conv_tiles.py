@@ -75,10 +75,18 @@ def schedule_pad(cfg, s, P, force_root: bool = False):
     s[P].vectorize(axes[-1])
 
 
-def define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes):
-    inner_tile(cfg, "tile_oh", OH, [1, 2, 4], 1)
+def define_tile_knobs(cfg, OH, OW, lanes, stride, padding, red_axes, channels: int = 1):
+    """Tile knobs: ``tile_oh`` rows x ``tile_ow`` columns (x ``channels`` output channels,
+    the caller's default channel tile). The default tile is two vectors of columns and as
+    many rows as keep its accumulators within half the target's vector registers (the
+    rest hold the input vectors and broadcast weights): 4 rows for a depthwise tile on
+    16 or 32 registers, 1 row when a tile of 8 channels already fills that half."""
     wbs = [max(1, lanes // 2), lanes, 2 * lanes, 3 * lanes]
     wb_d = 2 * lanes if OW >= 2 * lanes else lanes
+    budget = cfg.target.vector_registers // 2
+    vecs = channels * -(-wb_d // lanes)
+    hb_d = max([h for h in (1, 2, 4) if h * vecs <= budget and h <= OH] or [1])
+    inner_tile(cfg, "tile_oh", OH, [1, 2, 4], hb_d)
     inner_tile(cfg, "tile_ow", OW, wbs, wb_d)
     cfg.define_knob("unroll_red", [0, 1], default=1)
     if stride > 1:
