@@ -92,7 +92,9 @@ def _schedules(k: Kernel, logs: str):
         warnings.simplefilter("always")
         with at.apply_history_best(log):
             key = at.workload_key(k.template, k.args)
-            tuned = bool(at.dispatch.lookup(key, pt.Target("host").key))
+            # the host's own records, or its base target's (x86-avx512 for -bf16)
+            keys = tpl.record_keys(k.args, pt.Target("host"))
+            tuned = bool(at.dispatch.lookup(key, keys))
             s, tensors = tpl(*k.args)
     tuned = tuned and not any("using the default config" in str(w.message) for w in caught)
     return ((s, tensors) if tuned else None), default
@@ -226,10 +228,15 @@ def report(results: dict, peaks: dict) -> str:
     return table(head + [f"{ref} (pypto/ref)" for ref in REFS], rows)
 
 
-def _host_key() -> str:
+def _host_logs() -> str:
+    """The shipped records' folder of the host's target, or of the base target it extends
+    (``tuning_logs/x86-avx512`` on an ``x86-avx512-bf16`` host: the same machine)."""
     import pypto as pt
 
-    return pt.Target("host").key
+    t = pt.Target("host")
+    keys = [t.key] + ([t.base] if t.base else [])
+    found = [d for d in (os.path.join(LOGS, k) for k in keys) if os.path.isdir(d)]
+    return found[0] if found else os.path.join(LOGS, t.key)
 
 
 def main(argv=None):
@@ -271,7 +278,7 @@ def main(argv=None):
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    a.logs = a.logs or os.path.join(LOGS, _host_key())
+    a.logs = a.logs or _host_logs()
     if not os.path.isdir(a.logs):
         p.error(f"--logs {a.logs}: no such directory")
     names = [n for n in a.only.split(",") if n]

@@ -214,3 +214,20 @@ def test_torch_ops_refuses_an_unknown_row():
                        cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2
     assert "--only 'conv' matches no row; rows: attention, attention causal, moe" in r.stderr
+
+
+def test_the_default_records_are_the_base_targets_where_the_host_extends_one(
+    tmp_path, monkeypatch
+):
+    """On an x86-avx512-bf16 host the shipped float32 records are x86-avx512's (the same
+    machine): the suite reads that folder instead of refusing a missing one."""
+    from benchmarks import suite
+
+    (tmp_path / "x86-avx512").mkdir()
+    monkeypatch.setattr(suite, "LOGS", str(tmp_path))
+    monkeypatch.setenv("PYPTO_TARGET", "x86-avx512-bf16")
+    assert suite._host_logs() == str(tmp_path / "x86-avx512")
+    (tmp_path / "x86-avx512-bf16").mkdir()
+    assert suite._host_logs() == str(tmp_path / "x86-avx512-bf16")
+    monkeypatch.setenv("PYPTO_TARGET", "x86-avx2")
+    assert suite._host_logs() == str(tmp_path / "x86-avx2")  # none: named in the error
