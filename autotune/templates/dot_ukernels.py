@@ -56,6 +56,10 @@ class DotISA:
     b_offset: bool = False  # B packed as unsigned b + 128 (the instruction's u8 operand)
     sub: str = ""  # {a} - {b}
     set1: str = ""  # {x}: an int32 in every lane
+    # the row sums of A an offset B needs, L * g elements a step: ``dot(acc, ones, load)``
+    ones: str = ""  # the unsigned operand of all ones
+    load_a: str = ""  # {p}: L * g elements of a row of A
+    hsum: str = ""  # {v}: the sum of an accumulator's lanes
 
 
 # helpers shared by every kernel of a module, defined once
@@ -95,6 +99,15 @@ static inline __m256i pt_dpbusd256(__m256i acc, __m256i a, __m256i b) {
   return acc;
 }
 #endif""",
+    "pt_hsum256": """#ifndef PT_HSUM256
+#define PT_HSUM256
+static inline int32_t pt_hsum256(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+#endif""",
 }
 
 ISAS = (
@@ -104,6 +117,7 @@ ISAS = (
         "_mm512_set1_epi32(pt_ld32({p}))",
         "pt_dpbusd512({acc}, {b}, {a})", "_mm512_storeu_si512({p}, {v});",
         True, "_mm512_sub_epi32({a}, {b})", "_mm512_set1_epi32({x})",
+        "_mm512_set1_epi8(1)", "_mm512_loadu_si512({p})", "_mm512_reduce_add_epi32({v})",
     ),
     DotISA(
         "avxvnni", ("avx_vnni", "avx2"), "int8", 4, 8, "immintrin.h",
@@ -113,6 +127,7 @@ ISAS = (
         "pt_dpbusd256({acc}, {b}, {a})",
         "_mm256_storeu_si256((__m256i*)({p}), {v});",
         True, "_mm256_sub_epi32({a}, {b})", "_mm256_set1_epi32({x})",
+        "_mm256_set1_epi8(1)", "_mm256_loadu_si256((const __m256i*)({p}))", "pt_hsum256({v})",
     ),
     DotISA(
         "avx512bw", ("avx512bw", "avx512f"), "int8", 2, 16, "immintrin.h",
@@ -241,7 +256,7 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     lines = [
         f"#include <{isa.header}>",
         _HELPERS,
-        *(text for fn, text in _ASM.items() if fn in isa.dot),
+        *(text for fn, text in _ASM.items() if fn in isa.dot + isa.hsum),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
         f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
@@ -258,12 +273,8 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         "  }",
         f"  {isa.acc_type} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";",
     ]
-    if isa.b_offset:  # sum (b + 128) a = sum a b + 128 sum a: the row sums of A
-        for r in range(mr):
-            lines += [
-                f"  int32_t rs{r} = 0;",
-                f"  for (int64_t k = 0; k < {K}; ++k) rs{r} += a[{r} * a0 + k];",
-            ]
+    if isa.b_offset:
+        lines += _row_sums(isa, mr, K)
     lines += [
         f"  for (int64_t ko = 0; ko < {K // g}; ++ko) {{",
         f"    const {belem}* bp = b + ko * b0;",
@@ -284,3 +295,24 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         lines.append("  " + isa.store.format(p=f"out + {r} * o0 + {v * L}", v=val))
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _row_sums(isa: DotISA, mr: int, K: int) -> list:
+    """C lines setting ``rs{r}`` = sum_k A[r, k] (sum (b + 128) a = sum a b + 128 sum a):
+    the instruction itself against a vector of ones, ``L * g`` bytes a step, the rows
+    interleaved (independent chains), then the lanes added; a ragged end of K by plain
+    adds."""
+    step = isa.lanes * isa.group
+    whole = K - K % step
+    lines = [f"  const {isa.op_type} ones = {isa.ones};"]
+    lines += [f"  {isa.acc_type} s{r} = {isa.zero};" for r in range(mr)]
+    lines.append(f"  for (int64_t k = 0; k < {whole}; k += {step}) {{")
+    for r in range(mr):
+        load = isa.load_a.format(p=f"a + {r} * a0 + k")
+        lines.append(f"    s{r} = {isa.dot.format(acc=f's{r}', b='ones', a=load)};")
+    lines.append("  }")
+    for r in range(mr):
+        lines.append(f"  int32_t rs{r} = {isa.hsum.format(v=f's{r}')};")
+        if whole < K:
+            lines.append(f"  for (int64_t k = {whole}; k < {K}; ++k) rs{r} += a[{r} * a0 + k];")
+    return lines
