@@ -76,11 +76,15 @@ class _Resolver:
             "loops": lambda v: tuple(self.loop(stage, x) for x in v),
             "outer": lambda v: self.loop(stage, v),
             "inner": lambda v: self.loop(stage, v),
+            "x_parent": lambda v: self.loop(stage, v),
+            "y_parent": lambda v: self.loop(stage, v),
             "tensor": self.tensor,
             "readers": lambda v: tuple(self.tensor(x) for x in v),
             "intrin": self.intrin,
             "factor": self.size,
             "nparts": self.size,
+            "x_factor": self.size,
+            "y_factor": self.size,
         }
         try:
             args = {f.name: rules.get(f.name, lambda v: v)(d[f.name]) for f in fields(cls)}

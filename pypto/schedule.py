@@ -232,6 +232,7 @@ JSON_VERSION = 1
 # step type -> its rule: the stage's (or the schedule's) method that applies it
 _RULES = {
     steps.Split: lambda sch, x: x.stage._split(x),
+    steps.Tile: lambda sch, x: x.stage._tile(x),
     steps.Reorder: lambda sch, x: x.stage._reorder(x),
     steps.Fuse: lambda sch, x: x.stage._fuse(x),
     steps.Skew: lambda sch, x: x.stage._skew(x),
@@ -257,7 +258,7 @@ def accumulator_dtype(dtype: str) -> str:
 
 def _step_text(step: dict) -> str:
     """``reorder(j, i)``: a step record as the call that made it."""
-    loops = step.get("loops") or ([step["loop"]] if "loop" in step else [])
+    loops = step.get("loops") or [step[k] for k in ("loop", "x_parent", "y_parent") if k in step]
     return f"{step['prim']}({', '.join(loops)})"
 
 

@@ -204,9 +204,12 @@ class Stage:
 
         for i: for j:   ->   for i.outer: for j.outer: for i.inner: for j.inner:
         """
-        xo, xi = self.split(x_parent, factor=x_factor)
-        yo, yi = self.split(y_parent, factor=y_factor)
-        self.reorder(xo, yo, xi, yi)
+        return self.schedule.apply(steps.Tile(self, x_parent, y_parent, x_factor, y_factor))
+
+    def _tile(self, step: steps.Tile):
+        xo, xi = self._split(steps.Split(self, step.x_parent, step.x_factor))
+        yo, yi = self._split(steps.Split(self, step.y_parent, step.y_factor))
+        self._reorder(steps.Reorder(self, (xo, yo, xi, yi)))
         return xo, yo, xi, yi
 
     def reorder(self, *ivars):

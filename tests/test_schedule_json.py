@@ -103,3 +103,23 @@ def test_from_json_binds_a_symbolic_factor_to_the_tensors_size():
     assert again.records[0].factor is f
     with pytest.raises(pt.ScheduleError, match="size 'f' is not a variable"):
         pt.Schedule.from_json(doc, [X, Y])
+
+
+def test_tile_is_one_step_and_round_trips():
+    A, B, C = _matmul()
+    s = pt.create_schedule(C.op)
+    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], x_factor=16, y_factor=8)
+    s[C].vectorize(yi)
+    assert [x["prim"] for x in s.steps] == ["tile", "vectorize"]
+    assert s.steps[0] == {
+        "stage": "C", "prim": "tile", "x_parent": "i", "y_parent": "j",
+        "x_factor": 16, "y_factor": 8,
+    }  # fmt: skip
+    assert [iv.name for iv in s[C].leaf_iter_vars] == [
+        "i.outer", "j.outer", "i.inner", "j.inner", "k"
+    ]  # fmt: skip
+    doc = json.loads(json.dumps(s.to_json()))
+    again = pt.Schedule.from_json(doc, [A, B, C])
+    assert again.to_json() == doc
+    c1 = pt.build(s, [A, B, C], target="generic", emit_only=True)
+    assert pt.build(again, [A, B, C], target="generic", emit_only=True) == c1
