@@ -2,11 +2,16 @@
 whole computation, and the schedule-level primitives (``cache_read``,
 ``cache_write``) that add stages.
 
-A primitive that can break a dependence is checked as it is applied
-(``check_stage``, from ``legality``), so the error names the call.
+Every primitive is a step (``pypto.steps``) given to ``Schedule.apply``, the
+only way a schedule changes. A primitive that can break a dependence is
+checked as it is applied (``check_stage``, from ``legality``), so the error
+names the call; a refused step leaves the schedule exactly as it was (its
+stages, their loops, relations and annotations, the steps list).
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 from . import legality, steps
 from .dtypes import STORAGE
@@ -25,6 +30,39 @@ from .tensor import (
     collect_ops,
     make_iter_var,
 )
+
+
+class StageState(NamedTuple):
+    """A stage's schedule at one moment: what ``Schedule.apply`` keeps to put back."""
+
+    op: Operation
+    roots: tuple
+    leaves: tuple
+    relations: tuple
+    attrs: tuple  # (leaf, kind) pairs
+    prefetches: tuple
+    tensorized: Any
+    attach: Any
+    fused_with: Any
+    inline: bool
+    scope: str
+
+
+def _stage_state(st: Stage) -> StageState:
+    """What the primitives change in a stage, as one frozen record."""
+    return StageState(
+        st.op, tuple(st.root_iter_vars), tuple(st.leaf_iter_vars), tuple(st.relations),
+        tuple(st.attrs.items()), tuple(st.prefetches), st.tensorized, st.attach,
+        st.fused_with, st.inline, st.scope,
+    )  # fmt: skip
+
+
+def _set_stage_state(st: Stage, x: StageState):
+    """Make ``x`` the stage's state (in fresh containers: ``x`` stays as it is)."""
+    st.op, st.inline, st.scope = x.op, x.inline, x.scope
+    st.root_iter_vars, st.leaf_iter_vars = list(x.roots), list(x.leaves)
+    st.relations, st.attrs, st.prefetches = list(x.relations), dict(x.attrs), list(x.prefetches)
+    st.tensorized, st.attach, st.fused_with = x.tensorized, x.attach, x.fused_with
 
 
 class Schedule:
@@ -76,9 +114,27 @@ class Schedule:
         stage = getattr(step, "stage", None)
         if stage is not None and (not isinstance(stage, Stage) or stage.schedule is not self):
             raise ScheduleError(f"{step.prim}: {stage!r} is not a stage of this schedule")
-        out = rule(self, step)
+        before = self._state()
+        try:
+            out = rule(self, step)
+        except Exception:
+            self._set_state(before)  # refused: the schedule exactly as it was
+            raise
         self.records.append(step)
         return out
+
+    def _state(self) -> tuple:
+        """The whole schedule's state as frozen data: its stages (in order) with each
+        one's ``StageState``. A step changes the live stages; ``apply`` keeps this to
+        put them back when the step is refused."""
+        return tuple((st, _stage_state(st)) for st in self.stages), tuple(self.stage_map.items())
+
+    def _set_state(self, state: tuple):
+        stages, stage_map = state
+        for st, x in stages:
+            _set_stage_state(st, x)
+        self.stages = [st for st, _ in stages]
+        self.stage_map = dict(stage_map)
 
     def to_json(self) -> dict:
         """The schedule as plain data: its outputs and its steps, objects by name.
@@ -93,7 +149,8 @@ class Schedule:
     def from_json(cls, doc, tensors, intrinsics=()) -> Schedule:
         """Replay ``s.to_json()`` (a dict or its JSON text) on the computation of
         ``tensors`` (the tensors the schedule was built for, e.g. ``[A, B, C]``).
-        ``intrinsics``: the ``TensorIntrin`` objects its tensorize steps name."""
+        A tensorize step names its intrinsic: one of ``intrinsics`` (``TensorIntrin``
+        objects), else one registered by that name (``pt.TensorIntrin.register``)."""
         return replay(cls, doc, tensors, intrinsics)
 
     def check_stage(self, stage: Stage, call: str, loop=None) -> None:

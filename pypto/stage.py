@@ -15,10 +15,10 @@ from . import steps
 from .compute_with import check_compute_with
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
+from .intrin import TensorIntrin
 from .prefetch import check_prefetch
 from .relations import Fuse, Skew, Split
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
-from .tensorize import TensorIntrin
 
 if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to it
     from .schedule import Schedule
@@ -227,11 +227,10 @@ class Stage:
             self._leaf(iv, "reorder")
         if len(set(map(id, ivars))) != len(ivars):
             raise self.error("reorder", "a loop is named twice")
-        snap = self._snapshot()
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
         for p, iv in zip(pos, ivars):
             self.leaf_iter_vars[p] = iv
-        self._check(f"reorder({', '.join(iv.name for iv in ivars)})", snap)
+        self._check(f"reorder({', '.join(iv.name for iv in ivars)})")
 
     def fuse(self, *ivars) -> IterVar:
         """Fuse adjacent loops into one.
@@ -298,27 +297,16 @@ class Stage:
         for iv in (outer, inner):
             if iv in self.attrs:
                 raise self.error("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
-        snap = self._snapshot()
         new = self._new_iv(inner.name + ".skew", inner.kind)
         self.relations.append(Skew(outer, inner, new, factor))
         self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new
-        self._check(f"skew({outer.name}, {inner.name})", snap)
+        self._check(f"skew({outer.name}, {inner.name})")
         return outer, new
 
-    def _snapshot(self) -> tuple:
-        return list(self.leaf_iter_vars), list(self.relations), dict(self.attrs)
-
-    def _restore(self, snap: tuple):
-        self.leaf_iter_vars, self.relations, self.attrs = snap
-
-    def _check(self, call: str, snap: tuple, loop: IterVar | None = None):
-        """Check the stage now, so that an error names the primitive that broke it;
-        a refused primitive leaves the schedule as it was."""
-        try:
-            self.schedule.check_stage(self, call, loop)
-        except ScheduleError:
-            self._restore(snap)
-            raise
+    def _check(self, call: str, loop: IterVar | None = None):
+        """Check the stage now, so that an error names the primitive that broke it
+        (``Schedule.apply`` then puts the schedule back as it was)."""
+        self.schedule.check_stage(self, call, loop)
 
     def _annotate(self, step):
         iv, prim = step.loop, step.prim
@@ -326,10 +314,9 @@ class Stage:
         kind = ANNOTATIONS[prim]
         if iv in self.attrs and self.attrs[iv] != kind:
             raise self.error(prim, f"loop {iv.name} is already {self.attrs[iv]}")
-        snap = self._snapshot()
         self.attrs[iv] = kind
         if prim != "unroll":
-            self._check(f"{prim}({iv.name})", snap, iv)
+            self._check(f"{prim}({iv.name})", iv)
 
     def parallel(self, iv):
         """Run a loop's iterations on several threads (OpenMP, static schedule)."""
@@ -420,13 +407,8 @@ class Stage:
     def _compute_with(self, step: steps.ComputeWith):
         other, loop = step.parent, step.loop
         check_compute_with(self, other, loop)
-        snap = self._snapshot()
         self.fused_with = FusedWith(other, loop)
-        try:
-            self._check(f"compute_with({other.name}, {loop.name})", snap)
-        except ScheduleError:
-            self.fused_with = None
-            raise
+        self._check(f"compute_with({other.name}, {loop.name})")
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.
