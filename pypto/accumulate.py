@@ -51,9 +51,9 @@ def accumulated_reduction(low, n, body, buf: Buffer, idx: Expr, init_idx: Expr, 
     init = Store(acc, acc_init, reduction_start(low, n, body, acc_dt))
     out = Store(buf, init_idx, Cast(Load(acc, acc_init, acc_dt), body.dtype))
     stmts = seq(
-        low._nest(n, later, init, with_reduce=False, attached=False),
-        low._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True),
-        low._nest(n, later, out, with_reduce=False, attached=False),
+        low.loop_nest(n, later, init, with_reduce=False, attached=False),
+        low.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True),
+        low.loop_nest(n, later, out, with_reduce=False, attached=False),
     )
     size: Expr = Const(1, "int64")
     for d in acc.shape:

@@ -131,7 +131,7 @@ class Lowering:
         if st.is_update:
             buf, idx = self.buffer_index(st.target_stage, self.lhs[st])
             store = update_store(self, n, buf, idx, body)
-            return self._nest(
+            return self.loop_nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
         if st.op.num_outputs > 1:
@@ -142,25 +142,25 @@ class Lowering:
         t = len(leaves) if st.tensorized is None else self._tensorized_at(st)
         if not isinstance(body, Reduce):
             store = Store(buf, idx, self.lower_expr(n, body))
-            inner = self._nest(n, range(t, len(leaves)), store, with_reduce=True, attached=True)
-            return self._nest(n, range(t), self._tensorize(n, inner), True, True)
+            inner = self.loop_nest(n, range(t, len(leaves)), store, with_reduce=True, attached=True)
+            return self.loop_nest(n, range(t), self._tensorize(n, inner), True, True)
         init_idx = simplify(
             substitute(flat, {iv.var: v for iv, v in n.init_value.items()}), self.ranges
         )
         p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
         if needs_accumulator(body) and st.tensorized is None:  # float16/bfloat16: in float32
             inner = accumulated_reduction(self, n, body, buf, idx, init_idx, p)
-            return self._nest(n, range(p), inner, True, True)
+            return self.loop_nest(n, range(p), inner, True, True)
         ident = reduction_start(self, n, body, body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
         init = Store(buf, init_idx, ident)
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
-        init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
-        upd_nest = self._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
+        init_nest = self.loop_nest(n, later_spatial, init, with_reduce=False, attached=False)
+        upd_nest = self.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
         t = min(t, p)  # tensorize checks that no reduce loop is outside its region
-        inner = self._nest(n, range(t, p), seq(init_nest, upd_nest), True, True)
-        return self._nest(n, range(t), self._tensorize(n, inner), True, True)
+        inner = self.loop_nest(n, range(t, p), seq(init_nest, upd_nest), True, True)
+        return self.loop_nest(n, range(t), self._tensorize(n, inner), True, True)
 
     def _tensorized_at(self, st: Stage) -> int:
         iv, intrin = st.tensorized
@@ -180,7 +180,10 @@ class Lowering:
         call, whole = bind(self.inferred, self.layout, n, at, intrin)
         return call if whole is None else IfThenElse(whole, call, loops)
 
-    def _nest(self, n: StageNest, positions, inner, with_reduce: bool, attached: bool):
+    def loop_nest(self, n: StageNest, positions, inner, with_reduce: bool, attached: bool):
+        """The loops of ``n`` at leaf ``positions`` (outermost first) around ``inner``: each
+        with its guards, prefetches and (``attached``) the stages computed at it; the
+        reduce loops' guards only ``with_reduce`` (an init nest runs over the box)."""
         st = n.stage
         s = inner
         for p in reversed(list(positions)):

@@ -50,7 +50,7 @@ def multi_output_stmt(low, n):
     every = range(len(leaves))
     if not isinstance(bodies[0], Reduce):
         stores = seq(*[Store(b, i, low.lower_expr(n, e)) for (b, i), e in zip(idx, bodies)])
-        return low._nest(n, every, stores, with_reduce=True, attached=True)
+        return low.loop_nest(n, every, stores, with_reduce=True, attached=True)
     if any(needs_accumulator(b) for b in bodies):
         raise ScheduleError(
             f"stage '{st.name}': a tuple reduction into float16/bfloat16 is not supported; "
@@ -73,6 +73,6 @@ def multi_output_stmt(low, n):
     for t in reversed(temps):
         update = Allocate(t, Const(1, "int64"), update)
     later = [q for q in range(p, len(leaves)) if leaves[q].kind == "spatial"]
-    init_nest = low._nest(n, later, init, with_reduce=False, attached=False)
-    upd_nest = low._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
-    return low._nest(n, range(p), seq(init_nest, upd_nest), True, True)
+    init_nest = low.loop_nest(n, later, init, with_reduce=False, attached=False)
+    upd_nest = low.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
+    return low.loop_nest(n, range(p), seq(init_nest, upd_nest), True, True)

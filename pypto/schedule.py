@@ -21,7 +21,7 @@ from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
 from .relayout import relayout
 from .replay import replay
 from .rfactor import rfactor_ops
-from .stage import Stage, _as_op
+from .stage import Stage, as_op
 from .tensor import (
     ComputeOp,
     Operation,
@@ -70,7 +70,7 @@ class Schedule:
 
     def __init__(self, outputs):
         outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        self.outputs = [_as_op(o) for o in outs]
+        self.outputs = [as_op(o) for o in outs]
         self.stages: list[Stage] = []
         self.stage_map: dict[Operation, Stage] = {}
         self.records: list[steps.Step] = []  # every step applied, in order
@@ -85,7 +85,7 @@ class Schedule:
                 self.stages.append(ust)
 
     def __getitem__(self, x) -> Stage:
-        op = _as_op(x)
+        op = as_op(x)
         try:
             return self.stage_map[op]
         except KeyError:
@@ -245,7 +245,7 @@ class Schedule:
             op.name, op.axis, read if acc == op.dtype else cast(op.dtype, read), op.dtype
         )
         st.op = copy
-        st._reset_leaves()
+        st.reset_leaves()
         st.relations = []
         self.stage_map[copy] = st
         cst = Stage(self, cache)
@@ -278,7 +278,7 @@ class Schedule:
         rf, new = rfactor_ops(st.op, st.relations, step.loop, fa)
         st.op = new
         st.relations = []
-        st._reset_leaves()
+        st.reset_leaves()
         self.stage_map[new] = st
         self._insert_before(Stage(self, rf), [st])
         return rf.output(0)

@@ -1,7 +1,10 @@
 """Stages: the schedule of one operation, and the primitives that reshape its loops.
 
-Every primitive also appends a Step record (plain JSON data) to
-``Schedule.steps``, so a schedule can be stored, diffed and replayed.
+Every primitive is a Step record (plain JSON data) given to ``Schedule.apply``,
+which runs the stage's rule for it (the ``_split``, ``_reorder``, ... methods:
+private, as only ``apply`` may call them, keeping the record and putting the
+schedule back when the step is refused), so a schedule can be stored, diffed
+and replayed.
 Loop variables created by primitives get their extents at lowering, when
 the region each stage must compute is known. A primitive that can break a
 dependence asks its schedule to check the stage (``Schedule.check_stage``).
@@ -29,7 +32,8 @@ ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unr
 PRAGMAS = {"unroll_explicit": "unroll"}
 
 
-def _as_op(x) -> Operation:
+def as_op(x) -> Operation:
+    """The operation of a tensor (or the operation itself)."""
     if isinstance(x, Tensor):
         return x.op
     if isinstance(x, Operation):
@@ -84,9 +88,10 @@ class Stage:
         self.update_stages: list[Stage] = []  # stages of the update definitions
         self.target_stage: Stage | None = None  # for an update stage: the pure stage
         self.n_updates = len(getattr(op, "updates", ()))
-        self._reset_leaves()
+        self.reset_leaves()
 
-    def _reset_leaves(self):
+    def reset_leaves(self):
+        """Loops afresh from the stage's operation (after cache_write or rfactor gave it one)."""
         op = self.op
         self.root_iter_vars = (
             list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
