@@ -21,6 +21,7 @@ only builds its statements, for ``pypto.lowering``.
 from __future__ import annotations
 
 from .accumulate import needs_accumulator
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Cast, Const, Load, Reduce, substitute
 from .loop_ir import Allocate, Buffer, Store, seq
@@ -63,15 +64,15 @@ def multi_output_stmt(low, n):
     olds = tuple(Load(b, i, e.dtype) for (b, i), e in zip(idx, bodies))
     srcs = tuple(low.lower_expr(n, e.source) for e in bodies)
     new = bodies[0].combiner.combine_tuple(olds, srcs)
-    temps = [Buffer(f"{st.name}.t{j}", e.dtype, (Const(1, "int64"),), "local")
+    temps = [Buffer(f"{st.name}.t{j}", e.dtype, (Const(1, INDEX),), "local")
              for j, e in enumerate(bodies)]  # fmt: skip
-    zero = Const(0, "int64")
+    zero = Const(0, INDEX)
     update = seq(
         *[Store(t, zero, v) for t, v in zip(temps, new)],
         *[Store(b, i, Load(t, zero, t.dtype)) for (b, i), t in zip(idx, temps)],
     )
     for t in reversed(temps):
-        update = Allocate(t, Const(1, "int64"), update)
+        update = Allocate(t, Const(1, INDEX), update)
     later = [q for q in range(p, len(leaves)) if leaves[q].kind == "spatial"]
     init_nest = low.loop_nest(n, later, init, with_reduce=False, attached=False)
     upd_nest = low.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import legality, steps
-from .dtypes import STORAGE
+from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
@@ -321,7 +321,7 @@ def _step_text(step: dict) -> str:
 
 def _copy_op(name: str, tensor: Tensor) -> Tensor:
     axis = tuple(
-        make_iter_var(f"ax{d}", Const(0, "int64"), ext, "spatial")
+        make_iter_var(f"ax{d}", Const(0, INDEX), ext, "spatial")
         for d, ext in enumerate(tensor.shape)
     )
     body = tensor[tuple(iv.var for iv in axis)]

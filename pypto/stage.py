@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import steps
 from .compute_with import check_compute_with
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
 from .intrin import TensorIntrin
@@ -155,7 +156,7 @@ class Stage:
         while name in taken:
             name = f"{base}{n}"
             n += 1
-        return make_iter_var(name, Const(0, "int64"), None, kind)
+        return make_iter_var(name, Const(0, INDEX), None, kind)
 
     def _not_prefetched(self, iv: IterVar, prim: str):
         if any(p[1] is iv for p in self.prefetches):

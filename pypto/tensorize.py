@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -119,7 +120,7 @@ def _pair_loops(nests, n, intrin, region) -> tuple[dict, dict, list]:
         consts[iv] = int(c)
         if not isinstance(ext, Const):  # min(c, e) is c when e >= c
             e = _min_other(ext, int(c))
-            whole.append(Cmp("ge", ext if e is None else e, Const(int(c), "int64")))
+            whole.append(Cmp("ge", ext if e is None else e, Const(int(c), INDEX)))
     for iv in region:
         if consts[iv] > 1 and roots[iv] is None:
             raise _err(
@@ -192,7 +193,7 @@ def _operand(nests, n, intrin, pairs, leaf_of, region: set) -> Operand:
     ``pairs`` of (flat index over the stage's leaves, buffer, the intrinsic's indices);
     ``region`` the variables of the tensorized loops."""
     st = n.stage
-    zero = {v: Const(0, "int64") for v in region}
+    zero = {v: Const(0, INDEX) for v in region}
     eqs, origins = [], []
     buf = pairs[0][1]
     for flat, b, idx in pairs:
@@ -220,9 +221,9 @@ def _operand(nests, n, intrin, pairs, leaf_of, region: set) -> Operand:
     index = None
     for b0, consts in origins:
         shift = sum(s * c for s, c in zip(strides, consts))
-        i = simplify(Binary("sub", b0, Const(shift, "int64"), "int64"), nests.ranges)
+        i = simplify(Binary("sub", b0, Const(shift, INDEX), INDEX), nests.ranges)
         if index is not None:
-            diff = simplify(Binary("sub", i, index, "int64"), nests.ranges)
+            diff = simplify(Binary("sub", i, index, INDEX), nests.ranges)
             if not (isinstance(diff, Const) and diff.value == 0):
                 raise _err(st, intrin, f"two reads of {buf.name} disagree on its element 0")
         index = i
@@ -305,7 +306,7 @@ def bind(nests, layout, n, pos: int, intrin: TensorIntrin):
 
 def _whole(nests, n, pos: int, intrin, consts: dict, conds: list):
     """Conditions under which every guard inside the region holds for the whole tile."""
-    relaxed = {iv.var: Const(c, "int64") for iv, c in consts.items()}
+    relaxed = {iv.var: Const(c, INDEX) for iv, c in consts.items()}
     out = list(conds)
     for p, guards in n.guards.items():
         if p < pos:
@@ -313,12 +314,12 @@ def _whole(nests, n, pos: int, intrin, consts: dict, conds: list):
         for cond, _ in guards:
             if not isinstance(cond, Cmp) or cond.op not in ("lt", "le", "gt", "ge"):
                 raise _err(n.stage, intrin, f"cannot tell when guard {cond} holds for a tile")
-            d = Binary("sub", cond.a, cond.b, "int64")
+            d = Binary("sub", cond.a, cond.b, INDEX)
             r = relax(d, relaxed, nests.ranges)
             if r is None:
                 raise _err(n.stage, intrin, f"guard {cond} is not analysable")
             lo, hi = r
-            zero = Const(0, "int64")
+            zero = Const(0, INDEX)
             out.append(Cmp(cond.op, hi if cond.op in ("lt", "le") else lo, zero))
     if not out:
         return None
