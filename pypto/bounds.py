@@ -21,7 +21,9 @@ changes the schedule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from . import domain, regions
@@ -80,18 +82,18 @@ class StageNest:
     stage: Stage
     region: tuple
     prefix: tuple
-    leaf_ext: dict
-    box_ext: dict
-    root_min: dict
-    root_value: dict
-    true_dom: dict
+    leaf_ext: Mapping
+    box_ext: Mapping
+    root_min: Mapping
+    root_value: Mapping
+    true_dom: Mapping
     tightened: bool
     shared: int
-    init_value: dict
+    init_value: Mapping
     init_conds: list | None
-    init_guards: dict
-    guards: dict
-    ext: dict
+    init_guards: Mapping
+    guards: Mapping
+    ext: Mapping
 
     @property
     def context(self) -> list:
@@ -138,13 +140,13 @@ class Nests(_Reads):
     changes it."""
 
     sch: Schedule
-    nests: dict  # Stage -> StageNest, every stage that is neither a placeholder nor inlined
-    bodies: dict  # Stage -> its body, inlined producers expanded
-    more_bodies: dict  # Stage -> a multi-output stage's other bodies
-    lhs: dict  # update Stage -> the indices it writes
-    consumers: dict  # Stage -> the stages that read it
+    nests: Mapping  # Stage -> StageNest, every stage that is neither a placeholder nor inlined
+    bodies: Mapping  # Stage -> its body, inlined producers expanded
+    more_bodies: Mapping  # Stage -> a multi-output stage's other bodies
+    lhs: Mapping  # update Stage -> the indices it writes
+    consumers: Mapping  # Stage -> the stages that read it
     ranges: Ranges  # every leaf variable's range
-    args: list  # the argument tensors
+    args: tuple  # the argument tensors
     checks: BoundsReport
 
     def nest(self, st: Stage) -> StageNest:
@@ -158,9 +160,11 @@ def infer(sch: Schedule, checks: BoundsReport = NO_REPORT, args=()) -> Nests:
     for st in sch.stages:
         if not st.is_placeholder and not st.inline:
             b.nest(st)
+    ro = MappingProxyType
     return Nests(
-        sch, b.nests, b.bodies, b.more_bodies, b.lhs, b.consumers, b.ranges, b.args, checks
-    )
+        sch, ro(b.nests), ro(b.bodies), ro(b.more_bodies), ro(b.lhs), ro(b.consumers),
+        b.ranges, tuple(b.args), checks,
+    )  # fmt: skip
 
 
 class Bounds(_Reads):
@@ -240,10 +244,11 @@ class Bounds(_Reads):
         self._domain(d)
         self._loops(d)
         self.in_progress.discard(st)
+        ro = MappingProxyType  # read-only views: a nest is data once inferred
         n = self.nests[st] = StageNest(
-            st, tuple(d.region), tuple(d.prefix), d.leaf_ext, d.box_ext, d.root_min,
-            d.root_value, d.true_dom, d.tightened, d.shared, d.init_value, d.init_conds,
-            d.init_guards, d.guards, d.ext,
+            st, tuple(d.region), tuple(d.prefix), ro(d.leaf_ext), ro(d.box_ext),
+            ro(d.root_min), ro(d.root_value), ro(d.true_dom), d.tightened, d.shared,
+            ro(d.init_value), d.init_conds, ro(d.init_guards), ro(d.guards), ro(d.ext),
         )  # fmt: skip
         return n
 

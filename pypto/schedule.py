@@ -114,7 +114,7 @@ class Schedule:
         stage = getattr(step, "stage", None)
         if stage is not None and (not isinstance(stage, Stage) or stage.schedule is not self):
             raise ScheduleError(f"{step.prim}: {stage!r} is not a stage of this schedule")
-        before = self._state()
+        before = self._state(None if type(step) in _ADDS_STAGES else stage)
         try:
             out = rule(self, step)
         except Exception:
@@ -123,18 +123,21 @@ class Schedule:
         self.records.append(step)
         return out
 
-    def _state(self) -> tuple:
-        """The whole schedule's state as frozen data: its stages (in order) with each
-        one's ``StageState``. A step changes the live stages; ``apply`` keeps this to
-        put them back when the step is refused."""
+    def _state(self, stage: Stage | None) -> tuple:
+        """What a step may change, as frozen data: ``stage``'s ``StageState`` (a stage's
+        rule changes that stage only), or, for a step that adds stages, every stage's
+        with the stage list and map. ``apply`` keeps it to put back a refused step."""
+        if stage is not None:
+            return ((stage, _stage_state(stage)),), None
         return tuple((st, _stage_state(st)) for st in self.stages), tuple(self.stage_map.items())
 
     def _set_state(self, state: tuple):
         stages, stage_map = state
         for st, x in stages:
             _set_stage_state(st, x)
-        self.stages = [st for st, _ in stages]
-        self.stage_map = dict(stage_map)
+        if stage_map is not None:
+            self.stages = [st for st, _ in stages]
+            self.stage_map = dict(stage_map)
 
     def to_json(self) -> dict:
         """The schedule as plain data: its outputs and its steps, objects by name.
@@ -285,6 +288,9 @@ class Schedule:
 
 
 JSON_VERSION = 1
+
+# the steps that add stages (and change their readers); any other changes its own stage only
+_ADDS_STAGES = (steps.CacheRead, steps.CacheWrite, steps.RFactor)
 
 # step type -> its rule: the stage's (or the schedule's) method that applies it
 _RULES = {
