@@ -46,15 +46,15 @@ def _model(sch: Schedule, stage: Stage, nests: Nests | None = None) -> GroupMode
     pure = _pure(stage)
     if pure.is_placeholder or pure.inline:
         return None
-    low = nests or Bounds(sch)  # a schedule being built: infer just the stages asked
+    inferred = nests or Bounds(sch)  # a schedule being built: infer just these stages
     groups = cluster_groups(sch, pure)
     for g in groups or (pure,):
         for st in (g, *g.update_stages):
-            low.nest(st)
+            inferred.nest(st)
     if groups is None:
-        return GroupModel(pure, low.nests)
+        return GroupModel(pure, inferred.nests)
     index = {st: k for k, st in enumerate(sch.stages)}
-    return ClusterModel(groups, low.nests, node_order(sch, low), index)
+    return ClusterModel(groups, inferred.nests, node_order(sch, inferred), index)
 
 
 def cluster_groups(sch: Schedule, pure: Stage) -> list | None:
