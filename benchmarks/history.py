@@ -20,9 +20,11 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import cpu_name
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # also run by path: python benchmarks/history.py
+
+from benchmarks.common import cpu_name  # noqa: E402
+
 HISTORY = os.path.join(ROOT, "benchmarks", "history.jsonl")
 START, END = "<!-- perf-table -->", "<!-- /perf-table -->"
 REFS = ("numpy", "torch", "torch.compile")
