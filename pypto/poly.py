@@ -74,7 +74,7 @@ class GroupModel:
     def __init__(self, stage: Stage, nests: dict):
         self.stage = stage  # the pure stage of the tensor
         self.tensor_op = stage.origin_op
-        self.nests = nests  # Stage -> lowering.StageNest (extents, regions)
+        self.nests = nests  # Stage -> bounds.StageNest (extents, regions)
         self.namer = Namer()
         self.params: dict = {}  # Var -> isl name (sizes and enclosing loop variables)
         self.param_ctx: list[str] = []

@@ -26,7 +26,7 @@ from .simplify import INF, bounds, simplify
 
 
 def update_store(low, n, buf: Buffer, idx: Expr, body: Expr) -> Stmt:
-    """``buf[idx] = body`` for update stage ``n`` (a ``lowering.StageNest``), each
+    """``buf[idx] = body`` for update stage ``n`` (a ``bounds.StageNest``), each
     reduction in ``body`` computed first into its accumulator. ``low`` is the Lowering."""
     found: list = []
 
