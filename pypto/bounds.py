@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from . import domain, regions
@@ -52,6 +51,18 @@ if TYPE_CHECKING:  # a type only: the schedule module imports this one
 
 def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
     return Const(0, iv.var.dtype) if isinstance(ext, Const) and ext.value == 1 else iv.var
+
+
+class FrozenDict(dict):
+    """A dict that refuses every change (read as fast as a dict, unlike a mapping proxy)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("the inferred nests are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
 
 
 class _Draft:
@@ -160,7 +171,7 @@ def infer(sch: Schedule, checks: BoundsReport = NO_REPORT, args=()) -> Nests:
     for st in sch.stages:
         if not st.is_placeholder and not st.inline:
             b.nest(st)
-    ro = MappingProxyType
+    ro = FrozenDict
     return Nests(
         sch, ro(b.nests), ro(b.bodies), ro(b.more_bodies), ro(b.lhs), ro(b.consumers),
         b.ranges, tuple(b.args), checks,
@@ -244,7 +255,7 @@ class Bounds(_Reads):
         self._domain(d)
         self._loops(d)
         self.in_progress.discard(st)
-        ro = MappingProxyType  # read-only views: a nest is data once inferred
+        ro = FrozenDict  # a nest is data once inferred
         n = self.nests[st] = StageNest(
             st, tuple(d.region), tuple(d.prefix), ro(d.leaf_ext), ro(d.box_ext),
             ro(d.root_min), ro(d.root_value), ro(d.true_dom), d.tightened, d.shared,
