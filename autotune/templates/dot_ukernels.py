@@ -182,34 +182,53 @@ def usable(target, dtype: str, K: int) -> DotISA | None:
     return isa if isa is not None and K % isa.group == 0 else None
 
 
-def packed_b(isa: DotISA, read, N: int, K: int, nr: int, name: str = "B_packed"):
-    """``BP[jo, ko, ji, kq] = B[ko * g + kq, jo * nr + ji]`` with ``read(k, n)`` giving
-    ``B[k, n]`` (the ragged last panel repeats column N - 1; those lanes are never
-    stored), plus 128 as uint8 for an ISA whose instruction wants B unsigned."""
+def packed_b(isa: DotISA, read, N: int, K: int, nr: int, name: str = "B_packed", batch=()):
+    """``BP[*b, jo, ko, ji, kq] = B[*b, ko * g + kq, jo * nr + ji]`` with
+    ``read(*b, k, n)`` giving ``B[*b, k, n]`` (``batch``: the extents of leading batch
+    axes; the ragged last panel repeats column N - 1; those lanes are never stored),
+    plus 128 as uint8 for an ISA whose instruction wants B unsigned."""
     g = isa.group
 
-    def value(jo, ko, ji, kq):
-        b = read(ko * g + kq, pt.min(jo * nr + ji, N - 1))
-        return pt.cast("uint8", pt.cast("int32", b) + 128) if isa.b_offset else b
+    def value(b, jo, ko, ji, kq):
+        v = read(*b, ko * g + kq, pt.min(jo * nr + ji, N - 1))
+        return pt.cast("uint8", pt.cast("int32", v) + 128) if isa.b_offset else v
 
-    return pt.compute((-(-N // nr), K // g, nr, g), value, name=name)
+    _one_batch_axis(batch)
+    if batch:
+        fn = lambda b, jo, ko, ji, kq: value((b,), jo, ko, ji, kq)  # noqa: E731
+    else:
+        fn = lambda jo, ko, ji, kq: value((), jo, ko, ji, kq)  # noqa: E731
+    return pt.compute((*batch, -(-N // nr), K // g, nr, g), fn, name=name)
 
 
-def dot_gemm(isa: DotISA, A, read_b, shape: tuple, mr: int, nr: int, product, names=("C", "B")):
-    """``C[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[j // nr, ko, j % nr, kq]`` over the
-    packed B of ``read_b(k, n)`` (``shape`` = (M, N, K)), and the tile intrinsic for it
-    (on the accumulator ``cache_write`` makes). ``product(a, b)`` is the template's
-    product. Returns ``(C, BP, intrinsic)``."""
+def _one_batch_axis(batch: tuple) -> None:
+    if len(batch) > 1:
+        raise ValueError(f"dot kernels take at most one batch axis, not {len(batch)}")
+
+
+def dot_gemm(
+    isa: DotISA, A, read_b, shape: tuple, mr: int, nr: int, product, names=("C", "B"), batch=()
+):
+    """``C[*b, i, j] = sum_{ko, kq} A[*b, i, ko*g + kq] * BP[*b, j // nr, ko, j % nr, kq]``
+    over the packed B of ``read_b(*b, k, n)`` (``shape`` = (M, N, K), ``batch`` the
+    extents of leading batch axes of A, B and C), and the tile intrinsic for it (on the
+    accumulator ``cache_write`` makes). ``product(a, b)`` is the template's product.
+    Returns ``(C, BP, intrinsic)``."""
     g = isa.group
     M, N, K = shape
-    BP = packed_b(isa, read_b, N, K, nr, name=f"{names[1]}_packed")
+    BP = packed_b(isa, read_b, N, K, nr, name=f"{names[1]}_packed", batch=batch)
     prod = operand_product(isa, product)
     ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
-    C = pt.compute(
-        (M, N),
-        lambda i, j: pt.sum(prod(A[i, ko * g + kq], BP[j // nr, ko, j % nr, kq]), axis=[ko, kq]),
-        name=names[0],
-    )
+
+    def body(b, i, j):
+        bp = BP[(*b, j // nr, ko, j % nr, kq)]
+        return pt.sum(prod(A[(*b, i, ko * g + kq)], bp), axis=[ko, kq])
+
+    if batch:  # the loops keep the axes' names
+        fn = lambda b, i, j: body((b,), i, j)  # noqa: E731
+    else:
+        fn = lambda i, j: body((), i, j)  # noqa: E731
+    C = pt.compute((*batch, M, N), fn, name=names[0])
     acc = accumulator_dtype(C.dtype)
     tile = gemm_tile(isa, mr, nr, K, lambda a, b: pt.cast(acc, prod(a, b)))
     return C, BP, tile

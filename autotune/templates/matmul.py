@@ -161,11 +161,11 @@ def schedule_gemm(
     if tile_intrin is None:
         s[BP].vectorize(s[BP].op.axis[-1])
     elif pack_k_inner:  # the dot kernels' layout [jo, ko, ji, kq] from rows of W
-        jo_, ko_, ji_, kq_ = s[BP].op.axis
+        jo_, ko_, ji_, kq_ = s[BP].op.axis[-4:]
         s[BP].reorder(jo_, ji_, ko_, kq_)
         s[BP].unroll(kq_)
-    else:  # the dot kernels' layout [jo, ko, ji, kq]: rows of B read contiguously
-        jo_, ko_, ji_, kq_ = s[BP].op.axis
+    else:  # the dot kernels' layout [(b,) jo, ko, ji, kq]: rows of B read contiguously
+        jo_, ko_, ji_, kq_ = s[BP].op.axis[-4:]
         s[BP].reorder(jo_, ko_, kq_, ji_)
         s[BP].unroll(kq_)
         s[BP].vectorize(ji_)
@@ -223,16 +223,31 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     p = precision.precision(dtype, "batch_matmul")
     A = pt.placeholder((B, M, K), dtype, name="A")
     Bm = pt.placeholder((B, K, N), dtype, name="B")
-    k = pt.reduce_axis((0, K), name="k")
-    C = pt.compute(
-        (B, M, N),
-        lambda b, i, j: pt.sum(precision.product(p, A[b, i, k], Bm[b, k, j]), axis=k),
-        name="C",
-    )
     cfg.add_flop(2.0 * B * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p))
+    isa = dot_ukernels.usable(cfg.target, dtype, K)
+    pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack)
+    if isa is not None:
+        cfg.define_knob("ukernel", [0, 1], default=1)
+    if isa is None or not cfg["ukernel"].val:
+        k = pt.reduce_axis((0, K), name="k")
+        C = pt.compute(
+            (B, M, N),
+            lambda b, i, j: pt.sum(precision.product(p, A[b, i, k], Bm[b, k, j]), axis=k),
+            name="C",
+        )
+        s = pt.create_schedule(C.op)
+        CL = s.cache_write(C, "local")
+        schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])
+        return s, [A, Bm, C]
+    # the dot-product kernel per batch: B's panels packed as matmul's, one set per batch
+    nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
+    C, BP, tile = dot_ukernels.dot_gemm(
+        isa, A, lambda b, k, n: Bm[b, k, n], (M, N, K), mr, nr,
+        lambda a, b: precision.product(p, a, b), batch=(B,),
+    )  # fmt: skip
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
-    schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])
+    schedule_gemm(cfg, s, C, CL, M, batch_axis=C.op.axis[0], pack=lambda: BP, tile_intrin=tile)
     return s, [A, Bm, C]
