@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pypto as pt
+from pypto.dtypes import numpy_dtype
 from pypto.schedule import accumulator_dtype
 
 
@@ -180,6 +181,27 @@ def usable(target, dtype: str, K: int) -> DotISA | None:
     (no kernel, or K not a whole number of groups)."""
     isa = dot_isa(target, dtype)
     return isa if isa is not None and K % isa.group == 0 else None
+
+
+BLOCKS = (8, 16, 32, 64)  # the row-tile counts of matmul's block_i knob
+
+
+def row_block(target, a_bytes: int, M: int, K: int, dtype: str):
+    """The default rows blocking of a dot-kernel GEMM, as a function of ``mr``: none
+    (0) while A fits in half of ``target``'s L2, else the most row tiles whose rows of
+    A fill a quarter of it (A's block then stays in L2 while it meets every column
+    panel, which is packed once before the blocks instead of streaming A from L3 per
+    panel). 1 thread, int8 1024^3 on Zen 5: 0.74x -> 0.86-0.92x torch._int_mm."""
+    l2 = target.l2_bytes or 0
+    if not l2 or a_bytes <= l2 // 2:
+        return lambda mr: 0
+    row = K * numpy_dtype(dtype).itemsize
+
+    def block(mr: int) -> int:
+        fits = [b for b in BLOCKS if b * mr * row <= l2 // 4 and b * mr < M]
+        return max(fits, default=0)
+
+    return block
 
 
 def packed_b(isa: DotISA, read, N: int, K: int, nr: int, name: str = "B_packed", batch=()):

@@ -36,7 +36,14 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def define_gemm_knobs(
-    cfg, M: int, N: int, lanes: int, prefix: str = "", pack_options=(0, 1), a_bytes: int = 0
+    cfg,
+    M: int,
+    N: int,
+    lanes: int,
+    prefix: str = "",
+    pack_options=(0, 1),
+    a_bytes: int = 0,
+    block_default=None,
 ):
     """The knobs shared by the GEMM-like templates (matmul, batch_matmul, dense).
 
@@ -46,7 +53,8 @@ def define_gemm_knobs(
     reduction unrolled by that factor, ``par`` which loop runs in parallel.
     ``pack_options`` restricts ``pack_b`` (dense always packs its transposed weights).
     ``a_bytes`` (the size of A) turns row blocking on by default when A would not
-    stay in the last-level cache while every column panel streams over it.
+    stay in the last-level cache while every column panel streams over it;
+    ``block_default`` (row tiles, a function of ``mr``) replaces that rule.
     """
     mrs = [2, 4, 6, 8]
     nrs = [lanes, 2 * lanes, 3 * lanes, 4 * lanes]
@@ -69,6 +77,8 @@ def define_gemm_knobs(
         default=[-1, nr_d],
     )
     block_d = 64 if a_bytes >= cfg.target.l3_bytes // 2 else 0
+    if block_default is not None:
+        block_d = block_default(mr_d)
     cfg.define_knob(prefix + "block_i", [0, 8, 16, 32, 64], default=block_d)
     cfg.define_knob(prefix + "pack_b", list(pack_options), default=1)
     cfg.define_knob(prefix + "unroll_k", [1, 2, 4, 8], default=1)
@@ -156,8 +166,11 @@ def schedule_gemm(
     if not cfg[prefix + "pack_b"].val:
         return None
     BP = pack() if pack is not None else s.cache_read(B_tensor, "local", [CL])
-    # once per column panel (per row tile too when rows are outermost unblocked)
-    s[BP].compute_at(s[C], attach_b)
+    if tile_intrin is not None and i0 is not None and batch_axis is None:
+        # row blocks revisit every panel: the dot kernels' B packed once, before them
+        s[BP].parallel(s[BP].op.axis[0])
+    else:  # once per column panel (per row tile too when rows are outermost unblocked)
+        s[BP].compute_at(s[C], attach_b)
     if tile_intrin is None:
         s[BP].vectorize(s[BP].op.axis[-1])
     elif pack_k_inner:  # the dot kernels' layout [jo, ko, ji, kq] from rows of W
@@ -189,7 +202,9 @@ def matmul(cfg, M, N, K, dtype="float32"):
     lanes = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, dtype, K)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack)
+    a_bytes = M * K * precision.elem_bytes(p)
+    block = None if isa is None else dot_ukernels.row_block(cfg.target, a_bytes, M, K, dtype)
+    define_gemm_knobs(cfg, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block)
     if isa is not None:
         cfg.define_knob("ukernel", [0, 1], default=1)
     if isa is None or not cfg["ukernel"].val:
