@@ -25,7 +25,7 @@ import functools
 import torch
 
 import pypto as pt
-from pypto.torch import ModuleCache, as_numpy, dtype_name, run
+from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, run
 
 from . import dispatch
 from .task import get_template, workload_key
@@ -71,7 +71,7 @@ def _vector(w: torch.Tensor, cols: int, dtype: str, name: str):
 
 
 def _call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str):
-    outs = [torch.empty(sh, dtype=getattr(torch, dtype)) for sh in out_shapes]
+    outs = [empty(sh, getattr(torch, dtype)) for sh in out_shapes]
     if all(o.numel() for o in outs):
         run(module(name, args), inputs, outs)
     return outs
