@@ -255,7 +255,7 @@ def main(argv=None):
         default="",
         metavar="FILE",
         help="append the figures to a history file, one JSON line per run (default "
-        "benchmarks/history.jsonl; the README's table comes from it: benchmarks/history.py)",
+        "benchmarks/history.jsonl; the README's table comes from it: python -m benchmarks.history)",
     )
     p.add_argument(
         "--logs",
