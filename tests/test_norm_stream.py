@@ -11,8 +11,13 @@ import pypto as pt
 from autotune.templates.norm_stream import STREAM_STORES, stream_store
 
 HOST = pt.Target("host")
-ROWWISE = [("softmax", (7, 37)), ("layernorm", (6, 45)), ("rmsnorm", (9, 50)), ("softmax", (3, 64)),
-           ("layernorm", (2, 2100))]  # fmt: skip  (more than one chunk, a ragged one)
+ROWWISE = [
+    ("softmax", (7, 37)),
+    ("layernorm", (6, 45)),
+    ("rmsnorm", (9, 50)),
+    ("softmax", (3, 64)),
+    ("layernorm", (2, 2100)),
+]  # fmt: skip  (more than one chunk, a ragged one)
 
 
 def _shape(t):
