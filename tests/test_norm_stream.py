@@ -59,8 +59,14 @@ def test_x86_targets_offer_streamed_outputs(target, store):
     chunk = 1 << (t.cache_sizes["L1"] // 32).bit_length() - 1
     assert (
         f"{store}(" in src
-        and f"stream_f32_{chunk}(Yr, 1, Y + (i * 4096 + j_outer * {chunk}), 1);" in src
+        and f"stream_{stream_store(t)[0]}_f32_{chunk}(Yr, 1, "
+        f"Y + (i * 4096 + j_outer * {chunk}), 1);"
+        in src
     )
+    # the copy is a registered intrinsic: the schedule replays from its JSON alone
+    again = pt.Schedule.from_json(s.to_json(), tensors)
+    replayed = pt.build(again, tensors, target=t, name="rms_big", emit_only=True)
+    assert (replayed if isinstance(replayed, str) else replayed.source) == src
 
 
 @pytest.mark.parametrize("target", ["generic", "aarch64-neon"])

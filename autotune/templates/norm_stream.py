@@ -12,7 +12,7 @@ with streaming stores, a tensor intrinsic (``pypto.tensorize``)::
       ... row reductions of X[i, :] ...      ... row reductions of X[i, :] ...
       vectorized for j:             ->       for jo:   (chunks of C = 2^k <= L1 / 8 bytes)
         Y[i, j] = f(X[i, j])                   vectorized for j: Yr[j] = f(X[i, jo * C + j])
-                                               stream_f32_<C>(Yr, 1, Y + i * cols + jo * C, 1)
+                                               stream_<isa>_f32_<C>(Yr, 1, Y + i * cols + jo * C, 1)
 
 The copy peels scalar stores until ``Y + i * cols + j`` is aligned to the
 vector width, streams whole vectors, stores the tail scalar, and fences
@@ -69,13 +69,14 @@ def define_stream_knob(cfg) -> bool:
 
 
 def stream_intrin(target: pt.Target, n: int):
-    """A tensor intrinsic copying ``n`` float32 with streaming stores on ``target``."""
-    _, nbytes, _, load, store = stream_store(target)
+    """A tensor intrinsic copying ``n`` float32 with streaming stores on ``target``,
+    registered by a name that tells its ISA (so a schedule using it replays from JSON)."""
+    feature, nbytes, _, load, store = stream_store(target)
     a = pt.placeholder((n,), F32, name="a")
     y = pt.compute((n,), lambda j: a[j], name="y")
-    name = f"stream_f32_{n}"
+    name = f"stream_{feature}_f32_{n}"
     src = _SOURCE.format(name=name, n=n, lanes=nbytes // 4, mask=nbytes - 1, load=load, store=store)
-    return pt.decl_tensor_intrin(y.op, name, src)
+    return pt.TensorIntrin.register(name, y.op, src)
 
 
 def stream_rows(Yr: pt.Tensor, name: str = "Y") -> pt.Tensor:
