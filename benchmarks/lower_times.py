@@ -51,7 +51,11 @@ def _export(rev: str, into: str) -> pathlib.Path:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks lower_times", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks lower_times",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--against", metavar="REV", help="a git revision to compare with")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     a = p.parse_args(argv)

@@ -214,3 +214,12 @@ def test_torch_ops_refuses_an_unknown_row():
                        cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2
     assert "--only 'conv' matches no row; rows: attention, attention causal, moe" in r.stderr
+
+
+def test_default_logs_are_those_of_a_target_whose_records_serve_the_host(monkeypatch):
+    from benchmarks import suite
+
+    derived = pt.Target("x86-avx512-bf16")  # no folder of its own: x86-avx512's records
+    assert not (ROOT / "tuning_logs" / derived.key).exists()
+    monkeypatch.setattr(pt, "Target", lambda name: derived)
+    assert suite._host_logs() == os.path.join(suite.LOGS, "x86-avx512")
