@@ -21,6 +21,7 @@ import numpy as np  # noqa: E402
 import pypto as pt  # noqa: E402
 from benchmarks.common import median_seconds, table  # noqa: E402
 from benchmarks.polybench import KERNELS, build, run  # noqa: E402
+from benchmarks.polybench.common import copies  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -45,7 +46,7 @@ def measure(name: str, size: str, min_time: float = 0.2, repeat: int = 7) -> dic
         for a, b in zip(run(plain, prog, inputs), run(best, prog, inputs))
     )
     outs = [np.empty([int(d.value) for d in t.shape], t.dtype) for t in prog.outs]
-    args = [np.array(a) for a in inputs] + outs
+    args = copies(inputs) + outs
     t0 = time.perf_counter()
     plain(*args)
     number = max(1, int(min_time / max(time.perf_counter() - t0, 1e-6)))

@@ -17,6 +17,7 @@ import numpy as np
 import pypto as pt
 
 F = "float64"  # PolyBench's default DATA_TYPE
+ALPHA, BETA = 1.5, 1.2  # the values PolyBench's init_array gives alpha and beta
 
 
 @dataclass
@@ -78,8 +79,13 @@ def build(name: str, size: str = "MINI", tuned: bool = False, target: str = "hos
 def run(mod, prog: Program, inputs: list) -> list:
     """The outputs of one call on copies of ``inputs`` (outputs prefilled with poison)."""
     outs = [np.full([int(d.value) for d in t.shape], _poison(t.dtype), t.dtype) for t in prog.outs]
-    mod(*[np.array(a) for a in inputs], *outs)
+    mod(*copies(inputs), *outs)
     return outs
+
+
+def copies(inputs: list) -> list:
+    """Fresh copies of the input arrays; scalar arguments (alpha, beta) as they are."""
+    return [np.array(a) if isinstance(a, np.ndarray) else a for a in inputs]
 
 
 def _poison(dtype: str):
@@ -92,7 +98,7 @@ def check(name: str, size: str = "MINI", tuned: bool = False, seed: int = 0) -> 
     mod, prog = build(name, size, tuned)
     inputs = prog.init(np.random.default_rng(seed))
     got = run(mod, prog, inputs)
-    want = prog.reference(*[np.array(a) for a in inputs])
+    want = prog.reference(*copies(inputs))
     if prog.view is not None:
         got, want = prog.view(*got), prog.view(*[np.asarray(w) for w in want])
     worst = 0.0
@@ -108,6 +114,12 @@ def check(name: str, size: str = "MINI", tuned: bool = False, seed: int = 0) -> 
             )
         worst = max(worst, float(np.max(err, initial=0.0)))
     return worst
+
+
+def scalars(names: str) -> list:
+    """PolyBench's scalar parameters (``alpha beta``): float arguments of the kernel, as
+    in ``kernel_gemm(ni, nj, nk, alpha, beta, C, A, B)``."""
+    return [pt.var(n, F) for n in names.split()]
 
 
 def rdom(*ranges, names: str):
