@@ -2,7 +2,7 @@
 
 Written as update definitions in the C nests' statement order; ``compute_with`` puts
 statements before and after inner loops (imperfect nests). durbin's scalars alpha,
-beta are expanded to one element per step k (the C nest overwrites one).
+beta and sum are 0-d tensors overwritten at every step k, as the C nest's variables.
 """
 
 from __future__ import annotations
@@ -54,21 +54,25 @@ def durbin(N):
     r = pt.placeholder((N,), F, name="r")
     y = pt.compute((N,), lambda i: -r[0], name="y")
     z = pt.compute((N,), lambda i: pt.const(0.0, F), name="z")
-    alpha = pt.compute((N,), lambda u: -r[0], name="alpha")  # alpha, beta per step k
-    beta = pt.compute((N,), lambda u: pt.const(1.0, F), name="beta")
+    alpha = pt.compute((), lambda: -r[0], name="alpha")  # the C nest's scalar variables
+    beta = pt.compute((), lambda: pt.const(1.0, F), name="beta")
+    total = pt.compute((), lambda: pt.const(0.0, F), name="sum")
     k = pt.reduce_axis((1, N), name="k")
-    beta[k] = (1.0 - alpha[k - 1] * alpha[k - 1]) * beta[k - 1]
+    # an update runs over the rdoms it names: beta's statement names none, so it says
+    # "at every k" with a condition that always holds (simplified away when lowered)
+    beta[()] = pt.select(k >= 1, (1.0 - alpha[()] * alpha[()]) * beta[()], beta[()])
     i = pt.reduce_axis((0, k), name="i")
-    total = pt.sum(r[k - i - 1] * y[i], axis=i)
-    alpha[k] = -(r[k] + total) / beta[k]
+    total[()] = pt.sum(r[k - i - 1] * y[i], axis=i)
+    alpha[()] = -(r[k] + total[()]) / beta[()]
     i2 = pt.reduce_axis((0, k), name="i2")
-    z[i2] = y[i2] + alpha[k] * y[k - i2 - 1]
+    z[i2] = y[i2] + alpha[()] * y[k - i2 - 1]
     i3 = pt.reduce_axis((0, k), name="i3")
     y[i3] = z[i3]
-    y[k] = alpha[k]
+    y[k] = alpha[()]
 
     def order(s):
-        s[alpha].update(0).compute_with(s[beta].update(0), k)
+        s[total].update(0).compute_with(s[beta].update(0), k)
+        s[alpha].update(0).compute_with(s[total].update(0), k)
         s[z].update(0).compute_with(s[alpha].update(0), k)
         s[y].update(0).compute_with(s[z].update(0), k)
         s[y].update(1).compute_with(s[y].update(0), k)
@@ -91,7 +95,7 @@ def durbin(N):
     def init(rng):
         return [rng.random(N) / N]
 
-    return Program([r], [y], init, ref, order=order, rtol=1e-9, notes="alpha, beta: one per step")
+    return Program([r], [y], init, ref, order=order, rtol=1e-9)
 
 
 @kernel("gramschmidt", "solvers", dict(M=20, N=30), dict(M=60, N=80), dict(M=200, N=240))
