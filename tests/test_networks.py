@@ -104,8 +104,8 @@ def test_from_torch_module_refuses_a_non_module():
         from_torch_module(lambda x: x, ())
 
 
-def _tune(*args, home):
-    env = dict(os.environ, PYPTO_HOME=str(home))
+def _tune(*args, home, **env_vars):
+    env = dict(os.environ, PYPTO_HOME=str(home), **env_vars)
     return subprocess.run(
         [sys.executable, "-m", "autotune", "network", *args],
         cwd=ROOT,
@@ -156,6 +156,11 @@ def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
     assert len(at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))) == len(
         [x for x in recs if x.template == "matmul"]
     )
+    # PyTorch runs with the threads pypto's kernels ran with, unless told otherwise
+    one = _tune(str(f), "--report-only", home=tmp_path, OMP_NUM_THREADS="1")
+    assert "against PyTorch eager (1 thread(s))" in one.stdout, one.stderr
+    three = _tune(str(f), "--report-only", "--torch-threads", "3", home=tmp_path)
+    assert "against PyTorch eager (3 thread(s))" in three.stdout, three.stderr
 
 
 def test_report_only_without_logs_exits_1(tmp_path):

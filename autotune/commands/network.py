@@ -8,8 +8,8 @@ The network's workloads (``autotune.networks``) are tuned as ``pypto-tune all``
 tunes its own: one task scheduler shares the budget by expected gain, each
 workload counting by its weight (how many times the model runs it). Then a
 report: per workload its weight, the best time in the logs, PyTorch eager's
-time for the same layer (when torch is installed; ``--torch-threads``
-threads), and the estimated end-to-end times ``sum weight x time`` of both
+time for the same layer (when torch is installed) with as many intra-op threads as
+pypto's kernels ran with (``--torch-threads`` to change it), and the estimated end-to-end times ``sum weight x time`` of both
 with their ratio (over the workloads both have a time for).
 """
 
@@ -41,10 +41,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--torch-threads",
         type=positive("--torch-threads"),
-        default=1,
+        default=None,
         metavar="N",
-        help="PyTorch eager's intra-op threads in the report (default 1)",
+        help="PyTorch eager's intra-op threads in the report (default: the threads pypto's "
+        "kernels ran with, OMP_NUM_THREADS or the target's cores)",
     )
+
+
+def kernel_threads(target) -> int:
+    """The threads pypto's parallel loops ran with when measured: OpenMP's default,
+    ``OMP_NUM_THREADS`` or else the target's cores (this machine's for ``host``)."""
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return target.cores or os.cpu_count() or 1
 
 
 def _installed(module: str) -> bool:
@@ -135,7 +145,11 @@ def run(a: argparse.Namespace) -> int:
     logs = log_paths(a, ws)
     if not a.report_only:
         tune_workloads(a, target, ws, tasks, logs, t0)
-    rows = report_rows(ws, tasks, logs, threads=a.torch_threads)
-    print(f"\n{a.network} on {target.name}: pypto's best records against PyTorch eager")
+    threads = a.torch_threads or kernel_threads(target)
+    rows = report_rows(ws, tasks, logs, threads=threads)
+    print(
+        f"\n{a.network} on {target.name}: pypto's best records against PyTorch eager "
+        f"({threads} thread(s))"
+    )
     print(report_table(rows))
     return 0 if all(r["best_s"] is not None for r in rows) else 1
