@@ -279,6 +279,9 @@ def ref_cholesky_like(t):
         ("cholesky", "jik", None, None),  # cholesky j-i-k
         ("cholesky", "ijk", "k", None),
         ("cholesky", "jki", "i", None),
+        ("cholesky", "ikj", None, None),  # cholesky i-k-j
+        ("cholesky", "kij", None, None),  # cholesky k-i-j
+        ("schur", "kij", None, None),  # lu k-i-j
     ],
 )
 def test_triangular_nest_reordered_and_split(kernel, order, split, annotate):
