@@ -36,10 +36,10 @@ def gemm(NI, NJ, NK):
             c += al * a[:, kk : kk + 1] * b[kk][None, :]
         return [c]
 
-    def schedule(s):  # a 4 x 32 block of C in registers across k
+    def schedule(s):  # a block of 4 rows x 2 vectors of C across k
         u = s[C].update(0)
         io, ii = u.split(i, factor=4)
-        jo, ji = u.split(j, factor=32)
+        jo, ji = u.split(j, factor=2 * pt.Target("host").vector_lanes(F))
         u.reorder(io, jo, k, ii, ji)
         u.unroll(ii)
         u.vectorize(ji)

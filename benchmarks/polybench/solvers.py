@@ -165,6 +165,20 @@ def _lu_order(s, A, j, i):
     s[A].update(2).compute_with(s[A].update(1), i)
 
 
+def _lu_schedule(s, A):
+    """The trailing row update in i-k-j order, j vectorized: rows of A streamed.
+
+    for i: ...                                      for i: ...
+      for j in i..N-1:                                for k in 0..i-1:
+        for k in 0..i-1:                      ->        for j in i..N-1 (vectorized):
+          A[i, j] -= A[i, k] * A[k, j]                    A[i, j] -= A[i, k] * A[k, j]
+    """
+    u = s[A].update(2)
+    _, j2, k2 = u.op.axis
+    u.reorder(k2, j2)
+    u.vectorize(j2)
+
+
 def _lu_ref(a, N):
     a = a.copy()
     for ii in range(N):
@@ -190,7 +204,11 @@ def lu(N):
     def order(s):
         _lu_order(s, A, j, i)
 
-    return Program([A0], [A], lambda rng: [spd(rng, N)], ref, order=order, rtol=1e-9)
+    def schedule(s):
+        _lu_schedule(s, A)
+
+    init = lambda rng: [spd(rng, N)]  # noqa: E731
+    return Program([A0], [A], init, ref, order=order, schedule=schedule, rtol=1e-9)
 
 
 @kernel("ludcmp", "solvers", dict(N=40), dict(N=120), dict(N=400))
@@ -226,10 +244,13 @@ def ludcmp(N):
             xx[ii] = xx[ii] / a[ii, ii]
         return [xx]
 
+    def schedule(s):
+        _lu_schedule(s, A)
+
     def init(rng):
         return [spd(rng, N), rng.random(N)]
 
-    return Program([A0, b], [x], init, ref, order=order, rtol=1e-9)
+    return Program([A0, b], [x], init, ref, order=order, schedule=schedule, rtol=1e-9)
 
 
 @kernel("trisolv", "solvers", dict(N=40), dict(N=120), dict(N=400))
