@@ -43,7 +43,7 @@ def describe(name: str) -> str:
     prog = k.make(**k.sizes["MINI"])
     if prog.schedule is None:
         return "-"
-    done = len(schedule_of(prog, tuned=False).steps)
+    done = 0 if prog.regroup else len(schedule_of(prog, tuned=False).steps)
     parts: dict[str, list[str]] = {}
     for st in schedule_of(prog, tuned=True).steps[done:]:
         args = [

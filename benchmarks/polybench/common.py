@@ -28,6 +28,7 @@ class Program:
     reference: Callable[..., list]
     order: Callable | None = None  # order(s): compute_with steps of the algorithm
     schedule: Callable | None = None  # schedule(s): the fast schedule (after order)
+    regroup: bool = False  # the schedule groups the statements itself (instead of order)
     rtol: float = 1e-10
     atol: float = 0.0
     view: Callable | None = None  # view(*outputs): the parts the C nest defines exactly
@@ -60,7 +61,7 @@ def kernel(name: str, category: str, mini: dict, small: dict, medium: dict, note
 
 def schedule_of(prog: Program, tuned: bool) -> pt.Schedule:
     s = pt.create_schedule([t.op for t in prog.outs])
-    if prog.order is not None:
+    if prog.order is not None and not (tuned and prog.regroup):
         prog.order(s)
     if tuned and prog.schedule is not None:
         prog.schedule(s)

@@ -383,4 +383,32 @@ def adi(TSTEPS, N):
                     u[ii, jj] = p[ii, jj] * u[ii, jj + 1] + q[ii, jj]
         return [u]
 
-    return Program([U0], [u], lambda rng: [rng.random((N, N))], ref, order=order, rtol=1e-8)
+    def schedule(s):
+        adi_sweeps_by_columns(s, stmts)
+
+    init = lambda rng: [rng.random((N, N))]  # noqa: E731
+    return Program([U0], [u], init, ref, order=order, schedule=schedule, regroup=True, rtol=1e-8)
+
+
+def adi_sweeps_by_columns(s, stmts):
+    """adi's statements distributed over the row loop i (each sweeps every row of a time
+    step before the next starts; the rows are independent), and the recurrences along j
+    interchanged with i: the innermost loop runs over independent rows, not along one
+    recurrence (p[i, j] needs p[i, j - 1] through a division). Statements that share
+    loop j in the C nest (p and q) still share it, and i.
+
+        for t: for i:                          for t:
+          p[i, 0] = 0 ...                        for i: p[i, 0] = 0 ...
+          for j:                                 for j: for i:
+            p[i, j] = f(p[i, j - 1])     ->          p[i, j] = f(p[i, j - 1])
+            q[i, j] = g(q[i, j - 1])                 q[i, j] = g(q[i, j - 1])
+          ...                                    ...
+    """
+    stages = [s[t].update(k) for t, k, _ in stmts]
+    for st in stages:
+        t, i, *inner = st.op.axis
+        if inner:
+            st.reorder(t, inner[0], i)
+    for prev, st, (_, _, loop) in zip(stages, stages[1:], stmts[1:]):
+        shares_j = len(prev.op.axis) == 3 and loop is prev.op.axis[2]
+        st.compute_with(prev, prev.op.axis[1] if shares_j else prev.op.axis[0])
