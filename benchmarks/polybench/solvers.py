@@ -120,6 +120,23 @@ def gramschmidt(M, N):
         s[R].update(1).compute_with(s[Q].update(0), k)
         s[A].update(0).compute_with(s[R].update(1), j)
 
+    def schedule(s):
+        """The column update distributed over j (R's row k first, then A's columns; R[k, j]
+        reads column j before its update either way) and run by rows, j vectorized.
+
+            for k: ...                               for k: ...
+              for j in k+1..N-1:                       for j in k+1..N-1: R[k, j] = ...
+                R[k, j] = sum_i Q[i, k] * A[i, j]  ->   for i in 0..M-1:
+                for i: A[i, j] -= Q[i, k] * R[k, j]       for j in k+1..N-1 (vectorized):
+                                                            A[i, j] -= Q[i, k] * R[k, j]
+        """
+        s[Q].update(0).compute_with(s[R].update(0), k)
+        s[R].update(1).compute_with(s[Q].update(0), k)
+        u = s[A].update(0)
+        u.reorder(k, i3, j)
+        u.vectorize(j)
+        u.compute_with(s[R].update(1), k)
+
     def ref(a):
         a = a.copy()
         r = np.zeros((N, N))
@@ -144,7 +161,17 @@ def gramschmidt(M, N):
     def view(a, r, q):  # columns past M are rounding noise (rank M), in C as here
         return [a[:, :M], r[:M], q[:, :M]]
 
-    return Program([A0], [A, R, Q], init, ref, order=order, rtol=1e-8, view=view)
+    return Program(
+        [A0],
+        [A, R, Q],
+        init,
+        ref,
+        order=order,
+        schedule=schedule,
+        regroup=True,
+        rtol=1e-8,
+        view=view,
+    )
 
 
 def _lu(A, N):
