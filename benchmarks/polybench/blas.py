@@ -228,8 +228,20 @@ def trmm(M, N):
             b[ii, :] = al * b[ii, :]
         return [b]
 
-    # no schedule: the k loop reads B by columns, and moving j inside it would move the
-    # scaling statement, which shares loop j with it in the C nest
+    def schedule(s):
+        """Row i's scaling after all of its sums (rows below i are not scaled yet either
+        way), the sums in i-k-j order with j vectorized: rows of B streamed.
+
+            for i: for j:                          for i:
+              for k in i+1..M-1:                     for k in i+1..M-1:
+                B[i, j] += A[k, i] * B[k, j]   ->      for j (vectorized):
+              B[i, j] = alpha * B[i, j]                  B[i, j] += A[k, i] * B[k, j]
+                                                     for j: B[i, j] = alpha * B[i, j]
+        """
+        u = s[B].update(0)
+        u.reorder(i, k, j)
+        u.vectorize(j)
+        s[B].update(1).compute_with(u, i)
 
     init = lambda rng: [ALPHA, rng.random((M, M)), rng.random((M, N))]  # noqa: E731
-    return Program([alpha, A, B0], [B], init, ref, order=order)
+    return Program([alpha, A, B0], [B], init, ref, order=order, schedule=schedule, regroup=True)
