@@ -136,6 +136,20 @@ def symm(M, N):
     def order(s):
         s[C].update(1).compute_with(s[C].update(0), j)  # C[i, j] after the k loop
 
+    def schedule(s):
+        """Row i's final values after all of its updates of the rows above (which the
+        final statement of row i does not read), those in i-k-j order, j vectorized.
+
+            for i: for j:                            for i:
+              for k < i: C[k, j] += a B[i, j] A[i, k]  ->  for k < i: for j (vectorized):
+              C[i, j] = b C[i, j] + ...                      C[k, j] += a B[i, j] A[i, k]
+                                                          for j: C[i, j] = b C[i, j] + ...
+        """
+        u = s[C].update(0)
+        u.reorder(i, k, j)
+        u.vectorize(j)
+        s[C].update(1).compute_with(u, i)
+
     def ref(al, be, a, b, c):
         c = c.copy()
         for ii in range(M):
@@ -148,7 +162,9 @@ def symm(M, N):
         return [c]
 
     init = lambda rng: [ALPHA, BETA, rng.random((M, M)), rng.random((M, N)), rng.random((M, N))]  # noqa: E731
-    return Program([alpha, beta, A, B, C0], [C], init, ref, order=order)
+    return Program(
+        [alpha, beta, A, B, C0], [C], init, ref, order=order, schedule=schedule, regroup=True
+    )
 
 
 def _syrk_like(N, M, two: bool):
