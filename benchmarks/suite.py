@@ -92,7 +92,7 @@ def _schedules(k: Kernel, logs: str):
         warnings.simplefilter("always")
         with at.apply_history_best(log):
             key = at.workload_key(k.template, k.args)
-            tuned = bool(at.dispatch.lookup(key, pt.Target("host").key))
+            tuned = bool(at.dispatch.lookup(key, tpl.record_keys(k.args, pt.Target("host"))))
             s, tensors = tpl(*k.args)
     tuned = tuned and not any("using the default config" in str(w.message) for w in caught)
     return ((s, tensors) if tuned else None), default
@@ -226,10 +226,14 @@ def report(results: dict, peaks: dict) -> str:
     return table(head + [f"{ref} (pypto/ref)" for ref in REFS], rows)
 
 
-def _host_key() -> str:
+def _host_logs() -> str:
+    """tuning_logs/<target>/ of the host's target, or of the base target whose records
+    serve it (x86-avx512-bf16 runs x86-avx512's float32 records)."""
     import pypto as pt
 
-    return pt.Target("host").key
+    keys = pt.Target("host").record_keys(("float32",))
+    dirs = [os.path.join(LOGS, key) for key in keys]
+    return next((d for d in dirs if os.path.isdir(d)), dirs[0])
 
 
 def main(argv=None):
@@ -251,7 +255,7 @@ def main(argv=None):
         default="",
         metavar="FILE",
         help="append the figures to a history file, one JSON line per run (default "
-        "benchmarks/history.jsonl; the README's table comes from it: benchmarks/history.py)",
+        "benchmarks/history.jsonl; the README's table comes from it: python -m benchmarks.history)",
     )
     p.add_argument(
         "--logs",
@@ -271,7 +275,7 @@ def main(argv=None):
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    a.logs = a.logs or os.path.join(LOGS, _host_key())
+    a.logs = a.logs or _host_logs()
     if not os.path.isdir(a.logs):
         p.error(f"--logs {a.logs}: no such directory")
     names = [n for n in a.only.split(",") if n]

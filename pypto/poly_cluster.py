@@ -191,20 +191,7 @@ class ClusterModel(GroupModel):
         return node.shared(k) > level and node.positions(k)[:level] == positions
 
     def _dependences(self) -> list[Dependence]:
-        deps = []
-        kinds = {("write", "read"): "RAW", ("read", "write"): "WAR", ("write", "write"): "WAW"}
-        for s1 in self.statements:
-            for s2 in self.statements:
-                before = s1.original.lex_lt_map(s2.original)
-                for a1 in s1.accesses:
-                    for a2 in s2.accesses:
-                        kind = kinds.get((a1.kind, a2.kind))
-                        if kind is None or not _same_array(a1, a2):
-                            continue
-                        rel = a1.rel.apply_range(a2.rel.reverse()).intersect(before)
-                        if not rel.is_empty():
-                            deps.append(Dependence(s1, s2, kind, rel, a1, a2))
-        return deps
+        return super()._dependences(_same_array)  # several tensors: pairs on one array
 
 
 def _pure(st):

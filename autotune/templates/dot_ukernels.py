@@ -227,7 +227,7 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
         name="tile",
     )
     name = f"gemm_{isa.name}_{mr}x{nr}_k{K}"
-    return pt.decl_tensor_intrin(out.op, name, _source(isa, name, mr, nr, K), inputs=[a, b])
+    return pt.TensorIntrin.register(name, out.op, _source(isa, name, mr, nr, K), inputs=[a, b])
 
 
 def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import platform
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -20,20 +19,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 import pypto as pt  # noqa: E402
-from benchmarks.common import median_seconds, table  # noqa: E402
+from benchmarks.common import cpu_name, median_seconds, table  # noqa: E402
 from benchmarks.polybench import KERNELS, build, run  # noqa: E402
 from benchmarks.polybench.common import copies, schedule_of  # noqa: E402
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def describe(name: str) -> str:
