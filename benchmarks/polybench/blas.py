@@ -201,8 +201,18 @@ def _syrk_like(N, M, two: bool):
         return [c]
 
     def schedule(s):
+        """The sums by dot products of rows (k innermost: A[j, k] read along its row,
+        not down a column), 8 of them (columns j) at a time, unrolled: 8 independent
+        chains of additions.
+
+            for i: for k: for j <= i:        for i: for jo: for k:
+              C[i, j] += ...           ->      for ji in 0..7 (unrolled): C[i, 8 jo + ji] += ...
+        """
         s[C].update(0).vectorize(j)
-        s[C].update(1).vectorize(j2)
+        u = s[C].update(1)
+        jo, ji = u.split(j2, factor=8)
+        u.reorder(i, jo, k, ji)
+        u.unroll(ji)
 
     def init(rng):
         mats = [rng.random((N, M))] + ([rng.random((N, M))] if two else [])
