@@ -7,8 +7,8 @@ Schedules: seidel-2d by diagonals, adi with its recurrences interchanged (3.5x o
 plain nest at MEDIUM); jacobi-1d, jacobi-2d, heat-3d and fdtd-2d only vectorized (about
 the plain nest's speed, which the compiler vectorizes too). Tiling their time loop
 needs the second statement shifted against the first (A's row i after B's row i + 1),
-and there is no such primitive: the same skew of both puts a read of B's next tile in
-A's tile, which the legality check refuses.
+and there is no such primitive: with the same skew and tiles for both, A's last row of
+a tile reads B's first row of the next tile, not yet computed.
 """
 
 from __future__ import annotations
