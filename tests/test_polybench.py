@@ -82,3 +82,25 @@ def test_fdtd_2d_rows_parallel_and_vectorized():
         u.vectorize(j)
     mod = _exact(prog, s)
     assert mod.source.count("#pragma omp parallel for") >= 3
+
+
+def test_tiled_loops_shared_by_tensors_that_read_each_other_are_refused():
+    """Was: an IndexError inside the polyhedral model. jacobi-1d's A and B read each
+    other, so their fused nest is the program's order: it cannot share the three loops
+    of a skewed and split time nest when each statement has two."""
+    k = KERNELS["jacobi-1d"]
+    p = k.make(**k.sizes["MINI"])
+    A, B = p.outs
+    s = pt.create_schedule([A.op, B.op])
+    leaves = []
+    for T in (B, A):
+        u = s[T].update(0)
+        t, i = u.op.axis
+        _, i2 = u.skew(t, i, 2)
+        to, ti = u.split(t, factor=4)
+        io, ii = u.split(i2, factor=8)
+        u.reorder(to, io, ti, ii)
+        leaves.append(ti)
+    s[A].update(0).compute_with(s[B].update(0), leaves[0])
+    with pytest.raises(pt.ScheduleError, match="shares 3 loops .* only 2 loop"):
+        pt.build(s, p.ins + p.outs, emit_only=True)
