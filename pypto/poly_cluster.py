@@ -22,6 +22,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .compute_with import Cluster
+from .errors import ScheduleError
 from .expr import Reduce, Var, walk
 from .isl_expr import IslPrinter, guarded_reads
 from .poly import Access, Dependence, GroupModel, Statement
@@ -146,6 +147,14 @@ class ClusterModel(GroupModel):
         pos = node.positions(node.members.index(s.stage))
         m = len(pos)
         if self.fused_original:
+            if m > len(s._orig_exprs) - 1:
+                raise ScheduleError(
+                    f"compute_with: {s.stage.name} shares {m} loops with statements whose "
+                    "tensors read each other, but has only "
+                    f"{len(s._orig_exprs) - 1} loop(s) of its own; such statements "
+                    "fix the program's order in their fused nest, which can share at most "
+                    "as many loops as the statements have"
+                )
             s._orig_exprs = _interleave(s._orig_exprs, pos)
         if s._sched_exprs is None:
             return
