@@ -180,7 +180,10 @@ def compare(dtype: str, threads: int, repeat: int) -> dict:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="int8 and bfloat16 matmul 1024^3 against torch")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks mixed",
+        description="int8 and bfloat16 matmul 1024^3 against torch",
+    )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--repeat", type=int, default=15, help="interleaved calls of each (15)")
     a = p.parse_args(argv)
