@@ -24,6 +24,7 @@ from pypto.target import Target
 
 from .records import one_per_config
 from .space import Config, SpaceError
+from .task import Task
 from .tuners import Tuner
 
 
@@ -97,8 +98,6 @@ class XGBTuner(Tuner):
         and of any of its workloads on other targets, train the model (transfer learning:
         each featurized for the target it was measured on, whose parameters are features)."""
         used = super().load_history(records)
-        from .task import Task
-
         own = (self.task.workload_key, self.task.target.key)
         by_workload: dict = {}
         for r in records:

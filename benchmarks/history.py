@@ -2,8 +2,8 @@
 README's performance table is generated from a line of it, never pasted.
 
     python -m benchmarks --json                      # appends to benchmarks/history.jsonl
-    python benchmarks/history.py                     # the table of the last entry (markdown)
-    python benchmarks/history.py --update README.md  # rewrite the README's table from it
+    python -m benchmarks.history                     # the table of the last entry (markdown)
+    python -m benchmarks.history --update README.md  # rewrite the README's table from it
 
 An entry is one JSON object: when, where (CPU model, target, cores, pypto version,
 commit), how (runs, threads, the BLAS numpy ran) and what (peaks per thread count, and
@@ -16,27 +16,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)  # also run by path: python benchmarks/history.py
+
+from benchmarks.common import cpu_name  # noqa: E402
+
 HISTORY = os.path.join(ROOT, "benchmarks", "history.jsonl")
 START, END = "<!-- perf-table -->", "<!-- /perf-table -->"
 REFS = ("numpy", "torch", "torch.compile")
 REF_NAMES = {"numpy": "numpy", "torch": "PyTorch eager", "torch.compile": "torch.compile"}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _commit() -> str:
@@ -56,7 +48,7 @@ def entry(results: dict, peaks: dict, runs: int, target: str, version: str, blas
     """One history line for a run of the suite (JSON keys are strings: thread counts too)."""
     return {
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "target": target,
         "cores": os.cpu_count(),
         "pypto": version,
@@ -140,7 +132,7 @@ def update(readme: str, table: str) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python benchmarks/history.py",
+        prog="python -m benchmarks.history",
         description="Print, or write into the README, the performance table of a "
         "benchmark history entry (python -m benchmarks --json appends them).",
     )

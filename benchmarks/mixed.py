@@ -6,9 +6,25 @@ kernel for its dtype (``x86-avx512-bf16`` on a CPU with AVX-512 VNNI and BF16, e
 template's default config (no tuning records are shipped for these workloads), against
 ``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 matmul in the same run. The
 summary relates them to pypto's float32 matmul of the same shape in the same run.
+
+    python -m benchmarks mixed [--threads 1,2] [--repeat 15]
+
+runs just these rows: pypto's int8 and bfloat16 matmul 1024^3 against torch, interleaved
+call by call (medians of the per-call ratios), next to the peaks of ``vpdpbusd``,
+``vdpbf16ps`` and the float32 FMA (``peak_dot.c``) with as many threads.
 """
 
 from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
 
 import numpy as np
 
@@ -78,3 +94,111 @@ def summary(results: dict) -> str:
                 parts.append(f"{r['ratio torch']:.2f}x torch ({r['torch']:.0f})")
             lines.append(", ".join(parts))
     return "\n".join(lines)
+
+
+PEAK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peak_dot.c")
+PEAK_KINDS = {"vpdpbusd GOP/s": 0, "vdpbf16ps GFLOP/s": 1, "fma GFLOP/s": 2}
+
+
+def _peak_library() -> str:
+    """peak_dot.c built once per source version with the host target's flags."""
+    from pypto import runtime
+
+    with open(PEAK_SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    so = os.path.join(tempfile.gettempdir(), f"pypto_peak_dot_{digest}.so")
+    if not os.path.exists(so):
+        tmp = f"{so}.{os.getpid()}.tmp"
+        cmd = [*runtime.compiler(), *pt.Target("host").cflags, PEAK_SOURCE, "-o", tmp]
+        subprocess.run(cmd, check=True)
+        os.replace(tmp, so)
+    return so
+
+
+def dot_peaks(threads: int) -> dict:
+    """The best of three runs of each instruction's peak loop with ``threads`` OpenMP
+    threads (own process); an instruction this build lacks is left out."""
+    code = (
+        "import ctypes, json, sys\n"
+        "lib = ctypes.CDLL(sys.argv[1]); lib.peak_dot_gops.restype = ctypes.c_double\n"
+        "kinds = json.loads(sys.argv[2])\n"
+        "print(json.dumps({n: max(lib.peak_dot_gops(k, ctypes.c_long(20_000_000))\n"
+        "                         for _ in range(3)) for n, k in kinds.items()}))\n"
+    )
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
+    args = [sys.executable, "-c", code, _peak_library(), json.dumps(PEAK_KINDS)]
+    r = subprocess.run(args, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"dot peak microbenchmark failed: {r.stderr.strip()}")
+    return {n: v for n, v in json.loads(r.stdout).items() if v > 0}
+
+
+def _kernels(dtype: str, threads: int, rng):
+    """``{"pypto": call, "torch": call}`` for the ``dtype`` matmul, the output checked."""
+    import torch
+
+    import autotune as at
+
+    torch.set_num_threads(threads)
+    target = pt.Target(dot_target(dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no shipped record: the default config
+        s, tensors = at.get_template("matmul")(*SHAPE, dtype, target=target)
+    mod = pt.build(s, tensors, target=target, name=f"matmul_{dtype}")
+    a, b = (random_array(rng, (1024, 1024), dtype) for _ in range(2))
+    c = np.zeros((1024, 1024), numpy_dtype(tensors[-1].dtype))
+    mod(a, b, c)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    if dtype == "int8":
+        np.testing.assert_array_equal(c, want)
+    else:
+        np.testing.assert_allclose(c.astype(np.float64), want, rtol=2e-2, atol=0.1)
+    ta, tb, tc = (to_torch(torch, x) for x in (a, b, c))
+    mm = TORCH[dtype](torch)
+    return target.name, {"pypto": lambda: mod(a, b, c), "torch": lambda: mm(ta, tb, tc)}
+
+
+def compare(dtype: str, threads: int, repeat: int) -> dict:
+    """pypto and torch called in turn ``repeat`` times: median speeds, the median of the
+    per-pair ratios and their range (the noise)."""
+    pt.set_num_threads(threads)
+    target, fns = _kernels(dtype, threads, np.random.default_rng(0))
+    secs = {k: [] for k in fns}
+    for f in fns.values():
+        f()
+    for _ in range(repeat):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            secs[k].append(time.perf_counter() - t0)
+    work = 2.0 * np.prod(SHAPE) / 1e9
+    ratios = [t / p for p, t in zip(secs["pypto"], secs["torch"])]
+    out = {k: work / float(np.median(v)) for k, v in secs.items()}
+    out.update(target=target, ratio=float(np.median(ratios)))
+    out.update(ratio_min=min(ratios), ratio_max=max(ratios))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks mixed",
+        description="int8 and bfloat16 matmul 1024^3 against torch",
+    )
+    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument("--repeat", type=int, default=15, help="interleaved calls of each (15)")
+    a = p.parse_args(argv)
+    for t in (int(x) for x in a.threads.split(",")):
+        peaks = dot_peaks(t)
+        print(f"{t} thread(s), peaks: " + ", ".join(f"{n} {v:.0f}" for n, v in peaks.items()))
+        for dt, peak in (("int8", "vpdpbusd GOP/s"), ("bfloat16", "vdpbf16ps GFLOP/s")):
+            r = compare(dt, t, a.repeat)
+            of = f", {r['pypto'] / peaks[peak]:.0%} of peak" if peak in peaks else ""
+            print(
+                f"  {label(dt)} on {r['target']}: pypto {r['pypto']:.0f}{of}, torch "
+                f"{r['torch']:.0f}; pypto/torch {r['ratio']:.2f} (per-call pairs "
+                f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+            )
+
+
+if __name__ == "__main__":
+    main()

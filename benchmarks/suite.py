@@ -92,9 +92,7 @@ def _schedules(k: Kernel, logs: str):
         warnings.simplefilter("always")
         with at.apply_history_best(log):
             key = at.workload_key(k.template, k.args)
-            # the host's own records, or its base target's (x86-avx512 for -bf16)
-            keys = tpl.record_keys(k.args, pt.Target("host"))
-            tuned = bool(at.dispatch.lookup(key, keys))
+            tuned = bool(at.dispatch.lookup(key, tpl.record_keys(k.args, pt.Target("host"))))
             s, tensors = tpl(*k.args)
     tuned = tuned and not any("using the default config" in str(w.message) for w in caught)
     return ((s, tensors) if tuned else None), default
@@ -229,14 +227,13 @@ def report(results: dict, peaks: dict) -> str:
 
 
 def _host_logs() -> str:
-    """The shipped records' folder of the host's target, or of the base target it extends
-    (``tuning_logs/x86-avx512`` on an ``x86-avx512-bf16`` host: the same machine)."""
+    """tuning_logs/<target>/ of the host's target, or of the base target whose records
+    serve it (x86-avx512-bf16 runs x86-avx512's float32 records)."""
     import pypto as pt
 
-    t = pt.Target("host")
-    keys = [t.key] + ([t.base] if t.base else [])
-    found = [d for d in (os.path.join(LOGS, k) for k in keys) if os.path.isdir(d)]
-    return found[0] if found else os.path.join(LOGS, t.key)
+    keys = pt.Target("host").record_keys(("float32",))
+    dirs = [os.path.join(LOGS, key) for key in keys]
+    return next((d for d in dirs if os.path.isdir(d)), dirs[0])
 
 
 def main(argv=None):
@@ -258,7 +255,7 @@ def main(argv=None):
         default="",
         metavar="FILE",
         help="append the figures to a history file, one JSON line per run (default "
-        "benchmarks/history.jsonl; the README's table comes from it: benchmarks/history.py)",
+        "benchmarks/history.jsonl; the README's table comes from it: python -m benchmarks.history)",
     )
     p.add_argument(
         "--logs",

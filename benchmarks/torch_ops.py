@@ -143,7 +143,11 @@ def report(runs: list, triad: dict) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks torch_ops", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks torch_ops",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--threads", default="1,2")
     p.add_argument("--only", default="", help=f"comma-separated substrings of {', '.join(ROWS)}")
     p.add_argument("--repeat", type=int, default=1, help="whole runs; medians are reported")

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotune as at  # noqa: E402
 import cost_models as cm  # noqa: E402
 from benchmarks.common import CachedMeasurer, table  # noqa: E402
-from pypto.lowering import Lowering  # noqa: E402
+from pypto.lowering import lower  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {
@@ -87,7 +87,7 @@ def held_out_rank_correlation(task, results: dict, seed=0, folds: int = 5) -> tu
     for cfg_json, res in results.items():
         cfg = task.config_space.config(json.loads(cfg_json))
         s, args = task.instantiate(cfg)
-        X.append(cm.featurize(Lowering(s, args, "c").run(), task.target))
+        X.append(cm.featurize(lower(s, args, "c"), task.target))
         y.append(task.flop / res.cost / 1e9 if res.ok else 0.0)
     X, y = np.stack(X), np.asarray(y)
     idx = np.random.default_rng(seed).permutation(len(y))

@@ -33,6 +33,7 @@ from .expr import (
 )
 from .expr import power as pow
 from .expr import round_ as round
+from .intrin import TensorIntrin, decl_tensor_intrin
 from .lowering import lower
 from .reducers import comm_reducer, max, min, sum
 from .runtime import Module, build, load_module, set_num_threads
@@ -40,7 +41,6 @@ from .scalar_args import var
 from .schedule import Schedule, Stage, create_schedule
 from .target import Target
 from .tensor import IterVar, Tensor, compute, placeholder, rdom, reduce_axis
-from .tensorize import TensorIntrin, decl_tensor_intrin
 from .validate import ValidationReport, validate
 
 __all__ = [

@@ -19,6 +19,7 @@ keeps it: ``cache_write`` (already a float32 stage) or a reduction cast to float
 
 from __future__ import annotations
 
+from .dtypes import INDEX
 from .expr import Binary, Cast, Const, Expr, Load, Reduce, skey, substitute
 from .loop_ir import Allocate, Buffer, Stmt, Store, seq
 from .schedule import accumulator_dtype
@@ -43,7 +44,7 @@ def accumulated_reduction(low, n, body, buf: Buffer, idx: Expr, init_idx: Expr, 
         acc = Buffer(f"{st.name}.acc", acc_dt, buf.shape, "local")
         acc_idx, acc_init = idx, init_idx
     else:
-        acc = Buffer(f"{st.name}.acc", acc_dt, tuple(Const(s, "int64") for s in sizes), "local")
+        acc = Buffer(f"{st.name}.acc", acc_dt, tuple(Const(s, INDEX) for s in sizes), "local")
         acc_idx = acc_init = _flat_tile([leaves[q].var for q in later], sizes)
     src = low.lower_expr(n, body.source)
     src = src if src.dtype == acc_dt else Cast(src, acc_dt)
@@ -51,13 +52,13 @@ def accumulated_reduction(low, n, body, buf: Buffer, idx: Expr, init_idx: Expr, 
     init = Store(acc, acc_init, reduction_start(low, n, body, acc_dt))
     out = Store(buf, init_idx, Cast(Load(acc, acc_init, acc_dt), body.dtype))
     stmts = seq(
-        low._nest(n, later, init, with_reduce=False, attached=False),
-        low._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True),
-        low._nest(n, later, out, with_reduce=False, attached=False),
+        low.loop_nest(n, later, init, with_reduce=False, attached=False),
+        low.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True),
+        low.loop_nest(n, later, out, with_reduce=False, attached=False),
     )
-    size: Expr = Const(1, "int64")
+    size: Expr = Const(1, INDEX)
     for d in acc.shape:
-        size = Binary("mul", size, d, "int64")
+        size = Binary("mul", size, d, INDEX)
     return Allocate(acc, simplify(size), stmts)
 
 
@@ -88,7 +89,7 @@ def _tile_sizes(low, n, inner) -> list | None:
 
 
 def _flat_tile(vars_, sizes) -> Expr:
-    out: Expr = Const(0, "int64")
+    out: Expr = Const(0, INDEX)
     for v, s in zip(vars_, sizes):
-        out = Binary("add", Binary("mul", out, Const(s, "int64"), "int64"), v, "int64")
+        out = Binary("add", Binary("mul", out, Const(s, INDEX), INDEX), v, INDEX)
     return simplify(out)

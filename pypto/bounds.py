@@ -11,14 +11,18 @@ For each stage, in the order the attach tree needs:
    where a loop's bounds name other loops, bounds from the isl domain
    (``domain``).
 
-``Bounds(sch).nest(stage)`` is the ``StageNest`` of a stage (computed once,
-on demand, so a check of one stage does not need the whole schedule to be
-finished). Legality, ``explain`` and lowering all read the nests from here;
-nothing in this module builds statements or changes the schedule.
+``infer(sch, checks, args)`` is the whole answer, a frozen ``Nests`` record
+(every stage's ``StageNest``, frozen too) that the legality check, tensorize
+and lowering take as data. ``Bounds(sch).nest(stage)`` infers one stage on
+demand (a primitive's check needs a few stages of a schedule still being
+built; ``explain`` shows what it can). Nothing here builds statements or
+changes the schedule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import domain, regions
@@ -49,8 +53,20 @@ def _zero_if_single(iv: IterVar, ext: Expr) -> Expr:
     return Const(0, iv.var.dtype) if isinstance(ext, Const) and ext.value == 1 else iv.var
 
 
-class StageNest:
-    """What lowering learns about one stage: its region, loops and buffer."""
+class FrozenDict(dict):
+    """A dict that refuses every change (read as fast as a dict, unlike a mapping proxy)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("the inferred nests are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+
+class _Draft:
+    """A stage's nest while it is inferred (``domain.tighten`` refines it in place)."""
 
     def __init__(self, stage: Stage):
         self.stage = stage
@@ -67,22 +83,102 @@ class StageNest:
         self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
         self.init_guards = {}
         self.guards = {}  # leaf position -> [(cond, is_reduce)]
-        self.buffer = None
-        self.more_buffers = {}  # value index -> Buffer: the other outputs of a multi-output op
-        self.offsets = None  # per dimension, subtracted from indices (local buffers)
-        self.local = False
+        self.ext = {}  # every IterVar of the stage (roots, splits' parts) -> extent
 
-    def buffers(self) -> list:
-        """The buffers of all of the stage's outputs."""
-        return [self.buffer, *self.more_buffers.values()]
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StageNest:
+    """One stage's loop nest, as bound inference found it (fields as in ``_Draft``)."""
+
+    stage: Stage
+    region: tuple
+    prefix: tuple
+    leaf_ext: Mapping
+    box_ext: Mapping
+    root_min: Mapping
+    root_value: Mapping
+    true_dom: Mapping
+    tightened: bool
+    shared: int
+    init_value: Mapping
+    init_conds: list | None
+    init_guards: Mapping
+    guards: Mapping
+    ext: Mapping
 
     @property
-    def context(self):
+    def context(self) -> list:
         """Enclosing and own leaves with their box extents (a superset of each range)."""
-        return self.prefix + [(iv, self.box_ext[iv]) for iv in self.stage.leaf_iter_vars]
+        return [*self.prefix, *((iv, self.box_ext[iv]) for iv in self.stage.leaf_iter_vars)]
 
 
-class Bounds:
+class _Reads:
+    """What the inference and its result both answer: the stages' expanded bodies, their
+    reads, and indices in leaf variables."""
+
+    sch: Schedule
+    bodies: dict
+    more_bodies: dict
+    lhs: dict
+    ranges: Ranges
+    args: list
+
+    def stage_of(self, t: Tensor) -> Stage:
+        return self.sch.stage_map[t.op]
+
+    def reads(self, st: Stage) -> list:
+        """Every tensor read of a stage, the data-dependent indices of an update included."""
+        exprs = [self.bodies[st], *self.more_bodies[st], *self.lhs.get(st, ())]
+        return [r for e in exprs for r in tensor_reads(e)]
+
+    def in_leaves(self, n: StageNest, e: Expr) -> Expr:
+        """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
+        return substitute(e, {iv.var: v for iv, v in n.root_value.items()})
+
+    def local_shape(self, st: Stage):
+        """The constant shape of an attached stage's region (its own small buffer), or None
+        when the region is not bounded and the stage writes a shared, full-size buffer."""
+        if st.attach is None or st in {self.stage_of(t) for t in self.args}:
+            return None
+        sizes = [upper_bound(e, self.ranges) for _, e in self.nest(st).region]
+        return None if any(x == INF for x in sizes) else sizes
+
+
+@dataclass(frozen=True, eq=False)
+class Nests(_Reads):
+    """Bound inference's answer (``infer``): every computed stage's ``StageNest`` and
+    what they were built from. Legality, tensorize and lowering read it; nothing
+    changes it."""
+
+    sch: Schedule
+    nests: Mapping  # Stage -> StageNest, every stage that is neither a placeholder nor inlined
+    bodies: Mapping  # Stage -> its body, inlined producers expanded
+    more_bodies: Mapping  # Stage -> a multi-output stage's other bodies
+    lhs: Mapping  # update Stage -> the indices it writes
+    consumers: Mapping  # Stage -> the stages that read it
+    ranges: Ranges  # every leaf variable's range
+    args: tuple  # the argument tensors
+    checks: BoundsReport
+
+    def nest(self, st: Stage) -> StageNest:
+        return self.nests[st]
+
+
+def infer(sch: Schedule, checks: BoundsReport = NO_REPORT, args=()) -> Nests:
+    """Bound inference as one function: the schedule's nests, each stage's loops, extents,
+    guards and region (``args``: the argument tensors, already checked)."""
+    b = Bounds(sch, checks, args)
+    for st in sch.stages:
+        if not st.is_placeholder and not st.inline:
+            b.nest(st)
+    ro = FrozenDict
+    return Nests(
+        sch, ro(b.nests), ro(b.bodies), ro(b.more_bodies), ro(b.lhs), ro(b.consumers),
+        b.ranges, tuple(b.args), checks,
+    )  # fmt: skip
+
+
+class Bounds(_Reads):
     """The loop nests of a schedule's stages (``nest``), and what they are built from: the
     stages' bodies with inlined producers expanded, their reads, their consumers.
 
@@ -107,9 +203,6 @@ class Bounds:
         self.consumers = self._consumers()
 
     # ------------------------------------------------------------ set-up
-
-    def stage_of(self, t: Tensor) -> Stage:
-        return self.sch.stage_map[t.op]
 
     def _inline_bodies(self):
         def expand(e):
@@ -136,11 +229,6 @@ class Bounds:
             if st.is_update:
                 self.lhs[st] = tuple(expand(i) for i in self.checks.guarded_lhs(st.op))
 
-    def reads(self, st: Stage) -> list:
-        """Every tensor read of a stage, the data-dependent indices of an update included."""
-        exprs = [self.bodies[st], *self.more_bodies[st], *self.lhs.get(st, ())]
-        return [r for e in exprs for r in tensor_reads(e)]
-
     def _consumers(self) -> dict:
         cons = {st: [] for st in self.sch.stages}
         for st in self.sch.stages:
@@ -163,14 +251,19 @@ class Bounds:
                 f"compute_at: stage '{st.name}' is attached inside its own consumer chain (a cycle)"
             )
         self.in_progress.add(st)
-        n = StageNest(st)
-        self._domain(n)
-        self._loops(n)
+        d = _Draft(st)
+        self._domain(d)
+        self._loops(d)
         self.in_progress.discard(st)
-        self.nests[st] = n
+        ro = FrozenDict  # a nest is data once inferred
+        n = self.nests[st] = StageNest(
+            st, tuple(d.region), tuple(d.prefix), ro(d.leaf_ext), ro(d.box_ext),
+            ro(d.root_min), ro(d.root_value), ro(d.true_dom), d.tightened, d.shared,
+            ro(d.init_value), d.init_conds, ro(d.init_guards), ro(d.guards), ro(d.ext),
+        )  # fmt: skip
         return n
 
-    def _domain(self, n: StageNest):
+    def _domain(self, n: _Draft):
         st = n.stage
         shape = st.op.shape
         if st.attach is None:
@@ -251,7 +344,7 @@ class Bounds:
             out.append((lo, ext))
         return out
 
-    def _loops(self, n: StageNest):
+    def _loops(self, n: _Draft):
         st = n.stage
         ext = {}
         dom_min = {}
@@ -323,15 +416,3 @@ class Bounds:
             deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
             out.setdefault(deepest, []).append((c, is_red))
         return out
-
-    def in_leaves(self, n: StageNest, e: Expr) -> Expr:
-        """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
-        return substitute(e, {iv.var: v for iv, v in n.root_value.items()})
-
-    def local_shape(self, st: Stage):
-        """The constant shape of an attached stage's region (its own small buffer), or None
-        when the region is not bounded and the stage writes a shared, full-size buffer."""
-        if st.attach is None or st in {self.stage_of(t) for t in self.args}:
-            return None
-        sizes = [upper_bound(e, self.ranges) for _, e in self.nest(st).region]
-        return None if any(x == INF for x in sizes) else sizes

@@ -14,7 +14,7 @@ import math
 from . import dtypes, fastmath
 from ._version import __version__ as _version
 from .errors import BuildError
-from .expr import Binary, Const
+from .expr import Binary, Const, Load
 from .loop_ir import (
     Allocate,
     For,
@@ -299,7 +299,9 @@ class CodeGen:
         b = s.buffer
         value = self.p(s.value)
         d = dtypes.dtype(b.dtype)
-        if forms := self.p.storage(b.dtype):
+        if _same_storage_copy(s):  # a 16-bit float copied: its bits, not a round trip
+            value = f"{self.namer(s.value.buffer, s.value.buffer.name)}[{self.p(s.value.index)}]"
+        elif forms := self.p.storage(b.dtype):
             value = forms.store.format(value)
         elif d.c_storage != d.c_compute:
             value = f"({d.c_storage})({value})"
@@ -478,3 +480,11 @@ def codegen(func: LoweredFunc, target: Target, timers: dict | None = None) -> tu
     g = CodeGen(func, target, timers)
     src = g.generate()
     return src, g.fname
+
+
+def _same_storage_copy(s: Store) -> bool:
+    """A store of a plain load from a buffer of the same storage-only dtype (float16,
+    bfloat16): widening to float and rounding back is the identity there (but for a
+    signalling NaN's quiet bit), so the element is copied as it is."""
+    v = s.value
+    return isinstance(v, Load) and v.buffer.dtype == s.buffer.dtype and v.dtype in dtypes.STORAGE

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Binary, Const, conjunction
 from .loop_ir import For, IfThenElse, seq
@@ -255,7 +256,7 @@ def _fuse_run(run: list, ranges):
     inner = []
     for k, ((loop, body), (_, d, m)) in enumerate(zip(peeled, run)):
         if k:
-            diff = simplify(Binary("sub", loop.extent, lead.extent, "int64"), ranges)
+            diff = simplify(Binary("sub", loop.extent, lead.extent, INDEX), ranges)
             if not (isinstance(diff, Const) and diff.value == 0):
                 raise ScheduleError(
                     f"compute_with on stage '{m.name}': its loop {loop.var.name} runs "

@@ -389,24 +389,32 @@ def child_fields(t: type) -> tuple[str, ...]:
 
 
 def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
-    """Rebuild ``e`` with ``fn`` applied to each direct sub-expression."""
-    changed = False
-    vals = {}
-    for name in child_fields(type(e)):
+    """Rebuild ``e`` with ``fn`` applied to each direct sub-expression (``e`` itself when
+    ``fn`` changes none of them)."""
+    t = type(e)
+    new = None
+    for name in CHILD_FIELDS[t]:
         v = getattr(e, name)
         if isinstance(v, tuple):
             nv = tuple(fn(x) for x in v)
-            if any(x is not y for x, y in zip(nv, v)):
-                changed = True
+            if all(x is y for x, y in zip(nv, v)):
+                continue
         else:
             nv = fn(v)
-            changed |= nv is not v
-        vals[name] = nv
-    if not changed:
+            if nv is v:
+                continue
+        if new is None:
+            new = {}
+        new[name] = nv
+    if new is None:
         return e
-    kw = {f.name: getattr(e, f.name) for f in fields(e)}
-    kw.update(vals)
-    return type(e)(**kw)
+    names = _FIELD_NAMES.get(t)
+    if names is None:
+        names = _FIELD_NAMES[t] = tuple(f.name for f in fields(t))
+    return t(**{n: new[n] if n in new else getattr(e, n) for n in names})
+
+
+_FIELD_NAMES: dict = {}  # node type -> its field names, in order (what map_children rebuilds)
 
 
 def children(e: Expr):

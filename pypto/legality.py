@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import islpy as isl
 
-from .bounds import Bounds
+from .bounds import Bounds, Nests
 from .compute_with import cluster_map, clusters, node_order
 from .errors import ScheduleError
 from .expr import Var, walk
@@ -42,19 +42,19 @@ def _pure(stage: Stage) -> Stage:
     return stage.target_stage or stage
 
 
-def _model(sch: Schedule, stage: Stage, nests: Bounds | None = None) -> GroupModel | None:
+def _model(sch: Schedule, stage: Stage, nests: Nests | None = None) -> GroupModel | None:
     pure = _pure(stage)
     if pure.is_placeholder or pure.inline:
         return None
-    low = nests or Bounds(sch)
+    inferred = nests or Bounds(sch)  # a schedule being built: infer just these stages
     groups = cluster_groups(sch, pure)
     for g in groups or (pure,):
         for st in (g, *g.update_stages):
-            low.nest(st)
+            inferred.nest(st)
     if groups is None:
-        return GroupModel(pure, low.nests)
+        return GroupModel(pure, inferred.nests)
     index = {st: k for k, st in enumerate(sch.stages)}
-    return ClusterModel(groups, low.nests, node_order(sch, low), index)
+    return ClusterModel(groups, inferred.nests, node_order(sch, inferred), index)
 
 
 def cluster_groups(sch: Schedule, pure: Stage) -> list | None:
@@ -95,19 +95,19 @@ def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
             check_carried(m, stage, iv, what)
 
 
-def check_acyclic(sch: Schedule, lowering: Bounds) -> None:
+def check_acyclic(sch: Schedule, nests: Nests) -> None:
     """Tensors must not read each other: all definitions of a tensor (its pure definition
     and its updates) run together, producers first, so in a cycle one of them would read
     another's buffer before anything wrote it."""
     if clusters(sch):  # compute_with orders some statements: the order of the root nodes
-        node_order(sch, lowering)
+        node_order(sch, nests)
         return
     edges: dict = {}  # pure stage -> {producer pure stage: the stage that reads it}
     for st in sch.stages:
         if st.is_placeholder or st.inline:
             continue
-        for read in lowering.reads(st):
-            p = _pure(lowering.stage_of(read.tensor))
+        for read in nests.reads(st):
+            p = _pure(nests.stage_of(read.tensor))
             if p is not _pure(st) and not p.is_placeholder:
                 edges.setdefault(_pure(st), {}).setdefault(p, (st, read.tensor))
     state: dict = {}
@@ -154,9 +154,10 @@ def _cycle_from(st, edges: dict, state: dict, path: list) -> list | None:
     return None
 
 
-def check_schedule(sch: Schedule, lowering: Bounds) -> None:
-    """Check every stage of a finished schedule over its inferred nests (called by ``lower``)."""
-    check_acyclic(sch, lowering)
+def check_schedule(sch: Schedule, nests: Nests) -> None:
+    """Check every stage of a finished schedule over its inferred nests (``bounds.infer``;
+    called by ``lower``)."""
+    check_acyclic(sch, nests)
     done = set()
     for st in sch.stages:
         if st.is_placeholder or st.inline or st.is_update or st in done:
@@ -166,22 +167,22 @@ def check_schedule(sch: Schedule, lowering: Bounds) -> None:
         stages = [s for g in groups for s in (g, *g.update_stages)]
         annotated = [(s, iv, k) for s in stages for iv, k in s.attrs.items() if k in _VERB]
         for g in groups:
-            check_shared_regions(sch, g, lowering)
+            check_shared_regions(sch, g, nests)
         if len(stages) == 1 and not annotated:
             continue
-        m = _model(sch, st, lowering)
+        m = _model(sch, st, nests)
         if len(stages) > 1:
             check_order(m, st, None)
         for s, iv, kind in annotated:
             check_carried(m, s, iv, f"{_VERB[kind]}({iv.name})")
 
 
-def check_shared_regions(sch: Schedule, st: Stage, lowering: Bounds) -> None:
+def check_shared_regions(sch: Schedule, st: Stage, nests: Nests) -> None:
     """A stage attached inside a parallel loop, into a shared full-size buffer, must not
     have two iterations of that loop compute the same element (a write-write race)."""
-    if st.attach is None or lowering.local_shape(st) is not None:
+    if st.attach is None or nests.local_shape(st) is not None:
         return
-    n = lowering.nest(st)
+    n = nests.nest(st)
     owner = {iv: s for s in sch.stages for iv in s.leaf_iter_vars}
     par = [k for k, (iv, _) in enumerate(n.prefix) if owner[iv].attrs.get(iv) == "parallel"]
     if not par:

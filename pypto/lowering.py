@@ -1,10 +1,13 @@
 """Lowering: a schedule becomes loop IR.
 
-``lower`` runs the pipeline: the in-bounds proof (``bounds_check``), bound
-inference (``bounds``: each stage's loops, extents, guards), the legality
-check (``legality``, over those nests), then statements -- per stage ``init``
-and ``update`` for reductions, the producers attached at each loop placed at
-the top of that loop's body, buffers allocated around their users.
+``lower`` runs the pipeline, each step taking the previous one's data: the
+arguments (``check_args``) and the in-bounds proof (``bounds_check``), bound
+inference (``bounds.infer``: each stage's loops, extents, guards, region, a
+frozen ``Nests``), the legality check (``legality.check_schedule``, over those
+nests), the buffers (``layout.plan``), then statements (``Lowering``) -- per
+stage ``init`` and ``update`` for reductions, the producers attached at each
+loop placed at the top of that loop's body, tensorized regions as calls
+(``tensorize.bind``), buffers allocated around their users.
 
 Cleanup passes (simplify, guards into loop bounds, unrolling) follow in
 ``passes``.
@@ -16,15 +19,13 @@ from dataclasses import replace
 
 from . import passes
 from .accumulate import accumulated_reduction, needs_accumulator, reduction_start
-from .bounds import Bounds, StageNest
-from .bounds_check import NO_REPORT, BoundsReport, check_bounds
+from .bounds import Nests, StageNest, infer
+from .bounds_check import check_bounds
 from .compute_with import root_stmts
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
-    Call,
-    Cast,
     Const,
     Expr,
     Load,
@@ -35,8 +36,8 @@ from .expr import (
     map_children,
     substitute,
     vars_of,
-    walk,
 )
+from .layout import Layout, plan
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
 from .multi_output import multi_output_stmt
@@ -49,112 +50,67 @@ from .tensorize import bind
 from .update_reduce import update_store
 
 
-def _flat(indices, shape) -> Expr:
-    out = None
-    for i, s in zip(indices, shape):
-        out = i if out is None else Binary("add", Binary("mul", out, s, INDEX), i, INDEX)
-    return out if out is not None else Const(0, INDEX)
-
-
-class Lowering(Bounds):
-    """Statements from the nests of ``Bounds``: buffers, stores, attached stages in place."""
-
-    def __init__(self, sch: Schedule, args, name: str, checks: BoundsReport = NO_REPORT):
-        self.sch = sch
-        self.name = name
-        self.scalars = scalar_params(args) if isinstance(args, (list, tuple)) else ()
-        self.scalar_vars = tuple(a for a in args if is_scalar_var(a)) if self.scalars else ()
-        super().__init__(sch, checks, self._check_args(args))
-
-    def _check_args(self, args) -> list:
-        if not isinstance(args, (list, tuple)):
-            raise TypeError("args must be a list of tensors")
-        seen = set()
-        for v in self.scalar_vars:
-            check_scalar_var(v)
-        if len({id(v) for v in self.scalar_vars}) < len(self.scalar_vars):
-            raise ScheduleError("a scalar argument is passed twice")
-        args = [a for a in args if not is_scalar_var(a)]
-        for a in args:
-            if not isinstance(a, Tensor):
-                if isinstance(a, Var):  # an integer size: no argument of its own
-                    raise TypeError(
-                        f"argument {a.name}: an integer pt.var is a size, bound from the "
-                        "arrays' shapes, not an argument; pass tensors and float scalars"
-                    )
-                raise TypeError(f"args must be tensors, got {a!r}")
-            if a.op not in self.sch.stage_map:
-                raise ScheduleError(f"argument {a.name} is not part of this schedule")
-            st = self.stage_of(a)
-            if st.inline:
-                raise ScheduleError(
-                    f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
+def check_args(sch: Schedule, args) -> tuple[list, tuple, tuple]:
+    """The argument list of ``lower``: (tensors, scalar parameters, scalar variables),
+    each tensor part of ``sch``, every output and every read placeholder among them."""
+    if not isinstance(args, (list, tuple)):
+        raise TypeError("args must be a list of tensors")
+    scalars = scalar_params(args)
+    scalar_vars = tuple(a for a in args if is_scalar_var(a)) if scalars else ()
+    seen = set()
+    for v in scalar_vars:
+        check_scalar_var(v)
+    if len({id(v) for v in scalar_vars}) < len(scalar_vars):
+        raise ScheduleError("a scalar argument is passed twice")
+    args = [a for a in args if not is_scalar_var(a)]
+    for a in args:
+        if not isinstance(a, Tensor):
+            if isinstance(a, Var):  # an integer size: no argument of its own
+                raise TypeError(
+                    f"argument {a.name}: an integer pt.var is a size, bound from the "
+                    "arrays' shapes, not an argument; pass tensors and float scalars"
                 )
-            if (st, a.value_index) in seen:
-                raise ScheduleError(f"argument {a.name} is passed twice")
-            seen.update({(st, a.value_index), st})
-        for op in self.sch.outputs:
-            if self.sch.stage_map[op] not in seen:
-                raise ScheduleError(f"output {op.name} is not among the arguments")
-        for st in self.sch.stages:
-            if st.is_placeholder and st not in seen and self._is_read(st):
-                raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
-        return list(args)
+            raise TypeError(f"args must be tensors, got {a!r}")
+        if a.op not in sch.stage_map:
+            raise ScheduleError(f"argument {a.name} is not part of this schedule")
+        st = sch.stage_map[a.op]
+        if st.inline:
+            raise ScheduleError(
+                f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
+            )
+        if (st, a.value_index) in seen:
+            raise ScheduleError(f"argument {a.name} is passed twice")
+        seen.update({(st, a.value_index), st})
+    for op in sch.outputs:
+        if sch.stage_map[op] not in seen:
+            raise ScheduleError(f"output {op.name} is not among the arguments")
+    for st in sch.stages:
+        if st.is_placeholder and st not in seen and _is_read(sch, st):
+            raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
+    return list(args), scalars, scalar_vars
 
-    def _is_read(self, st: Stage) -> bool:
-        return any(
-            t.op in (st.op, st.origin_op)
-            for o in self.sch.stages
-            if not o.is_placeholder
-            for t in o.op.input_tensors
-        )
 
-    # ------------------------------------------------------------ buffers
+def _is_read(sch: Schedule, st: Stage) -> bool:
+    return any(
+        t.op in (st.op, st.origin_op)
+        for o in sch.stages
+        if not o.is_placeholder
+        for t in o.op.input_tensors
+    )
 
-    def _buffers(self):
-        params = []
-        for t in self.args:
-            st = self.stage_of(t)
-            b = Buffer(t.name, t.dtype, tuple(t.shape), "param")
-            params.append(b)
-            if st.is_placeholder:
-                self.placeholder_buf[st] = b
-            elif t.value_index:
-                self.nest(st).more_buffers[t.value_index] = b
-            else:
-                self.nest(st).buffer = b
-        for st in self.sch.stages:
-            if st.is_placeholder or st.inline or st.is_update:
-                continue
-            n = self.nest(st)
-            if n.buffer is not None and len(n.more_buffers) + 1 == st.op.num_outputs:
-                continue
-            sizes = self.local_shape(st)
-            if sizes is not None:
-                shape = tuple(Const(max(int(s), 1), INDEX) for s in sizes)
-                n.local = True
-                n.offsets = [m for m, _ in n.region]
-            else:
-                shape = tuple(st.op.shape)
-            scope = "local" if n.local else "global"
-            for t in st.op.outputs:
-                if t.value_index and t.value_index not in n.more_buffers:
-                    n.more_buffers[t.value_index] = Buffer(t.name, t.dtype, shape, scope)
-            if n.buffer is None:
-                n.buffer = Buffer(st.op.output(0).name, st.op.dtype, shape, scope)
-        return params
 
-    def buffer_index(self, st: Stage, indices, value_index: int = 0) -> tuple[Buffer, Expr]:
-        if st.is_placeholder:
-            b = self.placeholder_buf.get(st)
-            if b is None:
-                raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
-            return b, _flat(_checked(indices, b.shape), b.shape)
-        n = self.nests[st]
-        if n.offsets is not None:
-            indices = [Binary("sub", i, o, INDEX) for i, o in zip(indices, n.offsets)]
-        buf = n.more_buffers[value_index] if value_index else n.buffer
-        return buf, _flat(_checked(indices, buf.shape), buf.shape)
+class Lowering:
+    """Statements from inferred nests (``bounds.Nests``) and their buffers
+    (``layout.Layout``): stores, reductions, attached stages in place, allocations."""
+
+    def __init__(self, nests: Nests, layout: Layout, name: str, scalars=(), scalar_vars=()):
+        self.inferred, self.layout, self.name = nests, layout, name
+        self.scalars, self.scalar_vars = scalars, scalar_vars
+        self.sch, self.nests, self.args = nests.sch, nests.nests, nests.args
+        self.bodies, self.more_bodies, self.lhs = nests.bodies, nests.more_bodies, nests.lhs
+        self.ranges = nests.ranges.child()  # lowering adds counters of its own
+        self.nest, self.stage_of, self.reads = nests.nest, nests.stage_of, nests.reads
+        self.in_leaves, self.buffer_index = nests.in_leaves, layout.index
 
     # ------------------------------------------------------------ statements
 
@@ -175,7 +131,7 @@ class Lowering(Bounds):
         if st.is_update:
             buf, idx = self.buffer_index(st.target_stage, self.lhs[st])
             store = update_store(self, n, buf, idx, body)
-            return self._nest(
+            return self.loop_nest(
                 n, range(len(st.leaf_iter_vars)), store, with_reduce=True, attached=True
             )
         if st.op.num_outputs > 1:
@@ -186,25 +142,25 @@ class Lowering(Bounds):
         t = len(leaves) if st.tensorized is None else self._tensorized_at(st)
         if not isinstance(body, Reduce):
             store = Store(buf, idx, self.lower_expr(n, body))
-            inner = self._nest(n, range(t, len(leaves)), store, with_reduce=True, attached=True)
-            return self._nest(n, range(t), self._tensorize(n, inner), True, True)
+            inner = self.loop_nest(n, range(t, len(leaves)), store, with_reduce=True, attached=True)
+            return self.loop_nest(n, range(t), self._tensorize(n, inner), True, True)
         init_idx = simplify(
             substitute(flat, {iv.var: v for iv, v in n.init_value.items()}), self.ranges
         )
         p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
         if needs_accumulator(body) and st.tensorized is None:  # float16/bfloat16: in float32
             inner = accumulated_reduction(self, n, body, buf, idx, init_idx, p)
-            return self._nest(n, range(p), inner, True, True)
+            return self.loop_nest(n, range(p), inner, True, True)
         ident = reduction_start(self, n, body, body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
         init = Store(buf, init_idx, ident)
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
-        init_nest = self._nest(n, later_spatial, init, with_reduce=False, attached=False)
-        upd_nest = self._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
+        init_nest = self.loop_nest(n, later_spatial, init, with_reduce=False, attached=False)
+        upd_nest = self.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
         t = min(t, p)  # tensorize checks that no reduce loop is outside its region
-        inner = self._nest(n, range(t, p), seq(init_nest, upd_nest), True, True)
-        return self._nest(n, range(t), self._tensorize(n, inner), True, True)
+        inner = self.loop_nest(n, range(t, p), seq(init_nest, upd_nest), True, True)
+        return self.loop_nest(n, range(t), self._tensorize(n, inner), True, True)
 
     def _tensorized_at(self, st: Stage) -> int:
         iv, intrin = st.tensorized
@@ -220,10 +176,14 @@ class Lowering(Bounds):
         their place: for every tile when all are whole, else when the tile is."""
         if n.stage.tensorized is None:
             return loops
-        call, whole = bind(self, n, self._tensorized_at(n.stage), n.stage.tensorized[1])
+        at, intrin = self._tensorized_at(n.stage), n.stage.tensorized[1]
+        call, whole = bind(self.inferred, self.layout, n, at, intrin)
         return call if whole is None else IfThenElse(whole, call, loops)
 
-    def _nest(self, n: StageNest, positions, inner, with_reduce: bool, attached: bool):
+    def loop_nest(self, n: StageNest, positions, inner, with_reduce: bool, attached: bool):
+        """The loops of ``n`` at leaf ``positions`` (outermost first) around ``inner``: each
+        with its guards, prefetches and (``attached``) the stages computed at it; the
+        reduce loops' guards only ``with_reduce`` (an init nest runs over the box)."""
         st = n.stage
         s = inner
         for p in reversed(list(positions)):
@@ -250,32 +210,29 @@ class Lowering(Bounds):
             return body
         s = seq(*[self.stage_stmt(a) for a in inner], body)
         for a in reversed(inner):
-            n = self.nests[a]
-            if n.local:
-                for b in n.buffers():
+            sb = self.layout.stages[a]
+            if sb.local:
+                for b in sb.all():
                     s = _allocate(b, s)
         return s
 
     def run(self) -> LoweredFunc:
-        self.placeholder_buf = {}
-        for st in self.sch.stages:
-            if not st.is_placeholder and not st.inline:
-                self.nest(st)
-        params = self._buffers()
+        params = self.layout.params
         roots = [
             st
             for st in self.sch.stages
             if not st.is_placeholder and not st.inline and st.attach is None
         ]
         body = seq(*root_stmts(self, roots))
-        for st in reversed(roots):
-            for b in self.nests[st].buffers():
-                if b is not None and b.scope != "param":
+        for st in reversed(roots):  # an update stage writes its tensor's buffer
+            sb = self.layout.stages.get(st)
+            for b in sb.all() if sb is not None else ():
+                if b.scope != "param":
                     body = _allocate(b, body)
         for st in self.sch.stages:  # attached stages whose region is not bounded
-            n = self.nests.get(st)
-            if n is not None and st.attach is not None and not n.local:
-                for b in n.buffers():
+            sb = self.layout.stages.get(st)
+            if sb is not None and st.attach is not None and not sb.local:
+                for b in sb.all():
                     if b.scope != "param":
                         body = _allocate(b, body)
         size_vars = []
@@ -291,17 +248,6 @@ class Lowering(Bounds):
         return passes.finalize(func)
 
 
-def _checked(indices, shape) -> list:
-    """Indices computed from data (``H[X[i]]``) are checked at run time: out of range,
-    the kernel touches element 0 instead and reports an error to the caller."""
-    out = []
-    for i, d in zip(indices, shape):
-        if any(isinstance(x, (TensorRead, Load)) for x in walk(i)):
-            i = Call("checked_index", (Cast(i, INDEX) if i.dtype != INDEX else i, d), INDEX)
-        out.append(i)
-    return out
-
-
 def _allocate(buf: Buffer, body):
     size = Const(1, INDEX)
     for d in buf.shape:
@@ -313,10 +259,11 @@ def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
     """``pt.lower(s, args, name)``: the loop IR of a schedule (``print`` it to read it)."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
+    tensors, scalars, scalar_vars = check_args(sch, args)
     report = check_bounds(sch)
-    low = Lowering(sch, args, name, report)
-    check_schedule(sch, low)
-    func = low.run()
+    nests = infer(sch, report, tensors)
+    check_schedule(sch, nests)
+    func = Lowering(nests, plan(nests), name, scalars, scalar_vars).run()
     unbound = unbound_vars(func)
     floats = [v.name for v in unbound if is_scalar_var(v)]
     if floats:

@@ -21,6 +21,7 @@ only builds its statements, for ``pypto.lowering``.
 from __future__ import annotations
 
 from .accumulate import needs_accumulator
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Cast, Const, Load, Reduce, substitute
 from .loop_ir import Allocate, Buffer, Store, seq
@@ -50,7 +51,7 @@ def multi_output_stmt(low, n):
     every = range(len(leaves))
     if not isinstance(bodies[0], Reduce):
         stores = seq(*[Store(b, i, low.lower_expr(n, e)) for (b, i), e in zip(idx, bodies)])
-        return low._nest(n, every, stores, with_reduce=True, attached=True)
+        return low.loop_nest(n, every, stores, with_reduce=True, attached=True)
     if any(needs_accumulator(b) for b in bodies):
         raise ScheduleError(
             f"stage '{st.name}': a tuple reduction into float16/bfloat16 is not supported; "
@@ -63,16 +64,16 @@ def multi_output_stmt(low, n):
     olds = tuple(Load(b, i, e.dtype) for (b, i), e in zip(idx, bodies))
     srcs = tuple(low.lower_expr(n, e.source) for e in bodies)
     new = bodies[0].combiner.combine_tuple(olds, srcs)
-    temps = [Buffer(f"{st.name}.t{j}", e.dtype, (Const(1, "int64"),), "local")
+    temps = [Buffer(f"{st.name}.t{j}", e.dtype, (Const(1, INDEX),), "local")
              for j, e in enumerate(bodies)]  # fmt: skip
-    zero = Const(0, "int64")
+    zero = Const(0, INDEX)
     update = seq(
         *[Store(t, zero, v) for t, v in zip(temps, new)],
         *[Store(b, i, Load(t, zero, t.dtype)) for (b, i), t in zip(idx, temps)],
     )
     for t in reversed(temps):
-        update = Allocate(t, Const(1, "int64"), update)
+        update = Allocate(t, Const(1, INDEX), update)
     later = [q for q in range(p, len(leaves)) if leaves[q].kind == "spatial"]
-    init_nest = low._nest(n, later, init, with_reduce=False, attached=False)
-    upd_nest = low._nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
-    return low._nest(n, range(p), seq(init_nest, upd_nest), True, True)
+    init_nest = low.loop_nest(n, later, init, with_reduce=False, attached=False)
+    upd_nest = low.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
+    return low.loop_nest(n, range(p), seq(init_nest, upd_nest), True, True)

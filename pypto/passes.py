@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .dtypes import INDEX
 from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, skey, substitute, vars_of
 from .loop_ir import (
     ExprMapper,
@@ -115,15 +116,15 @@ def _bound_on(cond: Expr, v: Var):
     if op not in ("lt", "le"):
         return None
     a = lin.terms[("v", id(v))][1]
-    rest = Lin({k: t for k, t in lin.terms.items() if t[0] is not v}, lin.const, "int64")
+    rest = Lin({k: t for k, t in lin.terms.items() if t[0] is not v}, lin.const, INDEX)
     if any(v is x for x in vars_of(rest.to_expr())):
         return None
     limit += 1 if op == "le" else 0
-    num = Lin({}, limit, "int64").plus(rest, -1, "int64").to_expr()
+    num = Lin({}, limit, INDEX).plus(rest, -1, INDEX).to_expr()
     if a == 1:
         return num
     return Binary(
-        "floordiv", Binary("add", num, Const(a - 1, "int64"), "int64"), Const(a, "int64"), "int64"
+        "floordiv", Binary("add", num, Const(a - 1, INDEX), INDEX), Const(a, INDEX), INDEX
     )
 
 
@@ -138,7 +139,7 @@ class _GuardsToBounds(StmtMutator):
                 if b is None:
                     keep.append(c)
                 else:
-                    ext = Binary("min", ext, b, "int64")
+                    ext = Binary("min", ext, b, INDEX)
             if len(keep) < len(_conjuncts(body.cond)):
                 cond = conjunction(keep)
                 body = body.then if cond is None else IfThenElse(cond, body.then)
@@ -222,9 +223,9 @@ class _PartitionLoops(StmtMutator):
                 ext, (c, e) = cand
                 key = skey(ext)
                 inner = _PartitionLoops(self.bound, self.budget - 1)
-                full = inner(_replace_extent(s, key, Const(c, "int64")))
+                full = inner(_replace_extent(s, key, Const(c, INDEX)))
                 rest = inner(_replace_extent(s, key, e))
-                return IfThenElse(Cmp("ge", e, Const(c, "int64")), full, rest)
+                return IfThenElse(Cmp("ge", e, Const(c, INDEX)), full, rest)
         return super().visit(s)
 
     def mutate_for_(self, s: For):

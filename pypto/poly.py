@@ -74,7 +74,7 @@ class GroupModel:
     def __init__(self, stage: Stage, nests: dict):
         self.stage = stage  # the pure stage of the tensor
         self.tensor_op = stage.origin_op
-        self.nests = nests  # Stage -> lowering.StageNest (extents, regions)
+        self.nests = nests  # Stage -> bounds.StageNest (extents, regions)
         self.namer = Namer()
         self.params: dict = {}  # Var -> isl name (sizes and enclosing loop variables)
         self.param_ctx: list[str] = []
@@ -329,7 +329,9 @@ class GroupModel:
 
     # ------------------------------------------------------------ dependences
 
-    def _dependences(self) -> list[Dependence]:
+    def _dependences(self, related=lambda a1, a2: True) -> list[Dependence]:
+        """Every RAW/WAR/WAW pair of accesses whose instances may touch one element, the
+        source first in the original order (``related``: which access pairs to test)."""
         deps = []
         kinds = {("write", "read"): "RAW", ("read", "write"): "WAR", ("write", "write"): "WAW"}
         for s1 in self.statements:
@@ -338,7 +340,7 @@ class GroupModel:
                 for a1 in s1.accesses:
                     for a2 in s2.accesses:
                         kind = kinds.get((a1.kind, a2.kind))
-                        if kind is None:
+                        if kind is None or not related(a1, a2):
                             continue
                         rel = a1.rel.apply_range(a2.rel.reverse()).intersect(before)
                         if not rel.is_empty():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .compute_with import Cluster
+from .errors import ScheduleError
 from .expr import Reduce, Var, walk
 from .isl_expr import IslPrinter, guarded_reads
 from .poly import Access, Dependence, GroupModel, Statement
@@ -146,6 +147,14 @@ class ClusterModel(GroupModel):
         pos = node.positions(node.members.index(s.stage))
         m = len(pos)
         if self.fused_original:
+            if m > len(s._orig_exprs) - 1:
+                raise ScheduleError(
+                    f"compute_with: {s.stage.name} shares {m} loops with statements whose "
+                    "tensors read each other, but has only "
+                    f"{len(s._orig_exprs) - 1} loop(s) of its own; such statements "
+                    "fix the program's order in their fused nest, which can share at most "
+                    "as many loops as the statements have"
+                )
             s._orig_exprs = _interleave(s._orig_exprs, pos)
         if s._sched_exprs is None:
             return
@@ -191,20 +200,7 @@ class ClusterModel(GroupModel):
         return node.shared(k) > level and node.positions(k)[:level] == positions
 
     def _dependences(self) -> list[Dependence]:
-        deps = []
-        kinds = {("write", "read"): "RAW", ("read", "write"): "WAR", ("write", "write"): "WAW"}
-        for s1 in self.statements:
-            for s2 in self.statements:
-                before = s1.original.lex_lt_map(s2.original)
-                for a1 in s1.accesses:
-                    for a2 in s2.accesses:
-                        kind = kinds.get((a1.kind, a2.kind))
-                        if kind is None or not _same_array(a1, a2):
-                            continue
-                        rel = a1.rel.apply_range(a2.rel.reverse()).intersect(before)
-                        if not rel.is_empty():
-                            deps.append(Dependence(s1, s2, kind, rel, a1, a2))
-        return deps
+        return super()._dependences(_same_array)  # several tensors: pairs on one array
 
 
 def _pure(st):

@@ -13,6 +13,7 @@ prefetched for writing.
 
 from __future__ import annotations
 
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Const, Expr, Load, TensorRead, Var, skey, substitute, walk
 from .loop_ir import Prefetch
@@ -28,14 +29,14 @@ def _span(idx: Expr, inner: dict, ranges, where: str):
     ``inner`` (var -> extent, constant) and the distance to its largest value."""
     lin = Lin.of(idx)
     ext_of = {id(v): e for v, e in inner.items()}
-    first, span = Lin({}, lin.const, "int64"), 0
+    first, span = Lin({}, lin.const, INDEX), 0
     for key, (atom, coeff) in lin.terms.items():
         if isinstance(atom, Var) and id(atom) in ext_of:
             ext = simplify(ext_of[id(atom)], ranges)
             if not isinstance(ext, Const):
                 raise ScheduleError(f"{where}: inner loop {atom.name} has no constant extent")
             if coeff < 0:
-                first.terms[key] = [Const(ext.value - 1, "int64"), coeff]
+                first.terms[key] = [Const(ext.value - 1, INDEX), coeff]
             span += abs(coeff) * (ext.value - 1)
         elif any(isinstance(x, Load) or id(x) in ext_of for x in walk(atom)):
             raise ScheduleError(f"{where}: the index {idx} is not affine in the inner loops")

@@ -16,6 +16,7 @@ from dataclasses import fields
 
 from .errors import ScheduleError
 from .expr import vars_of
+from .intrin import TensorIntrin
 from .steps import STEPS
 from .tensor import Tensor, collect_ops
 
@@ -61,7 +62,18 @@ class _Resolver:
         )
 
     def intrin(self, name):
-        return _named(self.intrinsics, name, "tensor intrinsic", "the intrinsics passed")
+        """An intrinsic passed in ``intrinsics``, else the one registered by that name."""
+        found = [x for x in self.intrinsics if x.name == name]
+        if len(found) > 1:
+            raise ScheduleError(f"from_json: {len(found)} tensor intrinsics named {name!r} passed")
+        if found:
+            return found[0]
+        if name in TensorIntrin.registry:
+            return TensorIntrin.registry[name]
+        raise ScheduleError(
+            f"from_json: no tensor intrinsic named {name!r} among the intrinsics passed or "
+            "registered; register it (pt.TensorIntrin.register) or pass it in intrinsics="
+        )
 
     def step(self, d: dict):
         cls = STEPS.get(d.get("prim"))
@@ -76,11 +88,15 @@ class _Resolver:
             "loops": lambda v: tuple(self.loop(stage, x) for x in v),
             "outer": lambda v: self.loop(stage, v),
             "inner": lambda v: self.loop(stage, v),
+            "x_parent": lambda v: self.loop(stage, v),
+            "y_parent": lambda v: self.loop(stage, v),
             "tensor": self.tensor,
             "readers": lambda v: tuple(self.tensor(x) for x in v),
             "intrin": self.intrin,
             "factor": self.size,
             "nparts": self.size,
+            "x_factor": self.size,
+            "y_factor": self.size,
         }
         try:
             args = {f.name: rules.get(f.name, lambda v: v)(d[f.name]) for f in fields(cls)}

@@ -2,21 +2,26 @@
 whole computation, and the schedule-level primitives (``cache_read``,
 ``cache_write``) that add stages.
 
-A primitive that can break a dependence is checked as it is applied
-(``check_stage``, from ``legality``), so the error names the call.
+Every primitive is a step (``pypto.steps``) given to ``Schedule.apply``, the
+only way a schedule changes. A primitive that can break a dependence is
+checked as it is applied (``check_stage``, from ``legality``), so the error
+names the call; a refused step leaves the schedule exactly as it was (its
+stages, their loops, relations and annotations, the steps list).
 """
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from . import legality, steps
-from .dtypes import STORAGE
+from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
 from .relayout import relayout
 from .replay import replay
 from .rfactor import rfactor_ops
-from .stage import Stage, _as_op
+from .stage import Stage, as_op
 from .tensor import (
     ComputeOp,
     Operation,
@@ -27,12 +32,45 @@ from .tensor import (
 )
 
 
+class StageState(NamedTuple):
+    """A stage's schedule at one moment: what ``Schedule.apply`` keeps to put back."""
+
+    op: Operation
+    roots: tuple
+    leaves: tuple
+    relations: tuple
+    attrs: tuple  # (leaf, kind) pairs
+    prefetches: tuple
+    tensorized: Any
+    attach: Any
+    fused_with: Any
+    inline: bool
+    scope: str
+
+
+def _stage_state(st: Stage) -> StageState:
+    """What the primitives change in a stage, as one frozen record."""
+    return StageState(
+        st.op, tuple(st.root_iter_vars), tuple(st.leaf_iter_vars), tuple(st.relations),
+        tuple(st.attrs.items()), tuple(st.prefetches), st.tensorized, st.attach,
+        st.fused_with, st.inline, st.scope,
+    )  # fmt: skip
+
+
+def _set_stage_state(st: Stage, x: StageState):
+    """Make ``x`` the stage's state (in fresh containers: ``x`` stays as it is)."""
+    st.op, st.inline, st.scope = x.op, x.inline, x.scope
+    st.root_iter_vars, st.leaf_iter_vars = list(x.roots), list(x.leaves)
+    st.relations, st.attrs, st.prefetches = list(x.relations), dict(x.attrs), list(x.prefetches)
+    st.tensorized, st.attach, st.fused_with = x.tensorized, x.attach, x.fused_with
+
+
 class Schedule:
     """Stages of all operations reachable from the outputs, producers first."""
 
     def __init__(self, outputs):
         outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
-        self.outputs = [_as_op(o) for o in outs]
+        self.outputs = [as_op(o) for o in outs]
         self.stages: list[Stage] = []
         self.stage_map: dict[Operation, Stage] = {}
         self.records: list[steps.Step] = []  # every step applied, in order
@@ -47,7 +85,7 @@ class Schedule:
                 self.stages.append(ust)
 
     def __getitem__(self, x) -> Stage:
-        op = _as_op(x)
+        op = as_op(x)
         try:
             return self.stage_map[op]
         except KeyError:
@@ -76,9 +114,30 @@ class Schedule:
         stage = getattr(step, "stage", None)
         if stage is not None and (not isinstance(stage, Stage) or stage.schedule is not self):
             raise ScheduleError(f"{step.prim}: {stage!r} is not a stage of this schedule")
-        out = rule(self, step)
+        before = self._state(None if type(step) in _ADDS_STAGES else stage)
+        try:
+            out = rule(self, step)
+        except Exception:
+            self._set_state(before)  # refused: the schedule exactly as it was
+            raise
         self.records.append(step)
         return out
+
+    def _state(self, stage: Stage | None) -> tuple:
+        """What a step may change, as frozen data: ``stage``'s ``StageState`` (a stage's
+        rule changes that stage only), or, for a step that adds stages, every stage's
+        with the stage list and map. ``apply`` keeps it to put back a refused step."""
+        if stage is not None:
+            return ((stage, _stage_state(stage)),), None
+        return tuple((st, _stage_state(st)) for st in self.stages), tuple(self.stage_map.items())
+
+    def _set_state(self, state: tuple):
+        stages, stage_map = state
+        for st, x in stages:
+            _set_stage_state(st, x)
+        if stage_map is not None:
+            self.stages = [st for st, _ in stages]
+            self.stage_map = dict(stage_map)
 
     def to_json(self) -> dict:
         """The schedule as plain data: its outputs and its steps, objects by name.
@@ -93,7 +152,8 @@ class Schedule:
     def from_json(cls, doc, tensors, intrinsics=()) -> Schedule:
         """Replay ``s.to_json()`` (a dict or its JSON text) on the computation of
         ``tensors`` (the tensors the schedule was built for, e.g. ``[A, B, C]``).
-        ``intrinsics``: the ``TensorIntrin`` objects its tensorize steps name."""
+        A tensorize step names its intrinsic: one of ``intrinsics`` (``TensorIntrin``
+        objects), else one registered by that name (``pt.TensorIntrin.register``)."""
         return replay(cls, doc, tensors, intrinsics)
 
     def check_stage(self, stage: Stage, call: str, loop=None) -> None:
@@ -188,7 +248,7 @@ class Schedule:
             op.name, op.axis, read if acc == op.dtype else cast(op.dtype, read), op.dtype
         )
         st.op = copy
-        st._reset_leaves()
+        st.reset_leaves()
         st.relations = []
         self.stage_map[copy] = st
         cst = Stage(self, cache)
@@ -221,7 +281,7 @@ class Schedule:
         rf, new = rfactor_ops(st.op, st.relations, step.loop, fa)
         st.op = new
         st.relations = []
-        st._reset_leaves()
+        st.reset_leaves()
         self.stage_map[new] = st
         self._insert_before(Stage(self, rf), [st])
         return rf.output(0)
@@ -229,9 +289,13 @@ class Schedule:
 
 JSON_VERSION = 1
 
+# the steps that add stages (and change their readers); any other changes its own stage only
+_ADDS_STAGES = (steps.CacheRead, steps.CacheWrite, steps.RFactor)
+
 # step type -> its rule: the stage's (or the schedule's) method that applies it
 _RULES = {
     steps.Split: lambda sch, x: x.stage._split(x),
+    steps.Tile: lambda sch, x: x.stage._tile(x),
     steps.Reorder: lambda sch, x: x.stage._reorder(x),
     steps.Fuse: lambda sch, x: x.stage._fuse(x),
     steps.Skew: lambda sch, x: x.stage._skew(x),
@@ -257,13 +321,13 @@ def accumulator_dtype(dtype: str) -> str:
 
 def _step_text(step: dict) -> str:
     """``reorder(j, i)``: a step record as the call that made it."""
-    loops = step.get("loops") or ([step["loop"]] if "loop" in step else [])
+    loops = step.get("loops") or [step[k] for k in ("loop", "x_parent", "y_parent") if k in step]
     return f"{step['prim']}({', '.join(loops)})"
 
 
 def _copy_op(name: str, tensor: Tensor) -> Tensor:
     axis = tuple(
-        make_iter_var(f"ax{d}", Const(0, "int64"), ext, "spatial")
+        make_iter_var(f"ax{d}", Const(0, INDEX), ext, "spatial")
         for d, ext in enumerate(tensor.shape)
     )
     body = tensor[tuple(iv.var for iv in axis)]

@@ -1,7 +1,10 @@
 """Stages: the schedule of one operation, and the primitives that reshape its loops.
 
-Every primitive also appends a Step record (plain JSON data) to
-``Schedule.steps``, so a schedule can be stored, diffed and replayed.
+Every primitive is a Step record (plain JSON data) given to ``Schedule.apply``,
+which runs the stage's rule for it (the ``_split``, ``_reorder``, ... methods:
+private, as only ``apply`` may call them, keeping the record and putting the
+schedule back when the step is refused), so a schedule can be stored, diffed
+and replayed.
 Loop variables created by primitives get their extents at lowering, when
 the region each stage must compute is known. A primitive that can break a
 dependence asks its schedule to check the stage (``Schedule.check_stage``).
@@ -13,12 +16,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import steps
 from .compute_with import check_compute_with
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
+from .intrin import TensorIntrin
 from .prefetch import check_prefetch
 from .relations import Fuse, Skew, Split
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
-from .tensorize import TensorIntrin
 
 if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to it
     from .schedule import Schedule
@@ -29,7 +33,8 @@ ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unr
 PRAGMAS = {"unroll_explicit": "unroll"}
 
 
-def _as_op(x) -> Operation:
+def as_op(x) -> Operation:
+    """The operation of a tensor (or the operation itself)."""
     if isinstance(x, Tensor):
         return x.op
     if isinstance(x, Operation):
@@ -84,9 +89,10 @@ class Stage:
         self.update_stages: list[Stage] = []  # stages of the update definitions
         self.target_stage: Stage | None = None  # for an update stage: the pure stage
         self.n_updates = len(getattr(op, "updates", ()))
-        self._reset_leaves()
+        self.reset_leaves()
 
-    def _reset_leaves(self):
+    def reset_leaves(self):
+        """Loops afresh from the stage's operation (after cache_write or rfactor gave it one)."""
         op = self.op
         self.root_iter_vars = (
             list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
@@ -150,7 +156,7 @@ class Stage:
         while name in taken:
             name = f"{base}{n}"
             n += 1
-        return make_iter_var(name, Const(0, "int64"), None, kind)
+        return make_iter_var(name, Const(0, INDEX), None, kind)
 
     def _not_prefetched(self, iv: IterVar, prim: str):
         if any(p[1] is iv for p in self.prefetches):
@@ -204,9 +210,12 @@ class Stage:
 
         for i: for j:   ->   for i.outer: for j.outer: for i.inner: for j.inner:
         """
-        xo, xi = self.split(x_parent, factor=x_factor)
-        yo, yi = self.split(y_parent, factor=y_factor)
-        self.reorder(xo, yo, xi, yi)
+        return self.schedule.apply(steps.Tile(self, x_parent, y_parent, x_factor, y_factor))
+
+    def _tile(self, step: steps.Tile):
+        xo, xi = self._split(steps.Split(self, step.x_parent, step.x_factor))
+        yo, yi = self._split(steps.Split(self, step.y_parent, step.y_factor))
+        self._reorder(steps.Reorder(self, (xo, yo, xi, yi)))
         return xo, yo, xi, yi
 
     def reorder(self, *ivars):
@@ -224,11 +233,10 @@ class Stage:
             self._leaf(iv, "reorder")
         if len(set(map(id, ivars))) != len(ivars):
             raise self.error("reorder", "a loop is named twice")
-        snap = self._snapshot()
         pos = sorted(self.leaf_iter_vars.index(iv) for iv in ivars)
         for p, iv in zip(pos, ivars):
             self.leaf_iter_vars[p] = iv
-        self._check(f"reorder({', '.join(iv.name for iv in ivars)})", snap)
+        self._check(f"reorder({', '.join(iv.name for iv in ivars)})")
 
     def fuse(self, *ivars) -> IterVar:
         """Fuse adjacent loops into one.
@@ -295,27 +303,16 @@ class Stage:
         for iv in (outer, inner):
             if iv in self.attrs:
                 raise self.error("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
-        snap = self._snapshot()
         new = self._new_iv(inner.name + ".skew", inner.kind)
         self.relations.append(Skew(outer, inner, new, factor))
         self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new
-        self._check(f"skew({outer.name}, {inner.name})", snap)
+        self._check(f"skew({outer.name}, {inner.name})")
         return outer, new
 
-    def _snapshot(self) -> tuple:
-        return list(self.leaf_iter_vars), list(self.relations), dict(self.attrs)
-
-    def _restore(self, snap: tuple):
-        self.leaf_iter_vars, self.relations, self.attrs = snap
-
-    def _check(self, call: str, snap: tuple, loop: IterVar | None = None):
-        """Check the stage now, so that an error names the primitive that broke it;
-        a refused primitive leaves the schedule as it was."""
-        try:
-            self.schedule.check_stage(self, call, loop)
-        except ScheduleError:
-            self._restore(snap)
-            raise
+    def _check(self, call: str, loop: IterVar | None = None):
+        """Check the stage now, so that an error names the primitive that broke it
+        (``Schedule.apply`` then puts the schedule back as it was)."""
+        self.schedule.check_stage(self, call, loop)
 
     def _annotate(self, step):
         iv, prim = step.loop, step.prim
@@ -323,10 +320,9 @@ class Stage:
         kind = ANNOTATIONS[prim]
         if iv in self.attrs and self.attrs[iv] != kind:
             raise self.error(prim, f"loop {iv.name} is already {self.attrs[iv]}")
-        snap = self._snapshot()
         self.attrs[iv] = kind
         if prim != "unroll":
-            self._check(f"{prim}({iv.name})", snap, iv)
+            self._check(f"{prim}({iv.name})", iv)
 
     def parallel(self, iv):
         """Run a loop's iterations on several threads (OpenMP, static schedule)."""
@@ -417,13 +413,8 @@ class Stage:
     def _compute_with(self, step: steps.ComputeWith):
         other, loop = step.parent, step.loop
         check_compute_with(self, other, loop)
-        snap = self._snapshot()
         self.fused_with = FusedWith(other, loop)
-        try:
-            self._check(f"compute_with({other.name}, {loop.name})", snap)
-        except ScheduleError:
-            self.fused_with = None
-            raise
+        self._check(f"compute_with({other.name}, {loop.name})")
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.

@@ -9,7 +9,7 @@ schedule::
                               ->  {"stage": "C", "prim": "split", "loop": "i",
                                    "factor": 8, "nparts": None}
 
-``tile`` is not a step of its own: it applies two splits and a reorder.
+``tile`` is one step (two splits and a reorder, recorded as the call made).
 """
 
 from __future__ import annotations
@@ -51,6 +51,16 @@ class Split(Step):
     loop: Any
     factor: Any = None
     nparts: Any = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Tile(Step):
+    prim: ClassVar[str] = "tile"
+    stage: Any
+    x_parent: Any
+    y_parent: Any
+    x_factor: Any
+    y_factor: Any
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -163,7 +173,7 @@ class RFactor(Step):
 STEPS = {
     cls.prim: cls
     for cls in (
-        Split, Reorder, Fuse, Skew, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
+        Split, Tile, Reorder, Fuse, Skew, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
         ComputeAt, ComputeWith, ComputeInline, CacheRead, CacheWrite, RFactor,
     )
 }  # fmt: skip

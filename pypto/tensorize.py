@@ -1,28 +1,17 @@
-"""Tensor intrinsics: a region of loops replaced by a call of a hand-written C kernel.
+"""Tensorize: a region of loops replaced by a call of a tensor intrinsic's C kernel.
 
-As TVM's ``decl_tensor_intrin`` and ``tensorize``: an intrinsic says *what* a
-C function computes, as a ``pt.compute`` over placeholders, and gives its C
-definition; ``s[C].tensorize(ax, intrin)`` replaces loop ``ax`` and every
-loop inside it by one call, once the lowering has proved that the region
-computes exactly what the intrinsic does:
+``s[C].tensorize(ax, intrin)`` (``intrin`` from ``pt.decl_tensor_intrin`` or
+``pt.TensorIntrin.register``, see ``pypto.intrin`` for the calling convention)
+replaces loop ``ax`` and every loop inside it by one call, once this module
+has proved, over the inferred nests (``bounds.Nests``), that the region
+computes exactly what the intrinsic does::
 
-    a = pt.placeholder((16,)); b = pt.placeholder((4, 16))
-    k = pt.reduce_axis((0, 16))
-    dot4 = pt.decl_tensor_intrin(
-        pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k)).op, "dot4", C_SOURCE)
     s[C].tensorize(ji, dot4)           # C[i, j] = sum_k A[i, k] * B[j, k], j split by 4
 
         for i:                                for i:
           for jo:                               for jo:
             for ji in 0..4:          ->           dot4(A + i*16, 1, B + jo*64, 16, 1,
               C[i, jo*4 + ji] = sum_k ..                 C + i*N + jo*4, 1)
-
-Calling convention (``intrin.signature`` prints the prototype): the inputs in
-``intrin.inputs`` order, then the output; each a pointer to the operand's
-element (0, .., 0) followed by one ``int64_t`` stride, in elements, per
-dimension. The function computes the whole of the compute into the output,
-a reduction's initial value included. The strides are constants in the
-call, so a ``static inline`` kernel is specialized by the C compiler.
 
 A region matches when:
 
@@ -45,11 +34,9 @@ the order the kernel uses inside it cannot break a dependence.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
-from . import dtypes
-from .c_names import RESERVED
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
@@ -63,121 +50,16 @@ from .expr import (
     conjunction,
     skey,
     substitute,
-    tensor_reads,
 )
 from .expr import vars_of as _vars_of
-from .loop_ir import IntrinCall, Operand, c_identifier
+from .intrin import TensorIntrin, flat_children
+from .loop_ir import IntrinCall, Operand
 from .regions import relax
 from .relations import Split
 from .simplify import INF, Lin, simplify, upper_bound
-from .tensor import ComputeOp, PlaceholderOp, Tensor, UpdateOp
+from .tensor import ComputeOp
 
-_C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _COMMUTATIVE = ("add", "mul", "min", "max", "and", "or")
-
-
-@dataclass(frozen=True, eq=False)
-class TensorIntrin:
-    """What a C kernel computes (``op``) and its definition (``source``, defining ``name``)."""
-
-    op: ComputeOp
-    name: str
-    source: str
-    inputs: tuple  # placeholder Tensors, in argument order
-
-    @property
-    def output(self) -> Tensor:
-        return self.op.output(0)
-
-    @property
-    def signature(self) -> str:
-        """The C prototype the source must define."""
-        args = []
-        for t in (*self.inputs, self.output):
-            const = "" if t is self.output else "const "
-            ctype = dtypes.dtype(t.dtype).c_storage
-            p = c_identifier(t.name)
-            args.append(f"{const}{ctype}* {p}")
-            args.extend(f"int64_t {p}_s{d}" for d in range(len(t.shape)))
-        return f"void {self.name}({', '.join(args)})"
-
-    def __repr__(self):
-        return f"TensorIntrin({self.name}: {self.op.name})"
-
-
-def decl_tensor_intrin(op, name: str, source: str, inputs=None) -> TensorIntrin:
-    """``pt.decl_tensor_intrin(out.op, "kernel", C_SOURCE)``: declare that the C function
-    ``kernel`` (defined in ``C_SOURCE``) computes ``out`` from its placeholders.
-
-    ``inputs`` fixes the order of the input arguments (default: the order in which the
-    body first reads them). See the module docstring for the calling convention.
-    """
-    if isinstance(op, Tensor):
-        op = op.op
-    if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp) or op.updates:
-        raise TypeError("decl_tensor_intrin: op must be a pt.compute without update definitions")
-    if not isinstance(name, str) or not _C_NAME.match(name):
-        raise ValueError(f"decl_tensor_intrin: {name!r} is not a C identifier")
-    if name in RESERVED or name.startswith(("pt_", "_")):
-        raise ValueError(f"decl_tensor_intrin: {name!r} is reserved (C keywords, libc, pt_*)")
-    if not isinstance(source, str) or not re.search(rf"\b{name}\s*\(", source):
-        raise ValueError(f"decl_tensor_intrin: the C source does not define {name}(...)")
-    for iv in (*op.axis, *op.reduce_axis):
-        if not isinstance(iv.extent, Const) or not isinstance(iv.dom_min, Const):
-            raise ValueError(
-                f"decl_tensor_intrin: axis {iv.name} of {op.name} needs a constant range"
-            )
-        if iv.dom_min.value != 0:
-            raise ValueError(f"decl_tensor_intrin: axis {iv.name} of {op.name} must start at 0")
-    reads = _in_order(op.body)
-    for t in reads:
-        if not isinstance(t.op, PlaceholderOp):
-            raise ValueError(
-                f"decl_tensor_intrin: {op.name} reads {t.name}, which is not a placeholder"
-            )
-    if inputs is None:
-        inputs = reads
-    inputs = tuple(inputs)
-    if sorted(map(id, inputs)) != sorted(map(id, reads)):
-        raise ValueError(
-            f"decl_tensor_intrin: inputs must be the placeholders {op.name} reads: "
-            f"{', '.join(t.name for t in reads)}"
-        )
-    axes = {iv.var for iv in (*op.axis, *op.reduce_axis)}
-    for r in tensor_reads(op.body):
-        for i in r.indices:
-            if _lin_over(i, axes) is None:
-                raise ValueError(
-                    f"decl_tensor_intrin: index {i} of {r.tensor.name} is not affine in the "
-                    "axes of the intrinsic"
-                )
-    if isinstance(op.body, Reduce) and set(map(id, op.body.axes)) != set(map(id, op.reduce_axis)):
-        raise ValueError("decl_tensor_intrin: the reduction must run over all reduce axes")
-    return TensorIntrin(op, name, source, inputs)
-
-
-def _in_order(e) -> list:
-    """The tensors ``e`` reads, in the order they first appear, left to right."""
-    out = []
-
-    def go(x):
-        if isinstance(x, TensorRead) and all(x.tensor is not t for t in out):
-            out.append(x.tensor)
-        for y in _flat_children(x):
-            if isinstance(y, Expr):
-                go(y)
-
-    go(e)
-    return out
-
-
-def _lin_over(e: Expr, allowed) -> Lin | None:
-    """``e`` as a Lin whose variable atoms are all in ``allowed`` (None if it is not)."""
-    lin = Lin.of(e)
-    for atom, _ in lin.terms.values():
-        if not isinstance(atom, Var) or atom not in allowed:
-            return None
-    return lin
 
 
 # ---------------------------------------------------------------- binding
@@ -204,7 +86,7 @@ def _roots(st) -> dict:
     return out
 
 
-def _check_region(low, st, intrin, region):
+def _check_region(nests, st, intrin, region):
     leaves = st.leaf_iter_vars
     outside = [iv for iv in leaves[: len(leaves) - len(region)] if iv.kind == "reduce"]
     if outside:
@@ -217,28 +99,28 @@ def _check_region(low, st, intrin, region):
     for iv in region:
         if st.attrs.get(iv) == "parallel":
             raise _err(st, intrin, f"loop {iv.name} is parallel; it would run as one call")
-        for a in low.sch.stages:
+        for a in nests.sch.stages:
             if a.attach == (st, iv) and not a.inline:
                 raise _err(st, intrin, f"stage '{a.name}' is computed at loop {iv.name}")
         if any(p[1] is iv for p in st.prefetches):
             raise _err(st, intrin, f"loop {iv.name} carries a prefetch")
 
 
-def _pair_loops(low, n, intrin, region) -> tuple[dict, dict, list]:
+def _pair_loops(nests, n, intrin, region) -> tuple[dict, dict, list]:
     """Pair the region's loops with the intrinsic's axes: (leaf -> axis, leaf -> its
     constant extent, conditions under which the tile is whole)."""
     st = n.stage
     roots = _roots(st)
     consts, whole = {}, []
     for iv in region:
-        ext = simplify(n.leaf_ext[iv], low.ranges)
-        c = upper_bound(ext, low.ranges)
+        ext = simplify(n.leaf_ext[iv], nests.ranges)
+        c = upper_bound(ext, nests.ranges)
         if c == INF:
             raise _err(st, intrin, f"loop {iv.name} has no constant bound")
         consts[iv] = int(c)
         if not isinstance(ext, Const):  # min(c, e) is c when e >= c
             e = _min_other(ext, int(c))
-            whole.append(Cmp("ge", ext if e is None else e, Const(int(c), "int64")))
+            whole.append(Cmp("ge", ext if e is None else e, Const(int(c), INDEX)))
     for iv in region:
         if consts[iv] > 1 and roots[iv] is None:
             raise _err(
@@ -289,7 +171,7 @@ def _match(a: Expr, b: Expr, binds: dict):
     for f in fields(b):
         if f.name not in kids and getattr(a, f.name) != getattr(b, f.name):
             return None
-    ka, kb = _flat_children(a), _flat_children(b)
+    ka, kb = flat_children(a), flat_children(b)
     if len(ka) != len(kb):
         return None
     orders = [ka]
@@ -306,20 +188,12 @@ def _match(a: Expr, b: Expr, binds: dict):
     return None
 
 
-def _flat_children(e: Expr) -> list:
-    out = []
-    for k in child_fields(type(e)):
-        v = getattr(e, k)
-        out.extend(v if isinstance(v, tuple) else (v,))
-    return out
-
-
-def _operand(low, n, intrin, pairs, leaf_of, region: set) -> Operand:
+def _operand(nests, n, intrin, pairs, leaf_of, region: set) -> Operand:
     """The buffer, origin and strides of one intrinsic operand from its accesses:
     ``pairs`` of (flat index over the stage's leaves, buffer, the intrinsic's indices);
     ``region`` the variables of the tensorized loops."""
     st = n.stage
-    zero = {v: Const(0, "int64") for v in region}
+    zero = {v: Const(0, INDEX) for v in region}
     eqs, origins = [], []
     buf = pairs[0][1]
     for flat, b, idx in pairs:
@@ -338,7 +212,7 @@ def _operand(low, n, intrin, pairs, leaf_of, region: set) -> Operand:
         lins = [Lin.of(i) for i in idx]
         for leaf, axis in leaf_of.items():
             eqs.append(([_coef(li, axis.var) for li in lins], coef.get(leaf.var, 0)))
-        origins.append((simplify(substitute(flat, zero), low.ranges), [li.const for li in lins]))
+        origins.append((simplify(substitute(flat, zero), nests.ranges), [li.const for li in lins]))
     strides = _solve(eqs, len(pairs[0][2]))
     if strides is None:
         raise _err(
@@ -347,9 +221,9 @@ def _operand(low, n, intrin, pairs, leaf_of, region: set) -> Operand:
     index = None
     for b0, consts in origins:
         shift = sum(s * c for s, c in zip(strides, consts))
-        i = simplify(Binary("sub", b0, Const(shift, "int64"), "int64"), low.ranges)
+        i = simplify(Binary("sub", b0, Const(shift, INDEX), INDEX), nests.ranges)
         if index is not None:
-            diff = simplify(Binary("sub", i, index, "int64"), low.ranges)
+            diff = simplify(Binary("sub", i, index, INDEX), nests.ranges)
             if not (isinstance(diff, Const) and diff.value == 0):
                 raise _err(st, intrin, f"two reads of {buf.name} disagree on its element 0")
         index = i
@@ -383,17 +257,18 @@ def _solve(eqs, ndim: int):
     return s
 
 
-def bind(low, n, pos: int, intrin: TensorIntrin):
+def bind(nests, layout, n, pos: int, intrin: TensorIntrin):
     """The call replacing the leaves ``pos``.. of nest ``n`` and the condition under
-    which a tile is whole (None when every tile is)."""
+    which a tile is whole (None when every tile is). ``nests`` (``bounds.Nests``) and
+    ``layout`` (``layout.Layout``) are the inferred nests and their buffers."""
     st = n.stage
     if st.is_update or not isinstance(st.op, ComputeOp):
         raise _err(st, intrin, "only a stage of pt.compute can be tensorized")
     region = st.leaf_iter_vars[pos:]
-    _check_region(low, st, intrin, region)
-    leaf_of, consts, whole = _pair_loops(low, n, intrin, region)
+    _check_region(nests, st, intrin, region)
+    leaf_of, consts, whole = _pair_loops(nests, n, intrin, region)
     region_vars = {iv.var for iv in region}
-    mine, theirs = low.bodies[st], intrin.op.body
+    mine, theirs = nests.bodies[st], intrin.op.body
     if isinstance(mine, Reduce) != isinstance(theirs, Reduce):
         raise _err(st, intrin, "one of the stage and the intrinsic is a reduction, the other not")
     if isinstance(mine, Reduce):
@@ -417,21 +292,21 @@ def bind(low, n, pos: int, intrin: TensorIntrin):
         tensor, reads = binds[id(t)]
         pairs = []
         for r, ir in reads:
-            buf, idx = low.buffer_index(low.stage_of(tensor), r.indices)
-            pairs.append((simplify(low.in_leaves(n, idx), low.ranges), buf, ir.indices))
-        operands.append(_operand(low, n, intrin, pairs, leaf_of, region_vars))
-    buf, idx = low.buffer_index(st, [iv.var for iv in st.op.axis])
-    flat = simplify(low.in_leaves(n, idx), low.ranges)
+            buf, idx = layout.index(nests.stage_of(tensor), r.indices)
+            pairs.append((simplify(nests.in_leaves(n, idx), nests.ranges), buf, ir.indices))
+        operands.append(_operand(nests, n, intrin, pairs, leaf_of, region_vars))
+    buf, idx = layout.index(st, [iv.var for iv in st.op.axis])
+    flat = simplify(nests.in_leaves(n, idx), nests.ranges)
     out_idx = tuple(iv.var for iv in intrin.op.axis)
-    operands.append(_operand(low, n, intrin, [(flat, buf, out_idx)], leaf_of, region_vars))
+    operands.append(_operand(nests, n, intrin, [(flat, buf, out_idx)], leaf_of, region_vars))
     if any(o.buffer is operands[-1].buffer for o in operands[:-1]):
         raise _err(st, intrin, "the output is also an input")
-    return IntrinCall(intrin, tuple(operands)), _whole(low, n, pos, intrin, consts, whole)
+    return IntrinCall(intrin, tuple(operands)), _whole(nests, n, pos, intrin, consts, whole)
 
 
-def _whole(low, n, pos: int, intrin, consts: dict, conds: list):
+def _whole(nests, n, pos: int, intrin, consts: dict, conds: list):
     """Conditions under which every guard inside the region holds for the whole tile."""
-    relaxed = {iv.var: Const(c, "int64") for iv, c in consts.items()}
+    relaxed = {iv.var: Const(c, INDEX) for iv, c in consts.items()}
     out = list(conds)
     for p, guards in n.guards.items():
         if p < pos:
@@ -439,16 +314,16 @@ def _whole(low, n, pos: int, intrin, consts: dict, conds: list):
         for cond, _ in guards:
             if not isinstance(cond, Cmp) or cond.op not in ("lt", "le", "gt", "ge"):
                 raise _err(n.stage, intrin, f"cannot tell when guard {cond} holds for a tile")
-            d = Binary("sub", cond.a, cond.b, "int64")
-            r = relax(d, relaxed, low.ranges)
+            d = Binary("sub", cond.a, cond.b, INDEX)
+            r = relax(d, relaxed, nests.ranges)
             if r is None:
                 raise _err(n.stage, intrin, f"guard {cond} is not analysable")
             lo, hi = r
-            zero = Const(0, "int64")
+            zero = Const(0, INDEX)
             out.append(Cmp(cond.op, hi if cond.op in ("lt", "le") else lo, zero))
     if not out:
         return None
-    cond = simplify(conjunction(out), low.ranges)
+    cond = simplify(conjunction(out), nests.ranges)
     if isinstance(cond, Const) and cond.value:
         return None
     return cond

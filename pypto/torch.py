@@ -15,10 +15,17 @@ Tensors are passed as numpy views of their memory (no copy); a non-contiguous
 input is first made contiguous (one copy, the only one). Only CPU tensors of the
 kernel's dtypes are accepted; anything else raises a ``TypeError`` or ``ValueError``
 naming the argument.
+
+Outputs of 1 MiB and more come from ``empty()``, a pool of recycled buffers (as
+PyTorch's CUDA caching allocator does for device memory): a fresh 64 MiB tensor
+costs the kernel's own time several times over in page faults, since the CPU
+allocator returns big blocks to the system on every free. A buffer is reused once
+no tensor or view of it is alive; ``empty_cache()`` releases the idle ones.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 
@@ -79,6 +86,74 @@ class ModuleCache:
             self._mods.clear()
 
 
+POOL_MIN_BYTES = 1 << 20  # smaller blocks: the allocator's free lists serve them well
+POOL_MAX_BYTES = 1 << 30  # idle and busy pooled buffers together; beyond it, plain tensors
+_ALIGN = 64  # a cache line: full-line vector stores
+
+
+class BufferPool:
+    """Recycled output buffers by size. Each is a 1-d uint8 numpy array held here; the
+    tensors handed out are ``torch.from_numpy`` views of it, and a view keeps a
+    reference to it, so a buffer whose reference count is back to the pool's own is
+    idle: no tensor, view or numpy array of it is alive any more."""
+
+    def __init__(self, max_bytes: int = POOL_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self._bufs: dict[int, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for bufs in self._bufs.values() for b in bufs)
+
+    def _idle(self, nbytes: int) -> np.ndarray | None:
+        for buf in self._bufs.get(nbytes, ()):
+            if sys.getrefcount(buf) <= 3:  # the list, the loop variable, the call's argument
+                return buf
+        return None
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An idle buffer of ``nbytes`` (64-byte aligned), or a new one (pooled while
+        the pool is under its limit)."""
+        with self._lock:
+            buf = self._idle(nbytes)
+            if buf is None:
+                raw = np.empty(nbytes + _ALIGN, np.uint8)
+                off = -raw.ctypes.data % _ALIGN
+                buf = raw[off : off + nbytes]
+                if self.nbytes + nbytes <= self.max_bytes:
+                    self._bufs.setdefault(nbytes, []).append(buf)
+            return buf
+
+    def clear_idle(self) -> None:
+        with self._lock:
+            for n, bufs in list(self._bufs.items()):
+                keep = [b for b in bufs if sys.getrefcount(b) > 3]
+                if keep:
+                    self._bufs[n] = keep
+                else:
+                    del self._bufs[n]
+
+
+_POOL = BufferPool()
+
+
+def empty(shape, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialized contiguous CPU tensor for a kernel's output: from the buffer
+    pool when it is 1 MiB or more (no page faults after the first call of a size),
+    else ``torch.empty``. Its storage cannot be resized."""
+    shape = tuple(int(d) for d in shape)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < POOL_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_numpy(_POOL.take(nbytes)).view(dtype).view(shape)
+
+
+def empty_cache() -> None:
+    """Release the pooled output buffers that no tensor uses any more."""
+    _POOL.clear_idle()
+
+
 def run(mod, inputs: list, outputs: list) -> None:
     """Call ``mod`` on torch tensors: inputs as (tensor, name) pairs, outputs (fresh,
     contiguous tensors) written in place."""
@@ -121,12 +196,9 @@ def custom_op(
             graphs[shapes] = (s, list(tensors))
         return graphs[shapes]
 
-    def outputs(args, device):
+    def outputs(args, new):
         _, tensors = graph(tuple(tuple(a.shape) for a in args))
-        return [
-            torch.empty([int(d.value) for d in t.shape], dtype=_BY_NAME[t.dtype], device=device)
-            for t in tensors[n_inputs:]
-        ]
+        return [new([int(d.value) for d in t.shape], _BY_NAME[t.dtype]) for t in tensors[n_inputs:]]
 
     def impl(*args):
         shapes = tuple(tuple(a.shape) for a in args)
@@ -137,12 +209,13 @@ def custom_op(
             if got != want:
                 raise TypeError(f"{name} input {k}: dtype {got}, the kernel takes {want}")
         mod = mods.get(shapes, lambda: _build(s, tensors, target=tgt, name=name.split("::")[1]))
-        outs = outputs(args, "cpu")
+        outs = outputs(args, empty)
         run(mod, [(a, f"{name} input {k}") for k, a in enumerate(args)], outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def fake(*args):
-        outs = outputs(args, args[0].device if args else "cpu")
+        device = args[0].device if args else "cpu"
+        outs = outputs(args, lambda shape, dt: torch.empty(shape, dtype=dt, device=device))
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     params = ", ".join(f"Tensor x{k}" for k in range(n_inputs))

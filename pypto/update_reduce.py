@@ -18,6 +18,7 @@ is not a loop of the stage's schedule.
 
 from __future__ import annotations
 
+from .dtypes import INDEX
 from .expr import Binary, Cast, Const, Expr, Load, Reduce, Var, map_children, substitute
 from .loop_ir import Allocate, Buffer, For, Stmt, Store, seq
 from .schedule import accumulator_dtype
@@ -25,30 +26,30 @@ from .simplify import INF, bounds, simplify
 
 
 def update_store(low, n, buf: Buffer, idx: Expr, body: Expr) -> Stmt:
-    """``buf[idx] = body`` for update stage ``n`` (a ``lowering.StageNest``), each
+    """``buf[idx] = body`` for update stage ``n`` (a ``bounds.StageNest``), each
     reduction in ``body`` computed first into its accumulator. ``low`` is the Lowering."""
     found: list = []
 
     def take(e):
         if isinstance(e, Reduce):
             name = f"{n.stage.op.target.name}.red{len(found)}"
-            acc = Buffer(name, accumulator_dtype(e.dtype), (Const(1, "int64"),), "local")
+            acc = Buffer(name, accumulator_dtype(e.dtype), (Const(1, INDEX),), "local")
             found.append((e, acc))
-            value = Load(acc, Const(0, "int64"), acc.dtype)
+            value = Load(acc, Const(0, INDEX), acc.dtype)
             return value if acc.dtype == e.dtype else Cast(value, e.dtype)
         return map_children(e, take)
 
     value = take(body)
     out = Store(buf, low.lower_expr(n, idx), low.lower_expr(n, value))
     for red, acc in reversed(found):
-        out = Allocate(acc, Const(1, "int64"), seq(*_reduction(low, n, red, acc), out))
+        out = Allocate(acc, Const(1, INDEX), seq(*_reduction(low, n, red, acc), out))
     return out
 
 
 def _reduction(low, n, red: Reduce, acc: Buffer) -> list:
     """``acc[0] = identity; for k...: acc[0] = combine(acc[0], source)``, the loops'
     counters from 0 and each axis' value ``min + counter`` (mins may name earlier axes)."""
-    zero = Const(0, "int64")
+    zero = Const(0, INDEX)
     src = red.source if acc.dtype == red.dtype else Cast(red.source, acc.dtype)
     value = {}
     loops = []
@@ -56,7 +57,7 @@ def _reduction(low, n, red: Reduce, acc: Buffer) -> list:
         lo = substitute(iv.dom_min, value)
         ext = substitute(iv.extent, value)
         counter = Var(iv.name)
-        value[iv.var] = Binary("add", lo, counter, "int64") if not _is_zero(lo) else counter
+        value[iv.var] = Binary("add", lo, counter, INDEX) if not _is_zero(lo) else counter
         loops.append((counter, ext))
     for counter, ext in loops:
         hi = bounds(low.lower_expr(n, ext), low.ranges)[1]

@@ -166,3 +166,68 @@ def test_int8_dense_and_requantized_dense_use_the_kernel_and_stay_exact(target):
         out = np.zeros(want.shape, numpy_dtype(tensors[-1].dtype))
         mod(*inputs, out)
         np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize(
+    "target", ["x86-avx512-bf16", "x86-avx2-vnni", "x86-avx2", "aarch64-dotprod"]
+)
+def test_int8_batch_matmul_uses_the_kernel_and_is_bit_exact(target):
+    """One set of packed panels per batch; ragged tiles (M, N) keep the plain loops."""
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, (3, 37, 300)).astype(np.int8)
+    b = rng.integers(-128, 128, (3, 300, 50)).astype(np.int8)
+    a[1, 0], b[1, :, 0] = -128, -128  # (-128)(-128) summed K times
+    task = at.Task("batch_matmul", (3, 37, 50, 300, "int8"), target=t)
+    s, tensors = task.instantiate(task.config_space.default_config())
+    mod = pt.build(s, tensors, target=t, name="bmm")
+    assert mod.source.count(f"gemm_{dot_isa(t, 'int8').name}_") >= 2
+    out = np.zeros((3, 37, 50), np.int32)
+    mod(a, b, out)
+    np.testing.assert_array_equal(out, np.matmul(a.astype(np.int64), b.astype(np.int64)))
+
+
+def test_bfloat16_batch_matmul_uses_the_kernel_within_1e_2():
+    t = pt.Target("x86-avx512-bf16")
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    rng = np.random.default_rng(10)
+    a = rng.uniform(0, 1, (2, 16, 1024)).astype(numpy_dtype("bfloat16"))
+    b = rng.uniform(0, 1, (2, 1024, 64)).astype(numpy_dtype("bfloat16"))
+    task = at.Task("batch_matmul", (2, 16, 64, 1024, "bfloat16"), target=t)
+    s, tensors = task.instantiate(task.config_space.default_config())
+    mod = pt.build(s, tensors, target=t, name="bmm")
+    assert "gemm_avx512bf16_" in mod.source
+    out = mod(a, b)
+    ref = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert np.max(np.abs(out.astype(np.float64) - ref) / ref) < 1e-2
+
+
+@pytest.mark.parametrize("target", ["x86-avx512-bf16", "x86-avx2"])
+def test_int8_matmul_in_row_blocks_packs_b_once_and_is_bit_exact(target):
+    """Row blocks (a ragged last one) over a B packed once, before them."""
+    mod, a, b, out = _run(
+        pt.Target(target), (100, 70, 256, "int8"), {"block_i": 8, "tile_i": [-1, 4]}
+    )
+    src = mod.source
+    assert src.index("B_packed[") < src.index("for (int64_t i_outer_outer")  # before the blocks
+    assert f"gemm_{dot_isa(pt.Target(target), 'int8').name}_" in mod.source
+    np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_dot_gemm_row_blocks_follow_the_targets_l2():
+    """Blocked when A is over half of L2: the most row tiles filling a quarter of it."""
+
+    def default_block(l2):
+        t = pt.Target("x86-avx512-bf16", l2_bytes=l2)
+        space = at.get_template("matmul").space(1024, 1024, 1024, "int8", target=t)
+        cfg = space.default_config()
+        return cfg["block_i"].val, cfg["tile_i"].size[-1]
+
+    assert default_block(4 << 20) == (0, 8)  # A (1 MiB) fits in half of 4 MiB
+    assert default_block(1 << 20) == (32, 8)  # 32 tiles x 8 rows x 1 KiB = 256 KiB
+    assert default_block(512 << 10) == (16, 8)

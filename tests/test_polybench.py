@@ -6,7 +6,7 @@ import pytest
 
 import pypto as pt
 from benchmarks.polybench import KERNELS, check
-from benchmarks.polybench.common import run
+from benchmarks.polybench.common import copies, run, schedule_of
 from benchmarks.polybench.stencils import seidel_time_tiles
 
 CATEGORIES = {"blas", "kernels", "datamining", "solvers", "medley", "stencils"}
@@ -38,3 +38,69 @@ def test_seidel_2d_time_tiles_are_legal_and_exact():
     t, i, j = u.op.axis
     with pytest.raises(pt.ScheduleError, match=r"reorder\(i, t\) on 'A.update\(0\)' would break"):
         u.reorder(i, t)  # i before t: the next sweep's rows would run first
+
+
+# ------------------------------------------- the legal schedules the suite is known for
+
+
+def _exact(prog, s, seed=5):
+    mod = pt.build(s, prog.ins + prog.outs)
+    inputs = prog.init(np.random.default_rng(seed))
+    for got, want in zip(run(mod, prog, inputs), prog.reference(*copies(inputs))):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    return mod
+
+
+@pytest.mark.parametrize("wavefront", [False, True])
+def test_nussinov_in_diagonal_order_and_as_a_wavefront(wavefront):
+    """Both statements skewed (j + r: one diagonal j - i per outer iteration) and shared
+    down to the diagonal loop; the rows of one diagonal are independent (a wavefront)."""
+    k = KERNELS["nussinov"]
+    prog = k.make(**k.sizes["MINI"])
+    (T,) = prog.outs
+    s = pt.create_schedule(T.op)
+    for u in (s[T].update(0), s[T].update(1)):
+        r, j = u.op.axis[:2]
+        r, diagonal = u.skew(r, j, factor=1)
+        u.reorder(diagonal, r)
+        if wavefront:
+            u.parallel(r)
+    s[T].update(1).compute_with(s[T].update(0), s[T].update(0).op.axis[0])
+    mod = _exact(prog, s)
+    assert ("#pragma omp parallel for" in mod.source) == wavefront
+
+
+def test_fdtd_2d_rows_parallel_and_vectorized():
+    """fdtd-2d's three sweeps of a time step: rows i in parallel, columns j vectorized."""
+    k = KERNELS["fdtd-2d"]
+    prog = k.make(**k.sizes["MINI"])
+    ex, ey, hz = prog.outs
+    s = schedule_of(prog, tuned=False)
+    for u in (s[ey].update(1), s[ex].update(0), s[hz].update(0)):
+        t, i, j = u.op.axis
+        u.parallel(i)
+        u.vectorize(j)
+    mod = _exact(prog, s)
+    assert mod.source.count("#pragma omp parallel for") >= 3
+
+
+def test_tiled_loops_shared_by_tensors_that_read_each_other_are_refused():
+    """Was: an IndexError inside the polyhedral model. jacobi-1d's A and B read each
+    other, so their fused nest is the program's order: it cannot share the three loops
+    of a skewed and split time nest when each statement has two."""
+    k = KERNELS["jacobi-1d"]
+    p = k.make(**k.sizes["MINI"])
+    A, B = p.outs
+    s = pt.create_schedule([A.op, B.op])
+    leaves = []
+    for T in (B, A):
+        u = s[T].update(0)
+        t, i = u.op.axis
+        _, i2 = u.skew(t, i, 2)
+        to, ti = u.split(t, factor=4)
+        io, ii = u.split(i2, factor=8)
+        u.reorder(to, io, ti, ii)
+        leaves.append(ti)
+    s[A].update(0).compute_with(s[B].update(0), leaves[0])
+    with pytest.raises(pt.ScheduleError, match="shares 3 loops .* only 2 loop"):
+        pt.build(s, p.ins + p.outs, emit_only=True)

@@ -177,3 +177,17 @@ def test_dense_bias_gelu_in_16_bit_floats(dtype):
     assert np.all(err <= 2 * ulp * np.maximum(np.abs(ref.astype(np.float64)), 1))
     with pytest.raises(ValueError, match="dense_bias_gelu: dtype must be float32, float16"):
         at.Task("dense_bias_gelu", (4, 4, 4, "int8"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_16_bit_copy_keeps_every_bit(dtype):
+    """A bfloat16/float16 element copied is its bits (no widening and rounding back):
+    -0, infinities, NaNs (a signalling one too) and subnormals survive, and the C has no
+    conversion."""
+    A = pt.placeholder((8,), dtype, name="A")
+    B = pt.compute((8,), lambda i: A[i], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B], name="copy")
+    assert "B[i] = A[i];" in mod.source
+    raw = np.array([0x8000, 0x7F80, 0xFF80, 0x7FC1, 0x7F81, 0x0001, 0x3F80, 0x7E01], np.uint16)
+    out = mod(raw.view(numpy_dtype(dtype)))
+    np.testing.assert_array_equal(out.view(np.uint16), raw)

@@ -9,8 +9,9 @@ tunes its own: one task scheduler shares the budget by expected gain, each
 workload counting by its weight (how many times the model runs it). Then a
 report: per workload its weight, the best time in the logs, PyTorch eager's
 time for the same layer (when torch is installed) with as many intra-op threads as
-pypto's kernels ran with (``--torch-threads`` to change it), and the estimated end-to-end times ``sum weight x time`` of both
-with their ratio (over the workloads both have a time for).
+pypto's kernels ran with (``--torch-threads`` to change it), and the estimated
+end-to-end times ``sum weight x time`` of both with their ratio (over the workloads
+both have a time for).
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from .norm_stream import define_stream_knob, schedule_stream, stream_rows
 
 F32 = "float32"
 
@@ -139,18 +140,36 @@ def _schedule_reduction(cfg, s, stages):
 def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
     """Parallel over rows of ``Y``; every stage in ``row_stages`` computed per row; the
     first elementwise stage prefetches the next row of ``X``, ``Y`` its own next row
-    (``prefetch=2`` with two elementwise stages: the first one prefetches Y's row)."""
+    (``prefetch=2`` with two elementwise stages: the first one prefetches Y's row).
+    A streamed ``Y`` (``norm_stream``; its row ``elementwise[-1]`` is among the row
+    stages) is copied out by the streaming intrinsic and never prefetched."""
     i = Y.op.axis[0]
     s[Y].parallel(i)
+    streamed = elementwise[-1] is not Y
     for T in row_stages:
-        s[T].compute_at(s[Y], i)
-    ahead = Y if cfg["prefetch"].val == 2 and len(elementwise) > 1 else None
+        if not (streamed and T is elementwise[-1]):
+            s[T].compute_at(s[Y], i)
+    if streamed:  # the row computed chunk by chunk into an L1-sized buffer, then streamed
+        s[elementwise[-1]].compute_at(s[Y], schedule_stream(s, Y, cfg.target))
+    two = len(elementwise) > 1
+    ahead = Y if cfg["prefetch"].val == 2 and two and not streamed else None
     for k, T in enumerate(elementwise):
         first = k == 0
         own_next = T is Y and ahead is None
         _schedule_elementwise(
             cfg, s, T, cols, X if first else None, own_next, ahead if first else None
         )
+
+
+def _output(cfg, f, rows: int, cols: int):
+    """The output ``Y[i, j] = f(i, j)``: ``(Yr, Y, row stages)``. With the ``stream``
+    knob on, ``Yr`` is a row computed in cache and ``Y`` its streamed copy
+    (``norm_stream``), else both are the one stage ``Y``."""
+    if define_stream_knob(cfg):
+        Yr = pt.compute((rows, cols), f, name="Yr")
+        return Yr, stream_rows(Yr), [Yr]
+    Y = pt.compute((rows, cols), f, name="Y")
+    return Y, Y, []
 
 
 # ----------------------------------------------------------------- softmax
@@ -179,13 +198,13 @@ def softmax(cfg, rows, cols):
     ex = pt.compute((rows, cols), lambda i, j: exp(X[i, j] - mx[i]), name="ex")
     sm, sm_st = row_reduce("sum", lambda i, j: ex[i, j], rows, cols, L, "sm")
     rs = pt.compute((rows,), lambda i: pt.const(1.0, F32) / sm[i], name="rs")
-    Y = pt.compute((rows, cols), lambda i, j: ex[i, j] * rs[i], name="Y")
+    Yr, Y, out = _output(cfg, lambda i, j: ex[i, j] * rs[i], rows, cols)
     s = pt.create_schedule(Y.op)
     if cfg["store_exp"].val:
-        _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st, rs], [ex, Y], X, cols)
+        _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st, rs, *out], [ex, Yr], X, cols)
     else:
         s[ex].compute_inline()
-        _schedule_rows(cfg, s, Y, [*mx_st, *sm_st, rs], [Y], X, cols)
+        _schedule_rows(cfg, s, Y, [*mx_st, *sm_st, rs, *out], [Yr], X, cols)
     _schedule_reduction(cfg, s, mx_st)
     _schedule_reduction(cfg, s, sm_st)
     return s, [X, Y]
@@ -227,11 +246,11 @@ def layernorm(cfg, rows, cols, eps=1e-5):
     rstd = pt.compute(
         (rows,), lambda i: pt.rsqrt(ss[i] * pt.const(inv, F32) + pt.const(eps, F32)), name="rstd"
     )
-    Y = pt.compute(
-        (rows, cols), lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], name="Y"
+    Yr, Y, out = _output(
+        cfg, lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], rows, cols
     )
     s = pt.create_schedule(Y.op)
-    _schedule_rows(cfg, s, Y, [*sm_st, mean, *ss_st, rstd], [Y], X, cols)
+    _schedule_rows(cfg, s, Y, [*sm_st, mean, *ss_st, rstd, *out], [Yr], X, cols)
     _schedule_reduction(cfg, s, sm_st)
     _schedule_reduction(cfg, s, ss_st)
     return s, [X, gamma, beta, Y]
@@ -261,8 +280,8 @@ def rmsnorm(cfg, rows, cols, eps=1e-6):
         lambda i: pt.rsqrt(ss[i] * pt.const(1.0 / cols, F32) + pt.const(eps, F32)),
         name="r",
     )
-    Y = pt.compute((rows, cols), lambda i, j: X[i, j] * r[i] * gamma[j], name="Y")
+    Yr, Y, out = _output(cfg, lambda i, j: X[i, j] * r[i] * gamma[j], rows, cols)
     s = pt.create_schedule(Y.op)
-    _schedule_rows(cfg, s, Y, [*ss_st, r], [Y], X, cols)
+    _schedule_rows(cfg, s, Y, [*ss_st, r, *out], [Yr], X, cols)
     _schedule_reduction(cfg, s, ss_st)
     return s, [X, gamma, Y]

@@ -110,7 +110,7 @@ def conv_tile(isa: SimdISA, C: int, R: int, S: int, hb: int, wb: int, kb: int, s
         name="tile",
     )
     name = f"conv_tile_{isa.name}_c{C}_r{R}s{S}_st{st}_{hb}x{wb}x{kb}"
-    return pt.decl_tensor_intrin(out.op, name, _conv_source(isa, name, C, R, S, hb, wb, kb, st))
+    return pt.TensorIntrin.register(name, out.op, _conv_source(isa, name, C, R, S, hb, wb, kb, st))
 
 
 def _conv_source(isa: SimdISA, name, C, R, S, hb, wb, kb, st) -> str:
@@ -194,7 +194,7 @@ def gemm_tile(isa: SimdISA, mr: int, nc: int, K: int):
     k = pt.reduce_axis((0, K), name="k")
     out = pt.compute((mr, nc), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="tile")
     name = f"gemm_tile_{isa.name}_{mr}x{nc}x{K}"
-    return pt.decl_tensor_intrin(out.op, name, _gemm_source(isa, name, mr, nc, K))
+    return pt.TensorIntrin.register(name, out.op, _gemm_source(isa, name, mr, nc, K))
 
 
 def _gemm_source(isa: SimdISA, name: str, mr: int, nc: int, K: int) -> str:

@@ -9,10 +9,10 @@ accumulates into a scalar first.
 
 Where the form departs from the C source:
 
-- alpha and beta (gemm, gemver, gesummv, symm, syr2k, syrk, trmm, 2mm) are the
-  constants PolyBench initialises them to: float scalar arguments do not exist yet;
-- durbin keeps its scalars alpha and beta per step k (``alpha[k]``, the C nest
-  overwrites one variable), as 0-d tensors do not exist yet;
+- durbin's statement ``beta = (1 - alpha * alpha) * beta`` names no loop variable, and
+  an update runs over the rdoms it names: it is written under ``pt.select(k >= 1, ...)``,
+  a condition that always holds, to run at every step k (alpha, beta and sum are 0-d
+  tensors, as the C nest's scalars);
 - deriche's carried scalars (xm1, ym1, ...) are reads of the previous elements,
   under ``pt.select`` for the first ones (the C nest's zero initialisation);
 - loops that run downwards (ludcmp, nussinov, deriche, adi) run over ``r`` with

@@ -1,7 +1,8 @@
 """PolyBench linear-algebra/blas: gemm, gemver, gesummv, symm, syr2k, syrk, trmm.
 
-alpha = 1.5 and beta = 1.2 are constants (PolyBench's values) until float scalar
-arguments exist.
+alpha and beta are float scalar arguments (``pt.var("alpha", "float64")``), first in
+the argument list as in PolyBench's ``kernel_gemm(ni, nj, nk, alpha, beta, C, A, B)``;
+the inputs give them PolyBench's values, 1.5 and 1.2.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ import numpy as np
 
 import pypto as pt
 
-from .common import F, Program, kernel, rdom
-
-ALPHA, BETA = 1.5, 1.2
+from .common import ALPHA, BETA, F, Program, kernel, rdom, scalars
 
 
 @kernel(
@@ -23,33 +22,37 @@ ALPHA, BETA = 1.5, 1.2
     dict(NI=200, NJ=220, NK=240),
 )
 def gemm(NI, NJ, NK):
+    alpha, beta = scalars("alpha beta")
     A = pt.placeholder((NI, NK), F, name="A")
     B = pt.placeholder((NK, NJ), F, name="B")
     C0 = pt.placeholder((NI, NJ), F, name="C0")
-    C = pt.compute((NI, NJ), lambda i, j: C0[i, j] * BETA, name="C")
+    C = pt.compute((NI, NJ), lambda i, j: C0[i, j] * beta, name="C")
     i, k, j = rdom((0, NI), (0, NK), (0, NJ), names="i k j")
-    C[i, j] = C[i, j] + ALPHA * A[i, k] * B[k, j]
+    C[i, j] = C[i, j] + alpha * A[i, k] * B[k, j]
 
-    def ref(a, b, c):
-        c = c * BETA
+    def ref(al, be, a, b, c):
+        c = c * be
         for kk in range(NK):
-            c += ALPHA * a[:, kk : kk + 1] * b[kk][None, :]
+            c += al * a[:, kk : kk + 1] * b[kk][None, :]
         return [c]
 
-    def schedule(s):  # a 4 x 32 block of C in registers across k
+    def schedule(s):  # a block of 4 rows x 2 vectors of C across k
         u = s[C].update(0)
         io, ii = u.split(i, factor=4)
-        jo, ji = u.split(j, factor=32)
+        jo, ji = u.split(j, factor=2 * pt.Target("host").vector_lanes(F))
         u.reorder(io, jo, k, ii, ji)
         u.unroll(ii)
         u.vectorize(ji)
 
-    init = lambda rng: [rng.random((NI, NK)), rng.random((NK, NJ)), rng.random((NI, NJ))]  # noqa: E731
-    return Program([A, B, C0], [C], init, ref, schedule=schedule)
+    def init(rng):
+        return [ALPHA, BETA, rng.random((NI, NK)), rng.random((NK, NJ)), rng.random((NI, NJ))]
+
+    return Program([alpha, beta, A, B, C0], [C], init, ref, schedule=schedule)
 
 
 @kernel("gemver", "blas", dict(N=40), dict(N=120), dict(N=400))
 def gemver(N):
+    alpha, beta = scalars("alpha beta")
     names = ["A0", "u1", "v1", "u2", "v2", "w0", "x0", "y", "z"]
     A0, u1, v1, u2, v2, w0, x0, y, z = [
         pt.placeholder((N, N) if n == "A0" else (N,), F, name=n) for n in names
@@ -57,20 +60,20 @@ def gemver(N):
     A = pt.compute((N, N), lambda i, j: A0[i, j] + u1[i] * v1[j] + u2[i] * v2[j], name="A")
     x = pt.compute((N,), lambda i: x0[i], name="x")
     i, j = rdom((0, N), (0, N), names="i j")
-    x[i] = x[i] + BETA * A[j, i] * y[j]
+    x[i] = x[i] + beta * A[j, i] * y[j]
     i2 = pt.reduce_axis((0, N), name="i2")
     x[i2] = x[i2] + z[i2]
     w = pt.compute((N,), lambda i: w0[i], name="w")
     i3, j3 = rdom((0, N), (0, N), names="i3 j3")
-    w[i3] = w[i3] + ALPHA * A[i3, j3] * x[j3]
+    w[i3] = w[i3] + alpha * A[i3, j3] * x[j3]
 
-    def ref(a, u1, v1, u2, v2, w, x, y, z):
+    def ref(al, be, a, u1, v1, u2, v2, w, x, y, z):
         a = a + u1[:, None] * v1[None, :] + u2[:, None] * v2[None, :]
         for jj in range(N):
-            x = x + BETA * a[jj, :] * y[jj]
+            x = x + be * a[jj, :] * y[jj]
         x = x + z
         for jj in range(N):
-            w = w + ALPHA * a[:, jj] * x[jj]
+            w = w + al * a[:, jj] * x[jj]
         return [a, x, w]
 
     def schedule(s):
@@ -81,13 +84,16 @@ def gemver(N):
         s[w].update(0).vectorize(i3)
 
     def init(rng):
-        return [rng.random((N, N))] + [rng.random(N) for _ in range(8)]
+        return [ALPHA, BETA, rng.random((N, N))] + [rng.random(N) for _ in range(8)]
 
-    return Program([A0, u1, v1, u2, v2, w0, x0, y, z], [A, x, w], init, ref, schedule=schedule)
+    return Program(
+        [alpha, beta, A0, u1, v1, u2, v2, w0, x0, y, z], [A, x, w], init, ref, schedule=schedule
+    )
 
 
 @kernel("gesummv", "blas", dict(N=30), dict(N=90), dict(N=250))
 def gesummv(N):
+    alpha, beta = scalars("alpha beta")
     A = pt.placeholder((N, N), F, name="A")
     B = pt.placeholder((N, N), F, name="B")
     x = pt.placeholder((N,), F, name="x")
@@ -95,95 +101,124 @@ def gesummv(N):
     tmp = pt.compute((N,), lambda i: pt.sum(A[i, j] * x[j], axis=j), name="tmp")
     j2 = pt.reduce_axis((0, N), name="j2")
     yb = pt.compute((N,), lambda i: pt.sum(B[i, j2] * x[j2], axis=j2), name="yb")
-    y = pt.compute((N,), lambda i: ALPHA * tmp[i] + BETA * yb[i], name="y")
+    y = pt.compute((N,), lambda i: alpha * tmp[i] + beta * yb[i], name="y")
 
-    def ref(a, b, x):
+    def ref(al, be, a, b, x):
         t = np.zeros(N)
         yy = np.zeros(N)
         for jj in range(N):
             t = a[:, jj] * x[jj] + t
             yy = b[:, jj] * x[jj] + yy
-        return [ALPHA * t + BETA * yy]
+        return [al * t + be * yy]
 
     def schedule(s):
         s[tmp].compute_at(s[y], y.op.axis[0])
         s[yb].compute_at(s[y], y.op.axis[0])
 
-    init = lambda rng: [rng.random((N, N)), rng.random((N, N)), rng.random(N)]  # noqa: E731
-    return Program([A, B, x], [y], init, ref, schedule=schedule)
+    init = lambda rng: [ALPHA, BETA, rng.random((N, N)), rng.random((N, N)), rng.random(N)]  # noqa: E731
+    return Program([alpha, beta, A, B, x], [y], init, ref, schedule=schedule)
 
 
 @kernel("symm", "blas", dict(M=20, N=30), dict(M=60, N=80), dict(M=200, N=240))
 def symm(M, N):
+    alpha, beta = scalars("alpha beta")
     A = pt.placeholder((M, M), F, name="A")
     B = pt.placeholder((M, N), F, name="B")
     C0 = pt.placeholder((M, N), F, name="C0")
     C = pt.compute((M, N), lambda i, j: C0[i, j], name="C")
     i, j = rdom((0, M), (0, N), names="i j")
     k = pt.reduce_axis((0, i), name="k")
-    C[k, j] = C[k, j] + ALPHA * B[i, j] * A[i, k]
+    C[k, j] = C[k, j] + alpha * B[i, j] * A[i, k]
     k2 = pt.reduce_axis((0, i), name="k2")
     temp2 = pt.sum(B[k2, j] * A[i, k2], axis=k2)
-    C[i, j] = BETA * C[i, j] + ALPHA * B[i, j] * A[i, i] + ALPHA * temp2
+    C[i, j] = beta * C[i, j] + alpha * B[i, j] * A[i, i] + alpha * temp2
 
     def order(s):
         s[C].update(1).compute_with(s[C].update(0), j)  # C[i, j] after the k loop
 
-    def ref(a, b, c):
+    def schedule(s):
+        """Row i's final values after all of its updates of the rows above (which the
+        final statement of row i does not read), those in i-k-j order, j vectorized.
+
+            for i: for j:                            for i:
+              for k < i: C[k, j] += a B[i, j] A[i, k]  ->  for k < i: for j (vectorized):
+              C[i, j] = b C[i, j] + ...                      C[k, j] += a B[i, j] A[i, k]
+                                                          for j: C[i, j] = b C[i, j] + ...
+        """
+        u = s[C].update(0)
+        u.reorder(i, k, j)
+        u.vectorize(j)
+        s[C].update(1).compute_with(u, i)
+
+    def ref(al, be, a, b, c):
         c = c.copy()
         for ii in range(M):
             for jj in range(N):
                 t2 = 0.0
                 for kk in range(ii):
-                    c[kk, jj] += ALPHA * b[ii, jj] * a[ii, kk]
+                    c[kk, jj] += al * b[ii, jj] * a[ii, kk]
                     t2 += b[kk, jj] * a[ii, kk]
-                c[ii, jj] = BETA * c[ii, jj] + ALPHA * b[ii, jj] * a[ii, ii] + ALPHA * t2
+                c[ii, jj] = be * c[ii, jj] + al * b[ii, jj] * a[ii, ii] + al * t2
         return [c]
 
-    init = lambda rng: [rng.random((M, M)), rng.random((M, N)), rng.random((M, N))]  # noqa: E731
-    return Program([A, B, C0], [C], init, ref, order=order)
+    init = lambda rng: [ALPHA, BETA, rng.random((M, M)), rng.random((M, N)), rng.random((M, N))]  # noqa: E731
+    return Program(
+        [alpha, beta, A, B, C0], [C], init, ref, order=order, schedule=schedule, regroup=True
+    )
 
 
 def _syrk_like(N, M, two: bool):
+    alpha, beta = scalars("alpha beta")
     A = pt.placeholder((N, M), F, name="A")
     B = pt.placeholder((N, M), F, name="B") if two else None
     C0 = pt.placeholder((N, N), F, name="C0")
     C = pt.compute((N, N), lambda i, j: C0[i, j], name="C")
     i = pt.reduce_axis((0, N), name="i")
     j = pt.reduce_axis((0, i + 1), name="j")
-    C[i, j] = C[i, j] * BETA
+    C[i, j] = C[i, j] * beta
     k = pt.reduce_axis((0, M), name="k")
     j2 = pt.reduce_axis((0, i + 1), name="j2")
     if two:
-        C[i, j2] = C[i, j2] + (A[j2, k] * ALPHA * B[i, k] + B[j2, k] * ALPHA * A[i, k])
+        C[i, j2] = C[i, j2] + (A[j2, k] * alpha * B[i, k] + B[j2, k] * alpha * A[i, k])
     else:
-        C[i, j2] = C[i, j2] + ALPHA * A[i, k] * A[j2, k]
+        C[i, j2] = C[i, j2] + alpha * A[i, k] * A[j2, k]
 
     def order(s):
         s[C].update(1).compute_with(s[C].update(0), i)
 
-    def ref(a, *rest):
+    def ref(al, be, a, *rest):
         b, c = rest if two else (None, rest[0])
         c = c.copy()
         for ii in range(N):
-            c[ii, : ii + 1] *= BETA
+            c[ii, : ii + 1] *= be
             for kk in range(M):
                 if two:
                     c[ii, : ii + 1] += (
-                        a[: ii + 1, kk] * ALPHA * b[ii, kk] + b[: ii + 1, kk] * ALPHA * a[ii, kk]
+                        a[: ii + 1, kk] * al * b[ii, kk] + b[: ii + 1, kk] * al * a[ii, kk]
                     )
                 else:
-                    c[ii, : ii + 1] += ALPHA * a[ii, kk] * a[: ii + 1, kk]
+                    c[ii, : ii + 1] += al * a[ii, kk] * a[: ii + 1, kk]
         return [c]
 
     def schedule(s):
+        """The sums by dot products of rows (k innermost: A[j, k] read along its row,
+        not down a column), 8 of them (columns j) at a time, unrolled: 8 independent
+        chains of additions.
+
+            for i: for k: for j <= i:        for i: for jo: for k:
+              C[i, j] += ...           ->      for ji in 0..7 (unrolled): C[i, 8 jo + ji] += ...
+        """
         s[C].update(0).vectorize(j)
-        s[C].update(1).vectorize(j2)
+        u = s[C].update(1)
+        jo, ji = u.split(j2, factor=8)
+        u.reorder(i, jo, k, ji)
+        u.unroll(ji)
 
     def init(rng):
-        return [rng.random((N, M))] + ([rng.random((N, M))] if two else []) + [rng.random((N, N))]
+        mats = [rng.random((N, M))] + ([rng.random((N, M))] if two else [])
+        return [ALPHA, BETA] + mats + [rng.random((N, N))]
 
-    ins = [A, B, C0] if two else [A, C0]
+    ins = [alpha, beta] + ([A, B, C0] if two else [A, C0])
     return Program(ins, [C], init, ref, order=order, schedule=schedule)
 
 
@@ -199,27 +234,40 @@ def syrk(M, N):
 
 @kernel("trmm", "blas", dict(M=20, N=30), dict(M=60, N=80), dict(M=200, N=240))
 def trmm(M, N):
+    (alpha,) = scalars("alpha")
     A = pt.placeholder((M, M), F, name="A")
     B0 = pt.placeholder((M, N), F, name="B0")
     B = pt.compute((M, N), lambda i, j: B0[i, j], name="B")
     i, j = rdom((0, M), (0, N), names="i j")
     k = pt.reduce_axis((i + 1, M), name="k")
     B[i, j] = B[i, j] + A[k, i] * B[k, j]
-    B[i, j] = ALPHA * B[i, j]
+    B[i, j] = alpha * B[i, j]
 
     def order(s):
         s[B].update(1).compute_with(s[B].update(0), j)
 
-    def ref(a, b):
+    def ref(al, a, b):
         b = b.copy()
         for ii in range(M):
             for kk in range(ii + 1, M):
                 b[ii, :] += a[kk, ii] * b[kk, :]
-            b[ii, :] = ALPHA * b[ii, :]
+            b[ii, :] = al * b[ii, :]
         return [b]
 
-    def schedule(s):  # j innermost: rows of B, contiguous (the scaling after the k loop)
-        pass
+    def schedule(s):
+        """Row i's scaling after all of its sums (rows below i are not scaled yet either
+        way), the sums in i-k-j order with j vectorized: rows of B streamed.
 
-    init = lambda rng: [rng.random((M, M)), rng.random((M, N))]  # noqa: E731
-    return Program([A, B0], [B], init, ref, order=order, schedule=schedule)
+            for i: for j:                          for i:
+              for k in i+1..M-1:                     for k in i+1..M-1:
+                B[i, j] += A[k, i] * B[k, j]   ->      for j (vectorized):
+              B[i, j] = alpha * B[i, j]                  B[i, j] += A[k, i] * B[k, j]
+                                                     for j: B[i, j] = alpha * B[i, j]
+        """
+        u = s[B].update(0)
+        u.reorder(i, k, j)
+        u.vectorize(j)
+        s[B].update(1).compute_with(u, i)
+
+    init = lambda rng: [ALPHA, rng.random((M, M)), rng.random((M, N))]  # noqa: E731
+    return Program([alpha, A, B0], [B], init, ref, order=order, schedule=schedule, regroup=True)

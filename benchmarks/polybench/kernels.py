@@ -1,5 +1,5 @@
 """PolyBench linear-algebra/kernels (2mm, 3mm, atax, bicg, doitgen, mvt) and datamining
-(correlation, covariance). alpha = 1.5, beta = 1.2 are constants (see blas)."""
+(correlation, covariance). 2mm's alpha and beta are float scalar arguments (see blas)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import numpy as np
 
 import pypto as pt
 
-from .blas import ALPHA, BETA
-from .common import F, Program, kernel, rdom
+from .common import ALPHA, BETA, F, Program, kernel, rdom, scalars
 
 
 def _mm(name, A, B, n, m, kk, scale=None):
@@ -45,18 +44,19 @@ def _mm_ref(a, b, scale=None):
     dict(NI=180, NJ=190, NK=210, NL=220),
 )
 def two_mm(NI, NJ, NK, NL):
+    alpha, beta = scalars("alpha beta")
     A = pt.placeholder((NI, NK), F, name="A")
     B = pt.placeholder((NK, NJ), F, name="B")
     C = pt.placeholder((NJ, NL), F, name="C")
     D0 = pt.placeholder((NI, NL), F, name="D0")
-    tmp = _mm("tmp", A, B, NI, NJ, NK, scale=ALPHA)
-    D = pt.compute((NI, NL), lambda i, j: D0[i, j] * BETA, name="D")
+    tmp = _mm("tmp", A, B, NI, NJ, NK, scale=alpha)
+    D = pt.compute((NI, NL), lambda i, j: D0[i, j] * beta, name="D")
     i, j, k = rdom((0, NI), (0, NL), (0, NJ), names="i j k")
     D[i, j] = D[i, j] + tmp[i, k] * C[k, j]
 
-    def ref(a, b, c, d):
-        t = _mm_ref(a, b, ALPHA)
-        d = d * BETA
+    def ref(al, be, a, b, c, d):
+        t = _mm_ref(a, b, al)
+        d = d * be
         for kk in range(NJ):
             d += t[:, kk : kk + 1] * c[kk][None, :]
         return [d]
@@ -67,9 +67,9 @@ def two_mm(NI, NJ, NK, NL):
         s[D].update(0).vectorize(j)
 
     def init(rng):
-        return [rng.random(sh) for sh in ((NI, NK), (NK, NJ), (NJ, NL), (NI, NL))]
+        return [ALPHA, BETA] + [rng.random(sh) for sh in ((NI, NK), (NK, NJ), (NJ, NL), (NI, NL))]
 
-    return Program([A, B, C, D0], [D], init, ref, schedule=schedule)
+    return Program([alpha, beta, A, B, C, D0], [D], init, ref, schedule=schedule)
 
 
 @kernel(

@@ -2,7 +2,7 @@
 
 Written as update definitions in the C nests' statement order; ``compute_with`` puts
 statements before and after inner loops (imperfect nests). durbin's scalars alpha,
-beta are expanded to one element per step k (the C nest overwrites one).
+beta and sum are 0-d tensors overwritten at every step k, as the C nest's variables.
 """
 
 from __future__ import annotations
@@ -54,21 +54,25 @@ def durbin(N):
     r = pt.placeholder((N,), F, name="r")
     y = pt.compute((N,), lambda i: -r[0], name="y")
     z = pt.compute((N,), lambda i: pt.const(0.0, F), name="z")
-    alpha = pt.compute((N,), lambda u: -r[0], name="alpha")  # alpha, beta per step k
-    beta = pt.compute((N,), lambda u: pt.const(1.0, F), name="beta")
+    alpha = pt.compute((), lambda: -r[0], name="alpha")  # the C nest's scalar variables
+    beta = pt.compute((), lambda: pt.const(1.0, F), name="beta")
+    total = pt.compute((), lambda: pt.const(0.0, F), name="sum")
     k = pt.reduce_axis((1, N), name="k")
-    beta[k] = (1.0 - alpha[k - 1] * alpha[k - 1]) * beta[k - 1]
+    # an update runs over the rdoms it names: beta's statement names none, so it says
+    # "at every k" with a condition that always holds (simplified away when lowered)
+    beta[()] = pt.select(k >= 1, (1.0 - alpha[()] * alpha[()]) * beta[()], beta[()])
     i = pt.reduce_axis((0, k), name="i")
-    total = pt.sum(r[k - i - 1] * y[i], axis=i)
-    alpha[k] = -(r[k] + total) / beta[k]
+    total[()] = pt.sum(r[k - i - 1] * y[i], axis=i)
+    alpha[()] = -(r[k] + total[()]) / beta[()]
     i2 = pt.reduce_axis((0, k), name="i2")
-    z[i2] = y[i2] + alpha[k] * y[k - i2 - 1]
+    z[i2] = y[i2] + alpha[()] * y[k - i2 - 1]
     i3 = pt.reduce_axis((0, k), name="i3")
     y[i3] = z[i3]
-    y[k] = alpha[k]
+    y[k] = alpha[()]
 
     def order(s):
-        s[alpha].update(0).compute_with(s[beta].update(0), k)
+        s[total].update(0).compute_with(s[beta].update(0), k)
+        s[alpha].update(0).compute_with(s[total].update(0), k)
         s[z].update(0).compute_with(s[alpha].update(0), k)
         s[y].update(0).compute_with(s[z].update(0), k)
         s[y].update(1).compute_with(s[y].update(0), k)
@@ -91,7 +95,7 @@ def durbin(N):
     def init(rng):
         return [rng.random(N) / N]
 
-    return Program([r], [y], init, ref, order=order, rtol=1e-9, notes="alpha, beta: one per step")
+    return Program([r], [y], init, ref, order=order, rtol=1e-9)
 
 
 @kernel("gramschmidt", "solvers", dict(M=20, N=30), dict(M=60, N=80), dict(M=200, N=240))
@@ -115,6 +119,23 @@ def gramschmidt(M, N):
         s[Q].update(0).compute_with(s[R].update(0), k)
         s[R].update(1).compute_with(s[Q].update(0), k)
         s[A].update(0).compute_with(s[R].update(1), j)
+
+    def schedule(s):
+        """The column update distributed over j (R's row k first, then A's columns; R[k, j]
+        reads column j before its update either way) and run by rows, j vectorized.
+
+            for k: ...                               for k: ...
+              for j in k+1..N-1:                       for j in k+1..N-1: R[k, j] = ...
+                R[k, j] = sum_i Q[i, k] * A[i, j]  ->   for i in 0..M-1:
+                for i: A[i, j] -= Q[i, k] * R[k, j]       for j in k+1..N-1 (vectorized):
+                                                            A[i, j] -= Q[i, k] * R[k, j]
+        """
+        s[Q].update(0).compute_with(s[R].update(0), k)
+        s[R].update(1).compute_with(s[Q].update(0), k)
+        u = s[A].update(0)
+        u.reorder(k, i3, j)
+        u.vectorize(j)
+        u.compute_with(s[R].update(1), k)
 
     def ref(a):
         a = a.copy()
@@ -140,7 +161,17 @@ def gramschmidt(M, N):
     def view(a, r, q):  # columns past M are rounding noise (rank M), in C as here
         return [a[:, :M], r[:M], q[:, :M]]
 
-    return Program([A0], [A, R, Q], init, ref, order=order, rtol=1e-8, view=view)
+    return Program(
+        [A0],
+        [A, R, Q],
+        init,
+        ref,
+        order=order,
+        schedule=schedule,
+        regroup=True,
+        rtol=1e-8,
+        view=view,
+    )
 
 
 def _lu(A, N):
@@ -159,6 +190,20 @@ def _lu(A, N):
 def _lu_order(s, A, j, i):
     s[A].update(1).compute_with(s[A].update(0), j)
     s[A].update(2).compute_with(s[A].update(1), i)
+
+
+def _lu_schedule(s, A):
+    """The trailing row update in i-k-j order, j vectorized: rows of A streamed.
+
+    for i: ...                                      for i: ...
+      for j in i..N-1:                                for k in 0..i-1:
+        for k in 0..i-1:                      ->        for j in i..N-1 (vectorized):
+          A[i, j] -= A[i, k] * A[k, j]                    A[i, j] -= A[i, k] * A[k, j]
+    """
+    u = s[A].update(2)
+    _, j2, k2 = u.op.axis
+    u.reorder(k2, j2)
+    u.vectorize(j2)
 
 
 def _lu_ref(a, N):
@@ -186,7 +231,11 @@ def lu(N):
     def order(s):
         _lu_order(s, A, j, i)
 
-    return Program([A0], [A], lambda rng: [spd(rng, N)], ref, order=order, rtol=1e-9)
+    def schedule(s):
+        _lu_schedule(s, A)
+
+    init = lambda rng: [spd(rng, N)]  # noqa: E731
+    return Program([A0], [A], init, ref, order=order, schedule=schedule, rtol=1e-9)
 
 
 @kernel("ludcmp", "solvers", dict(N=40), dict(N=120), dict(N=400))
@@ -222,10 +271,13 @@ def ludcmp(N):
             xx[ii] = xx[ii] / a[ii, ii]
         return [xx]
 
+    def schedule(s):
+        _lu_schedule(s, A)
+
     def init(rng):
         return [spd(rng, N), rng.random(N)]
 
-    return Program([A0, b], [x], init, ref, order=order, rtol=1e-9)
+    return Program([A0, b], [x], init, ref, order=order, schedule=schedule, rtol=1e-9)
 
 
 @kernel("trisolv", "solvers", dict(N=40), dict(N=120), dict(N=400))

@@ -1,0 +1,80 @@
+"""pypto.torch.empty: big operator outputs come from a pool of recycled buffers, reused
+only once no tensor, view or array of them is alive."""
+
+import gc
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import autotune.torch  # noqa: E402, F401  (registers the operators)
+import pypto.torch as ptt  # noqa: E402
+
+ops = torch.ops.pypto
+BIG = (512, 1024)  # 2 MiB of float32: pooled
+
+
+def _ptr(t):
+    return t.untyped_storage().data_ptr()
+
+
+def test_a_freed_output_buffer_is_reused_and_aligned():
+    a = ptt.empty(BIG, torch.float32)
+    assert a.shape == BIG and a.dtype == torch.float32 and a.is_contiguous()
+    assert a.data_ptr() % 64 == 0
+    p = _ptr(a)
+    del a
+    gc.collect()
+    assert _ptr(ptt.empty(BIG, torch.float32)) == p
+
+
+@pytest.mark.parametrize("keep", ["tensor", "view", "numpy"])
+def test_a_buffer_in_use_is_not_handed_out_again(keep):
+    a = ptt.empty(BIG, torch.float32)
+    held = {"tensor": a, "view": a[3:, 5:].t(), "numpy": a.numpy()[1]}[keep]
+    p = _ptr(a)
+    del a
+    gc.collect()
+    b = ptt.empty(BIG, torch.float32)
+    assert _ptr(b) != p
+    del held, b
+    gc.collect()
+    assert _ptr(ptt.empty(BIG, torch.float32)) == p  # the first idle one again
+
+
+def test_small_outputs_are_plain_tensors():
+    a = ptt.empty((4, 8), torch.float64)
+    assert a.shape == (4, 8) and a.dtype == torch.float64
+    assert a.untyped_storage().nbytes() == 4 * 8 * 8
+
+
+def test_a_kept_operator_result_survives_later_calls():
+    g = torch.Generator().manual_seed(0)
+    x1, x2 = (torch.randn(*BIG, generator=g) for _ in range(2))
+    w = torch.ones(BIG[1])
+    y1 = ops.rms_norm(x1, w, 1e-6)
+    want = (x1 * torch.rsqrt(x1.pow(2).mean(-1, keepdim=True) + 1e-6)).clone()
+    for _ in range(3):  # dropped results: their buffers go back to the pool
+        ops.rms_norm(x2, w, 1e-6)
+    y2 = ops.softmax(x2, -1)
+    torch.testing.assert_close(y1, want, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(y2, torch.softmax(x2, -1), atol=2e-6, rtol=2e-5)
+    assert _ptr(y1) != _ptr(y2)
+
+
+def test_empty_cache_releases_idle_buffers_only():
+    pool = ptt.BufferPool(max_bytes=64 << 20)
+    busy = pool.take(3 << 20)
+    idle = pool.take(5 << 20)
+    del idle
+    assert pool.nbytes == 8 << 20
+    pool.clear_idle()
+    assert pool.nbytes == 3 << 20
+    assert not np.shares_memory(pool.take(3 << 20), busy)
+
+
+def test_the_pool_stays_under_its_limit():
+    pool = ptt.BufferPool(max_bytes=4 << 20)
+    held = [pool.take(3 << 20) for _ in range(3)]
+    assert pool.nbytes == 3 << 20 and all(b.nbytes == 3 << 20 for b in held)
