@@ -117,7 +117,7 @@ def cluster():
         c.shutdown()
 
 
-def _driver(args, log):
+def _driver(args, log, stderr=subprocess.PIPE):
     """``pypto-tune network ... --ray`` in its own process, as a user runs it."""
     env = dict(os.environ, PYTHONPATH=ROOT, **LOOPBACK)
     return subprocess.Popen(
@@ -125,9 +125,17 @@ def _driver(args, log):
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
     )
+
+
+def _wait_for_text(path, text, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert proc.poll() is None, path.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"no {text!r} after {timeout} s"
+        time.sleep(0.2)
 
 
 def _lines(path) -> int:
@@ -164,13 +172,15 @@ def test_network_on_two_nodes_survives_a_lost_node_and_a_killed_driver(cluster, 
     args += ["--confirm", "0", "--no-progress", "--number", "2", "--repeat", "2"]
     args += ["--ray", cluster.address]
 
-    first = _driver(args, log)
-    _wait_for_lines(log, 4, first)
-    cluster.kill(doomed)  # a worker node dies while candidates are built and measured
-    _wait_for_lines(log, 10, first)
-    first.send_signal(signal.SIGKILL)  # the driver dies too
-    _, first_err = first.communicate(timeout=30)
-    assert "warning: lost node 127.0.0.1" in first_err
+    err = tmp_path / "first.err"
+    with open(err, "w") as err_file:
+        first = _driver(args, log, stderr=err_file)
+        _wait_for_lines(log, 4, first)
+        cluster.kill(doomed)  # a worker node dies while candidates are built and measured
+        _wait_for_text(err, "warning: lost node 127.0.0.1", first)  # noticed, and said
+        _wait_for_lines(log, 10, first)
+        first.send_signal(signal.SIGKILL)  # the driver dies too
+        first.communicate(timeout=30)
     assert 10 <= _lines(log) < trials
 
     again = _driver(args, log)  # resumes from the log (the default)

@@ -617,8 +617,15 @@ def _start_tuning(tmp_path, mark, phase):
     p = subprocess.Popen(
         [sys.executable, "-m", "autotune", *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_default_sigint,
     )  # fmt: skip
     return p, flags / phase
+
+
+def _default_sigint():
+    """A user's terminal delivers SIGINT; a shell's background job (``cmd &`` without
+    job control, as CI may run the suite) ignores it, and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize(
