@@ -1,6 +1,7 @@
 """The PyTorch operators (``torch.ops.pypto.*``) against PyTorch, in the same run.
 
     python -m benchmarks torch_ops [--threads 1,2] [--only attention,moe] [--repeat 3]
+                                   [--logs DIR]
 
 Per thread count a fresh worker process (torch and OpenMP pinned to it) times,
 in interleaved blocks of rounds (``suite.block_medians``), each operator and its
@@ -14,6 +15,11 @@ references on the same tensors:
 - the transformer block of ``examples/transformer_block.py`` (S=256, d=512):
   eager and ``torch.compile`` of it, against the block with the pypto operators.
 
+The operators use the best records for their shapes on this host's target, as
+``import autotune.torch`` finds them (the user's, then the shipped ones);
+``--logs DIR`` puts the records in DIR first (e.g. what ``pypto-tune all
+--log-dir DIR`` wrote on this machine).
+
 A row's ratio is reference time / pypto time (above 1: pypto is faster). Every
 pypto output is checked against the first reference before timing.
 """
@@ -21,6 +27,7 @@ pypto output is checked against the first reference before timing.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -103,14 +110,19 @@ def _cases(torch, only):
     return cases
 
 
-def worker(threads: int, only) -> dict:
+def _records(logs: str) -> list:
+    return sorted(glob.glob(os.path.join(logs, "*.jsonl"))) if logs else []
+
+
+def worker(threads: int, only, logs: str = "") -> dict:
     import torch
 
+    import autotune as at
     import autotune.torch  # noqa: F401  (registers torch.ops.pypto.*)
 
     torch.set_num_threads(threads)
     out = {}
-    with torch.no_grad():
+    with torch.no_grad(), at.apply_history_best(_records(logs)):
         for row, (mine, refs, ins) in _cases(torch, only).items():
             expect = next(iter(refs.values()))(*ins)
             err = (mine(*ins) - expect).abs().max().item()
@@ -151,22 +163,27 @@ def main(argv=None):
     p.add_argument("--threads", default="1,2")
     p.add_argument("--only", default="", help=f"comma-separated substrings of {', '.join(ROWS)}")
     p.add_argument("--repeat", type=int, default=1, help="whole runs; medians are reported")
+    p.add_argument("--logs", default="", help="a directory of tuning records used first")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     only = [o for o in a.only.split(",") if o]
+    if a.logs and not _records(a.logs):
+        p.error(f"--logs {a.logs}: no *.jsonl tuning records there")
     if only and not any(o in r for o in only for r in ROWS):
         p.error(f"--only {a.only!r} matches no row; rows: {', '.join(ROWS)}")
     if a.worker:
-        print(json.dumps(worker(int(os.environ["OMP_NUM_THREADS"]), only)))
+        print(json.dumps(worker(int(os.environ["OMP_NUM_THREADS"]), only, a.logs)))
         return
     threads = [int(x) for x in a.threads.split(",")]
     import pypto as pt
 
     triad = {t: peak.measure(t)["triad_gbps"] for t in threads}
     script = os.path.abspath(__file__)
-    runs = [run_workers(script, threads, ["--only", a.only]) for _ in range(max(1, a.repeat))]
+    extra = ["--only", a.only, "--logs", a.logs]
+    runs = [run_workers(script, threads, extra) for _ in range(max(1, a.repeat))]
+    source = a.logs or "the user's and the shipped ones"
     print(f"pypto {pt.__version__} on {pt.Target('host').name}, {os.cpu_count()} cores; "
-          f"medians over {len(runs)} run(s)")  # fmt: skip
+          f"medians over {len(runs)} run(s); records: {source}")  # fmt: skip
     print(report(runs, triad))
 
 

@@ -15,6 +15,7 @@ from . import dtypes, fastmath
 from ._version import __version__ as _version
 from .errors import BuildError
 from .expr import Binary, Const, Load
+from .intrin import intrin_fences
 from .loop_ir import (
     Allocate,
     For,
@@ -291,6 +292,9 @@ class CodeGen:
         self.loop_depth += 1
         self.block_body = s.body
         self.stmt(s.body, depth + 1)
+        if s.kind == "parallel" and self.parallel_depth == 1:
+            for fence in intrin_fences(s.body):
+                self.emit(depth + 1, fence)
         self.loop_depth -= 1
         self.parallel_depth -= s.kind == "parallel"
         self.emit(depth, "}")
@@ -423,6 +427,8 @@ class CodeGen:
             params.append(f"{dtypes.dtype(v.dtype).c_storage} {self.namer(v, v.name)}")
         fname = self.namer(f, f.name)
         self.stmt(f.body, 1)
+        for fence in intrin_fences(f.body, outside_parallel=True):
+            self.emit(1, fence)
         body = self.lines
         head = [f"int32_t {fname}({', '.join(params) or 'void'}) {{"]
         if self.frees or self.p.checks:

@@ -30,7 +30,7 @@ from typing import ClassVar
 from . import dtypes
 from .c_names import RESERVED
 from .expr import Const, Expr, Reduce, TensorRead, Var, child_fields, tensor_reads
-from .loop_ir import c_identifier
+from .loop_ir import For, IntrinCall, c_identifier, walk_stmts
 from .simplify import Lin
 from .tensor import ComputeOp, PlaceholderOp, Tensor, UpdateOp
 
@@ -45,6 +45,11 @@ class TensorIntrin:
     name: str
     source: str
     inputs: tuple  # placeholder Tensors, in argument order
+    # C statement(s) that make the call's stores visible (``_mm_sfence();`` after
+    # streaming stores): run once at the end of each iteration of the outermost
+    # parallel loop around the calls (or once at the end of the function for calls
+    # outside any parallel loop)
+    fence: str = ""
 
     @property
     def output(self) -> Tensor:
@@ -68,14 +73,16 @@ class TensorIntrin:
     registry: ClassVar[dict] = {}  # name -> TensorIntrin (``register``)
 
     @classmethod
-    def register(cls, name: str, op, source: str, inputs=None, override: bool = False):
+    def register(
+        cls, name: str, op, source: str, inputs=None, override: bool = False, fence: str = ""
+    ):
         """Declare an intrinsic (``decl_tensor_intrin``) and register it by ``name``, as TVM's
         ``TensorIntrin.register``. Declaring the same name again with the same C source
         replaces it (templates declare their micro-kernels per call); another source is
         refused unless ``override``."""
-        intrin = decl_tensor_intrin(op, name, source, inputs)
+        intrin = decl_tensor_intrin(op, name, source, inputs, fence)
         old = cls.registry.get(name)
-        if old is not None and old.source != source and not override:
+        if old is not None and (old.source, old.fence) != (source, fence) and not override:
             raise ValueError(
                 f"TensorIntrin.register: {name!r} is registered with another C source "
                 "(pass override=True to replace it)"
@@ -93,13 +100,19 @@ class TensorIntrin:
         return intrin
 
 
-def decl_tensor_intrin(op, name: str, source: str, inputs=None) -> TensorIntrin:
+def decl_tensor_intrin(op, name: str, source: str, inputs=None, fence: str = "") -> TensorIntrin:
     """``pt.decl_tensor_intrin(out.op, "kernel", C_SOURCE)``: declare that the C function
     ``kernel`` (defined in ``C_SOURCE``) computes ``out`` from its placeholders.
 
     ``inputs`` fixes the order of the input arguments (default: the order in which the
     body first reads them). See the module docstring for the calling convention.
+    ``fence``: C statements run after the calls, once per iteration of the outermost
+    parallel loop around them (else once at the end of the function), e.g.
+    ``_mm_sfence();`` for a kernel with non-temporal stores: a fence per call would
+    wait for every chunk's stores to reach memory.
     """
+    if not isinstance(fence, str) or fence.count("{") != fence.count("}"):
+        raise ValueError(f"decl_tensor_intrin: fence must be C statements, got {fence!r}")
     if isinstance(op, Tensor):
         op = op.op
     if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp) or op.updates:
@@ -141,7 +154,7 @@ def decl_tensor_intrin(op, name: str, source: str, inputs=None) -> TensorIntrin:
                 )
     if isinstance(op.body, Reduce) and set(map(id, op.body.axes)) != set(map(id, op.reduce_axis)):
         raise ValueError("decl_tensor_intrin: the reduction must run over all reduce axes")
-    return TensorIntrin(op, name, source, inputs)
+    return TensorIntrin(op, name, source, inputs, fence)
 
 
 def _in_order(e) -> list:
@@ -174,4 +187,20 @@ def flat_children(e: Expr) -> list:
     for k in child_fields(type(e)):
         v = getattr(e, k)
         out.extend(v if isinstance(v, tuple) else (v,))
+    return out
+
+
+def intrin_fences(body, outside_parallel: bool = False) -> list:
+    """The distinct fences of the tensor intrinsics called in the loop IR ``body``, in
+    call order; with ``outside_parallel``, only of calls outside every parallel loop
+    (the code generator runs the others' at the end of each parallel iteration)."""
+    skip = set()
+    if outside_parallel:
+        for loop in walk_stmts(body):
+            if isinstance(loop, For) and loop.kind == "parallel":
+                skip.update(id(c) for c in walk_stmts(loop.body))
+    out = []
+    for c in walk_stmts(body):
+        if isinstance(c, IntrinCall) and id(c) not in skip and c.intrin.fence not in ("", *out):
+            out.append(c.intrin.fence)
     return out

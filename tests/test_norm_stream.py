@@ -51,22 +51,32 @@ def test_x86_targets_offer_streamed_outputs(target, store):
     t = pt.Target(target)
     tmpl = autotune.get_template("rmsnorm")
     space = tmpl.space(4096, 4096, target=t)
-    assert space.default_config()["stream"].val == 0  # measured slower: see norm_stream
-    cfg = space.config({**space.default_config().values, "stream": 1})
+    assert space.default_config()["stream"].val == 1  # measured faster: see norm_stream
+    cfg = space.default_config()
     s, tensors = tmpl.instantiate(cfg, 4096, 4096, target=t)
     src = pt.build(s, tensors, target=t, name="rms_big", emit_only=True)
     src = src if isinstance(src, str) else src.source
-    chunk = 1 << (t.cache_sizes["L1"] // 32).bit_length() - 1
-    assert (
-        f"{store}(" in src
-        and f"stream_{stream_store(t)[0]}_f32_{chunk}(Yr, 1, "
-        f"Y + (i * 4096 + j_outer * {chunk}), 1);"
-        in src
-    )
+    chunk = 16 * t.vector_lanes("float32")  # 16 vectors
+    call = f"stream_{stream_store(t)[0]}_f32_{chunk}(Yr, 1, Y + (i * 4096 + j_outer * {chunk}), 1);"
+    assert f"{store}(" in src and call in src
+    # one fence per row, after the row's last chunk, not one per chunk (inside the call)
+    assert src.count("_mm_sfence();") == 1
+    lines = src.splitlines()
+    at = next(n for n, x in enumerate(lines) if call in x)
+    fence = next(n for n, x in enumerate(lines) if "_mm_sfence();" in x)
+    indent = lambda x: len(x) - len(x.lstrip())  # noqa: E731
+    assert fence > at and indent(lines[fence]) < indent(lines[at])  # outside the chunk loop
+    assert all(x.strip() == "}" for x in lines[at + 1 : fence])  # at the row's end
+    assert "omp parallel for" in src[: src.index(call)]
     # the copy is a registered intrinsic: the schedule replays from its JSON alone
     again = pt.Schedule.from_json(s.to_json(), tensors)
     replayed = pt.build(again, tensors, target=t, name="rms_big", emit_only=True)
     assert (replayed if isinstance(replayed, str) else replayed.source) == src
+
+
+def test_softmax_keeps_plain_stores_by_default():
+    space = autotune.get_template("softmax").space(4096, 4096, target=pt.Target("x86-avx512"))
+    assert space.default_config()["stream"].val == 0  # measured slower: see norm_stream
 
 
 @pytest.mark.parametrize("target", ["generic", "aarch64-neon"])

@@ -321,3 +321,35 @@ def test_two_intrinsics_with_one_name_are_refused():
         s[T].tensorize(ji, _dot4(source=src))
     with pytest.raises(pt.BuildError, match="two tensor intrinsics are named dot4"):
         pt.build(s, [A, B, C, D], emit_only=True)
+
+
+FENCE = "__atomic_thread_fence(__ATOMIC_RELEASE);"
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_an_intrinsic_fence_runs_once_per_parallel_iteration_or_at_the_end(parallel):
+    A, B, C, _ = _abt(48)
+    a = pt.placeholder((16,), name="a")
+    b = pt.placeholder((4, 16), name="b")
+    k = pt.reduce_axis((0, 16), name="k")
+    c = pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k), name="c")
+    intrin = pt.decl_tensor_intrin(c.op, "dot4", DOT4, fence=FENCE)
+    s = pt.create_schedule(C.op)
+    jo, ji = s[C].split(C.op.axis[1], factor=4)
+    s[C].tensorize(ji, intrin)
+    if parallel:
+        s[C].parallel(C.op.axis[0])
+    lines = _run_abt(s, A, B, C, 48).source.splitlines()
+    call = next(n for n, x in enumerate(lines) if "dot4(A + " in x)
+    (fence,) = [n for n, x in enumerate(lines) if FENCE in x]  # once, not per call
+    assert fence > call and all(x.strip() == "}" for x in lines[call + 1 : fence])
+    depth = len(lines[fence]) - len(lines[fence].lstrip())
+    assert depth == (4 if parallel else 2)  # the i loop's body, or the function's
+    assert lines[fence + 1].strip() == ("}" if parallel else "return 0;")
+
+
+def test_a_fence_that_is_not_c_statements_is_refused():
+    a = pt.placeholder((16,), name="a")
+    c = pt.compute((16,), lambda i: a[i], name="c")
+    with pytest.raises(ValueError, match="fence must be C statements"):
+        pt.decl_tensor_intrin(c.op, "cp", "void cp(...) {}", fence="} x();")
