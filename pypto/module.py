@@ -230,6 +230,11 @@ class Module:
         sig = self.signature
         self._specs = [(p.name, dtypes.numpy_dtype(p.dtype), p.shape) for p in sig.params]
         self._written = [p.written for p in sig.params]
+        # the shapes as ints where every dimension is a constant (checked without simplify)
+        self._fixed = [
+            tuple(d.value for d in shape) if all(isinstance(d, Const) for d in shape) else None
+            for _, _, shape in self._specs
+        ]
         self._slots = ScalarSlots(
             sig.name, sig.scalars, [p.name for p in sig.params], self._written
         )
@@ -309,7 +314,9 @@ class Module:
             if out and not arr.flags.writeable:
                 raise ValueError(f"argument {name} is written but the array is read-only")
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
-        for arr, (name, _, shape) in zip(arrays, self._specs):
+        for arr, (name, _, shape), fixed in zip(arrays, self._specs, self._fixed):
+            if fixed is not None and fixed == arr.shape:
+                continue
             for d, (want, got) in enumerate(zip(shape, arr.shape)):
                 w = simplify(substitute(want, values))
                 if not isinstance(w, Const):

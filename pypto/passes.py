@@ -19,6 +19,8 @@ only the statement kinds it is about.
 
 - ``unroll``: a loop marked unrolled with a constant extent becomes copies
   of its body, each with the loop variable replaced by a constant.
+- ``promote_accumulators`` (``pypto/promote.py``): an element a serial loop
+  keeps updating is held in a local scalar for the loop's duration.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .loop_ir import (
     seq,
     walk_stmts,
 )
+from .promote import promote_accumulators
 from .simplify import FLIP, INF, Lin, Ranges, simplify
 
 MAX_UNROLL = 64
@@ -246,6 +249,7 @@ PIPELINE = (
         lambda s, ranges, sizes: simplify_stmt(partition_loops(s, set(sizes)), ranges),
     ),
     ("unroll", lambda s, ranges, sizes: unroll(s, ranges)),
+    ("promote_accumulators", lambda s, ranges, sizes: promote_accumulators(s)),
 )
 
 

@@ -47,17 +47,17 @@ def _dense_bias_gelu_ref(x, w, bias):
 
 def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
     """``D[i, j] = sum_k X[i, k] * W[j, k]`` (products as ``p`` multiplies), W packed per
-    column panel when ``pack_b`` is on; returns (D, [the packed weights] or [], the tile
-    intrinsic of the dot-product kernel or None)."""
+    column panel when ``pack_b`` is on; returns (D, [the packed weights] or [], the
+    dot-product kernel's ``DotGemm`` or None)."""
     k = pt.reduce_axis((0, K), name="k")
     isa = dot_ukernels.usable(cfg.target, p.name, K)
     nr = cfg["tile_j"].size[-1]
     if isa is not None and cfg["ukernel"].val:
-        D, WP, tile = dot_ukernels.dot_gemm(
+        g = dot_ukernels.dot_gemm(
             isa, X, lambda kk, n: W[n, kk], (M, N, K), cfg["tile_i"].size[-1], nr,
             lambda a, b: precision.product(p, a, b), names=("D", "W"),
         )  # fmt: skip
-        return D, [WP], tile
+        return g.C, [g.BP], g
     if not cfg["pack_b"].val:
         return (
             pt.compute(
@@ -83,13 +83,15 @@ def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
     return D, [WP], None
 
 
-def _schedule_dense(cfg, out, D, M, packed, tile=None):
+def _schedule_dense(cfg, out, D, M, packed, dot=None):
     """The accumulator tile: D computed into a local buffer, copied out through the
-    epilogue ``out`` (the copy stage D is inlined into it)."""
+    epilogue ``out`` (the copy stage D is inlined into it); ``dot``: the dot-product
+    kernel's ``DotGemm``, whose accumulator and intrinsic the tile then is."""
     s = pt.create_schedule(out.op)
-    DL = s.cache_write(D, "local")
+    DL = dot.accumulator(s) if dot is not None else s.cache_write(D, "local")
     s[D].compute_inline()
     pack = (lambda: packed[0]) if packed else None
+    tile = dot.intrin if dot is not None else None
     schedule_gemm(cfg, s, out, DL, M, pack=pack, tile_intrin=tile, pack_k_inner=True)
     return s
 
@@ -119,7 +121,7 @@ def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     bias = pt.placeholder((N,), dtype, name="bias")
-    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
+    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
     impl = cfg["erf_impl"].val
 
     def epilogue(i, j):
@@ -127,7 +129,7 @@ def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
         return pt.cast(dtype, gelu(y, impl))
 
     out = pt.compute((M, N), epilogue, name="out")
-    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, bias, out]
+    return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, bias, out]
 
 
 def _dense_ref(x, w):
@@ -142,9 +144,9 @@ def dense(cfg, M, N, K, dtype="float32"):
     _gemm_knobs(cfg, p, M, N, K)
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
-    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
+    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
     out = pt.compute((M, N), lambda i, j: D[i, j], name="out")
-    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, out]
+    return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, out]
 
 
 def requantize_reference(acc, scale) -> np.ndarray:
@@ -178,6 +180,6 @@ def dense_requant(cfg, M, N, K, dtype="int8"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     scale = pt.placeholder((N,), F32, name="scale")
-    D, packed, tile = _dense_product(cfg, X, W, p, M, N, K)
+    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
     out = pt.compute((M, N), lambda i, j: requantize(D[i, j], scale[j]), name="out")
-    return _schedule_dense(cfg, out, D, M, packed, tile), [X, W, scale, out]
+    return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, scale, out]

@@ -17,10 +17,11 @@ over the two reduce axes ``ko`` (K / g) and ``kq`` (g). The register tile of
 
 ``vpdpbusd`` multiplies an *unsigned* byte by a signed one. B is packed as
 ``b + 128`` (uint8, once per panel) and is the unsigned operand; A, broadcast straight
-from memory, the signed one; the kernel subtracts ``128 * sum_k A[i, k]`` per row:
-``sum (b + 128) a - 128 sum a = sum a b``, exact in int32 arithmetic (wrapping in
-between cancels). The GEMM is defined on the packed operand as
-``int32(a) * (int32(bp) - 128)``, so the ragged tiles' plain loops agree. AVX2
+from memory, the signed one. The kernel computes the raw ``sum_k A[i, k] * bp[k, j]``
+and the copy out of its tile subtracts ``128 * RS[i]``, the row sums of A computed
+once per call (``A_rowsum``): ``sum (b + 128) a - 128 sum a = sum a b``, exact in
+int32 arithmetic (wrapping in between cancels). Summing each tile's rows inside the
+kernel instead (once per column panel) cost 10% on a Zen 5 at 1024^3. AVX2
 without VNNI has ``vpmaddubsw`` (u8 x s8 pairs into *saturating* int16: 255 * -128 * 2
 overflows, so it cannot be exact on full-range int8); it uses
 ``vpmovsxbw`` + ``vpmaddwd`` instead, two int8 pairs (widened to int16) per int32 lane.
@@ -55,12 +56,6 @@ class DotISA:
     dot: str  # {acc} + dot({a}, {b})
     store: str  # {p}, {v}
     b_offset: bool = False  # B packed as unsigned b + 128 (the instruction's u8 operand)
-    sub: str = ""  # {a} - {b}
-    set1: str = ""  # {x}: an int32 in every lane
-    # the row sums of A an offset B needs, L * g elements a step: ``dot(acc, ones, load)``
-    ones: str = ""  # the unsigned operand of all ones
-    load_a: str = ""  # {p}: L * g elements of a row of A
-    hsum: str = ""  # {v}: the sum of an accumulator's lanes
 
 
 # helpers shared by every kernel of a module, defined once
@@ -100,15 +95,6 @@ static inline __m256i pt_dpbusd256(__m256i acc, __m256i a, __m256i b) {
   return acc;
 }
 #endif""",
-    "pt_hsum256": """#ifndef PT_HSUM256
-#define PT_HSUM256
-static inline int32_t pt_hsum256(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
-#endif""",
 }
 
 ISAS = (
@@ -116,9 +102,7 @@ ISAS = (
         "avx512vnni", ("avx512_vnni", "avx512f"), "int8", 4, 16, "immintrin.h",
         "__m512i", "__m512i", "_mm512_setzero_si512()", "_mm512_loadu_si512({p})",
         "_mm512_set1_epi32(pt_ld32({p}))",
-        "pt_dpbusd512({acc}, {b}, {a})", "_mm512_storeu_si512({p}, {v});",
-        True, "_mm512_sub_epi32({a}, {b})", "_mm512_set1_epi32({x})",
-        "_mm512_set1_epi8(1)", "_mm512_loadu_si512({p})", "_mm512_reduce_add_epi32({v})",
+        "pt_dpbusd512({acc}, {b}, {a})", "_mm512_storeu_si512({p}, {v});", True,
     ),
     DotISA(
         "avxvnni", ("avx_vnni", "avx2"), "int8", 4, 8, "immintrin.h",
@@ -126,9 +110,7 @@ ISAS = (
         "_mm256_loadu_si256((const __m256i*)({p}))",
         "_mm256_set1_epi32(pt_ld32({p}))",
         "pt_dpbusd256({acc}, {b}, {a})",
-        "_mm256_storeu_si256((__m256i*)({p}), {v});",
-        True, "_mm256_sub_epi32({a}, {b})", "_mm256_set1_epi32({x})",
-        "_mm256_set1_epi8(1)", "_mm256_loadu_si256((const __m256i*)({p}))", "pt_hsum256({v})",
+        "_mm256_storeu_si256((__m256i*)({p}), {v});", True,
     ),
     DotISA(
         "avx512bw", ("avx512bw", "avx512f"), "int8", 2, 16, "immintrin.h",
@@ -228,45 +210,80 @@ def _one_batch_axis(batch: tuple) -> None:
         raise ValueError(f"dot kernels take at most one batch axis, not {len(batch)}")
 
 
+@dataclass(frozen=True)
+class DotGemm:
+    """A GEMM over packed B (``dot_gemm``): the output ``C``, the packed ``BP``, the tile
+    ``intrin``; for an offset B also the raw accumulator ``acc`` (``C = acc - 128 RS``)
+    and the row sums ``RS`` of A."""
+
+    C: pt.Tensor
+    BP: pt.Tensor
+    intrin: pt.TensorIntrin
+    acc: pt.Tensor | None = None
+    RS: pt.Tensor | None = None
+
+    def accumulator(self, s) -> pt.Tensor:
+        """The stage the tile intrinsic computes, in schedule ``s``: ``cache_write`` of C,
+        or the raw accumulator (the row sums then run first, in parallel over rows)."""
+        if self.acc is None:
+            return s.cache_write(self.C, "local")
+        s[self.RS].parallel(s[self.RS].op.axis[0])
+        return self.acc
+
+
 def dot_gemm(
     isa: DotISA, A, read_b, shape: tuple, mr: int, nr: int, product, names=("C", "B"), batch=()
-):
+) -> DotGemm:
     """``C[*b, i, j] = sum_{ko, kq} A[*b, i, ko*g + kq] * BP[*b, j // nr, ko, j % nr, kq]``
     over the packed B of ``read_b(*b, k, n)`` (``shape`` = (M, N, K), ``batch`` the
     extents of leading batch axes of A, B and C), and the tile intrinsic for it (on the
-    accumulator ``cache_write`` makes). ``product(a, b)`` is the template's product.
-    Returns ``(C, BP, intrinsic)``."""
+    accumulator ``DotGemm.accumulator`` gives). ``product(a, b)`` is the template's
+    product. For an offset B (``isa.b_offset``)::
+
+        RS[*b, i] = sum_k int32(A[*b, i, k])
+        acc[*b, i, j] = sum_{ko, kq} int32(A[*b, i, ko*g + kq]) * int32(BP[...])  (raw)
+        C[*b, i, j] = acc[*b, i, j] - 128 * RS[*b, i]
+    """
     g = isa.group
     M, N, K = shape
     BP = packed_b(isa, read_b, N, K, nr, name=f"{names[1]}_packed", batch=batch)
-    prod = operand_product(isa, product)
+    prod = product
+    if isa.b_offset:
+        prod = lambda a, b: pt.cast("int32", a) * pt.cast("int32", b)  # noqa: E731
     ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
 
     def body(b, i, j):
         bp = BP[(*b, j // nr, ko, j % nr, kq)]
         return pt.sum(prod(A[(*b, i, ko * g + kq)], bp), axis=[ko, kq])
 
-    if batch:  # the loops keep the axes' names
-        fn = lambda b, i, j: body((b,), i, j)  # noqa: E731
-    else:
-        fn = lambda i, j: body((), i, j)  # noqa: E731
-    C = pt.compute((*batch, M, N), fn, name=names[0])
-    acc = accumulator_dtype(C.dtype)
+    def each(f, n):  # the loops keep the axes' names
+        if batch:
+            return (lambda b, i: f((b,), i)) if n == 1 else (lambda b, i, j: f((b,), i, j))
+        return (lambda i: f((), i)) if n == 1 else (lambda i, j: f((), i, j))
+
+    raw = pt.compute((*batch, M, N), each(body, 2), name=names[0] + "_acc" * isa.b_offset)
+    acc = accumulator_dtype(raw.dtype)
     tile = gemm_tile(isa, mr, nr, K, lambda a, b: pt.cast(acc, prod(a, b)))
-    return C, BP, tile
-
-
-def operand_product(isa: DotISA, product):
-    """How the GEMM multiplies A by packed B: ``product`` (the template's), or for an
-    offset B ``int32(a) * (int32(b) - 128)``."""
     if not isa.b_offset:
-        return product
-    return lambda a, b: pt.cast("int32", a) * (pt.cast("int32", b) - 128)
+        return DotGemm(raw, BP, tile)
+    k = pt.reduce_axis((0, K), name="k")
+    rs = pt.compute(
+        (*batch, M),
+        each(lambda b, i: pt.sum(pt.cast("int32", A[(*b, i, k)]), axis=k), 1),
+        name=f"{A.name}_rowsum",
+    )
+
+    def corrected(b, i, j):
+        return raw[(*b, i, j)] - pt.const(128, "int32") * rs[(*b, i)]
+
+    C = pt.compute((*batch, M, N), each(corrected, 2), name=names[0])
+    return DotGemm(C, BP, tile, raw, rs)
 
 
 def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
     """The intrinsic ``out[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[ko, j, kq]``
-    (``product`` multiplies as the template does) over an ``mr x nr`` tile."""
+    (``product`` multiplies as the template does; for an offset B, the raw product of
+    A and the unsigned packed B) over an ``mr x nr`` tile."""
     g = isa.group
     if nr % isa.lanes or K % g:
         raise ValueError(
@@ -282,7 +299,7 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
         lambda i, j: pt.sum(product(a[i, ko * g + kq], b[ko, j, kq]), axis=[ko, kq]),
         name="tile",
     )
-    name = f"gemm_{isa.name}_{mr}x{nr}_k{K}"
+    name = f"gemm_{isa.name}{'_u8' if isa.b_offset else ''}_{mr}x{nr}_k{K}"
     return pt.TensorIntrin.register(name, out.op, _source(isa, name, mr, nr, K), inputs=[a, b])
 
 
@@ -293,11 +310,10 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     nv = nr // L
     acc = {(r, v): f"c{r}_{v}" for r in range(mr) for v in range(nv)}
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
-    bshift = " - 128" if isa.b_offset else ""
     lines = [
         f"#include <{isa.header}>",
         _HELPERS,
-        *(text for fn, text in _ASM.items() if fn in isa.dot + isa.hsum),
+        *(text for fn, text in _ASM.items() if fn in isa.dot),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
         f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
@@ -307,15 +323,13 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         f"        {acc_c} t = 0;",
         f"        for (int64_t k = 0; k < {K}; ++k)",
         f"          t += {widen}(a[i * a0 + k * a1])",
-        f"            * ({widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]){bshift});",
+        f"            * {widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]);",
         "        out[i * o0 + j * o1] = t;",
         "      }",
         "    return;",
         "  }",
         f"  {isa.acc_type} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";",
     ]
-    if isa.b_offset:
-        lines += _row_sums(isa, mr, K)
     lines += [
         f"  for (int64_t ko = 0; ko < {K // g}; ++ko) {{",
         f"    const {belem}* bp = b + ko * b0;",
@@ -331,29 +345,6 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     lines += ["    " + x for x in body]
     lines.append("  }")
     for (r, v), c in acc.items():
-        off = isa.set1.format(x=f"128 * rs{r}")
-        val = isa.sub.format(a=c, b=off) if isa.b_offset else c
-        lines.append("  " + isa.store.format(p=f"out + {r} * o0 + {v * L}", v=val))
+        lines.append("  " + isa.store.format(p=f"out + {r} * o0 + {v * L}", v=c))
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _row_sums(isa: DotISA, mr: int, K: int) -> list:
-    """C lines setting ``rs{r}`` = sum_k A[r, k] (sum (b + 128) a = sum a b + 128 sum a):
-    the instruction itself against a vector of ones, ``L * g`` bytes a step, the rows
-    interleaved (independent chains), then the lanes added; a ragged end of K by plain
-    adds."""
-    step = isa.lanes * isa.group
-    whole = K - K % step
-    lines = [f"  const {isa.op_type} ones = {isa.ones};"]
-    lines += [f"  {isa.acc_type} s{r} = {isa.zero};" for r in range(mr)]
-    lines.append(f"  for (int64_t k = 0; k < {whole}; k += {step}) {{")
-    for r in range(mr):
-        load = isa.load_a.format(p=f"a + {r} * a0 + k")
-        lines.append(f"    s{r} = {isa.dot.format(acc=f's{r}', b='ones', a=load)};")
-    lines.append("  }")
-    for r in range(mr):
-        lines.append(f"  int32_t rs{r} = {isa.hsum.format(v=f's{r}')};")
-        if whole < K:
-            lines.append(f"  for (int64_t k = {whole}; k < {K}; ++k) rs{r} += a[{r} * a0 + k];")
-    return lines

@@ -244,13 +244,12 @@ def matmul(cfg, M, N, K, dtype="float32"):
         return s, [A, B, C]
     # the dot-product kernel: B packed with g reduction elements adjacent per column
     nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
-    C, BP, tile = dot_ukernels.dot_gemm(
+    g = dot_ukernels.dot_gemm(
         isa, A, lambda k, n: B[k, n], (M, N, K), mr, nr, lambda a, b: precision.product(p, a, b)
     )
-    s = pt.create_schedule(C.op)
-    CL = s.cache_write(C, "local")
-    schedule_gemm(cfg, s, C, CL, M, pack=lambda: BP, tile_intrin=tile)
-    return s, [A, B, C]
+    s = pt.create_schedule(g.C.op)
+    schedule_gemm(cfg, s, g.C, g.accumulator(s), M, pack=lambda: g.BP, tile_intrin=g.intrin)
+    return s, [A, B, g.C]
 
 
 def _batch_matmul_ref(a, b):
@@ -284,11 +283,12 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
         return s, [A, Bm, C]
     # the dot-product kernel per batch: B's panels packed as matmul's, one set per batch
     nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
-    C, BP, tile = dot_ukernels.dot_gemm(
+    g = dot_ukernels.dot_gemm(
         isa, A, lambda b, k, n: Bm[b, k, n], (M, N, K), mr, nr,
         lambda a, b: precision.product(p, a, b), batch=(B,),
     )  # fmt: skip
-    s = pt.create_schedule(C.op)
-    CL = s.cache_write(C, "local")
-    schedule_gemm(cfg, s, C, CL, M, batch_axis=C.op.axis[0], pack=lambda: BP, tile_intrin=tile)
-    return s, [A, Bm, C]
+    s = pt.create_schedule(g.C.op)
+    CL = g.accumulator(s)
+    schedule_gemm(cfg, s, g.C, CL, M, batch_axis=g.C.op.axis[0], pack=lambda: g.BP,
+                  tile_intrin=g.intrin)  # fmt: skip
+    return s, [A, Bm, g.C]
