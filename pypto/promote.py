@@ -43,6 +43,11 @@ from .loop_ir import (
 ZERO = Const(0, INDEX)
 
 
+def _never(out: dict, buf) -> None:
+    """Mark ``buf`` as never promoted (an access with no index)."""
+    out.setdefault(id(buf), [buf, set(), None, False])[1].add(None)
+
+
 def _accesses(body) -> dict:
     """buffer id -> (buffer, {index keys}, an index, stores?) for every access in ``body``;
     a buffer an intrinsic or a prefetch names, that is allocated inside ``body``, or
@@ -51,15 +56,15 @@ def _accesses(body) -> dict:
     out: dict = {}
     for s in walk_stmts(body):
         if isinstance(s, Allocate):
-            note_never(out, s.buffer)
+            _never(out, s.buffer)
         elif isinstance(s, IfThenElse):
             for x in walk_stmts(s):
                 for e in own_exprs(x):
                     for y in walk(e):
                         if isinstance(y, Load):
-                            note_never(out, y.buffer)
+                            _never(out, y.buffer)
                 if isinstance(x, Store):
-                    note_never(out, x.buffer)
+                    _never(out, x.buffer)
 
     def note(buf, idx, store=False):
         entry = out.setdefault(id(buf), [buf, set(), None, False])
@@ -80,10 +85,6 @@ def _accesses(body) -> dict:
                 if isinstance(x, Load):
                     note(x.buffer, x.index)
     return out
-
-
-def note_never(out: dict, buf) -> None:
-    out.setdefault(id(buf), [buf, set(), None, False])[1].add(None)
 
 
 def _bound_here(loop: For) -> set:
