@@ -61,6 +61,7 @@ def _attention(b, h, s, d, causal=False, *_):
 # template -> (*args) -> a call computing the workload in PyTorch eager
 EAGER = {
     "conv2d_nchw": _conv,
+    "conv2d_nchw_winograd": _conv,
     "depthwise_conv2d_nchw": _depthwise,
     "matmul": _matmul,
     "batch_matmul": _batch_matmul,

@@ -51,6 +51,7 @@ _LABELS = {
     "batch_matmul": ("batch_matmul", lambda a: f"{a[0]}x{_cube_or_dims(a[1:4])}"),
     "dense_bias_gelu": ("dense+bias+gelu", lambda a: _dims(a[:3])),
     "conv2d_nchw": ("conv2d", _conv_label),
+    "conv2d_nchw_winograd": ("conv2d winograd", _conv_label),
     "depthwise_conv2d_nchw": ("depthwise", _depthwise_label),
     "softmax": ("softmax", lambda a: _dims(a[:2])),
     "layernorm": ("layernorm", lambda a: _dims(a[:2])),
@@ -104,6 +105,9 @@ STANDARD: tuple[Workload, ...] = (
     # partial tiles it leaves, so a random pass explores it before the model-guided one
     Workload("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1), trials=225, explore=185),
     Workload("conv2d_nchw", (1, 64, 56, 56, 128, 3, 3, 2, 1), trials=250, explore=215),
+    # the same 3 x 3 layers by Winograd tiles (4 products per output instead of 9)
+    Workload("conv2d_nchw_winograd", (1, 64, 56, 56, 64, 3, 3, 1, 1), trials=64),
+    Workload("conv2d_nchw_winograd", (1, 128, 28, 28, 128, 3, 3, 1, 1), trials=64),
     Workload("depthwise_conv2d_nchw", (1, 64, 56, 56, 3, 3, 1, 1), trials=32),
     Workload("softmax", (4096, 4096), trials=64),
     Workload("layernorm", (4096, 4096), trials=32),

@@ -167,6 +167,7 @@ KERNELS = {
     "batch_matmul": _batch_matmul,
     "dense_bias_gelu": _dense,
     "conv2d_nchw": _conv(lambda c: 1),
+    "conv2d_nchw_winograd": _conv(lambda c: 1),
     "depthwise_conv2d_nchw": _conv(lambda c: c),
     "softmax": _memory_bound(_softmax_np, _softmax_torch, _softmax_compiled),
     "layernorm": _memory_bound(_layernorm_np, _layernorm_torch, _layernorm_compiled),

@@ -26,6 +26,9 @@ CASES = [
     ("conv2d_nchw", (1, 2, 9, 12, 3, 3, 2, 2, 0)),  # stride 2, no padding, 3x2 kernel
     ("conv2d_nchw", (1, 5, 9, 11, 16, 3, 3, 1, 1)),  # channels vectorized, ragged tiles
     ("conv2d_nchw", (2, 3, 10, 9, 8, 3, 3, 2, 1)),  # channels vectorized, stride 2
+    ("conv2d_nchw_winograd", (1, 3, 9, 13, 5, 3, 3, 1, 1)),  # odd output: partial tiles
+    ("conv2d_nchw_winograd", (2, 4, 8, 10, 7, 3, 3, 1, 0)),
+    ("conv2d_nchw_winograd", (1, 6, 5, 20, 9, 3, 3, 1, 2)),
     ("depthwise_conv2d_nchw", (1, 5, 12, 11, 3, 3, 2, 1)),
     ("depthwise_conv2d_nchw", (2, 3, 9, 14, 5, 5, 1, 2)),
     ("softmax", (7, 37)),

@@ -10,4 +10,5 @@ from . import (  # noqa: F401  (registers the templates)
     moe,
     norm,
     norm_grad,
+    winograd,
 )
