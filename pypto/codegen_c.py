@@ -35,6 +35,11 @@ from .target import CACHE_LINE, Target
 
 STACK_LIMIT = 4 * 1024  # bytes: larger local buffers go on the heap (a big stack array
 # next to a register tile invites 4K-aliasing stalls)
+# function-level buffers of a constant size up to this many bytes are kept from one call
+# to the next (``_WORKSPACE``): malloc hands big blocks back to the system on free, and
+# a call that gets them again pays a page fault per 4 KiB (3x the time of a Winograd
+# convolution whose 7 MB of intermediates came back from the system in every call)
+WORKSPACE_MAX = 64 << 20
 ALIGN = CACHE_LINE  # local buffers start on a cache line
 
 # math function -> (float form, double form); {x} is the argument
@@ -96,6 +101,20 @@ static void* pt_alloc_or_die(size_t bytes) {
   if (!p) { fputs("pypto: out of memory in a parallel region\\n", stderr); abort(); }
   return p;
 }"""
+
+
+# per calling thread, one block per function-level buffer, grown when a call needs more
+# (calls from several threads at once each get their own; the kernel's parallel
+# regions share the calling thread's blocks, as they share any buffer of the call)
+_WORKSPACE = """static __thread void* pt_ws_block[{n}];
+static __thread size_t pt_ws_bytes[{n}];
+static void* pt_workspace(int slot, size_t bytes) {{
+  if (pt_ws_block[slot] && pt_ws_bytes[slot] >= bytes) return pt_ws_block[slot];
+  free(pt_ws_block[slot]);
+  pt_ws_block[slot] = pt_alloc(bytes);
+  pt_ws_bytes[slot] = pt_ws_block[slot] ? bytes : 0;
+  return pt_ws_block[slot];
+}}"""
 
 
 # byte counts of heap buffers: every product and sum checked, negative extents count as 0
@@ -248,7 +267,7 @@ class CodeGen:
                     raise BuildError(
                         f"two tensor intrinsics are named {seen.name} with different C sources"
                     )
-        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins))
+        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", "pt_workspace", *self.intrins))
         self.ranges = {v: (0, INF) for v in func.size_vars}
         self.p = CPrinter(self.namer, self.ranges)
         self.lines: list[str] = []
@@ -257,6 +276,9 @@ class CodeGen:
         self.block_body = None  # the statement that is a loop's whole body
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
         self.frees: list[str] = []
+        self.workspace_slots = 0  # function-level buffers kept between calls
+        self.has_exit = False  # a function-level buffer: a failed allocation jumps to pt_exit
+        self.function_level: set = set()  # names of the function-level heap buffers
         self.needs_alloc = False
         self.needs_size_check = False
 
@@ -340,7 +362,7 @@ class CodeGen:
         t = dtypes.dtype(b.dtype).c_storage
         size = s.size
         nbytes = size.value * b.elem_bytes if isinstance(size, Const) else None
-        scoped = self.loop_depth > 0 or name in self.frees
+        scoped = self.loop_depth > 0 or name in self.function_level
         on_heap = nbytes is None or nbytes > STACK_LIMIT
         self.needs_alloc |= on_heap
         if nbytes is not None and nbytes > MAX_BYTES:
@@ -360,10 +382,17 @@ class CodeGen:
                 self.emit(depth + 1, "}")
                 self.emit(depth + 1, f"{name} = ({t}*)pt_alloc((size_t)pt_nb);")
                 self.emit(depth, "}")
+            elif nbytes <= WORKSPACE_MAX:
+                slot = self.workspace_slots
+                self.workspace_slots += 1
+                self.emit(depth, f"{name} = ({t}*)pt_workspace({slot}, (size_t){nbytes});")
             else:
                 self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t){nbytes});")
             self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
-            self.frees.append(name)
+            if nbytes is None or nbytes > WORKSPACE_MAX:
+                self.frees.append(name)
+            self.has_exit = True
+            self.function_level.add(name)
             self.stmt(s.body, depth)
             return
         # a block of its own unless it is a loop's whole body: unrolled copies of
@@ -431,7 +460,7 @@ class CodeGen:
             self.emit(1, fence)
         body = self.lines
         head = [f"int32_t {fname}({', '.join(params) or 'void'}) {{"]
-        if self.frees or self.p.checks:
+        if self.has_exit or self.p.checks:
             head.append("  int32_t status = 0;")
             head.extend("  " + d for d in self.cleanups)
         out = [
@@ -455,6 +484,8 @@ class CodeGen:
             out.append(intrin.source.strip("\n"))
         if self.needs_alloc:
             out.append(_ALLOC)
+        if self.workspace_slots:
+            out.append(_WORKSPACE.format(n=self.workspace_slots))
         if self.needs_size_check:
             out.append(_SIZE_CHECK)
         if self.p.checks:
@@ -463,7 +494,7 @@ class CodeGen:
             out.append("")
         out.extend(head)
         out.extend(body)
-        if self.frees:
+        if self.has_exit:
             out.append("pt_exit:")
             for name in reversed(self.frees):
                 out.append(f"  free({name});")

@@ -45,6 +45,8 @@ def define_gemm_knobs(
     a_bytes: int = 0,
     wide: bool = False,
     block_default=None,
+    tile_default: tuple | None = None,
+    pack_default: int = 1,
 ):
     """The knobs shared by the GEMM-like templates (matmul, batch_matmul, dense).
 
@@ -58,11 +60,14 @@ def define_gemm_knobs(
     ``block_default`` (row tiles, a function of ``mr``) replaces that rule.
     ``wide`` (float32 matmul) sizes the default tile by ``_wide_tile``, else it is two
     vectors wide; a tile wider than two vectors is not row-blocked by default.
+    ``tile_default`` (``(mr, nr)``) and ``pack_default`` replace those defaults.
     """
     mrs = [2, 4, 6, 8]
     nrs = [lanes, 2 * lanes, 3 * lanes, 4 * lanes]
     regs = cfg.target.vector_registers
-    if wide:
+    if tile_default is not None:
+        mr_d, nr_d = tile_default
+    elif wide:
         nr_d, mr_d = _wide_tile(regs, lanes, mrs, M, N)
     else:
         nr_d = 2 * lanes if N > lanes else lanes
@@ -89,7 +94,7 @@ def define_gemm_knobs(
     if block_default is not None:
         block_d = block_default(mr_d)
     cfg.define_knob(prefix + "block_i", [0, 8, 16, 32, 64], default=block_d)
-    cfg.define_knob(prefix + "pack_b", list(pack_options), default=1)
+    cfg.define_knob(prefix + "pack_b", list(pack_options), default=pack_default)
     cfg.define_knob(prefix + "unroll_k", [1, 2, 4, 8], default=1)
     cfg.define_knob(prefix + "par", ["panel", "rows"], default="panel")
 

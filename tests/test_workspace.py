@@ -1,0 +1,52 @@
+"""Function-level temporaries of a constant size are kept from one call to the next
+(one block per buffer and calling thread): no page faults for a big intermediate in
+every call, and calls from several threads at once still each get their own."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+import pypto as pt
+
+
+def _two_stages(n):
+    A = pt.placeholder((n, 256), "float32", name="A")
+    T = pt.compute((n, 256), lambda i, j: A[i, j] * 2.0, name="T")  # n KiB: the heap
+    k = pt.reduce_axis((0, 256), name="k")
+    B = pt.compute((n,), lambda i: pt.sum(T[i, k] + 1.0, axis=k), name="B")
+    s = pt.create_schedule(B.op)
+    s[T].parallel(T.op.axis[0])
+    s[B].parallel(B.op.axis[0])
+    return pt.build(s, [A, B])
+
+
+def test_a_constant_size_temporary_is_kept_and_a_symbolic_one_freed():
+    kept = _two_stages(1024).source
+    assert "T = (float*)pt_workspace(0, (size_t)1048576);" in kept
+    assert "free(T)" not in kept
+    freed = _two_stages(pt.var("n")).source
+    assert "pt_workspace" not in freed and "free(T);" in freed
+
+
+def test_calls_from_several_threads_at_once_each_get_the_right_answer():
+    mod = _two_stages(1024)
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            a = rng.standard_normal((1024, 256)).astype("float32")
+            out = np.zeros(1024, "float32")
+            mod(a, out)
+            want = (a.astype("float64") * 2 + 1).sum(axis=1)
+            if not np.allclose(out, want, rtol=1e-4, atol=1e-3):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
