@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codegen_c import MAX_BYTES
+from .c_helpers import MAX_BYTES
 from .expr import Const, substitute
 from .simplify import simplify
 

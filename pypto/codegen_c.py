@@ -13,6 +13,17 @@ import math
 
 from . import dtypes, fastmath
 from ._version import __version__ as _version
+from .c_helpers import (
+    ALLOC,
+    CHECKED_INDEX,
+    HELPERS,
+    MATH,
+    MAX_BYTES,
+    SIZE_CHECK,
+    STACK_LIMIT,
+    WORKSPACE,
+    WORKSPACE_MAX,
+)
 from .errors import BuildError
 from .expr import Binary, Const, Load
 from .intrin import intrin_fences
@@ -33,110 +44,7 @@ from .printer import ATOM, Printer
 from .simplify import INF, bounds
 from .target import CACHE_LINE, Target
 
-STACK_LIMIT = 4 * 1024  # bytes: larger local buffers go on the heap (a big stack array
-# next to a register tile invites 4K-aliasing stalls)
-# function-level buffers of a constant size up to this many bytes are kept from one call
-# to the next (``_WORKSPACE``): malloc hands big blocks back to the system on free, and
-# a call that gets them again pays a page fault per 4 KiB (3x the time of a Winograd
-# convolution whose 7 MB of intermediates came back from the system in every call)
-WORKSPACE_MAX = 64 << 20
 ALIGN = CACHE_LINE  # local buffers start on a cache line
-
-# math function -> (float form, double form); {x} is the argument
-_MATH = {
-    "exp": ("expf({0})", "exp({0})"),
-    "log": ("logf({0})", "log({0})"),
-    "sqrt": ("sqrtf({0})", "sqrt({0})"),
-    "rsqrt": ("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
-    "tanh": ("tanhf({0})", "tanh({0})"),
-    "erf": ("erff({0})", "erf({0})"),
-    "sigmoid": ("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
-    "floor": ("floorf({0})", "floor({0})"),
-    "ceil": ("ceilf({0})", "ceil({0})"),
-    "round": ("rintf({0})", "rint({0})"),  # the default rounding mode: ties to even
-    "abs": ("fabsf({0})", "fabs({0})"),
-    "pow": ("powf({0}, {1})", "pow({0}, {1})"),
-}
-
-# helper functions emitted on demand: name -> C text ({t} is the C type)
-_HELPERS = {
-    "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
-    "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",
-    "floordiv": (
-        "static inline {t} pt_floordiv_{s}({t} a, {t} b) {{\n"
-        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
-    ),
-    "mod": (
-        "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
-        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
-    ),
-    # a divisor known only at run time: 0 stops the kernel (status -4) instead of trapping,
-    # and -1 negates without the INT_MIN / -1 trap
-    "cfloordiv": (
-        "static inline {t} pt_cfloordiv_{s}({t} a, {t} b, int32_t* status) {{\n"
-        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
-        "  if (b == -1) return ({t})(0 - (uint64_t)a);\n"
-        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
-    ),
-    "cmod": (
-        "static inline {t} pt_cmod_{s}({t} a, {t} b, int32_t* status) {{\n"
-        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
-        "  if (b == -1) return 0;\n"
-        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
-    ),
-    "fmod": (
-        "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
-        "  {t} r = a - b * floor(a / b);\n  return r;\n}}"
-    ),
-}
-
-_ALLOC = """static void* pt_alloc(size_t bytes) {
-  void* p = NULL;
-  size_t n = (bytes + 63) / 64 * 64;
-  if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
-  return p;
-}
-static void* pt_alloc_or_die(size_t bytes) {
-  void* p = pt_alloc(bytes);
-  if (!p) { fputs("pypto: out of memory in a parallel region\\n", stderr); abort(); }
-  return p;
-}"""
-
-
-# per calling thread, one block per function-level buffer, grown when a call needs more
-# (calls from several threads at once each get their own; the kernel's parallel
-# regions share the calling thread's blocks, as they share any buffer of the call)
-_WORKSPACE = """static __thread void* pt_ws_block[{n}];
-static __thread size_t pt_ws_bytes[{n}];
-static void* pt_workspace(int slot, size_t bytes) {{
-  if (pt_ws_block[slot] && pt_ws_bytes[slot] >= bytes) return pt_ws_block[slot];
-  free(pt_ws_block[slot]);
-  pt_ws_block[slot] = pt_alloc(bytes);
-  pt_ws_bytes[slot] = pt_ws_block[slot] ? bytes : 0;
-  return pt_ws_block[slot];
-}}"""
-
-
-# byte counts of heap buffers: every product and sum checked, negative extents count as 0
-_SIZE_CHECK = """static inline int64_t pt_size_mul(int64_t a, int64_t b, int32_t* bad) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) { *bad = 1; return 0; }
-  return r;
-}
-static inline int64_t pt_size_add(int64_t a, int64_t b, int32_t* bad) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) { *bad = 1; return 0; }
-  return r;
-}
-static inline int64_t pt_size_dim(int64_t d) { return d > 0 ? d : 0; }"""
-
-MAX_BYTES = 2**62  # a buffer of this many bytes is refused before any allocation is tried
-
-_CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t* status) {
-  if (i >= 0 && i < n) return i;
-  __atomic_store_n(status, -2, __ATOMIC_RELAXED);
-  return 0;
-}"""
 
 
 def _ctype(dt: str) -> str:
@@ -159,7 +67,7 @@ class CPrinter(Printer):
         t = _ctype(dt)
         s = t.replace("_t", "").replace("int", "i")
         name = f"pt_{'mod' if kind == 'fmod' else kind}_{s}"
-        self.helpers.setdefault(name, _HELPERS[kind].format(t=t, s=s))
+        self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s))
         return name
 
     def var(self, e):
@@ -241,7 +149,7 @@ class CPrinter(Printer):
                 return double.format(*args), ATOM
             self.helpers.setdefault(fn, fastmath.HELPERS[fn])
             return f"{fn}({args[0]})", ATOM
-        form = _MATH[e.name][0 if _ctype(e.dtype) == "float" else 1]
+        form = MATH[e.name][0 if _ctype(e.dtype) == "float" else 1]
         return form.format(*args), ATOM
 
     def load(self, e):
@@ -267,7 +175,7 @@ class CodeGen:
                     raise BuildError(
                         f"two tensor intrinsics are named {seen.name} with different C sources"
                     )
-        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", "pt_workspace", *self.intrins))
+        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins))
         self.ranges = {v: (0, INF) for v in func.size_vars}
         self.p = CPrinter(self.namer, self.ranges)
         self.lines: list[str] = []
@@ -279,6 +187,7 @@ class CodeGen:
         self.workspace_slots = 0  # function-level buffers kept between calls
         self.has_exit = False  # a function-level buffer: a failed allocation jumps to pt_exit
         self.function_level: set = set()  # names of the function-level heap buffers
+        self.workspace_names: list[str] = []  # those in the kept blocks when the call owns them
         self.needs_alloc = False
         self.needs_size_check = False
 
@@ -385,7 +294,12 @@ class CodeGen:
             elif nbytes <= WORKSPACE_MAX:
                 slot = self.workspace_slots
                 self.workspace_slots += 1
-                self.emit(depth, f"{name} = ({t}*)pt_workspace({slot}, (size_t){nbytes});")
+                self.emit(
+                    depth,
+                    f"{name} = ({t}*)(pt_ws_own ? pt_workspace({slot}, (size_t){nbytes}) "
+                    f": pt_alloc((size_t){nbytes}));",
+                )
+                self.workspace_names.append(name)
             else:
                 self.emit(depth, f"{name} = ({t}*)pt_alloc((size_t){nbytes});")
             self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
@@ -463,6 +377,10 @@ class CodeGen:
         if self.has_exit or self.p.checks:
             head.append("  int32_t status = 0;")
             head.extend("  " + d for d in self.cleanups)
+        if self.workspace_slots:  # this call owns the kept blocks unless another one does
+            head.append(
+                "  const int pt_ws_own = !__atomic_exchange_n(&pt_ws_busy, 1, __ATOMIC_ACQUIRE);"
+            )
         out = [
             f"// generated by pypto {_version} for target {self.target.name}",
             "#include <stdint.h>",
@@ -483,13 +401,13 @@ class CodeGen:
             out.append(f"// tensor intrinsic {intrin.name}: {intrin.signature}")
             out.append(intrin.source.strip("\n"))
         if self.needs_alloc:
-            out.append(_ALLOC)
+            out.append(ALLOC)
         if self.workspace_slots:
-            out.append(_WORKSPACE.format(n=self.workspace_slots))
+            out.append(WORKSPACE.format(n=self.workspace_slots))
         if self.needs_size_check:
-            out.append(_SIZE_CHECK)
+            out.append(SIZE_CHECK)
         if self.p.checks:
-            out.append(_CHECKED_INDEX)
+            out.append(CHECKED_INDEX)
         if self.p.helpers or self.needs_alloc or self.p.checks or self.intrins:
             out.append("")
         out.extend(head)
@@ -498,6 +416,12 @@ class CodeGen:
             out.append("pt_exit:")
             for name in reversed(self.frees):
                 out.append(f"  free({name});")
+            if self.workspace_slots:
+                out.append("  if (pt_ws_own) {")
+                out.append("    __atomic_store_n(&pt_ws_busy, 0, __ATOMIC_RELEASE);")
+                out.append("  } else {")
+                out.extend(f"    free({name});" for name in reversed(self.workspace_names))
+                out.append("  }")
             out.append("  return status;")
         else:
             out.append("  return status;" if self.p.checks else "  return 0;")

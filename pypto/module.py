@@ -211,6 +211,8 @@ class Module:
         lib = ctypes.CDLL(lib_path)
         self._c = getattr(lib, cname)
         self._c.restype = ctypes.c_int32
+        # the blocks its temporaries keep between calls (c_helpers.WORKSPACE_MAX)
+        self._release = getattr(lib, "pt_release_workspace", None)
         sig = self.signature
         self._c.argtypes = (
             [ctypes.c_void_p] * len(sig.params)
@@ -333,6 +335,19 @@ class Module:
         ptrs = [arr.ctypes.data for arr in arrays]
         sizes = [bound[v][0] for v in self.signature.size_vars]
         return [*ptrs, *sizes, *scalars], arrays
+
+    def release_workspace(self) -> bool:
+        """Free the blocks that the kernel's temporaries keep from one call to the next
+        (the next call allocates them again). False while a call is using them; a
+        collected module releases them itself."""
+        release = getattr(self, "_release", None)
+        return release is None or release() == 0
+
+    def __del__(self):
+        try:
+            self.release_workspace()
+        except Exception:  # noqa: BLE001  (interpreter shutdown: ctypes may be gone)
+            pass
 
     def __call__(self, *args):
         """Run the kernel. With every argument given, returns None; with only the inputs,

@@ -16,8 +16,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_resnet18_conv_workloads_and_weights():
     ws = network_workloads("resnet18")
-    convs = [w for w in ws if w.template == "conv2d_nchw"]
+    convs = [w for w in ws if w.template.startswith("conv2d_nchw")]
     assert len(convs) == 11 and len({w.args for w in convs}) == 11
+    winograd = {w.args for w in convs if w.template == "conv2d_nchw_winograd"}
+    assert winograd == {(1, 64, 56, 56, 64, 3, 3, 1, 1), (1, 128, 28, 28, 128, 3, 3, 1, 1)}
     assert sum(w.weight for w in convs) == 20  # stem + 16 block convs + 3 downsamples
     by_args = {w.args: w.weight for w in convs}
     assert by_args[(1, 3, 224, 224, 64, 7, 7, 2, 3)] == 1  # 7x7 stride-2 stem

@@ -8,24 +8,27 @@ import pytest
 
 import autotune
 import pypto as pt
-from autotune.templates.winograd import AT, BT, G
+from autotune.templates.winograd import MATRICES
 from pypto.errors import ScheduleError
 
 
-def test_the_transforms_are_winograds_minimal_filtering():
-    """A^T [(G g G^T) * (B^T d B)] A is the 2 x 2 valid correlation of d (4 x 4) with g."""
+@pytest.mark.parametrize("m", sorted(MATRICES))
+def test_the_transforms_are_winograds_minimal_filtering(m):
+    """A^T [(G g G^T) * (B^T d B)] A is the m x m valid correlation of d ((m+2)^2) with g."""
     rng = np.random.default_rng(0)
-    d, g = rng.standard_normal((4, 4)), rng.standard_normal((3, 3))
-    at, bt, gm = (np.array(m, float) for m in (AT, BT, G))
+    d, g = rng.standard_normal((m + 2, m + 2)), rng.standard_normal((3, 3))
+    bt, gm, at = (np.array(x, float) for x in MATRICES[m])
     got = at @ ((gm @ g @ gm.T) * (bt @ d @ bt.T)) @ at.T
-    want = np.array([[np.sum(d[y : y + 3, x : x + 3] * g) for x in range(2)] for y in range(2)])
+    want = np.array([[np.sum(d[y : y + 3, x : x + 3] * g) for x in range(m)] for y in range(m)])
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("m", sorted(MATRICES))
 @pytest.mark.parametrize("args", [(1, 32, 14, 17, 24, 3, 3, 1, 1), (2, 16, 6, 6, 16, 3, 3, 1, 0)])
-def test_matches_the_direct_convolution_in_float64(args):
+def test_matches_the_direct_convolution_in_float64(args, m):
     tmpl = autotune.get_template("conv2d_nchw_winograd")
-    s, tensors = tmpl(*args)
+    space = tmpl.space(*args)
+    s, tensors = tmpl.instantiate({**space.default_config().values, "tile_size": m}, *args)
     mod = pt.build(s, tensors)
     rng = np.random.default_rng(1)
     x = rng.standard_normal(tuple(int(d.value) for d in tensors[0].shape))
@@ -35,7 +38,8 @@ def test_matches_the_direct_convolution_in_float64(args):
     mod(x, w, out)
     (ref,) = tmpl.reference_output([x, w], args)
     scale = np.abs(ref).max()
-    assert np.abs(out - ref).max() <= 1e-5 * scale  # 32 channels x 9 taps, float32
+    # 32 channels x 9 taps in float32; F(4 x 4)'s transforms (up to 8x) lose more
+    assert np.abs(out - ref).max() <= (1e-5 if m == 2 else 1e-4) * scale
 
 
 @pytest.mark.parametrize(

@@ -23,11 +23,13 @@ so the input transform reads whole vectors of tiles at stride 1:
       for dy, dx (unrolled):                     vector (gcc's interleaved stores)
         out[n, k, 2ty + dy, 2xo + dx] = sum_{e,u} AT[dy, e] * AT[dx, u] * M[eu, k, p]
 
-Where it pays: layers with many output columns. Measured with one thread on a Zen 4
-(AVX-512, 16 lanes), default configs against PyTorch's direct convolution (oneDNN):
-1.1-1.2x at 64 channels 56 x 56, 1.3-1.4x at 128 channels 28 x 28, while at 14 x 14 and
+Where it pays: layers with many output columns. On a Zen 4 (AVX-512, 16 lanes), default
+configs against PyTorch's direct convolution (oneDNN), one / two threads: 1.30x / 1.56x
+at 64 channels 56 x 56, 1.43x / 1.47x at 128 channels 28 x 28, while at 14 x 14 and
 7 x 7 (256, 512 channels) it is 2-3x slower: a row of 7 tiles is padded to 16, and the
 filters, transformed in every call, outweigh the few pixels; ``conv2d_nchw`` there.
+``tile_size`` 4 (F(4 x 4, 3 x 3), 36 GEMMs) multiplies less but is slower there: its
+output transform reads 36 planes of M at once.
 
 The products are rounded differently than in the direct convolution (the transforms
 add and subtract inputs first): errors grow by a small factor, as in every Winograd
@@ -107,6 +109,19 @@ def _check(C, H, W, K, R, S, stride, padding, dtype):
         )
 
 
+def _default_tile(OW: int, lanes: int) -> int:
+    """The output tile with the fewest multiplies per output pixel, counting the tiles
+    that pad each row to whole vectors: ``(m + 2)^2 / m^2 x TWp / TW``. 56 columns on 16
+    lanes: F(4 x 4) (14 tiles in 16: 2.57) over F(2 x 2) (28 in 32: 4.57), measured 1.4x
+    faster; 28 columns: F(2 x 2) (4.57 against 7 tiles in 16: 5.14), measured 1.4x."""
+
+    def cost(m):
+        tw = -(-OW // m)
+        return (m + 2) ** 2 / m**2 * (-(-tw // lanes) * lanes) / tw
+
+    return min(sorted(MATRICES), key=cost)
+
+
 @template("conv2d_nchw_winograd", reference=conv2d_reference)
 def conv2d_nchw_winograd(cfg, N, C, H, W, K, R=3, S=3, stride=1, padding=1, dtype="float32"):
     """out[n, k, y, x] = sum_{c,r,s} padded[n, c, y + r, x + s] * weight[k, c, r, s] for
@@ -116,7 +131,7 @@ def conv2d_nchw_winograd(cfg, N, C, H, W, K, R=3, S=3, stride=1, padding=1, dtyp
     _check(C, H, W, K, R, S, stride, padding, dtype)
     OH, OW = out_size(H, 3, 1, padding), out_size(W, 3, 1, padding)
     lanes = cfg.target.vector_lanes("float32")
-    cfg.define_knob("tile_size", [2, 4], default=2)
+    cfg.define_knob("tile_size", sorted(MATRICES), default=_default_tile(OW, lanes))
     m = cfg["tile_size"].val
     a = m + 2  # the input tile's side; a * a positions, one GEMM each
     bt, g, at = MATRICES[m]
@@ -171,15 +186,26 @@ def conv2d_nchw_winograd(cfg, N, C, H, W, K, R=3, S=3, stride=1, padding=1, dtyp
         (a * a, K, P), lambda eu, k, p: pt.sum(U[eu, k, rc] * V[eu, rc, p], axis=rc), name="M"
     )
 
+    # the output transform in two passes per row of tiles: M A (columns) then A^T (M A)
+    Z = pt.compute(
+        (K, N * TH, a, m, TWp),
+        lambda k, row, e, dx, tx: _matrix_row(dx, at, lambda u: M[e * a + u, k, row * TWp + tx]),
+        name="MA",
+    )
+
     def out(n, k, y, x):
-        p = (n * TH + y // m) * TWp + x // m
-        return _matrix_row(
-            y % m, at, lambda e: _matrix_row(x % m, at, lambda u: M[e * a + u, k, p])
-        )
+        row = n * TH + y // m
+        return _matrix_row(y % m, at, lambda e: Z[k, row, e, x % m, x // m])
 
     Y = pt.compute((N, K, OH, OW), out, name="conv")
     s = pt.create_schedule(Y.op)
     _schedule_transforms(s, Dq, V, Gw, U, Y, TWp, m)
+    yo = s[Y].leaf_iter_vars[1]
+    s[Z].compute_at(s[Y], yo)
+    k_, row_, e_, dx_, tx_ = Z.op.axis
+    s[Z].unroll(e_)
+    s[Z].unroll(dx_)
+    s[Z].vectorize(tx_)
     ML = s.cache_write(M, "local")
     schedule_gemm(cfg, s, M, ML, K, V, batch_axis=M.op.axis[0])
     return s, [data, weight, Y]

@@ -1,0 +1,124 @@
+"""The C a generated file carries besides its kernel: math and integer helpers, heap
+buffers (allocation, the blocks kept between calls, overflow-checked sizes), checked
+indexing; and the limits that decide where a temporary lives.
+
+``codegen_c`` emits each text only where the kernel uses it.
+"""
+
+from __future__ import annotations
+
+STACK_LIMIT = 4 * 1024  # bytes: larger local buffers go on the heap (a big stack array
+# next to a register tile invites 4K-aliasing stalls)
+# function-level buffers of a constant size up to this many bytes are kept from one call
+# to the next (``WORKSPACE``): malloc hands big blocks back to the system on free, and
+# a call that gets them again pays a page fault per 4 KiB (3x the time of a Winograd
+# convolution whose 7 MB of intermediates came back from the system in every call);
+# ``Module`` frees them when it is collected (``pt_release_workspace``)
+WORKSPACE_MAX = 64 << 20
+
+# math function -> (float form, double form); {x} is the argument
+MATH = {
+    "exp": ("expf({0})", "exp({0})"),
+    "log": ("logf({0})", "log({0})"),
+    "sqrt": ("sqrtf({0})", "sqrt({0})"),
+    "rsqrt": ("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
+    "tanh": ("tanhf({0})", "tanh({0})"),
+    "erf": ("erff({0})", "erf({0})"),
+    "sigmoid": ("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
+    "floor": ("floorf({0})", "floor({0})"),
+    "ceil": ("ceilf({0})", "ceil({0})"),
+    "round": ("rintf({0})", "rint({0})"),  # the default rounding mode: ties to even
+    "abs": ("fabsf({0})", "fabs({0})"),
+    "pow": ("powf({0}, {1})", "pow({0}, {1})"),
+}
+
+# helper functions emitted on demand: name -> C text ({t} is the C type)
+HELPERS = {
+    "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
+    "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",
+    "floordiv": (
+        "static inline {t} pt_floordiv_{s}({t} a, {t} b) {{\n"
+        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
+    ),
+    "mod": (
+        "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
+        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
+    ),
+    # a divisor known only at run time: 0 stops the kernel (status -4) instead of trapping,
+    # and -1 negates without the INT_MIN / -1 trap
+    "cfloordiv": (
+        "static inline {t} pt_cfloordiv_{s}({t} a, {t} b, int32_t* status) {{\n"
+        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
+        "  if (b == -1) return ({t})(0 - (uint64_t)a);\n"
+        "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
+    ),
+    "cmod": (
+        "static inline {t} pt_cmod_{s}({t} a, {t} b, int32_t* status) {{\n"
+        "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
+        "  if (b == -1) return 0;\n"
+        "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
+    ),
+    "fmod": (
+        "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
+        "  {t} r = a - b * floor(a / b);\n  return r;\n}}"
+    ),
+}
+
+ALLOC = """static void* pt_alloc(size_t bytes) {
+  void* p = NULL;
+  size_t n = (bytes + 63) / 64 * 64;
+  if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
+  return p;
+}
+static void* pt_alloc_or_die(size_t bytes) {
+  void* p = pt_alloc(bytes);
+  if (!p) { fputs("pypto: out of memory in a parallel region\\n", stderr); abort(); }
+  return p;
+}"""
+
+
+# one block per function-level buffer, grown when a call needs more, owned by one call
+# at a time: a call that finds them taken (another thread's call) allocates and frees
+# its own; pt_release_workspace frees them between calls
+WORKSPACE = """static void* pt_ws_block[{n}];
+static size_t pt_ws_bytes[{n}];
+static int pt_ws_busy;
+static void* pt_workspace(int slot, size_t bytes) {{
+  if (pt_ws_block[slot] && pt_ws_bytes[slot] >= bytes) return pt_ws_block[slot];
+  free(pt_ws_block[slot]);
+  pt_ws_block[slot] = pt_alloc(bytes);
+  pt_ws_bytes[slot] = pt_ws_block[slot] ? bytes : 0;
+  return pt_ws_block[slot];
+}}
+int32_t pt_release_workspace(void) {{
+  if (__atomic_exchange_n(&pt_ws_busy, 1, __ATOMIC_ACQUIRE)) return 1;
+  for (int i = 0; i < {n}; ++i) {{
+    free(pt_ws_block[i]);
+    pt_ws_block[i] = NULL;
+    pt_ws_bytes[i] = 0;
+  }}
+  __atomic_store_n(&pt_ws_busy, 0, __ATOMIC_RELEASE);
+  return 0;
+}}"""
+
+
+# byte counts of heap buffers: every product and sum checked, negative extents count as 0
+SIZE_CHECK = """static inline int64_t pt_size_mul(int64_t a, int64_t b, int32_t* bad) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) { *bad = 1; return 0; }
+  return r;
+}
+static inline int64_t pt_size_add(int64_t a, int64_t b, int32_t* bad) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) { *bad = 1; return 0; }
+  return r;
+}
+static inline int64_t pt_size_dim(int64_t d) { return d > 0 ? d : 0; }"""
+
+MAX_BYTES = 2**62  # a buffer of this many bytes is refused before any allocation is tried
+
+CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t* status) {
+  if (i >= 0 && i < n) return i;
+  __atomic_store_n(status, -2, __ATOMIC_RELAXED);
+  return 0;
+}"""
