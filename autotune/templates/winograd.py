@@ -160,16 +160,18 @@ def conv2d_nchw_winograd(cfg, N, C, H, W, K, R=3, S=3, stride=1, padding=1, dtyp
         name="data_split",
     )
 
-    def tile_of(p):
-        nty, tx = p // TWp, p % TWp
-        return nty // TH, nty % TH, tx
+    # the input transform in two passes per row of tiles: B^T d (rows), then (B^T d) B
+    BD = pt.compute(
+        (C, N * TH, a, a, TWp),
+        lambda c, row, e, j, tx: _matrix_row(
+            e, bt, lambda i: Dq[row // TH, c, m * (row % TH) + i, j % m, tx + j // m]
+        ),
+        name="BtD",
+    )
 
     def v(eu, c, p):
-        n, ty, tx = tile_of(p)
-        return _matrix_row(
-            eu // a, bt,
-            lambda i: _matrix_row(eu % a, bt, lambda j: Dq[n, c, m * ty + i, j % m, tx + j // m]),
-        )  # fmt: skip
+        row, tx = p // TWp, p % TWp
+        return _matrix_row(eu % a, bt, lambda j: BD[c, row, eu // a, j, tx])
 
     V = pt.compute((a * a, C, P), v, name="V")
     # the filters in two passes, G g then (G g) G^T: 3a + a * a sums per channel pair
@@ -199,7 +201,7 @@ def conv2d_nchw_winograd(cfg, N, C, H, W, K, R=3, S=3, stride=1, padding=1, dtyp
 
     Y = pt.compute((N, K, OH, OW), out, name="conv")
     s = pt.create_schedule(Y.op)
-    _schedule_transforms(s, Dq, V, Gw, U, Y, TWp, m)
+    _schedule_transforms(s, Dq, BD, V, Gw, U, Y, TWp, m)
     yo = s[Y].leaf_iter_vars[1]
     s[Z].compute_at(s[Y], yo)
     k_, row_, e_, dx_, tx_ = Z.op.axis
@@ -211,7 +213,7 @@ def conv2d_nchw_winograd(cfg, N, C, H, W, K, R=3, S=3, stride=1, padding=1, dtyp
     return s, [data, weight, Y]
 
 
-def _schedule_transforms(s, Dq, V, Gw, U, Y, TWp: int, m: int):
+def _schedule_transforms(s, Dq, BD, V, Gw, U, Y, TWp: int, m: int):
     """The padded copy, both transforms and the output tiles: parallel outer loops,
     the 16 positions of a tile unrolled, tiles of a row vectorized."""
     n, c, h, q, w = Dq.op.axis
@@ -225,6 +227,11 @@ def _schedule_transforms(s, Dq, V, Gw, U, Y, TWp: int, m: int):
     s[V].parallel(s[V].fuse(c, row))
     s[V].unroll(eu)
     s[V].vectorize(tx)
+    s[BD].compute_at(s[V], s[V].leaf_iter_vars[0])
+    _, _, e, j, tx = BD.op.axis
+    s[BD].unroll(e)
+    s[BD].unroll(j)
+    s[BD].vectorize(tx)
     k, e, b, c = Gw.op.axis
     s[Gw].parallel(k)
     s[Gw].unroll(e)
