@@ -10,26 +10,31 @@ pair instead of 36: the direct convolution's 9 multiply-adds per output become 4
     M[eu, k, p] = sum_c U[eu, k, c] * V[eu, c, p]        16 GEMMs (K x C times C x P)
     out[k, tile p] = A^T M[., k, p] A                    2 x 2 outputs per tile
 
-Tiles are ``TW`` per row of output, rounded up to whole vectors (``TWp``) so that each
-row of tiles starts a vector: ``p = (n * TH + ty) * TWp + tx``. The padded input is
-stored with even and odd columns apart (``Dq[n, c, h, q, w'] = padded[n, c, h, 2w' + q]``),
-so the input transform reads whole vectors of tiles at stride 1:
+F(4 x 4, 3 x 3) (``tile_size`` 4) does the same with 6 x 6 input tiles: 36 GEMMs, 2.25
+multiplies per output. Tiles are ``TW`` per row of output, rounded up to whole vectors
+(``TWp``) so that each row of tiles starts a vector: ``p = (n * TH + ty) * TWp + tx``.
+The padded input is stored with its columns split by phase (``Dq[n, c, h, q, w'] =
+padded[n, c, h, m w' + q]``), so the transforms read whole vectors of tiles at stride 1.
+Each transform runs in two passes over a row of tiles (a nested expression unrolls to
+a^4 terms, which took seconds to lower), the first into a small buffer at the row:
 
-    for c, n * TH + ty (parallel):               the input transform
-      for eu in 16 (unrolled): for tx (vector):
-        V[eu, c, p] = sum_{a,b} BT[e, a] * BT[u, b] * Dq[n, c, 2ty + a, b % 2, tx + b // 2]
-    for eu, panels of p (parallel): ...          the GEMMs, ``matmul``'s micro-kernel
-    for n, k (parallel): for ty, xo (vector):    the output transform, two columns per
-      for dy, dx (unrolled):                     vector (gcc's interleaved stores)
-        out[n, k, 2ty + dy, 2xo + dx] = sum_{e,u} AT[dy, e] * AT[dx, u] * M[eu, k, p]
+    for c, row (parallel):                          the input transform
+      for e, j (unrolled): for tx (vector):
+        BtD[e, j, tx] = sum_i BT[e, i] * Dq[n, c, m ty + i, j % m, tx + j // m]
+      for e, u (unrolled): for tx (vector):
+        V[e a + u, c, p] = sum_j BT[u, j] * BtD[e, j, tx]
+    for eu, panels of p (parallel): ...             the GEMMs, ``matmul``'s micro-kernel
+    for n, k (parallel): for ty:                    the output transform
+      for e, dx (unrolled): for tx (vector):
+        MA[e, dx, tx] = sum_u AT[dx, u] * M[e a + u, k, p]
+      for xo (vector): for dy, dx (unrolled):       m columns per vector (interleaved stores)
+        out[n, k, m ty + dy, m xo + dx] = sum_e AT[dy, e] * MA[e, dx, xo]
 
-Where it pays: layers with many output columns. On a Zen 4 (AVX-512, 16 lanes), default
-configs against PyTorch's direct convolution (oneDNN), one / two threads: 1.30x / 1.56x
-at 64 channels 56 x 56, 1.43x / 1.47x at 128 channels 28 x 28, while at 14 x 14 and
-7 x 7 (256, 512 channels) it is 2-3x slower: a row of 7 tiles is padded to 16, and the
+Where it pays: layers with many output columns. On a Zen 4 (AVX-512, 16 lanes), against
+PyTorch's direct convolution (oneDNN), one / two threads: 1.80x / 2.41x at 64 channels
+56 x 56 (F(4 x 4)), 1.43x / 1.49x at 128 channels 28 x 28 (F(2 x 2)), while at 14 x 14
+and 7 x 7 (256, 512 channels) it is slower: a row of 7 tiles is padded to 16, and the
 filters, transformed in every call, outweigh the few pixels; ``conv2d_nchw`` there.
-``tile_size`` 4 (F(4 x 4, 3 x 3), 36 GEMMs) multiplies less but is slower there: its
-output transform reads 36 planes of M at once.
 
 The products are rounded differently than in the direct convolution (the transforms
 add and subtract inputs first): errors grow by a small factor, as in every Winograd
