@@ -36,8 +36,11 @@ def _cube_or_dims(args) -> str:
 
 
 def _conv_label(args) -> str:
+    """``64->128 56x56 s2``; a filter other than 3 x 3 is named (``1x1``), so that a
+    model's 3 x 3 and 1 x 1 layers of one shape read apart."""
     n, c, h, w, k, kh, kw, stride, pad = args[:9]
-    return f"{c}->{k} {h}x{w} s{stride}"
+    size = "" if (kh, kw) == (3, 3) else f" {kh}x{kw}"
+    return f"{c}->{k} {h}x{w}{size} s{stride}"
 
 
 def _depthwise_label(args) -> str:

@@ -26,6 +26,9 @@ def test_resnet18_conv_workloads_and_weights():
     assert by_args[(1, 64, 56, 56, 64, 3, 3, 1, 1)] == 4
     assert by_args[(1, 256, 14, 14, 512, 1, 1, 2, 0)] == 1  # a 1x1 stride-2 downsample
     assert [w.args for w in ws if w.template == "matmul"] == [(1, 1000, 512)]
+    labels = [w.label for w in ws]
+    assert len(set(labels)) == len(labels)  # the 3x3 and 1x1 stride-2 layers read apart
+    assert "conv2d 64->128 56x56 1x1 s2" in labels and "conv2d 64->128 56x56 s2" in labels
 
 
 def test_bert_layer_weights():
