@@ -185,8 +185,8 @@ class CodeGen:
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
         self.frees: list[str] = []
         self.workspace_slots = 0  # function-level buffers kept between calls
-        self.has_exit = False  # a function-level buffer: a failed allocation jumps to pt_exit
-        self.function_level: set = set()  # names of the function-level heap buffers
+        # names of the function-level heap buffers (a failed allocation jumps to pt_exit)
+        self.function_level: set = set()
         self.workspace_names: list[str] = []  # those in the kept blocks when the call owns them
         self.needs_alloc = False
         self.needs_size_check = False
@@ -305,7 +305,6 @@ class CodeGen:
             self.emit(depth, f"if (!{name}) {{ status = -1; goto pt_exit; }}")
             if nbytes is None or nbytes > WORKSPACE_MAX:
                 self.frees.append(name)
-            self.has_exit = True
             self.function_level.add(name)
             self.stmt(s.body, depth)
             return
@@ -374,7 +373,7 @@ class CodeGen:
             self.emit(1, fence)
         body = self.lines
         head = [f"int32_t {fname}({', '.join(params) or 'void'}) {{"]
-        if self.has_exit or self.p.checks:
+        if self.function_level or self.p.checks:
             head.append("  int32_t status = 0;")
             head.extend("  " + d for d in self.cleanups)
         if self.workspace_slots:  # this call owns the kept blocks unless another one does
@@ -412,7 +411,7 @@ class CodeGen:
             out.append("")
         out.extend(head)
         out.extend(body)
-        if self.has_exit:
+        if self.function_level:
             out.append("pt_exit:")
             for name in reversed(self.frees):
                 out.append(f"  free({name});")
