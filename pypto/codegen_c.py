@@ -40,6 +40,7 @@ from .loop_ir import (
     walk_stmts,
     written_buffers,
 )
+from .prefetch import LEVELS
 from .printer import ATOM, Printer
 from .simplify import INF, bounds
 from .target import CACHE_LINE, Target
@@ -247,13 +248,13 @@ class CodeGen:
         b = s.buffer
         name, index = self.namer(b, b.name), self.p(s.index)
         base = f"(uintptr_t){name} + (uintptr_t)({index}) * {b.elem_bytes}"
-        rw = int(s.write)
+        rw, loc = int(s.write), LEVELS[s.level]
         if s.lines == 1:
-            self.emit(depth, f"__builtin_prefetch((const void*)({base}), {rw}, 3);")
+            self.emit(depth, f"__builtin_prefetch((const void*)({base}), {rw}, {loc});")
             return
         self.emit(depth, f"for (int64_t pt_line = 0; pt_line < {s.lines}; ++pt_line) {{")
         line = f"{base} + {CACHE_LINE} * pt_line"
-        self.emit(depth + 1, f"__builtin_prefetch((const void*)({line}), {rw}, 3);")
+        self.emit(depth + 1, f"__builtin_prefetch((const void*)({line}), {rw}, {loc});")
         self.emit(depth, "}")
 
     def intrin_call(self, s: IntrinCall, depth):

@@ -76,6 +76,7 @@ class Prefetch(Stmt):
     index: Expr  # the first element; may lie past the buffer's end (a hint never faults)
     lines: int  # cache lines (target.CACHE_LINE bytes) from there on
     write: bool = False  # prefetched to be written
+    level: int = 1  # the cache level the lines go to (1: L1, 2: L2)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -269,7 +270,7 @@ class StmtMutator:
 
     def mutate_prefetch(self, s: Prefetch):
         i = self.expr(s.index)
-        return s if i is s.index else Prefetch(s.buffer, i, s.lines, s.write)
+        return s if i is s.index else Prefetch(s.buffer, i, s.lines, s.write, s.level)
 
     def mutate_intrin_call(self, s: IntrinCall):
         return s.with_indices(self.expr)
@@ -389,7 +390,8 @@ class IRPrinter(Printer):
     def print_prefetch(self, s: Prefetch, pad: str, depth: int) -> str:
         name = self.namer(s.buffer, s.buffer.name)
         rw = " for write" if s.write else ""
-        return f"{pad}prefetch {name}[{self(s.index)}] {s.lines} line(s){rw}\n"
+        to = f" into L{s.level}" if s.level != 1 else ""
+        return f"{pad}prefetch {name}[{self(s.index)}] {s.lines} line(s){rw}{to}\n"
 
     def print_intrin_call(self, s: IntrinCall, pad: str, depth: int) -> str:
         ops = ", ".join(

@@ -23,6 +23,9 @@ from .tensor import Tensor
 
 PREFETCH_BYTES = 4096  # at most 4 KiB prefetched per loop iteration
 
+# cache level -> the locality argument of gcc's __builtin_prefetch (x86: prefetcht0, t1)
+LEVELS = {1: 3, 2: 2}
+
 
 def _span(idx: Expr, inner: dict, ranges, where: str):
     """``(first, span)``: the smallest value of the affine ``idx`` over the loops in
@@ -45,10 +48,13 @@ def _span(idx: Expr, inner: dict, ranges, where: str):
     return simplify(first.to_expr()), span
 
 
-def check_prefetch(st, tensor, offset) -> None:
-    """Validate ``st.prefetch(tensor, loop, offset)`` (``st`` a Stage): ``tensor`` is
-    read by the stage (through inlined stages too), is its own output, or is an
-    elementwise consumer of it; ``offset`` is a nonzero int (0 allowed for a consumer)."""
+def check_prefetch(st, tensor, offset, level=1) -> None:
+    """Validate ``st.prefetch(tensor, loop, offset, level)`` (``st`` a Stage): ``tensor``
+    is read by the stage (through inlined stages too), is its own output, or is an
+    elementwise consumer of it; ``offset`` is a nonzero int (0 allowed for a consumer);
+    ``level`` a cache level of ``LEVELS``."""
+    if not isinstance(level, int) or isinstance(level, bool) or level not in LEVELS:
+        raise st.error("prefetch", f"level must be a cache level {sorted(LEVELS)}, got {level!r}")
     if not isinstance(tensor, Tensor):
         raise st.error("prefetch", f"expected a tensor, got {tensor!r}")
     consumer = tensor.op is not st.op and not any(tensor.op is op for op in _read_ops(st))
@@ -113,7 +119,7 @@ def prefetch_stmts(low, n, p: int) -> list:
     iv = st.leaf_iter_vars[p]
     inner = {x.var: n.leaf_ext[x] for x in st.leaf_iter_vars[p + 1 :]}
     out, seen = [], set()
-    for tensor, at_iv, offset in st.prefetches:
+    for tensor, at_iv, offset, level in st.prefetches:
         if at_iv is not iv:
             continue
         where = f"prefetch of {tensor.name} at loop {iv.name}"
@@ -149,5 +155,5 @@ def prefetch_stmts(low, n, p: int) -> list:
             key = (id(buf), skey(first), write)
             if key not in seen:
                 seen.add(key)
-                out.append(Prefetch(buf, first, lines, write))
+                out.append(Prefetch(buf, first, lines, write, level))
     return out

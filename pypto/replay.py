@@ -12,7 +12,7 @@ makes the same loops, in the same order, as the calls that made the record::
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import MISSING, fields
 
 from .errors import ScheduleError
 from .expr import vars_of
@@ -99,7 +99,11 @@ class _Resolver:
             "y_factor": self.size,
         }
         try:
-            args = {f.name: rules.get(f.name, lambda v: v)(d[f.name]) for f in fields(cls)}
+            args = {
+                f.name: rules.get(f.name, lambda v: v)(d[f.name])
+                for f in fields(cls)
+                if f.name in d or f.default is MISSING  # a later field keeps its default
+            }
         except KeyError as e:
             raise ScheduleError(f"from_json: step {d} lacks the field {e.args[0]!r}") from None
         return cls(**args)

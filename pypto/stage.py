@@ -57,11 +57,13 @@ class AttachedAt(NamedTuple):
 
 
 class PrefetchAt(NamedTuple):
-    """A ``prefetch``: ``tensor``'s elements of iteration ``loop + offset``."""
+    """A ``prefetch``: ``tensor``'s elements of iteration ``loop + offset``, into the
+    cache of ``level``."""
 
     tensor: Tensor
     loop: IterVar
     offset: int
+    level: int = 1
 
 
 class TensorizedAt(NamedTuple):
@@ -349,7 +351,7 @@ class Stage:
             raise self.error("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
         getattr(self, prim)(iv)
 
-    def prefetch(self, tensor, iv, offset: int):
+    def prefetch(self, tensor, iv, offset: int, level: int = 1):
         """At the start of each iteration of loop ``iv``, prefetch into cache the elements
         of ``tensor`` that this stage reads in iteration ``iv + offset`` (as TVM's
         prefetch), or, for the stage's own output, those it writes there (prefetched
@@ -371,13 +373,18 @@ class Stage:
 
         The elements read in one iteration must span at most 4 KiB (prefetch at an
         inner loop otherwise).
+
+        ``level`` is the cache the lines go to: 1 (L1, as TVM's prefetch) or 2 (L2 only,
+        for data needed after other work: in L1 it would evict the lines in use). A row
+        pass that prefetches the next row while it computes on the current one from L1
+        wants 2 (the row-wise templates: 1.2-1.5x on a Zen 4, whose L1 holds two rows).
         """
-        self.schedule.apply(steps.Prefetch(self, tensor, iv, offset))
+        self.schedule.apply(steps.Prefetch(self, tensor, iv, offset, level))
 
     def _prefetch(self, step: steps.Prefetch):
         self._leaf(step.loop, "prefetch")
-        check_prefetch(self, step.tensor, step.offset)
-        self.prefetches.append(PrefetchAt(step.tensor, step.loop, step.offset))
+        check_prefetch(self, step.tensor, step.offset, step.level)
+        self.prefetches.append(PrefetchAt(step.tensor, step.loop, step.offset, step.level))
 
     def tensorize(self, iv, intrin):
         """Replace loop ``iv`` and the loops inside it by a call of ``intrin``'s C kernel

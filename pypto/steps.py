@@ -114,6 +114,7 @@ class Prefetch(Step):
     tensor: Any
     loop: Any
     offset: int
+    level: int = 1
 
 
 @dataclass(frozen=True, slots=True, eq=False)

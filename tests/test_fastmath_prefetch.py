@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import subprocess
@@ -124,7 +125,35 @@ def test_prefetch_reads_and_writes_keep_results():
     mod(x, y)  # the last row's prefetches point past the end: a hint never faults
     np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6)
     assert s.steps[-1] == {"stage": "Y", "prim": "prefetch", "tensor": "Y", "loop": "j.outer",
-                           "offset": 7}  # fmt: skip
+                           "offset": 7, "level": 1}  # fmt: skip
+
+
+def test_prefetch_into_l2_and_its_replay():
+    """``level=2`` brings the lines to L2 only (prefetcht1, gcc's locality 2); the level
+    is part of the step, and a step written without it (older schedules) replays as L1."""
+    X, Y = _rows()
+    s = pt.create_schedule(Y.op)
+    jo, ji = s[Y].split(Y.op.axis[1], factor=32)
+    s[Y].vectorize(ji)
+    s[Y].prefetch(X, jo, 7, level=2)
+    ir = str(pt.lower(s, [X, Y]))
+    assert re.search(r"prefetch X\[.*\] \d line\(s\) into L2", ir), ir
+    mod = pt.build(s, [X, Y], name="prefetched_l2")
+    assert re.search(r"__builtin_prefetch\(.*\bX\b.*, 0, 2\);", mod.source)
+    assert not re.search(r"__builtin_prefetch\(.*, 3\);", mod.source)
+    x = np.random.default_rng(4).standard_normal((64, 200)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    mod(x, y)
+    np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6)
+    doc = json.dumps(s.to_json())
+    assert json.loads(doc)["steps"][-1]["level"] == 2
+    again = pt.Schedule.from_json(doc, [X, Y])
+    assert pt.build(again, [X, Y], name="prefetched_l2").source == mod.source
+    old = json.loads(doc)
+    del old["steps"][-1]["level"]  # as written before steps had a level
+    replayed = pt.Schedule.from_json(json.dumps(old), [X, Y])
+    assert replayed.steps[-1]["level"] == 1
+    assert re.search(r"__builtin_prefetch\(.*\bX\b.*, 0, 3\);", pt.build(replayed, [X, Y]).source)
 
 
 def test_prefetch_through_an_inlined_stage():
@@ -200,6 +229,9 @@ def test_prefetch_errors():
         s[Y].prefetch(Z, j, 1)
     with pytest.raises(pt.ScheduleError, match="offset must be a nonzero int"):
         s[Y].prefetch(X, j, 0)
+    for level in (0, 3, True, "L2", [2]):
+        with pytest.raises(pt.ScheduleError, match=r"level must be a cache level \[1, 2\]"):
+            s[Y].prefetch(X, j, 1, level=level)
     s[Y].prefetch(X, i, 1)
     with pytest.raises(pt.ScheduleError, match="carries a prefetch; split before prefetching"):
         s[Y].split(i, factor=2)

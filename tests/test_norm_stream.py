@@ -3,6 +3,8 @@ where the target has them, its C, and its results against the references."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -74,9 +76,22 @@ def test_x86_targets_offer_streamed_outputs(target, store):
     assert (replayed if isinstance(replayed, str) else replayed.source) == src
 
 
-def test_softmax_keeps_plain_stores_by_default():
-    space = autotune.get_template("softmax").space(4096, 4096, target=pt.Target("x86-avx512"))
-    assert space.default_config()["stream"].val == 0  # measured slower: see norm_stream
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm"])
+def test_row_templates_stream_and_prefetch_the_next_row_into_l2(name):
+    """By default each row is streamed out, and the next row of X is prefetched into L2
+    by the first elementwise pass, not by the first row reduction (see ``norm``)."""
+    t = pt.Target("x86-avx512")
+    tmpl = autotune.get_template(name)
+    cfg = tmpl.space(4096, 4096, target=t).default_config()
+    assert cfg["stream"].val == 1 and cfg["prefetch"].val >= 1
+    s, tensors = tmpl.instantiate(cfg, 4096, 4096, target=t)
+    src = pt.build(s, tensors, target=t, name=name, emit_only=True)
+    lines = (src if isinstance(src, str) else src.source).splitlines()
+    reads = [n for n, x in enumerate(lines) if "__builtin_prefetch" in x and ", 0, " in x]
+    assert reads and all(re.search(r"\(uintptr_t\)X \+.*, 0, 2\);", lines[n]) for n in reads)
+    first_reduction = next(n for n, x in enumerate(lines) if re.search(r"_p\[ln\] = ", x))
+    assert first_reduction < min(reads)
+    assert any("_mm512_stream_ps" in x for x in lines)
 
 
 @pytest.mark.parametrize("target", ["generic", "aarch64-neon"])
