@@ -12,8 +12,15 @@ the new ones included -- has been measured ``rounds`` times in this call. A
 config that climbs into the K fastest on one lucky draw is measured with
 them; one that falls out is left.
 
-    log: c1 7.2 ms (lucky), c2 7.3, c3 7.3   ->  + c1 8.1, c2 7.3, c3 7.4
-                                                 + c1 8.0, c2 7.2, c3 7.5
+The template's default config is measured in the same rounds when it is not
+among the K fastest, as the baseline: the best record is then one that beat
+the default side by side, never one that looked faster only because it was
+measured in a quieter minute (``apply_history_best`` prefers any record over
+the default, so a record slower than it would make the tuned kernel slower
+than the untuned one).
+
+    log: c1 7.2 ms (lucky), c2 7.3, c3 7.3   ->  + c1 8.1, c2 7.3, c3 7.4, default 7.6
+         default 7.9 (a busy minute)             + c1 8.0, c2 7.2, c3 7.5, default 7.7
     best: c1                                     best: c2 (median 7.3 of three)
 """
 
@@ -50,20 +57,25 @@ def confirm_best(
     measurer=None,
 ):
     """Measure the ``k`` fastest configs of ``task`` in ``log`` again, ``rounds`` times
-    each, interleaved, appending every measurement to ``log`` (see the module
-    docstring). Returns how many measurements were made. ``EnvironmentFault`` stops
-    it, after the measurements made before the fault are appended. ``measurer``: an
-    object with ``measure(task, configs)`` to use instead of a fresh ``Measurer(measure)``
-    (a ``RayMeasurer``: confirmed on the cluster's nodes of the task's target)."""
+    each, interleaved, with the template's default config, appending every
+    measurement to ``log`` (see the module docstring). Returns how many measurements
+    were made. ``EnvironmentFault`` stops it, after the measurements made before the
+    fault are appended. ``measurer``: an object with ``measure(task, configs)`` to use
+    instead of a fresh ``Measurer(measure)`` (a ``RayMeasurer``: confirmed on the
+    cluster's nodes of the task's target)."""
     if k <= 0 or rounds <= 0:
         return 0
     records = load_records(log)
+    default = task.config_space.default_config()
     fresh: dict = {}  # config index -> measurements made in this call
     made = 0
     m = measurer or Measurer(measure or MeasureOption())
     with contextlib.nullcontext() if measurer else m:  # a measurer given stays open
         for _ in range(4 * rounds):  # a bound: the set of the k fastest settles quickly
-            todo = [c for c in _fastest(task, records, k) if fresh.get(c.index, 0) < rounds]
+            fastest = _fastest(task, records, k)
+            if fastest and all(c.index != default.index for c in fastest):
+                fastest.append(default)  # the baseline, side by side
+            todo = [c for c in fastest if fresh.get(c.index, 0) < rounds]
             if not todo:
                 break
             try:

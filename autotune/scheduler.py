@@ -242,12 +242,13 @@ class TaskScheduler:
     def _confirm_seconds(self, st, k: int, rounds: int = 2) -> float:
         """Seconds ``confirm`` may take for ``st`` at most: ``confirm_best`` measures up
         to ``4 * rounds`` times the ``k`` fastest (configs that climb into them are
-        measured with them), at the pace of the slowest of them now, plus the reference
-        computed once and the measurement processes started."""
+        measured with them) and ``rounds`` times the default config, at the pace of the
+        slowest of them now, plus the reference computed once and the measurement
+        processes started."""
         fastest = sorted((r for _, r in st.tuner.history if r.ok), key=lambda r: r.cost)[:k]
         runs = [r.run_s for r in fastest if r.run_s > 0]
         each = max(runs) if runs else self._spt(st)
-        return (4 * rounds * k + 1) * each + PROCESS_START_S
+        return (4 * rounds * k + rounds + 1) * each + PROCESS_START_S
 
     def _confirm_reserve(self, k: int) -> float:
         if k <= 0:

@@ -85,8 +85,8 @@ def _schedules(k: Kernel, logs: str):
         task = at.Task(k.template, k.args, target=k.target)
         return None, task.instantiate(task.config_space.default_config())
     default = tpl(*k.args)
-    log = os.path.join(logs, f"{k.template}.jsonl")
-    if not os.path.exists(log):
+    log = _template_log(logs, k.template)
+    if log is None:
         return None, default
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -227,13 +227,21 @@ def report(results: dict, peaks: dict) -> str:
 
 
 def _host_logs() -> str:
-    """tuning_logs/<target>/ of the host's target, or of the base target whose records
-    serve it (x86-avx512-bf16 runs x86-avx512's float32 records)."""
+    """The shipped tuning_logs/<target>/ folders whose records serve the host's target,
+    its own first (x86-avx512-bf16's, then x86-avx512's float32 records), joined by
+    ``os.pathsep``; a kernel's records come from the first that has its template's log."""
     import pypto as pt
 
     keys = pt.Target("host").record_keys(("float32",))
     dirs = [os.path.join(LOGS, key) for key in keys]
-    return next((d for d in dirs if os.path.isdir(d)), dirs[0])
+    return os.pathsep.join([d for d in dirs if os.path.isdir(d)] or dirs[:1])
+
+
+def _template_log(logs: str, template: str) -> str | None:
+    """``<dir>/<template>.jsonl`` of the first of ``logs`` (folders joined by
+    ``os.pathsep``) that has it."""
+    paths = [os.path.join(d, f"{template}.jsonl") for d in logs.split(os.pathsep)]
+    return next((p for p in paths if os.path.exists(p)), None)
 
 
 def main(argv=None):
@@ -262,7 +270,7 @@ def main(argv=None):
         default=None,
         metavar="DIR",
         help="tuning records, DIR/<template>.jsonl (default: the shipped "
-        "tuning_logs/<target>/ of this host's target)",
+        "tuning_logs/<target>/ of this host's target, then of the targets whose records serve it)",
     )
     p.add_argument(
         "--profile",
@@ -276,8 +284,9 @@ def main(argv=None):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.logs = a.logs or _host_logs()
-    if not os.path.isdir(a.logs):
-        p.error(f"--logs {a.logs}: no such directory")
+    for d in a.logs.split(os.pathsep):
+        if not os.path.isdir(d):
+            p.error(f"--logs {d}: no such directory")
     names = [n for n in a.only.split(",") if n]
     try:
         threads = [int(x) for x in a.threads.split(",")]

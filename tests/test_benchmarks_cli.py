@@ -219,7 +219,12 @@ def test_torch_ops_refuses_an_unknown_row():
 def test_default_logs_are_those_of_a_target_whose_records_serve_the_host(monkeypatch):
     from benchmarks import suite
 
-    derived = pt.Target("x86-avx512-bf16")  # no folder of its own: x86-avx512's records
-    assert not (ROOT / "tuning_logs" / derived.key).exists()
+    derived = pt.Target("x86-avx512-bf16")  # its own records first, then x86-avx512's
     monkeypatch.setattr(pt, "Target", lambda name: derived)
-    assert suite._host_logs() == os.path.join(suite.LOGS, "x86-avx512")
+    logs = suite._host_logs()
+    own, base = (os.path.join(suite.LOGS, k) for k in ("x86-avx512-bf16", "x86-avx512"))
+    assert logs == os.pathsep.join([own, base])
+    # softmax has a log of its own target's; matmul only x86-avx512's
+    assert suite._template_log(logs, "softmax") == os.path.join(own, "softmax.jsonl")
+    assert suite._template_log(logs, "matmul") == os.path.join(base, "matmul.jsonl")
+    assert suite._template_log(logs, "no_such_template") is None

@@ -164,13 +164,51 @@ def test_confirm_measures_the_fastest_again_side_by_side(tmp_path):
     at.RandomTuner(task, seed=1).tune(8, measure=FAST, callbacks=[at.log_to_file(log)])
     made = at.confirm_best(task, log, k=3, rounds=2, measure=FAST)
     recs = at.load_records(log)
-    assert len(recs) == 8 + made and 6 <= made <= 4 * 2 * 3
+    assert len(recs) == 8 + made and 6 <= made <= 4 * 2 * 3 + 2  # + the default, twice
     counts = collections.Counter(json.dumps(r.config, sort_keys=True) for r in recs)
     (ranked,) = at.ranked_configs(recs).values()
     assert all(counts[json.dumps(r.config, sort_keys=True)] >= 3 for r in ranked[:3])
     again = at.confirm_best(task, log, k=3, rounds=1, measure=FAST)  # a later session
-    assert 3 <= again <= 4 * 3 and len(at.load_records(log)) == 8 + made + again
-    assert at.RandomTuner(task).load_history(recs) == 8  # --resume counts configs, not records
+    assert 3 <= again <= 4 * 3 + 1 and len(at.load_records(log)) == 8 + made + again
+    configs = {json.dumps(r.config, sort_keys=True) for r in recs}  # the 8, and the default
+    assert json.dumps(task.config_space.default_config().to_json(), sort_keys=True) in configs
+    assert at.RandomTuner(task).load_history(recs) == len(configs)  # configs, not records
+
+
+class _SteadyMeasurer:
+    """Every config costs ``costs[index]`` (default 1.1 ms), no noise; records which
+    configs it measured."""
+
+    def __init__(self, costs):
+        self.costs, self.seen = costs, []
+
+    def measure(self, task, configs):
+        self.seen.append([c.index for c in configs])
+        return [at.MeasureResult(costs=[self.costs.get(c.index, 1.1e-3)]) for c in configs]
+
+
+def test_confirm_measures_the_default_beside_the_fastest(tmp_path):
+    """A config that looked fastest on one lucky draw, against a default measured in a
+    busy minute: measured side by side, the default wins and becomes the best record."""
+    log = str(tmp_path / "baseline.jsonl")
+    task = at.Task("toy_matmul", (32, 32, 16))
+    space = task.config_space
+    default = space.default_config()
+    lucky, other = [space.get(i) for i in range(len(space)) if i != default.index][:2]
+    rec = lambda c, ms: at.Record(  # noqa: E731
+        task.workload_key, task.target.key, c.to_json(), costs=[ms * 1e-3], flop=task.flop
+    )
+    at.append_records(log, [rec(lucky, 0.5), rec(other, 1.2), rec(default, 1.5)])
+    m = _SteadyMeasurer({default.index: 1.0e-3})
+    made = at.confirm_best(task, log, k=2, rounds=2, measurer=m)
+    assert all(default.index in batch for batch in m.seen[:2])  # in the same rounds
+    assert made == sum(map(len, m.seen))
+    best = at.best_by_workload(at.load_records(log))[(task.workload_key, task.target.key)]
+    assert best.config == default.to_json()  # median 1.0 ms of three against 1.1
+    # with no record of the task at all, nothing is measured
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert at.confirm_best(task, str(empty), k=2, measurer=_SteadyMeasurer({})) == 0
 
 
 def test_xgb_tuner_end_to_end(tmp_path):
