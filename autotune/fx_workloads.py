@@ -27,6 +27,9 @@ import torch.nn.functional as F
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from pypto.target import as_target
+
+from .templates.winograd import winograd_pays
 from .workloads import Workload, merge_duplicates
 
 
@@ -211,14 +214,18 @@ def _rule(node, gm):
 
 
 def from_torch_module(
-    module: nn.Module, example_inputs: tuple
+    module: nn.Module, example_inputs: tuple, target="host"
 ) -> tuple[list[Workload], dict[str, int]]:
     """The workloads of ``module`` run on ``example_inputs`` (a tuple of tensors), and the
-    operators no template covers with how often each runs.
+    operators no template covers with how often each runs. A convolution that Winograd
+    tiles compute with fewer multiplies on ``target``'s vectors (``winograd_pays``: 3 x 3
+    at stride 1 on images wide enough to fill them) is a ``conv2d_nchw_winograd``
+    workload, as in the built-in resnet18.
 
     Raises ``TypeError`` when ``module`` is not an ``nn.Module`` or fx cannot trace it."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_torch_module: expected a torch.nn.Module, got {type(module)}")
+    lanes = as_target(target).vector_lanes("float32")
     try:
         gm = fx.symbolic_trace(module)
     except Exception as e:  # noqa: BLE001 - fx raises many kinds; the message says why
@@ -244,5 +251,7 @@ def from_torch_module(
         if gelu is not None:  # X W^T + b, then GELU: one kernel
             fused.add(gelu)
             template = "dense_bias_gelu"
+        if template == "conv2d_nchw" and winograd_pays(tuple(args), lanes):
+            template = "conv2d_nchw_winograd"
         found.append(Workload(template, tuple(args)))
     return merge_duplicates(found), dict(missing)

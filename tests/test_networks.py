@@ -79,7 +79,7 @@ def _small_model():
 def test_from_torch_module_maps_ops_and_merges_duplicates():
     from autotune.fx_workloads import from_torch_module
 
-    ws, missing = from_torch_module(*_small_model())
+    ws, missing = from_torch_module(*_small_model(), target="x86-avx512")  # 8 x 8: direct
     assert [(w.template, w.args, w.weight) for w in ws] == [
         ("conv2d_nchw", (1, 3, 8, 8, 8, 3, 3, 1, 1), 1.0),
         ("conv2d_nchw", (1, 8, 8, 8, 8, 3, 3, 1, 1), 2.0),  # c2 and c3: one workload
@@ -99,6 +99,45 @@ def test_from_torch_module_maps_ops_and_merges_duplicates():
     }
     for w in ws:  # every extracted workload fits its template
         assert at.Task(w.template, w.task_args, target="host").flop > 0
+
+
+def test_from_torch_module_takes_winograd_where_the_target_fills_its_vectors():
+    """3 x 3 stride-1 convolutions go to ``conv2d_nchw_winograd`` where its tiles fill the
+    target's vectors (``winograd_pays``); other filters, strides and images stay direct."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from autotune.fx_workloads import from_torch_module
+    from autotune.templates.winograd import winograd_pays
+
+    class Convs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(8, 8, 3, padding=1)  # 28 x 28
+            self.b = nn.Conv2d(8, 8, 3, stride=2, padding=1)  # -> 14 x 14, stride 2
+            self.c = nn.Conv2d(8, 8, 3, padding=1)  # 14 x 14
+            self.d = nn.Conv2d(8, 8, 1)  # 1 x 1
+
+        def forward(self, x):
+            return self.d(self.c(self.b(self.a(x))))
+
+    x = (torch.randn(1, 8, 28, 28),)
+    templates = {
+        name: [(w.template, w.args[2]) for w in from_torch_module(Convs(), x, target=name)[0]]
+        for name in ("x86-avx512", "x86-avx2")
+    }
+    assert templates["x86-avx512"] == [  # 16 lanes: c's 7 tiles per row pad to 16
+        ("conv2d_nchw_winograd", 28), ("conv2d_nchw", 28), ("conv2d_nchw", 14),
+        ("conv2d_nchw", 14),
+    ]  # fmt: skip
+    assert templates["x86-avx2"] == [
+        ("conv2d_nchw_winograd", 28), ("conv2d_nchw", 28), ("conv2d_nchw_winograd", 14),
+        ("conv2d_nchw", 14),
+    ]  # fmt: skip
+    # the built-in resnet18 follows the same rule on 16 lanes
+    for w in network_workloads("resnet18"):
+        if w.template.startswith("conv2d_nchw"):
+            assert (w.template == "conv2d_nchw_winograd") == winograd_pays(w.args, 16), w
 
 
 def test_from_torch_module_refuses_a_non_module():

@@ -114,17 +114,40 @@ def _check(C, H, W, K, R, S, stride, padding, dtype):
         )
 
 
+def _multiplies(m: int, OW: int, lanes: int) -> float:
+    """Multiplies per output pixel (and channel pair) of F(m x m, 3 x 3), counting the
+    tiles that pad each row to whole vectors: ``(m + 2)^2 / m^2 x TWp / TW``."""
+    tw = -(-OW // m)
+    return (m + 2) ** 2 / m**2 * (-(-tw // lanes) * lanes) / tw
+
+
 def _default_tile(OW: int, lanes: int) -> int:
-    """The output tile with the fewest multiplies per output pixel, counting the tiles
-    that pad each row to whole vectors: ``(m + 2)^2 / m^2 x TWp / TW``. 56 columns on 16
-    lanes: F(4 x 4) (14 tiles in 16: 2.57) over F(2 x 2) (28 in 32: 4.57), measured 1.4x
-    faster; 28 columns: F(2 x 2) (4.57 against 7 tiles in 16: 5.14), measured 1.4x."""
+    """The output tile with the fewest multiplies per output pixel (``_multiplies``). 56
+    columns on 16 lanes: F(4 x 4) (14 tiles in 16: 2.57) over F(2 x 2) (28 in 32: 4.57),
+    measured 1.4x faster; 28 columns: F(2 x 2) (4.57 against 7 tiles in 16: 5.14),
+    measured 1.4x."""
+    return min(sorted(MATRICES), key=lambda m: _multiplies(m, OW, lanes))
 
-    def cost(m):
-        tw = -(-OW // m)
-        return (m + 2) ** 2 / m**2 * (-(-tw // lanes) * lanes) / tw
 
-    return min(sorted(MATRICES), key=cost)
+# Winograd pays where its best tile needs at most this many multiplies per output
+# (direct: 9). Its transforms and smaller GEMMs cost about 1.5x per multiply: on a Zen 4
+# (16 lanes) 2.57 at 56 x 56 ran 1.64x the direct convolution, 4.57 at 28 x 28 1.3x;
+# 14 x 14 (9.1: 7 tiles padded to 16) would not gain.
+WINOGRAD_MAX_MULTIPLIES = 5.0
+
+
+def winograd_pays(args: tuple, lanes: int) -> bool:
+    """Whether ``conv2d_nchw``'s arguments ``(N, C, H, W, K, R, S, stride, padding[,
+    dtype])`` are better computed by ``conv2d_nchw_winograd`` on ``lanes`` float32 lanes:
+    a form it takes (3 x 3, stride 1, float32) whose best tile needs at most
+    ``WINOGRAD_MAX_MULTIPLIES`` multiplies per output."""
+    N, C, H, W, K, R, S, stride, padding, *dtype = args
+    try:
+        _check(C, H, W, K, R, S, stride, padding, dtype[0] if dtype else "float32")
+    except ScheduleError:
+        return False
+    OW = out_size(W, 3, 1, padding)
+    return min(_multiplies(m, OW, lanes) for m in MATRICES) <= WINOGRAD_MAX_MULTIPLIES
 
 
 @template("conv2d_nchw_winograd", reference=conv2d_reference)
