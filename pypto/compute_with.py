@@ -30,31 +30,36 @@ loop nests need to know about groups.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Const, conjunction
+from .expr import Binary, Cmp, Const, conjunction
 from .loop_ir import For, IfThenElse, seq
 from .passes import subst_stmt
 from .simplify import simplify
+from .tensor import IterVar
 
 
 @dataclass(frozen=True, eq=False)
 class Cluster:
     """Stages sharing outer loops, in execution order; ``depths[k]`` is the number of
-    loops member ``k`` shares with member ``k - 1`` (``depths[0]`` is 0)."""
+    loops member ``k`` shares with member ``k - 1`` (``depths[0]`` is 0), ``orders[k]``
+    the number of root loops it shares in the program's order (``order=``)."""
 
     members: tuple
     depths: tuple
+    orders: tuple = ()
 
     @property
     def name(self) -> str:
         return " + ".join(f"'{m.name}'" for m in self.members)
 
-    def positions(self, k: int) -> list[int]:
+    def positions(self, k: int, order: bool = False) -> list[int]:
         """Member ``k``'s position after each loop it shares (its time vector's extra
-        dims): members split into runs at each depth, the run's index in its parent."""
-        d = self.depths
+        dims): members split into runs at each depth, the run's index in its parent;
+        ``order``: in the program's order instead of the schedule's."""
+        d = self.orders if order else self.depths
         m = max(d[k], d[k + 1] if k + 1 < len(d) else 0)
         out = []
         for level in range(1, m + 1):
@@ -67,11 +72,38 @@ class Cluster:
         return len(self.positions(k))
 
 
-def check_compute_with(stage, other, loop) -> None:
-    """The refusals of ``stage.compute_with(other, loop)`` that need no dependence analysis."""
+class FusedWith(NamedTuple):
+    """What ``compute_with`` made of a stage: it runs in ``stage``'s loops down to ``loop``;
+    ``order``: the root loops it shares in the program's order (None: the same loops)."""
+
+    stage: Any
+    loop: Any
+    order: int | None = None
+
+
+def order_depth(stage, other, order):
+    """``compute_with``'s ``order=`` as a number of root loops: a root loop of either
+    stage counts itself and the loops outside it; a number stays as it is."""
+    if not isinstance(order, IterVar):
+        return order
+    for st in (stage, other):
+        if order in getattr(st, "root_iter_vars", ()):
+            return list(st.root_iter_vars).index(order) + 1
+    raise ScheduleError(
+        f"compute_with on stage '{stage.name}': order: {order.name} is a root loop of "
+        "neither stage"
+    )
+
+
+def check_compute_with(stage, other, loop, order=None) -> None:
+    """The refusals of ``stage.compute_with(other, loop, order)`` that need no dependence
+    analysis."""
 
     def err(msg):
         return ScheduleError(f"compute_with on stage '{stage.name}': {msg}")
+
+    if order is not None and (isinstance(order, bool) or not isinstance(order, int) or order < 1):
+        raise err(f"order must be a positive int or a root loop, got {order!r}")
 
     if not hasattr(other, "leaf_iter_vars") or not hasattr(other, "schedule"):
         raise err(f"expected a stage (s[T] or s[T].update(k)), got {other!r}")
@@ -109,7 +141,7 @@ def check_compute_with(stage, other, loop) -> None:
 
 def fused_depth(stage) -> int:
     """The number of loops ``stage`` shares with the stage it is computed with."""
-    other, loop = stage.fused_with
+    other, loop = stage.fused_with.stage, stage.fused_with.loop
     for st in (other, stage):
         if loop in st.leaf_iter_vars:
             return st.leaf_iter_vars.index(loop) + 1
@@ -130,7 +162,9 @@ def clusters(sch) -> list[Cluster]:
         if lead in followers and lead.fused_with is None:
             members, depths = [], []
             _visit(lead, 0, followers, members, depths)
-            out.append(Cluster(tuple(members), tuple(depths)))
+            orders = [d if m.fused_with is None or m.fused_with.order is None
+                      else m.fused_with.order for m, d in zip(members, depths)]  # fmt: skip
+            out.append(Cluster(tuple(members), tuple(depths), tuple(orders)))
     return out
 
 
@@ -249,30 +283,36 @@ def _merge(items: list, ranges):
 
 
 def _fuse_run(run: list, ranges):
+    """One loop for the members of ``run``: the longest of their loops, each member's
+    body guarded where its own loop would have stopped (a member shifted behind the
+    others runs its last iterations after theirs)."""
     if len(run) == 1:
         return run[0][0]
     peeled = [_peel(s, m) for s, _, m in run]
     lead, lead_stage = peeled[0][0], run[0][2]
+    ext = lead.extent
+    for loop, _ in peeled[1:]:
+        if not _same(loop.extent, ext, ranges):
+            ext = simplify(Binary("max", ext, loop.extent, INDEX), ranges)
     inner = []
     for k, ((loop, body), (_, d, m)) in enumerate(zip(peeled, run)):
-        if k:
-            diff = simplify(Binary("sub", loop.extent, lead.extent, INDEX), ranges)
-            if not (isinstance(diff, Const) and diff.value == 0):
-                raise ScheduleError(
-                    f"compute_with on stage '{m.name}': its loop {loop.var.name} runs "
-                    f"{loop.extent} iterations, loop {lead.var.name} of '{lead_stage.name}' "
-                    f"{lead.extent}; shared loops need the same extent"
-                )
-            if loop.kind != lead.kind:
-                raise ScheduleError(
-                    f"compute_with on stage '{m.name}': its loop {loop.var.name} is "
-                    f"{loop.kind}, loop {lead.var.name} of '{lead_stage.name}' {lead.kind}; "
-                    "shared loops need the same annotation"
-                )
-            if loop.var is not lead.var:
-                body = subst_stmt(body, {loop.var: lead.var})
+        if k and loop.kind != lead.kind:
+            raise ScheduleError(
+                f"compute_with on stage '{m.name}': its loop {loop.var.name} is "
+                f"{loop.kind}, loop {lead.var.name} of '{lead_stage.name}' {lead.kind}; "
+                "shared loops need the same annotation"
+            )
+        if loop.var is not lead.var:
+            body = subst_stmt(body, {loop.var: lead.var})
+        if not _same(loop.extent, ext, ranges):
+            body = IfThenElse(Cmp("lt", lead.var, loop.extent), body)
         inner.append((body, d - 1 if k else 0, m))
-    return For(lead.var, lead.extent, lead.kind, _merge(inner, ranges))
+    return For(lead.var, ext, lead.kind, _merge(inner, ranges))
+
+
+def _same(a, b, ranges) -> bool:
+    diff = simplify(Binary("sub", a, b, INDEX), ranges)
+    return isinstance(diff, Const) and diff.value == 0
 
 
 def _peel(s, stage):

@@ -5,9 +5,11 @@ only the statement kinds it is about.
 - ``simplify_stmt``: simplify every expression with the ranges of enclosing
   loops; drop loops of extent 0, unwrap loops of extent 1, fold decided ifs.
 - ``guards_to_bounds``: a loop whose whole body is ``if (v < e)`` gets
-  ``e`` folded into its extent:
+  ``e`` folded into its extent, and ``if (v >= e)`` starts its counter at ``e``:
 
       for (v, 0, 32) { if (io*32 + v < n) S }  ->  for (v, 0, min(32, n - io*32)) S
+      for (v, 0, 32) { if (v - 2*t >= 0) S(v) }  ->  for (v, 0, 32 - max(0, 2*t))
+                                                       S(v + max(0, 2*t))
 
 - ``partition_loops``: an unrolled or vectorized loop of extent
   ``min(c, e)`` gets a copy with the constant extent ``c``, chosen once where
@@ -105,8 +107,9 @@ def _conjuncts(c: Expr):
 
 
 def _bound_on(cond: Expr, v: Var):
-    """If ``cond`` bounds ``v`` from above (``a*v + rest < c``, a > 0, rest free of v,
-    or the same with both sides negated), the exclusive bound ``e`` in ``v < e``."""
+    """If ``cond`` bounds ``v`` (``a*v + rest < c``, rest free of v, or any comparison
+    that says so), ``("upper", e)`` for ``v < e``, or ``("lower", e)`` for ``v >= e``
+    when ``a`` is 1; else None."""
     if not (isinstance(cond, Cmp) and isinstance(cond.b, Const)):
         return None
     lin = Lin.of(cond.a)
@@ -116,17 +119,17 @@ def _bound_on(cond: Expr, v: Var):
     op, limit = cond.op, cond.b.value
     if term[1] < 0:  # -a*v + rest >= c  is  a*v - rest <= -c
         lin, limit, op = lin.scale(-1, lin.dtype), -limit, FLIP[op]
-    if op not in ("lt", "le"):
-        return None
     a = lin.terms[("v", id(v))][1]
     rest = Lin({k: t for k, t in lin.terms.items() if t[0] is not v}, lin.const, INDEX)
     if any(v is x for x in vars_of(rest.to_expr())):
         return None
-    limit += 1 if op == "le" else 0
+    limit += 1 if op in ("le", "gt") else 0  # v < e, or v >= e
     num = Lin({}, limit, INDEX).plus(rest, -1, INDEX).to_expr()
+    if op in ("gt", "ge"):
+        return ("lower", num) if a == 1 else None
     if a == 1:
-        return num
-    return Binary(
+        return "upper", num
+    return "upper", Binary(
         "floordiv", Binary("add", num, Const(a - 1, INDEX), INDEX), Const(a, INDEX), INDEX
     )
 
@@ -134,18 +137,26 @@ def _bound_on(cond: Expr, v: Var):
 class _GuardsToBounds(StmtMutator):
     def mutate_for_(self, s: For):
         body = self.visit(s.body)
-        ext = s.extent
+        ext, lows = s.extent, []
         if isinstance(body, IfThenElse) and body.else_ is None:
             keep = []
             for c in _conjuncts(body.cond):
                 b = _bound_on(c, s.var)
                 if b is None:
                     keep.append(c)
+                elif b[0] == "upper":
+                    ext = Binary("min", ext, b[1], INDEX)
                 else:
-                    ext = Binary("min", ext, b, INDEX)
+                    lows.append(b[1])
             if len(keep) < len(_conjuncts(body.cond)):
                 cond = conjunction(keep)
                 body = body.then if cond is None else IfThenElse(cond, body.then)
+        if lows:  # the counter starts at the largest lower bound: v = v' + lo
+            lo = Const(0, INDEX)
+            for e in lows:
+                lo = Binary("max", lo, e, INDEX)
+            body = subst_stmt(body, {s.var: Binary("add", s.var, lo, INDEX)})
+            ext = Binary("sub", ext, lo, INDEX)
         return For(s.var, ext, s.kind, body)
 
 

@@ -144,18 +144,21 @@ class ClusterModel(GroupModel):
             s._sched_exprs = [str(k), *s._sched_exprs[1:]]
         if not isinstance(node, Cluster):
             return
-        pos = node.positions(node.members.index(s.stage))
+        k = node.members.index(s.stage)
+        pos = node.positions(k)
         m = len(pos)
         if self.fused_original:
-            if m > len(s._orig_exprs) - 1:
+            order = node.positions(k, order=True)
+            if len(order) > len(s._orig_exprs) - 1:
                 raise ScheduleError(
-                    f"compute_with: {s.stage.name} shares {m} loops with statements whose "
-                    "tensors read each other, but has only "
+                    f"compute_with: {s.stage.name} shares {len(order)} loops with statements "
+                    "whose tensors read each other, but has only "
                     f"{len(s._orig_exprs) - 1} loop(s) of its own; such statements "
                     "fix the program's order in their fused nest, which can share at most "
-                    "as many loops as the statements have"
+                    "as many loops as the statements have (order= names the loop that "
+                    "fixes it when the schedule shares more)"
                 )
-            s._orig_exprs = _interleave(s._orig_exprs, pos)
+            s._orig_exprs = _interleave(s._orig_exprs, order)
         if s._sched_exprs is None:
             return
         leaves = s.stage.leaf_iter_vars

@@ -1,4 +1,5 @@
-"""Relations between a stage's loops: how split, fuse and skew make new loops from old.
+"""Relations between a stage's loops: how split, fuse, skew and shift make new loops
+from old.
 
 Each primitive records one immutable relation, and each relation states here, once,
 everything the compiler asks of it (as TVM's ``message_passing``):
@@ -164,6 +165,38 @@ class Skew:
         if len(a) != 1 or len(b) != 1:
             raise NonAffine(f"skew of a fused loop {self.inner.name}")
         return {self.skewed: [f"({b[0]}) + {self.factor} * ({a[0]})"]}, {}
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Shift:
+    """``shifted = parent + offset`` (a constant ``offset >= 0``): the loop runs
+    ``offset`` iterations later, with nothing to do in its first ``offset``."""
+
+    parent: IterVar
+    shifted: IterVar
+    offset: int
+
+    @property
+    def created(self) -> tuple:
+        return (self.shifted,)
+
+    @property
+    def parents(self) -> tuple:
+        return (self.parent,)
+
+    def extents(self, ext: dict) -> dict:
+        return {self.shifted: ext[self.parent] + self.offset}
+
+    def values(self, val: dict, ext: dict, simp) -> tuple[dict, list]:
+        v = simp(val[self.shifted] - self.offset)
+        return {self.parent: v}, [(Cmp("ge", v, Const(0, INDEX)), self.parent.kind == "reduce")]
+
+    def time(self, coords: dict, ext: dict, leaves: list):
+        if self.parent not in coords:
+            return None
+        if len(coords[self.parent]) != 1:
+            raise NonAffine(f"shift of a fused loop {self.parent.name}")
+        return {self.shifted: [f"({coords[self.parent][0]}) + {self.offset}"]}, {}
 
 
 def root_sources(relations: list, leaf: IterVar) -> set:

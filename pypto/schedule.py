@@ -299,6 +299,7 @@ _RULES = {
     steps.Reorder: lambda sch, x: x.stage._reorder(x),
     steps.Fuse: lambda sch, x: x.stage._fuse(x),
     steps.Skew: lambda sch, x: x.stage._skew(x),
+    steps.Shift: lambda sch, x: x.stage._shift(x),
     steps.Parallel: lambda sch, x: x.stage._annotate(x),
     steps.Vectorize: lambda sch, x: x.stage._annotate(x),
     steps.Unroll: lambda sch, x: x.stage._annotate(x),

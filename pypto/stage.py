@@ -15,13 +15,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import steps
-from .compute_with import check_compute_with
+from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
 from .intrin import TensorIntrin
 from .prefetch import check_prefetch
-from .relations import Fuse, Skew, Split
+from .relations import Fuse, Shift, Skew, Split
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
 
 if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to it
@@ -40,13 +40,6 @@ def as_op(x) -> Operation:
     if isinstance(x, Operation):
         return x
     raise TypeError(f"expected a Tensor or an operation, got {type(x).__name__}")
-
-
-class FusedWith(NamedTuple):
-    """What ``compute_with`` made of a stage: it runs in ``stage``'s loops down to ``loop``."""
-
-    stage: Any
-    loop: IterVar
 
 
 class AttachedAt(NamedTuple):
@@ -311,6 +304,29 @@ class Stage:
         self._check(f"skew({outer.name}, {inner.name})")
         return outer, new
 
+    def shift(self, iv: IterVar, offset: int) -> IterVar:
+        """Run loop ``iv`` ``offset >= 0`` iterations later (Tiramisu's ``shift``): alone
+        it changes nothing; with ``compute_with`` this stage lags behind the other in
+        their shared loops (jacobi's second statement a row behind its first).
+
+            for i in 0..n:         shift(i, 1)     for i' in 0..n + 1:
+              body(i)                  ->            if i' >= 1: body(i' - 1)
+        """
+        return self.schedule.apply(steps.Shift(self, iv, offset))
+
+    def _shift(self, step: steps.Shift) -> IterVar:
+        iv, offset = self._leaf(step.loop, "shift"), step.offset
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise self.error("shift", f"offset must be an integer >= 0, got {offset!r} "
+                             "(shift the other stage to move this one earlier)")  # fmt: skip
+        if iv in self.attrs:
+            raise self.error("shift", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+        new = self._new_iv(iv.name + ".shift", iv.kind)
+        self.relations.append(Shift(iv, new, offset))
+        self.leaf_iter_vars[self.leaf_iter_vars.index(iv)] = new
+        self._check(f"shift({iv.name}, {offset})")
+        return new
+
     def _check(self, call: str, loop: IterVar | None = None):
         """Check the stage now, so that an error names the primitive that broke it
         (``Schedule.apply`` then puts the schedule back as it was)."""
@@ -404,7 +420,7 @@ class Stage:
             raise self.error("tensorize", "only a stage of pt.compute with a buffer is tensorized")
         self.tensorized = TensorizedAt(iv, intrin)
 
-    def compute_with(self, other: Stage, loop: IterVar):
+    def compute_with(self, other: Stage, loop: IterVar, order=None):
         """Run this stage inside ``other``'s loops down to ``loop`` (a loop of either),
         after ``other``'s statement in each of their iterations (Halide's
         ``compute_with``); see ``pypto.compute_with`` for chains and imperfect nests.
@@ -413,14 +429,18 @@ class Stage:
             for t: for i: B[i] = g(A)    ->      for i: A[i] = f(B)
                                                  for i: B[i] = g(A)
 
-        The shared loops need equal extents; the order is checked by isl.
+        A shared loop runs the longest of the stages' loops. The order is checked by
+        isl. Where the tensors read each other the fused order is the program's;
+        ``order`` (a root loop of either stage, or how many root loops) states that
+        order when the schedule shares more loops than it (time tiling).
         """
-        self.schedule.apply(steps.ComputeWith(self, other, loop))
+        order = order_depth(self, other, order)
+        self.schedule.apply(steps.ComputeWith(self, other, loop, order))
 
     def _compute_with(self, step: steps.ComputeWith):
-        other, loop = step.parent, step.loop
-        check_compute_with(self, other, loop)
-        self.fused_with = FusedWith(other, loop)
+        other, loop, order = step.parent, step.loop, step.order
+        check_compute_with(self, other, loop, order)
+        self.fused_with = FusedWith(other, loop, order)
         self._check(f"compute_with({other.name}, {loop.name})")
 
     def compute_at(self, parent: Stage, ivar: IterVar):

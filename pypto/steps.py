@@ -87,6 +87,14 @@ class Skew(Step):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Shift(Step):
+    prim: ClassVar[str] = "shift"
+    stage: Any
+    loop: Any
+    offset: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Parallel(Step):
     prim: ClassVar[str] = "parallel"
     stage: Any
@@ -139,6 +147,7 @@ class ComputeWith(Step):
     stage: Any
     parent: Any  # the stage it runs with (after it, in their shared loops)
     loop: Any  # the innermost shared loop, a loop of either stage
+    order: int | None = None  # root loops shared in the program's order (None: as loop)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -174,7 +183,7 @@ class RFactor(Step):
 STEPS = {
     cls.prim: cls
     for cls in (
-        Split, Tile, Reorder, Fuse, Skew, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
+        Split, Tile, Reorder, Fuse, Skew, Shift, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
         ComputeAt, ComputeWith, ComputeInline, CacheRead, CacheWrite, RFactor,
     )
 }  # fmt: skip

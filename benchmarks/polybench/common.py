@@ -47,7 +47,7 @@ class Program:
 class Kernel:
     name: str
     category: str
-    sizes: dict  # "MINI" | "SMALL" | "MEDIUM" -> {size name: int}
+    sizes: dict  # "MINI" | "SMALL" | "MEDIUM" (| "LARGE") -> {size name: int}
     make: Callable[..., Program]
     notes: str = ""
     tags: set = field(default_factory=set)
@@ -56,11 +56,17 @@ class Kernel:
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(name: str, category: str, mini: dict, small: dict, medium: dict, notes: str = ""):
-    """Register ``make(**sizes) -> Program`` as PolyBench kernel ``name``."""
+def kernel(
+    name: str, category: str, mini: dict, small: dict, medium: dict, notes: str = "",
+    large: dict | None = None,
+):  # fmt: skip
+    """Register ``make(**sizes) -> Program`` as PolyBench kernel ``name`` (``large``: its
+    LARGE size, given for the kernels whose schedules are timed there too)."""
 
     def deco(make):
         sizes = {"MINI": mini, "SMALL": small, "MEDIUM": medium}
+        if large is not None:
+            sizes["LARGE"] = large
         KERNELS[name] = Kernel(name, category, sizes, make, notes)
         return make
 
