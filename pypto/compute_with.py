@@ -90,8 +90,7 @@ def order_depth(stage, other, order):
         if order in getattr(st, "root_iter_vars", ()):
             return list(st.root_iter_vars).index(order) + 1
     raise ScheduleError(
-        f"compute_with on stage '{stage.name}': order: {order.name} is a root loop of "
-        "neither stage"
+        f"compute_with on stage '{stage.name}': order: {order.name} is a root loop of neither stage"
     )
 
 

@@ -17,6 +17,7 @@ from . import legality, steps
 from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
+from .group import create_group
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
 from .relayout import relayout
 from .replay import replay
@@ -93,6 +94,11 @@ class Schedule:
 
     def __repr__(self):
         return f"Schedule({', '.join(st.name for st in self.stages)})"
+
+    def create_group(self, outputs, inputs=(), include_inputs: bool = False):
+        """TVM's ``create_group``: the stages computing ``outputs`` from ``inputs``, to
+        attach (``g.compute_at(s[C], loop)``) or inline together (``pypto.group``)."""
+        return create_group(self, outputs, inputs, include_inputs)
 
     def explain(self) -> str:
         """Per stage: the loop nest, the dependences with their distance vectors, and
