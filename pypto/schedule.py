@@ -17,8 +17,8 @@ from . import legality, steps
 from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
-from .group import create_group
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .group import create_group
 from .relayout import relayout
 from .replay import replay
 from .rfactor import rfactor_ops
