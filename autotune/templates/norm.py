@@ -83,13 +83,13 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
     return R, [P, R]
 
 
-def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1)):
+def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1), prefetch_default=None):
     """``red_lanes``: partial accumulators of the row reductions (1: a scalar loop);
     ``unroll_red``: steps of the partial reductions unrolled; ``tile_j``: the vector
     chunk of elementwise passes; ``unroll_j``: chunks unrolled; ``prefetch``: the
     next row prefetched during an elementwise pass (2: and the output's row ahead of
-    its pass, where a template has two elementwise passes; the default is the last
-    of ``prefetch_modes``)."""
+    its pass, where a template has two elementwise passes; the default is
+    ``prefetch_default``, else the last of ``prefetch_modes``)."""
     cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=4 * lanes)
     cfg.define_knob("unroll_red", [1, 2, 4], default=1)
     cfg.define_split(
@@ -101,7 +101,8 @@ def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1)):
         default=[-1, 4 * lanes],
     )
     cfg.define_knob("unroll_j", [1, 2, 4], default=1)
-    cfg.define_knob("prefetch", list(prefetch_modes), default=prefetch_modes[-1])
+    default = prefetch_modes[-1] if prefetch_default is None else prefetch_default
+    cfg.define_knob("prefetch", list(prefetch_modes), default=default)
 
 
 def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None):
