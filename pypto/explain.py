@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .bounds import Bounds
+from .compute_with import cluster_map
 from .errors import ScheduleError
-from .legality import carried_root_level, describe
+from .legality import carried_root_level, describe, model_of
 from .poly import GroupModel
 from .stage import Stage
 
@@ -59,6 +60,7 @@ def _leaf_distance(m: GroupModel, d, st: Stage) -> str:
 def explain(sch: Schedule) -> str:
     """Text for every stage: loop nest, dependences (distance vectors), legal annotations."""
     low = Bounds(sch)
+    cmap = cluster_map(sch)
     lines = []
     models: dict = {}
     for st in sch.stages:
@@ -78,12 +80,14 @@ def explain(sch: Schedule) -> str:
         if st.tensorized is not None:
             iv, intrin = st.tensorized
             head += f"\n  loops from {iv.name} inward: the tensor intrinsic {intrin.name}"
+        if st.fused_with is not None:
+            other, loop = st.fused_with.stage, st.fused_with.loop
+            head += f"\n  computed with {other.name} in its loops down to {loop.name}"
         pure = st.target_stage or st
-        if pure not in models:
-            for s in (pure, *pure.update_stages):
-                low.nest(s)
-            models[pure] = GroupModel(pure, low.nests)
+        if pure not in models:  # with the statements of a compute_with group, if any
+            models[pure] = model_of(sch, pure, low)
         m = models[pure]
+        shared = cmap[st].members if st in cmap else ()
         lines.append(head)
         lines.append("  loops:")
         width = max((len(iv.name) for iv in st.leaf_iter_vars), default=0)
@@ -99,7 +103,9 @@ def explain(sch: Schedule) -> str:
         if deps:
             lines.append("  dependences (distance over the loops above; - where not shared):")
             for d in deps:
-                if d.src.stage is not st:
+                if d.src.stage is not st and d.src.stage in shared:
+                    where = f"from stage '{d.src.stage.name}', in the loops they share"
+                elif d.src.stage is not st:
                     where = f"from stage '{d.src.stage.name}', which runs before"
                 else:
                     where = "distance " + _leaf_distance(m, d, st)

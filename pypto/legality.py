@@ -42,7 +42,9 @@ def _pure(stage: Stage) -> Stage:
     return stage.target_stage or stage
 
 
-def _model(sch: Schedule, stage: Stage, nests: Nests | None = None) -> GroupModel | None:
+def model_of(sch: Schedule, stage: Stage, nests: Nests | None = None) -> GroupModel | None:
+    """The polyhedral model checking ``stage``: its tensor's statements, with every tensor
+    its statements share loops with (``compute_with``)."""
     pure = _pure(stage)
     if pure.is_placeholder or pure.inline:
         return None
@@ -83,7 +85,7 @@ def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
         # its loop order is free (they commute) and lowering checks its annotations.
         return
     try:
-        m = _model(sch, stage)
+        m = model_of(sch, stage)
     except ScheduleError:
         return  # an unfinished schedule (compute_at pending, ...): lowering checks it
     if m is None:
@@ -170,7 +172,7 @@ def check_schedule(sch: Schedule, nests: Nests) -> None:
             check_shared_regions(sch, g, nests)
         if len(stages) == 1 and not annotated:
             continue
-        m = _model(sch, st, nests)
+        m = model_of(sch, st, nests)
         if len(stages) > 1:
             check_order(m, st, None)
         for s, iv, kind in annotated:

@@ -231,3 +231,18 @@ def test_jacobi_2d_time_tiles_match_the_time_steps():
         )
     np.testing.assert_allclose(a, ra, rtol=1e-14)
     np.testing.assert_allclose(b, rb, rtol=1e-14)
+
+
+def test_explain_agrees_with_the_check_on_shared_loops():
+    """The tiles' inner loop carries B's values to A's statement in the same loop: both
+    ``explain`` and ``vectorize`` say so."""
+    A0, A, B, *loops = _jacobi_1d(12, 3)
+    s = pt.create_schedule([A.op, B.op])
+    _time_tiles_1d(s, A, B, loops, 4)
+    text = s.explain()
+    assert "computed with B.update(0) in its loops down to i2.shift.skew.inner" in text
+    assert "i2.shift.skew.inner  0 .. 4   serial      parallel/vectorize: no (carries RAW)" in text
+    assert "from stage 'B.update(0)', in the loops they share" in text
+    inner = s[A].update(0).leaf_iter_vars[-1]
+    with pytest.raises(pt.ScheduleError, match=r"vectorize\(i2.shift.skew.inner\).*would race"):
+        s[A].update(0).vectorize(inner)
