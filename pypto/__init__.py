@@ -33,6 +33,7 @@ from .expr import (
 )
 from .expr import power as pow
 from .expr import round_ as round
+from .extern import extern
 from .intrin import TensorIntrin, decl_tensor_intrin
 from .lowering import lower
 from .reducers import comm_reducer, max, min, sum
@@ -51,6 +52,6 @@ __all__ = [
     "log", "pow", "round", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
-    "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin",
+    "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin", "extern",
     "validate", "ValidationReport",
 ]  # fmt: skip

@@ -113,6 +113,8 @@ def check_compute_with(stage, other, loop, order=None) -> None:
     for st in (stage, other):
         if st.is_placeholder:
             raise err(f"'{st.name}' is a placeholder and has no loops")
+        if getattr(st.op, "extern", None) is not None:
+            raise err(f"'{st.name}' is a pt.extern stage, one call without loops")
         if st.inline or st.attach is not None:
             raise err(
                 f"'{st.name}' is inlined or attached (compute_at); both stages run at the root"

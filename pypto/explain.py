@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from .bounds import Bounds
 from .compute_with import cluster_map
 from .errors import ScheduleError
+from .extern import extern_of
 from .legality import carried_root_level, describe, model_of
 from .poly import GroupModel
 from .stage import Stage
@@ -69,6 +70,13 @@ def explain(sch: Schedule) -> str:
         head = f"stage '{st.name}': {_definition(st)}"
         if st.inline:
             lines.append(head + "\n  inlined into its consumers\n")
+            continue
+        if extern_of(st) is not None:
+            reads = ", ".join(t.name for t in st.op.input_tensors)
+            lines.append(
+                f"stage '{st.name}': pt.extern, one call of {st.op.extern_func}: reads every "
+                f"element of {reads}, writes every element of {st.name}\n"
+            )
             continue
         try:
             n = low.nest(st)

@@ -9,7 +9,8 @@ top-level statement (``codegen(..., timers=...)``); each statement belongs to th
 stage whose loops (or the loops of a stage computed inside it) it runs, else to the
 stage whose tensor it writes. A stage's work is counted from its definition, not from
 the loops: ``flops`` are the arithmetic operations of its body (inlined stages expanded,
-stages computed inside it added) times the points of its domain; ``bytes`` are the
+stages computed inside it added) times the points of its domain (0 for a ``pt.extern``
+call, whose work is not known); ``bytes`` are the
 tensors it reads from outside read once and its output written once, from the shapes.
 Its ``peak_fraction`` is of the FMA peak when its intensity (flops per byte) is past the
 machine's ridge, else of the triad bandwidth (``pypto.peak``), with as many threads as
@@ -105,7 +106,8 @@ def describe(sch) -> tuple:
             op = st.op
             body = getattr(op, "body", None)
             exprs = [e for e in (body, *getattr(op, "lhs", ())) if e is not None]
-            ops = _ops(body, stage_of) if body is not None else 0
+            known = body is not None and getattr(op, "extern", None) is None  # pt.extern: opaque
+            ops = _ops(body, stage_of) if known else 0
             work.append(Work(ops, (*getattr(op, "axis", ()), *getattr(op, "reduce_axis", ()))))
             for e in exprs:  # an update's indices may read data too
                 _reads(e, stage_of, reads)

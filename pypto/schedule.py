@@ -18,11 +18,12 @@ from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
 from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .extern import extern_of, refuse_extern
 from .group import create_group
 from .relayout import relayout
 from .replay import replay
 from .rfactor import rfactor_ops
-from .stage import Stage, as_op
+from .stage import Stage, TensorizedAt, as_op
 from .tensor import (
     ComputeOp,
     Operation,
@@ -77,6 +78,8 @@ class Schedule:
         self.records: list[steps.Step] = []  # every step applied, in order
         for op in collect_ops(self.outputs):
             st = Stage(self, op)
+            if extern_of(st) is not None:  # one call, whole: tensorized at its root
+                st.tensorized = TensorizedAt(st.leaf_iter_vars[0], extern_of(st))
             self.stages.append(st)
             self.stage_map[op] = st
             for k in range(len(getattr(op, "updates", ()))):
@@ -219,6 +222,7 @@ class Schedule:
         st = self[tensor]
         if st.is_placeholder:
             raise ScheduleError(f"cache_write: {tensor.name} is a placeholder")
+        refuse_extern(st, "cache_write")
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
         if st.op.num_outputs > 1:
@@ -277,6 +281,7 @@ class Schedule:
         st = step.stage
         if st.is_placeholder or st.is_update or not isinstance(st.op, ComputeOp):
             raise ScheduleError(f"rfactor: {st.name} is not computed by pt.compute")
+        refuse_extern(st, "rfactor")
         if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
             raise ScheduleError(
                 f"rfactor on stage '{st.name}': call it before annotating or attaching the stage"

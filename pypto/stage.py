@@ -19,6 +19,7 @@ from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Const, Reduce, as_expr
+from .extern import refuse_extern, refuse_extern_input
 from .intrin import TensorIntrin
 from .prefetch import check_prefetch
 from .relations import Fuse, Shift, Skew, Split
@@ -89,10 +90,8 @@ class Stage:
     def reset_leaves(self):
         """Loops afresh from the stage's operation (after cache_write or rfactor gave it one)."""
         op = self.op
-        self.root_iter_vars = (
-            list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
-        )
-        self.leaf_iter_vars = list(self.root_iter_vars)
+        roots = list(op.axis) + list(op.reduce_axis) if isinstance(op, ComputeOp) else []
+        self.root_iter_vars, self.leaf_iter_vars = roots, list(roots)
 
     @property
     def name(self) -> str:
@@ -101,10 +100,8 @@ class Stage:
     def update(self, k: int) -> Stage:
         """The stage of update definition ``k`` (its loops: ``.op.axis``)."""
         if not 0 <= k < len(self.update_stages):
-            raise IndexError(
-                f"{self.name} has {len(self.update_stages)} update definition(s), "
-                f"asked for update({k})"
-            )
+            n = len(self.update_stages)
+            raise IndexError(f"{self.name} has {n} update definition(s), asked for update({k})")
         return self.update_stages[k]
 
     @property
@@ -127,6 +124,7 @@ class Stage:
     def _leaf(self, iv, prim: str) -> IterVar:
         if self.is_placeholder:
             raise self.error(prim, "a placeholder has no loops to schedule")
+        refuse_extern(self, prim)
         if not isinstance(iv, IterVar):
             raise self.error(prim, f"expected a loop variable (IterVar), got {iv!r}")
         if iv not in self.leaf_iter_vars:
@@ -460,6 +458,7 @@ class Stage:
             raise self.error("compute_at", "cannot attach a stage to itself")
         if self.is_placeholder:
             raise self.error("compute_at", "a placeholder is not computed")
+        refuse_extern(self, "compute_at")
         if self.origin_op in self.schedule.outputs:
             raise self.error("compute_at", "an output is computed at the root")
         if self.fused_with is not None or any(
@@ -485,6 +484,7 @@ class Stage:
     def _compute_inline(self, step: steps.ComputeInline):
         if self.is_placeholder:
             raise self.error("compute_inline", "a placeholder cannot be inlined")
+        refuse_extern_input(self, "compute_inline")
         if isinstance(self.op.body, Reduce):
             raise self.error("compute_inline", "a reduction cannot be inlined; use compute_at")
         if self.op.num_outputs > 1:

@@ -508,9 +508,9 @@ def test_checker_agrees_with_brute_force(name, data):
 
 
 def _isl_model(s, u):
-    from pypto.legality import _model
+    from pypto.legality import model_of
 
-    return _model(s, u)
+    return model_of(s, u)
 
 
 def _points(m) -> set:
