@@ -152,12 +152,25 @@ class _GuardsToBounds(StmtMutator):
                 cond = conjunction(keep)
                 body = body.then if cond is None else IfThenElse(cond, body.then)
         if lows:  # the counter starts at the largest lower bound: v = v' + lo
-            lo = Const(0, INDEX)
-            for e in lows:
-                lo = Binary("max", lo, e, INDEX)
+            lo = None
+            for e in _undominated([Const(0, INDEX), *lows]):
+                lo = e if lo is None else Binary("max", lo, e, INDEX)
             body = subst_stmt(body, {s.var: Binary("add", s.var, lo, INDEX)})
             ext = Binary("sub", ext, lo, INDEX)
         return For(s.var, ext, s.kind, body)
+
+
+def _undominated(bounds: list) -> list:
+    """The lower bounds that another one, by a constant, does not exceed or equal
+    (``max(0, x, x + 1)`` is ``max(0, x + 1)``)."""
+    out: list = []
+    for e in bounds:
+        lin = Lin.of(e)
+        diffs = [lin.plus(Lin.of(k), -1, INDEX) for k in out]
+        if any(not d.terms and d.const <= 0 for d in diffs):
+            continue  # another bound is at least as large
+        out = [k for k, d in zip(out, diffs) if d.terms or d.const < 0] + [e]
+    return out
 
 
 def guards_to_bounds(s):

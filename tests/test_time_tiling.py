@@ -246,3 +246,37 @@ def test_explain_agrees_with_the_check_on_shared_loops():
     inner = s[A].update(0).leaf_iter_vars[-1]
     with pytest.raises(pt.ScheduleError, match=r"vectorize\(i2.shift.skew.inner\).*would race"):
         s[A].update(0).vectorize(inner)
+
+
+def test_a_lower_bound_another_exceeds_by_a_constant_is_dropped():
+    """A's shifted rows start at max(0, x + 1), not max(max(0, x), x + 1)."""
+    n, steps = 12, 3
+    A0 = pt.placeholder((n, n), F, name="A0")
+    A = pt.compute((n, n), lambda i, j: A0[i, j], name="A")
+    B = pt.compute((n, n), lambda i, j: A0[i, j], name="B")
+    t, i, j = pt.rdom([(0, steps), (1, n - 1), (1, n - 1)], names="t i j")
+    B[i, j] = 0.5 * (A[i, j - 1] + A[i, j + 1])
+    t2, i2, j2 = pt.rdom([(0, steps), (1, n - 1), (1, n - 1)], names="t2 i2 j2")
+    A[i2, j2] = 0.5 * (B[i2, j2 - 1] + B[i2, j2 + 1])
+    s = pt.create_schedule([A.op, B.op])
+    ua, ub = s[A].update(0), s[B].update(0)
+    j2 = ua.shift(j2, 1)
+    rows = []
+    for u, tt, jj in ((ub, t, j), (ua, t2, j2)):
+        _, jj = u.skew(tt, jj, 2)
+        jo, jj = u.split(jj, factor=4)
+        u.reorder(jo, tt, u.op.axis[1], jj)
+        rows.append(u.op.axis[1])
+    ua.compute_with(ub, rows[1], order=t2)
+    text = str(pt.lower(s, [A0, A, B]))
+    loop = next(line for line in text.splitlines() if "for (j2_shift_skew_inner" in line)
+    assert "- max(0, t * 2 - j_skew_outer * 4 + 1))" in loop and "max(max(" not in loop
+    a0 = np.random.default_rng(4).random((n, n))
+    a, b = np.full((n, n), np.nan), np.full((n, n), np.nan)
+    pt.build(s, [A0, A, B])(a0, a, b)
+    ra, rb = a0.copy(), a0.copy()
+    for _ in range(steps):
+        rb[1:-1, 1:-1] = 0.5 * (ra[1:-1, :-2] + ra[1:-1, 2:])
+        ra[1:-1, 1:-1] = 0.5 * (rb[1:-1, :-2] + rb[1:-1, 2:])
+    np.testing.assert_allclose(a, ra, rtol=1e-14)
+    np.testing.assert_allclose(b, rb, rtol=1e-14)
