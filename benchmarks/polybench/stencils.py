@@ -67,8 +67,8 @@ def jacobi_1d(TSTEPS, N):
 def time_tiles(s, first, second, tiles, skew=2):
     """Time tiles of a stencil whose time step computes ``first`` from ``second``, then
     ``second`` from ``first`` (jacobi's B from A, then A from B), each update over
-    ``(t, *space)``; ``tiles``: a tile size per spatial loop, None for loops that run
-    whole (the last one always does, vectorized, or its tile does). In the tiled loops
+    ``(t, *space)``; ``tiles``: a tile size per spatial loop, None for a loop that runs
+    whole. The innermost loop (whole, or its tile) is vectorized. In the tiled loops
     ``second`` runs one point behind ``first`` (``shift``: the points of ``first`` it
     reads are computed), both are skewed by ``skew`` times the time step (the next
     step's reads then lie in this or earlier tiles) and share the tile loops, the time
@@ -102,8 +102,9 @@ def time_tiles(s, first, second, tiles, skew=2):
 
 
 def outgrow_l2(*arrays) -> bool:
-    """Whether arrays of these shapes (float64) together exceed the host target's L2."""
-    l2 = pt.Target("host").l2_bytes or 0
+    """Whether arrays of these shapes (float64) together exceed the host target's L2
+    (1 MiB when the target does not say)."""
+    l2 = pt.Target("host").l2_bytes or (1 << 20)
     return sum(8 * int(np.prod(a)) for a in arrays) > l2
 
 
