@@ -17,12 +17,15 @@ analysis, the buffers and the in-bounds proof around it are those of any stage:
       ->  ext_my_kernel_<hash>(A, .., B, .., C, ..)  ->  my_kernel(A, B, C)
 
 The stage runs at the root, whole, in one call: it has no loops to schedule, cannot be
-attached, inlined or cached, and shapes are constants (the call passes no sizes).
+attached, inlined or cached, and shapes are constants (the call passes no sizes). The
+wrapper traps if a buffer it is given is not whole and row-major (the strides are
+constants in the call, so the check folds away).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 
 from .c_names import RESERVED
@@ -86,18 +89,19 @@ def _reads_all(tensors: list, dtype: str):
 def _wrapper_source(wrapper: str, func: str, source: str, params: list, out) -> str:
     """The intrinsic's C: the user's source, then a function with the tensor intrinsic
     calling convention (pointer and strides per operand) that calls ``func``."""
-    args, names, unused = [], [], []
+    args, names, checks = [], [], []
     for t in (*params, out):
         const = "" if t is out else "const "
         p = c_identifier(t.name)
         args.append(f"{const}{dtype_info(t.dtype).c_storage}* restrict {p}")
-        for d in range(len(t.shape)):
+        dims = [int(d.value) for d in t.shape]
+        for d in range(len(dims)):
             args.append(f"int64_t {p}_s{d}")
-            unused.append(f"(void){p}_s{d};")
+            checks.append(f"{p}_s{d} != {math.prod(dims[d + 1 :])}")
         names.append(p)
     lines = [source, f"static inline void {wrapper}({', '.join(args)}) {{"]
-    if unused:  # the buffers are whole and row-major: the strides say nothing new
-        lines.append("  " + " ".join(unused))
+    if checks:  # whole row-major buffers, as the function expects (folded: constants)
+        lines.append(f"  if ({' || '.join(checks)}) __builtin_trap();")
     lines += [f"  {func}({', '.join(names)});", "}", ""]
     return "\n".join(lines)
 
