@@ -5,29 +5,11 @@ loops of different extents run the longest."""
 
 import numpy as np
 import pytest
+from test_compute_with import _jacobi_1d, _jacobi_1d_ref
 
 import pypto as pt
 
 F = "float64"
-
-
-def _jacobi_1d(n, steps):
-    A0 = pt.placeholder((n,), F, name="A0")
-    A = pt.compute((n,), lambda i: A0[i], name="A")
-    B = pt.compute((n,), lambda i: A0[i], name="B")
-    t, i = pt.rdom([(0, steps), (1, n - 1)], names="t i")
-    B[i] = (A[i - 1] + A[i] + A[i + 1]) * 0.33333
-    t2, i2 = pt.rdom([(0, steps), (1, n - 1)], names="t2 i2")
-    A[i2] = (B[i2 - 1] + B[i2] + B[i2 + 1]) * 0.33333
-    return A0, A, B, (t, i), (t2, i2)
-
-
-def _jacobi_1d_ref(a0, steps):
-    a, b = a0.copy(), a0.copy()
-    for _ in range(steps):
-        b[1:-1] = (a[:-2] + a[1:-1] + a[2:]) * 0.33333
-        a[1:-1] = (b[:-2] + b[1:-1] + b[2:]) * 0.33333
-    return a, b
 
 
 def _time_tiles_1d(s, A, B, loops, tile, shift=1, skew=2):
