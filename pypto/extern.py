@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 
-from .c_names import RESERVED
 from .dtypes import dtype as dtype_info
 from .errors import ScheduleError
 from .expr import Const, cast
-from .intrin import decl_tensor_intrin
+from .intrin import check_c_function, decl_tensor_intrin
 from .loop_ir import c_identifier
 from .reducers import sum as reduce_sum
 from .tensor import Tensor, compute, placeholder, reduce_axis
-
-_C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def extern(shape, inputs, func: str, source: str, name: str = "extern", dtype: str = "float32"):
@@ -52,12 +48,7 @@ def extern(shape, inputs, func: str, source: str, name: str = "extern", dtype: s
     for t in inputs:
         _constant_shape(t.shape, f"pt.extern {name}: input {t.name}")
     dtype_info(dtype)  # a known dtype, else a clear error
-    if not isinstance(func, str) or not _C_NAME.match(func):
-        raise ValueError(f"pt.extern {name}: {func!r} is not a C identifier")
-    if func in RESERVED or func.startswith(("pt_", "_")):
-        raise ValueError(f"pt.extern {name}: {func!r} is reserved (C keywords, libc, pt_*)")
-    if not isinstance(source, str) or not re.search(rf"\b{func}\s*\(", source):
-        raise ValueError(f"pt.extern {name}: the C source does not define {func}(...)")
+    check_c_function(func, source, f"pt.extern {name}")
     params = [placeholder(t.shape, t.dtype, name=f"in{k}") for k, t in enumerate(inputs)]
     declared = compute(shape, _reads_all(params, dtype), name="out", dtype=dtype)
     key = repr((func, source, [(t.dtype, len(t.shape)) for t in (*params, declared)]))

@@ -100,6 +100,17 @@ class TensorIntrin:
         return intrin
 
 
+def check_c_function(name: str, source: str, what: str) -> None:
+    """``name`` is a C identifier free for a user's function, defined in ``source``;
+    ``ValueError`` naming ``what`` otherwise."""
+    if not isinstance(name, str) or not _C_NAME.match(name):
+        raise ValueError(f"{what}: {name!r} is not a C identifier")
+    if name in RESERVED or name.startswith(("pt_", "_")):
+        raise ValueError(f"{what}: {name!r} is reserved (C keywords, libc, pt_*)")
+    if not isinstance(source, str) or not re.search(rf"\b{name}\s*\(", source):
+        raise ValueError(f"{what}: the C source does not define {name}(...)")
+
+
 def decl_tensor_intrin(op, name: str, source: str, inputs=None, fence: str = "") -> TensorIntrin:
     """``pt.decl_tensor_intrin(out.op, "kernel", C_SOURCE)``: declare that the C function
     ``kernel`` (defined in ``C_SOURCE``) computes ``out`` from its placeholders.
@@ -117,12 +128,7 @@ def decl_tensor_intrin(op, name: str, source: str, inputs=None, fence: str = "")
         op = op.op
     if not isinstance(op, ComputeOp) or isinstance(op, UpdateOp) or op.updates:
         raise TypeError("decl_tensor_intrin: op must be a pt.compute without update definitions")
-    if not isinstance(name, str) or not _C_NAME.match(name):
-        raise ValueError(f"decl_tensor_intrin: {name!r} is not a C identifier")
-    if name in RESERVED or name.startswith(("pt_", "_")):
-        raise ValueError(f"decl_tensor_intrin: {name!r} is reserved (C keywords, libc, pt_*)")
-    if not isinstance(source, str) or not re.search(rf"\b{name}\s*\(", source):
-        raise ValueError(f"decl_tensor_intrin: the C source does not define {name}(...)")
+    check_c_function(name, source, "decl_tensor_intrin")
     for iv in (*op.axis, *op.reduce_axis):
         if not isinstance(iv.extent, Const) or not isinstance(iv.dom_min, Const):
             raise ValueError(

@@ -27,6 +27,18 @@ def _jacobi_1d_ref(a0, steps):
     return a, b
 
 
+def _jacobi_2d_ref(a0, steps):
+    ra, rb = a0.copy(), a0.copy()
+    for _ in range(steps):
+        rb[1:-1, 1:-1] = 0.2 * (
+            ra[1:-1, 1:-1] + ra[1:-1, :-2] + ra[1:-1, 2:] + ra[2:, 1:-1] + ra[:-2, 1:-1]
+        )
+        ra[1:-1, 1:-1] = 0.2 * (
+            rb[1:-1, 1:-1] + rb[1:-1, :-2] + rb[1:-1, 2:] + rb[2:, 1:-1] + rb[:-2, 1:-1]
+        )
+    return ra, rb
+
+
 @pytest.mark.parametrize("split", [None, 4])
 def test_jacobi_1d_two_tensors_in_one_time_loop(split):
     n, steps = 13, 4
@@ -62,14 +74,7 @@ def test_jacobi_2d_vectorized_inner_loops():
     a0 = np.random.default_rng(1).random((n, n))
     a, b = np.empty((n, n)), np.empty((n, n))
     mod(a0, a, b)
-    ra, rb = a0.copy(), a0.copy()
-    for _ in range(steps):
-        rb[1:-1, 1:-1] = 0.2 * (
-            ra[1:-1, 1:-1] + ra[1:-1, :-2] + ra[1:-1, 2:] + ra[2:, 1:-1] + ra[:-2, 1:-1]
-        )
-        ra[1:-1, 1:-1] = 0.2 * (
-            rb[1:-1, 1:-1] + rb[1:-1, :-2] + rb[1:-1, 2:] + rb[2:, 1:-1] + rb[:-2, 1:-1]
-        )
+    ra, rb = _jacobi_2d_ref(a0, steps)
     np.testing.assert_allclose(a, ra, rtol=1e-13)
     np.testing.assert_allclose(b, rb, rtol=1e-13)
 
