@@ -41,10 +41,12 @@ _BUILTINS_LOADED = False
 class Template:
     """A registered schedule template: ``f(cfg, *args) -> (schedule, tensors)``."""
 
-    def __init__(self, name: str, func, reference=None):
+    def __init__(self, name: str, func, reference=None, atol_scale: float = 0.0):
         self.name = name
         self.func = func
         self.reference = reference  # optional numpy reference: inputs -> outputs
+        # the tuner's check allows an absolute error of atol_scale x the largest |reference|
+        self.atol_scale = atol_scale
         self.module = func.__module__
         self.__doc__ = func.__doc__
         self._spaces: dict = {}
@@ -101,6 +103,11 @@ class Template:
 
     def __call__(self, *args, target="host"):
         """The schedule with the best recorded config for ``target``, else the default config."""
+        return self.func(self.best_config(*args, target=target), *args)
+
+    def best_config(self, *args, target="host") -> Config:
+        """The best recorded config of these arguments for ``target`` (the records of an
+        enclosing ``apply_history_best`` first), else the default config."""
         t = as_target(target)
         space = self.space(*args, target=t)
         key = workload_key(self.name, args)
@@ -120,9 +127,9 @@ class Template:
             warnings.warn(
                 f"{stale} record(s) of {key} do not fit the knobs of template "
                 f"{self.name!r} (made with another version of it); using {use}",
-                stacklevel=2,
+                stacklevel=3,
             )
-        return self.func(cfg or space.default_config(), *args)
+        return cfg or space.default_config()
 
 
 _WARNED_TARGETS: set = set()
@@ -139,15 +146,18 @@ def _warn_other_targets(name: str, workload: str, targets: tuple) -> None:
             f"no record of {workload} for target {target} (records exist for "
             f"{', '.join(others)}); template {name!r} uses its default config. Tune it "
             f"here: pypto-tune {name} --args {','.join(map(str, json.loads(workload)[1]))}",
-            stacklevel=3,
+            stacklevel=4,
         )
 
 
-def template(name: str, reference=None):
-    """Register ``f(cfg, *args)`` as template ``name`` (``reference``: numpy inputs->outputs)."""
+def template(name: str, reference=None, atol_scale: float = 0.0):
+    """Register ``f(cfg, *args)`` as template ``name`` (``reference``: numpy inputs->outputs).
+    ``atol_scale``: the tuner's correctness check allows an absolute error of that times
+    the largest reference magnitude (chains of long reductions on random inputs give
+    large outputs, and elements that cancel to near 0 keep the large ones' rounding)."""
 
     def deco(func):
-        t = Template(name, func, reference)
+        t = Template(name, func, reference, atol_scale)
         _TEMPLATES[name] = t
         return t
 

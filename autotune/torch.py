@@ -30,7 +30,7 @@ from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, run
 
 from . import dispatch
 from .task import get_template, workload_key
-from .templates.moe import capacity, moe_route
+from .templates.moe import combine, expert_ffn, moe_route, nominal_rows
 
 _MODULES = ModuleCache()
 
@@ -49,14 +49,19 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
 
     def make():
         tpl = get_template(name)
-        if dispatch.lookup(workload_key(name, args), tpl.record_keys(args, t)):
-            s, tensors = tpl(*args, target=t)
-        else:
-            with dispatch.apply_history_best():
-                s, tensors = tpl(*args, target=t)
+        s, tensors = tpl.func(_best_config(tpl, args, t), *args)
         return pt.build(s, tensors, target=t, name=name)
 
     return _MODULES.get((name, args, t.key), make)
+
+
+def _best_config(tpl, args: tuple, t: pt.Target):
+    """The config ``module`` builds: the records in scope, else the user's and the
+    shipped ones, else the template's default."""
+    if dispatch.lookup(workload_key(tpl.name, args), tpl.record_keys(args, t)):
+        return tpl.best_config(*args, target=t)
+    with dispatch.apply_history_best():
+        return tpl.best_config(*args, target=t)
 
 
 def _rows(x: torch.Tensor) -> tuple[int, int]:
@@ -336,7 +341,6 @@ def _(q, k, v, is_causal=False, scale=None):
 
 # ---------------------------------------------------------------- moe
 
-MOE_BLOCK = 16  # expert capacities are rounded up to this: one module per capacity met
 _KMAJOR: dict = {}
 
 
@@ -350,6 +354,26 @@ def _k_major(w: torch.Tensor) -> torch.Tensor:
             _KMAJOR.clear()
         got = _KMAJOR[key] = w.detach().transpose(1, 2).contiguous()
     return got
+
+
+def _moe_modules(args: tuple, dt: str) -> tuple:
+    """The expert module (template ``moe``'s best config for ``args``, built with its
+    rows bound at call time: one module for every segment length) and the combine."""
+    t = _target("host")
+    T, d, F, E, k = args[:5]
+
+    def expert():
+        cfg = _best_config(get_template("moe"), args, t)
+        s, tensors = expert_ffn(cfg, T, d, F, pt.var("rows"), nominal_rows(T, k, E), dt)
+        return pt.build(s, tensors, target=t, name="moe_expert")
+
+    def comb():
+        return pt.build(*combine(T, d, k, dt), target=t, name="moe_combine")
+
+    return (
+        _MODULES.get(("moe_expert", args, t.key), expert),
+        _MODULES.get(("moe_combine", (T, d, k, dt), t.key), comb),
+    )
 
 
 @torch.library.custom_op("pypto::moe", mutates_args=())
@@ -384,21 +408,23 @@ def moe(
         )
     dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
     k = topk_ids.shape[1]
+    out = empty((T, d), getattr(torch, dt))
+    if out.numel() == 0 or k == 0:
+        return out.zero_()
     ids = as_numpy(topk_ids, "topk_ids")
-    cap = capacity(ids, E, MOE_BLOCK) if ids.size else MOE_BLOCK
-    tok, wt, inv_e, inv_s = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, cap)
-    args = (T, d, F, E, k, cap) + (() if dt == "float32" else (dt,))
-    ins = [
-        (x, "x"),
-        (torch.from_numpy(tok), "tok"),
-        (torch.from_numpy(wt), "wt"),
-        (_k_major(w_gate), "w_gate"),
-        (_k_major(w_up), "w_up"),
-        (_k_major(w_down), "w_down"),
-        (torch.from_numpy(inv_e), "inv_e"),
-        (torch.from_numpy(inv_s), "inv_s"),
-    ]
-    (out,) = _call("moe", args, ins, [(T, d)], dt)
+    tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E)
+    expert, comb = _moe_modules((T, d, F, E, k) + (() if dt == "float32" else (dt,)), dt)
+    tok, wt = torch.from_numpy(tok), torch.from_numpy(wt)
+    wg, wu, wd = _k_major(w_gate), _k_major(w_up), _k_major(w_down)
+    y = empty((T * k, d), getattr(torch, dt))
+    xc = x.contiguous()
+    for e in range(E):
+        a, b = int(offsets[e]), int(offsets[e + 1])
+        if b > a:  # one expert's segment of rows, written in place into y
+            ins = [(xc, "x"), (tok[a:b], "tok"), (wt[a:b], "wt")]
+            ins += [(wg[e], "w_gate"), (wu[e], "w_up"), (wd[e], "w_down")]
+            run(expert, ins, [y[a:b]])
+    run(comb, [(y, "y"), (torch.from_numpy(pos), "pos")], [out])
     return out
 
 

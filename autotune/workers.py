@@ -208,13 +208,17 @@ class Runner:
         return None
 
     @staticmethod
-    def _compare(arrays, outs, ref, names, opt) -> dict | None:
+    def _compare(arrays, outs, ref, names, opt, atol_scale=0.0) -> dict | None:
         """A wrong answer (how many elements, the largest error, the first index) or None:
-        ``pt.validate``'s comparison, float outputs with the measurement's tolerances,
-        integer outputs exactly."""
+        ``pt.validate``'s comparison, float outputs with the measurement's tolerances
+        (the absolute one at least ``atol_scale`` x the largest |reference|), integer
+        outputs exactly."""
         checks = []
         for i, r in zip(outs, ref):
-            tol = (opt["rtol"], opt["atol"]) if arrays[i].dtype.kind == "f" else (None, None)
+            tol = (None, None)
+            if arrays[i].dtype.kind == "f":
+                big = float(np.abs(r).max(initial=0.0)) if atol_scale else 0.0
+                tol = (opt["rtol"], max(opt["atol"], atol_scale * big))
             try:
                 checks.append(compare_one(arrays[i], r, names[i], *tol))
             except ValueError as e:  # a shape the reference does not have
@@ -246,7 +250,7 @@ class Runner:
             mod(*arrays)
             bad = self._wrote_input(arrays, pristine, outs, names)
             if bad is None and opt["check_correctness"]:
-                bad = self._compare(arrays, outs, ref, names, opt)
+                bad = self._compare(arrays, outs, ref, names, opt, tpl.atol_scale)
             if bad is not None:
                 return bad
             costs = []

@@ -11,7 +11,7 @@ import pypto as pt
 from autotune.templates import norm_grad as ng
 from autotune.templates.attention import _attention_ref
 from autotune.templates.gelu import gelu_grad_ref, gelu_ref
-from autotune.templates.moe import _moe_ref, capacity, moe_route
+from autotune.templates.moe import _expert_ref, combine, expert_ffn, moe_route, nominal_rows
 
 RNG = np.random.default_rng(3)
 
@@ -103,32 +103,67 @@ def _moe_loop(x, wg, wu, wd, ids, w):
     return out
 
 
+def _moe_modules(T, d, F, E, k, dtype="float32"):
+    """The expert module (the template's default config, rows symbolic) and the combine."""
+    cfg = at.Task("moe", (T, d, F, E, k, dtype)).config_space.default_config()
+    s, ts = expert_ffn(cfg, T, d, F, pt.var("rows"), nominal_rows(T, k, E), dtype)
+    return pt.build(s, ts), pt.build(*combine(T, d, k, dtype))
+
+
 @pytest.mark.parametrize("T,d,F,E,k", [(13, 24, 40, 4, 2), (30, 17, 23, 3, 1)])
 def test_moe_matches_per_token_loop(T, d, F, E, k):
+    """One module for every expert's segment (rows bound per call), then the combine."""
     x, wg, wu, wd, ids, w = _moe_case(T, d, F, E, k)
-    cap = capacity(ids, E)
-    assert cap % 16 == 0 and cap >= np.bincount(ids.ravel()).max()
-    tok, wt, inv_e, inv_s = moe_route(ids, w, E, cap)
-    (out,) = _run("moe", (T, d, F, E, k, cap), x, tok, wt, wg, wu, wd, inv_e, inv_s)
+    ids[:, 0] = 0  # a busy expert: its segment is longer than the others
+    tok, wt, offsets, pos = moe_route(ids, w, E)
+    expert, comb = _moe_modules(T, d, F, E, k)
+    y = np.full((T * k, d), np.nan, np.float32)
+    lengths = set()
+    for e in range(E):
+        a, b = offsets[e], offsets[e + 1]
+        lengths.add(b - a)
+        if b > a:
+            expert(x, tok[a:b], wt[a:b], wg[e], wu[e], wd[e], y[a:b])
+            ref = _expert_ref(x, tok[a:b], wt[a:b], wg[e], wu[e], wd[e])
+            np.testing.assert_allclose(y[a:b], ref, atol=2e-5, rtol=1e-5)
+    assert len(lengths) > 1
+    out = np.full((T, d), np.nan, np.float32)
+    comb(y, pos, out)
     np.testing.assert_allclose(out, _moe_loop(x, wg, wu, wd, ids, w), atol=2e-5, rtol=1e-5)
-    np.testing.assert_allclose(
-        _moe_ref(x, tok, wt, wg, wu, wd, inv_e, inv_s), out, atol=2e-5, rtol=1e-5
-    )
 
 
-def test_moe_route_lays_rows_out_per_expert():
+def test_moe_template_is_one_expert_at_balanced_rows():
+    x, wg, wu, wd, ids, w = _moe_case(16, 8, 12, 4, 2)
+    tok = RNG.integers(0, 16, nominal_rows(16, 2, 4)).astype(np.int32)
+    wt = RNG.random(tok.shape).astype(np.float32)
+    (y,) = _run("moe", (16, 8, 12, 4, 2), x, tok, wt, wg[1], wu[1], wd[1])
+    assert y.shape == (8, 8)
+    np.testing.assert_allclose(y, _expert_ref(x, tok, wt, wg[1], wu[1], wd[1]), atol=2e-5)
+
+
+def test_moe_expert_refuses_a_token_out_of_range():
+    x, wg, wu, wd, ids, w = _moe_case(6, 8, 12, 2, 1)
+    expert, _ = _moe_modules(6, 8, 12, 2, 1)
+    tok, wt = np.array([0, 6], np.int32), np.ones(2, np.float32)
+    with pytest.raises(IndexError, match="X"):
+        expert(x, tok, wt, wg[0], wu[0], wd[0], np.zeros((2, 8), np.float32))
+
+
+def test_moe_route_sorts_rows_by_expert():
     ids = np.array([[2, 0], [0, 1], [2, 1]])
     w = np.array([[0.5, 0.25], [1.0, 2.0], [3.0, 4.0]], np.float32)
-    tok, wt, inv_e, inv_s = moe_route(ids, w, 3, 4)
+    tok, wt, offsets, pos = moe_route(ids, w, 4)
+    assert offsets.tolist() == [0, 2, 4, 6, 6]  # expert 3 has no rows
     for t in range(3):
         for j in range(2):
-            e, s = inv_e[t, j], inv_s[t, j]
-            assert e == ids[t, j] and tok[e, s] == t and wt[e, s] == w[t, j]
-    assert (wt != 0).sum() == 6  # free slots weigh 0
+            r = pos[t, j]
+            assert offsets[ids[t, j]] <= r < offsets[ids[t, j] + 1]
+            assert tok[r] == t and wt[r] == w[t, j]
+    assert sorted(pos.ravel().tolist()) == list(range(6))
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 3\), got 0..3"):
-        moe_route(np.array([[3, 0]]), np.ones((1, 2), np.float32), 3, 4)
-    with pytest.raises(ValueError, match="an expert has 3 rows, more than cap = 2"):
-        moe_route(np.array([[0], [0], [0]]), np.ones((3, 1), np.float32), 3, 2)
+        moe_route(np.array([[3, 0]]), np.ones((1, 2), np.float32), 3)
+    with pytest.raises(ValueError, match=r"topk_ids must be \[T, k\]"):
+        moe_route(np.array([0, 1]), np.ones(2, np.float32), 3)
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12)])

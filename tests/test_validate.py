@@ -4,6 +4,7 @@ producing NaN, each compared with a numpy reference with exact expected counts."
 import numpy as np
 import pytest
 
+import autotune as at
 import pypto as pt
 from pypto.validate import compare, compare_one
 
@@ -148,6 +149,22 @@ def test_the_tuners_check_names_the_error_and_first_mismatch():
     assert "output K: 3 of 3 elements beyond rtol=0, atol=0" in off["msg"]
     shape = Runner._compare([ints], [0], [ints[:2]], ["K"], opt)
     assert shape["msg"] == "output K: shape (3,), but the reference returned (2,)"
+
+
+def test_the_tuners_check_scales_atol_by_the_largest_reference_when_asked():
+    """A template's ``atol_scale``: an element that cancels to near 0 may keep the
+    rounding of the large ones (moe's outputs reach 1e4 on random inputs)."""
+    from autotune.workers import Runner
+
+    opt = {"rtol": 1e-3, "atol": 1e-3}
+    want = np.array([1.0e4, 0.01], np.float32)
+    got = np.array([1.0e4, 0.03], np.float32)  # off by 0.02 = 2e-6 of the largest
+    assert Runner._compare([got], [0], [want], ["Y"], opt)["error"] == "WRONG_ANSWER"
+    assert Runner._compare([got], [0], [want], ["Y"], opt, atol_scale=1e-5) is None
+    worse = np.array([1.0e4, 0.5], np.float32)  # 5e-5 of the largest: still wrong
+    bad = Runner._compare([worse], [0], [want], ["Y"], opt, atol_scale=1e-5)
+    assert "atol=0.1" in bad["msg"]
+    assert at.get_template("moe").atol_scale == 1e-5
 
 
 def test_pypto_tune_validate_prints_the_report(capsys):

@@ -1,27 +1,31 @@
-"""Mixture of experts with SwiGLU experts, as batched GEMMs over expert segments.
+"""Mixture of experts with SwiGLU experts, as grouped GEMMs over the experts' segments.
 
-Given each token's top-k experts and weights, every (token, expert) pair is one
-*row*. ``moe_route`` (numpy: the routing is data, the arithmetic is here) lays
-the rows out per expert: expert ``e``'s rows are slots ``0 .. n_e - 1`` of
-``tok[e, :]`` (their tokens) and ``wt[e, :]`` (their weights), ``cap`` slots per
-expert (the largest ``n_e`` rounded up to ``block``; the operator builds one
-module per ``cap`` it meets). Free slots point at token 0 with weight 0. Then:
+Every (token, expert) pair is one *row*. ``moe_route`` (numpy: the routing is data,
+the arithmetic is here) sorts the rows by expert: expert ``e``'s rows are the
+segment ``offsets[e] .. offsets[e + 1]`` of ``tok`` (their tokens) and ``wt``
+(their weights). One module computes one expert on its segment, however long:
 
-    Xg[e, s, c]  = X[tok[e, s], c]                                   (gather)
-    G[e, s, f]   = sum_c Xg[e, s, c] Wg[e, c, f]
-    H[e, s, f]   = silu(G[e, s, f]) * sum_c Xg[e, s, c] Wu[e, c, f]
-    Y[e, s, c]   = wt[e, s] * sum_f H[e, s, f] Wd[e, f, c]
-    out[t, c]    = sum_j Y[inv_e[t, j], inv_s[t, j], c]              (combine)
+    Xg[s, c] = X[tok[s], c]                                  s < rows (a size, pt.var)
+    G[s, f]  = sum_c Xg[s, c] Wg[c, f]
+    H[s, f]  = silu(G[s, f]) * sum_c Xg[s, c] Wu[c, f]
+    Y[s, c]  = wt[s] * sum_f H[s, f] Wd[f, c]
 
-Every GEMM is affine in the expert (a batch axis), so each is ``matmul``'s
-micro-kernel (``schedule_gemm``: register tiles, weights packed per panel,
-panels x experts in parallel) with the SwiGLU and the routing weight fused in
-as epilogues; only the gather and the combine read data-dependent indices
-(bounds-checked at run time). The weights are taken K-major (``[E, d, F]`` and
-``[E, F, d]``; the operator keeps such a copy of PyTorch's ``[E, F, d]`` /
-``[E, d, F]`` weights). Slots past an expert's rows are computed too: with
-balanced routing ``cap`` is close to ``T k / E``; with skewed routing the waste
-grows (all rows on one expert: ``E`` times the work).
+``rows`` is bound from the segment's shape at each call, so the operator runs the
+same module once per expert (on views of one ``Y`` of ``T k`` rows) and computes
+no padding rows, whatever the routing. Each GEMM is ``matmul``'s micro-kernel
+(``schedule_gemm``: register tiles, weights packed per column panel, panels in
+parallel) with the SwiGLU and the routing weight fused in as epilogues. Then one
+``combine`` module sums each token's rows:
+
+    out[t, c] = sum_j Y[pos[t, j], c]
+
+Only the gather and the combine read data-dependent indices (bounds-checked at
+run time). The weights are taken K-major (``[d, F]`` and ``[F, d]`` per expert;
+the operator keeps such a copy of PyTorch's ``[E, F, d]`` / ``[E, d, F]``).
+
+The template ``moe`` is one expert's module at constant size, for tuning: its
+rows are a balanced routing's ``ceil(T k / E)``; the operator builds the tuned
+config with ``rows`` symbolic (``expert_ffn``).
 """
 
 from __future__ import annotations
@@ -36,114 +40,108 @@ from .matmul import define_gemm_knobs, schedule_gemm
 
 def _checked_ids(topk_ids, experts: int) -> np.ndarray:
     ids = np.asarray(topk_ids).astype(np.int64)
+    if ids.ndim != 2:
+        raise ValueError(f"moe: topk_ids must be [T, k], got shape {ids.shape}")
     if ids.size and (ids.min() < 0 or ids.max() >= experts):
         raise ValueError(f"moe: topk_ids must lie in [0, {experts}), got {ids.min()}..{ids.max()}")
     return ids
 
 
-def capacity(topk_ids, experts: int, block: int = 16) -> int:
-    """Slots per expert for this routing: the busiest expert's rows, rounded up to
-    ``block`` (so a few distinct capacities cover many calls)."""
-    counts = np.bincount(_checked_ids(topk_ids, experts).reshape(-1), minlength=experts)
-    return max(block, -(-int(counts.max(initial=0)) // block) * block)
-
-
-def moe_route(topk_ids, topk_weights, experts: int, cap: int):
-    """The kernel's routing arrays for (T, k) expert ids and weights: ``tok`` (int32
-    [E, cap]), ``wt`` ([E, cap], the weights' dtype), ``inv_e`` and ``inv_s`` (int32
-    [T, k]: each pair's expert and slot). Raises ``ValueError`` for an expert id
-    outside ``[0, experts)`` or an expert with more than ``cap`` rows."""
+def moe_route(topk_ids, topk_weights, experts: int):
+    """The routing arrays for (T, k) expert ids and weights, rows sorted by expert:
+    ``tok`` (int32 [T k]: each row's token), ``wt`` ([T k], the weights' dtype),
+    ``offsets`` (int64 [E + 1]: expert ``e``'s rows are ``offsets[e]:offsets[e+1]``)
+    and ``pos`` (int32 [T, k]: the row of each pair). Raises ``ValueError`` for an
+    expert id outside ``[0, experts)``."""
     ids = _checked_ids(topk_ids, experts)
     T, k = ids.shape
     flat = ids.reshape(-1)
-    counts = np.bincount(flat, minlength=experts)
-    if counts.max(initial=0) > cap:
-        raise ValueError(f"moe: an expert has {counts.max()} rows, more than cap = {cap}")
     order = np.argsort(flat, kind="stable")
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    slot = np.empty(T * k, np.int64)
-    slot[order] = np.arange(T * k) - first[flat[order]]
-    tok = np.zeros((experts, cap), np.int32)
-    tok[flat, slot] = np.arange(T * k) // k
-    wt = np.zeros((experts, cap), np.asarray(topk_weights).dtype)
-    wt[flat, slot] = np.asarray(topk_weights).reshape(-1)
-    return tok, wt, ids.astype(np.int32), slot.reshape(T, k).astype(np.int32)
+    pos = np.empty(T * k, np.int32)
+    pos[order] = np.arange(T * k, dtype=np.int32)
+    tok = (order // k).astype(np.int32)
+    wt = np.asarray(topk_weights).reshape(-1)[order]
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(flat, minlength=experts))])
+    return tok, wt, offsets, pos.reshape(T, k)
 
 
-def _moe_ref(x, tok, wt, wg, wu, wd, inv_e, inv_s):
-    """float64 reference over any routing arrays (one GEMM chain per expert)."""
-    x64 = x.astype(np.float64)
-    y = np.zeros((*tok.shape, x.shape[1]))
-    for e in range(tok.shape[0]):
-        xr = x64[tok[e]]
-        g = xr @ wg[e].astype(np.float64)
-        h = g / (1.0 + np.exp(-g)) * (xr @ wu[e].astype(np.float64))
-        y[e] = wt[e, :, None] * (h @ wd[e].astype(np.float64))
-    return y[inv_e, inv_s].sum(axis=1).astype(x.dtype)
+def nominal_rows(tokens: int, topk: int, experts: int) -> int:
+    """Rows per expert under a balanced routing: the size the template is tuned at."""
+    return max(1, -(-tokens * topk // experts))
 
 
-@template("moe", reference=_moe_ref)
-def moe(cfg, tokens, d_model, d_ff, experts, topk, cap, dtype="float32"):
-    """out[t] = sum over t's top-k experts e of w_e * (silu(x Wg_e) * (x Wu_e)) Wd_e."""
+def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32"):
+    """One expert's SwiGLU feed-forward over ``rows`` gathered rows (an int, or a
+    ``pt.var`` bound at call time); knobs defined for ``nominal`` rows."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"moe: dtype must be float32 or float64, got {dtype!r}")
     lanes = cfg.target.vector_lanes(dtype)
     size = np.dtype(dtype).itemsize
     gemms = (("gate_", d_ff, d_model), ("up_", d_ff, d_model), ("down_", d_model, d_ff))
+    wide = dtype == "float32"  # as matmul's: 4 x 64 on AVX-512 (1.05x 8 x 32 at 128 rows)
     for prefix, n, kdim in gemms:
-        define_gemm_knobs(cfg, cap, n, lanes, prefix=prefix, a_bytes=cap * kdim * size)
-    cfg.add_flop(6.0 * tokens * topk * d_model * d_ff)
-    E = experts
+        a_bytes = nominal * kdim * size
+        define_gemm_knobs(cfg, nominal, n, lanes, prefix=prefix, a_bytes=a_bytes, wide=wide)
     X = pt.placeholder((tokens, d_model), dtype, name="X")
-    tok = pt.placeholder((E, cap), "int32", name="tok")
-    wt = pt.placeholder((E, cap), dtype, name="wt")
-    Wg = pt.placeholder((E, d_model, d_ff), dtype, name="Wg")
-    Wu = pt.placeholder((E, d_model, d_ff), dtype, name="Wu")
-    Wd = pt.placeholder((E, d_ff, d_model), dtype, name="Wd")
-    inv_e = pt.placeholder((tokens, topk), "int32", name="inv_e")
-    inv_s = pt.placeholder((tokens, topk), "int32", name="inv_s")
-    Xg = pt.compute((E, cap, d_model), lambda e, s, c: X[tok[e, s], c], name="Xg")
+    tok = pt.placeholder((rows,), "int32", name="tok")
+    wt = pt.placeholder((rows,), dtype, name="wt")
+    Wg = pt.placeholder((d_model, d_ff), dtype, name="Wg")
+    Wu = pt.placeholder((d_model, d_ff), dtype, name="Wu")
+    Wd = pt.placeholder((d_ff, d_model), dtype, name="Wd")
+    Xg = pt.compute((rows, d_model), lambda s, c: X[tok[s], c], name="Xg")
     c1 = pt.reduce_axis((0, d_model), name="c1")
     c2 = pt.reduce_axis((0, d_model), name="c2")
     fd = pt.reduce_axis((0, d_ff), name="fd")
-    G = pt.compute(
-        (E, cap, d_ff), lambda e, s, f: pt.sum(Xg[e, s, c1] * Wg[e, c1, f], axis=c1), name="G"
-    )
-    U = pt.compute(
-        (E, cap, d_ff), lambda e, s, f: pt.sum(Xg[e, s, c2] * Wu[e, c2, f], axis=c2), name="U"
-    )
+    G = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c1] * Wg[c1, f], axis=c1), name="G")
+    U = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c2] * Wu[c2, f], axis=c2), name="U")
     one = pt.const(1.0, dtype)
     exp = pt.fast_exp if dtype == "float32" else pt.exp
-    H = pt.compute(
-        (E, cap, d_ff),
-        lambda e, s, f: G[e, s, f] / (one + exp(-G[e, s, f])) * U[e, s, f],
-        name="H",
-    )
-    Dn = pt.compute(
-        (E, cap, d_model), lambda e, s, c: pt.sum(H[e, s, fd] * Wd[e, fd, c], axis=fd), name="Dn"
-    )
-    Y = pt.compute((E, cap, d_model), lambda e, s, c: wt[e, s] * Dn[e, s, c], name="Y")
-    j = pt.reduce_axis((0, topk), name="j")
-    out = pt.compute(
-        (tokens, d_model),
-        lambda t, c: pt.sum(Y[inv_e[t, j], inv_s[t, j], c], axis=j),
-        name="out",
-    )
-    s = pt.create_schedule(out.op)
-    ge, gs, gc = Xg.op.axis
-    s[Xg].parallel(s[Xg].fuse(ge, gs))
+    H = pt.compute((rows, d_ff), lambda s, f: G[s, f] / (one + exp(-G[s, f])) * U[s, f], name="H")
+    Dn = pt.compute((rows, d_model), lambda s, c: pt.sum(H[s, fd] * Wd[fd, c], axis=fd), name="Dn")
+    Y = pt.compute((rows, d_model), lambda s, c: wt[s] * Dn[s, c], name="Y")
+    s = pt.create_schedule(Y.op)
+    gs, gc = Xg.op.axis
+    s[Xg].parallel(gs)
     s[Xg].vectorize(gc)
     GL = s.cache_write(G, "local")
-    schedule_gemm(cfg, s, G, GL, cap, Wg, batch_axis=G.op.axis[0], prefix="gate_")
+    schedule_gemm(cfg, s, G, GL, nominal, Wg, prefix="gate_")
     # U's accumulator tile is copied out through the SwiGLU (U inlined into H)
     UL = s.cache_write(U, "local")
     s[U].compute_inline()
-    schedule_gemm(cfg, s, H, UL, cap, Wu, batch_axis=H.op.axis[0], prefix="up_")
+    schedule_gemm(cfg, s, H, UL, nominal, Wu, prefix="up_")
     DL = s.cache_write(Dn, "local")
     s[Dn].compute_inline()
-    schedule_gemm(cfg, s, Y, DL, cap, Wd, batch_axis=Y.op.axis[0], prefix="down_")
+    schedule_gemm(cfg, s, Y, DL, nominal, Wd, prefix="down_")
+    return s, [X, tok, wt, Wg, Wu, Wd, Y]
+
+
+def combine(tokens, d_model, topk, dtype="float32"):
+    """``out[t, c] = sum_j Y[pos[t, j], c]``: each token's rows summed (their routing
+    weights are already in ``Y``); tokens in parallel, columns vectorized."""
+    Y = pt.placeholder((tokens * topk, d_model), dtype, name="Y")
+    pos = pt.placeholder((tokens, topk), "int32", name="pos")
+    j = pt.reduce_axis((0, topk), name="j")
+    out = pt.compute((tokens, d_model), lambda t, c: pt.sum(Y[pos[t, j], c], axis=j), name="out")
+    s = pt.create_schedule(out.op)
     t, c = out.op.axis
     s[out].parallel(t)
     s[out].reorder(t, j, c)
     s[out].vectorize(c)
-    return s, [X, tok, wt, Wg, Wu, Wd, inv_e, inv_s, out]
+    return s, [Y, pos, out]
+
+
+def _expert_ref(x, tok, wt, wg, wu, wd):
+    """float64 reference of one expert's rows."""
+    xr = x.astype(np.float64)[tok]
+    g = xr @ wg.astype(np.float64)
+    h = g / (1.0 + np.exp(-g)) * (xr @ wu.astype(np.float64))
+    return (wt[:, None] * (h @ wd.astype(np.float64))).astype(x.dtype)
+
+
+@template("moe", reference=_expert_ref, atol_scale=1e-5)  # random inputs: |Y| ~ 1e4
+def moe(cfg, tokens, d_model, d_ff, experts, topk, dtype="float32"):
+    """One expert of a top-k MoE layer on a balanced routing's rows:
+    ``Y[s] = wt[s] * (silu(x[tok[s]] Wg) * (x[tok[s]] Wu)) Wd``."""
+    rows = nominal_rows(tokens, topk, experts)
+    cfg.add_flop(6.0 * rows * d_model * d_ff)
+    return expert_ffn(cfg, tokens, d_model, d_ff, rows, rows, dtype)
