@@ -30,7 +30,14 @@ from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, run
 
 from . import dispatch
 from .task import get_template, workload_key
-from .templates.moe import combine, expert_ffn, moe_route, nominal_rows
+from .templates.moe import (
+    combine,
+    expert_ffn,
+    moe_route,
+    nominal_rows,
+    pack_panels,
+    panel_width,
+)
 
 _MODULES = ModuleCache()
 
@@ -341,39 +348,41 @@ def _(q, k, v, is_causal=False, scale=None):
 
 # ---------------------------------------------------------------- moe
 
-_KMAJOR: dict = {}
+_PANELS: dict = {}
 
 
-def _k_major(w: torch.Tensor) -> torch.Tensor:
-    """``w`` ([E, a, b]) as [E, b, a], contiguous; kept while ``w`` is unchanged (by its
-    storage, shape and version counter), so inference transposes each weight once."""
-    key = (w.data_ptr(), tuple(w.shape), w.dtype, w._version)
-    got = _KMAJOR.get(key)
+def _panels(w: torch.Tensor, nr: int, name: str) -> torch.Tensor:
+    """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``);
+    kept while ``w`` is unchanged (by its storage, shape and version counter), so
+    inference packs each weight once."""
+    key = (w.data_ptr(), tuple(w.shape), w.dtype, w._version, nr)
+    got = _PANELS.get(key)
     if got is None:
-        if len(_KMAJOR) >= 16:
-            _KMAJOR.clear()
-        got = _KMAJOR[key] = w.detach().transpose(1, 2).contiguous()
+        if len(_PANELS) >= 16:
+            _PANELS.clear()
+        got = _PANELS[key] = torch.from_numpy(pack_panels(as_numpy(w, name), nr))
     return got
 
 
 def _moe_modules(args: tuple, dt: str) -> tuple:
     """The expert module (template ``moe``'s best config for ``args``, built with its
-    rows bound at call time: one module for every segment length) and the combine."""
+    rows bound at call time, one module for every segment length, and its weights in
+    panels), the panel widths of its three GEMMs, and the combine module."""
     t = _target("host")
     T, d, F, E, k = args[:5]
 
     def expert():
         cfg = _best_config(get_template("moe"), args, t)
-        s, tensors = expert_ffn(cfg, T, d, F, pt.var("rows"), nominal_rows(T, k, E), dt)
-        return pt.build(s, tensors, target=t, name="moe_expert")
+        rows, nominal = pt.var("rows"), nominal_rows(T, k, E)
+        s, tensors = expert_ffn(cfg, T, d, F, rows, nominal, dt, panels=True)
+        mod = pt.build(s, tensors, target=t, name="moe_expert")
+        return mod, tuple(panel_width(cfg, g) for g in ("gate", "up", "down"))
 
     def comb():
         return pt.build(*combine(T, d, k, dt), target=t, name="moe_combine")
 
-    return (
-        _MODULES.get(("moe_expert", args, t.key), expert),
-        _MODULES.get(("moe_combine", (T, d, k, dt), t.key), comb),
-    )
+    mod, widths = _MODULES.get(("moe_expert", args, t.key), expert)
+    return mod, widths, _MODULES.get(("moe_combine", (T, d, k, dt), t.key), comb)
 
 
 @torch.library.custom_op("pypto::moe", mutates_args=())
@@ -413,9 +422,11 @@ def moe(
         return out.zero_()
     ids = as_numpy(topk_ids, "topk_ids")
     tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E)
-    expert, comb = _moe_modules((T, d, F, E, k) + (() if dt == "float32" else (dt,)), dt)
+    args = (T, d, F, E, k) + (() if dt == "float32" else (dt,))
+    expert, (ng, nu, nd), comb = _moe_modules(args, dt)
     tok, wt = torch.from_numpy(tok), torch.from_numpy(wt)
-    wg, wu, wd = _k_major(w_gate), _k_major(w_up), _k_major(w_down)
+    wg, wu = _panels(w_gate, ng, "w_gate"), _panels(w_up, nu, "w_up")
+    wd = _panels(w_down, nd, "w_down")
     y = empty((T * k, d), getattr(torch, dt))
     xc = x.contiguous()
     for e in range(E):

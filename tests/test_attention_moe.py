@@ -11,7 +11,15 @@ import pypto as pt
 from autotune.templates import norm_grad as ng
 from autotune.templates.attention import _attention_ref
 from autotune.templates.gelu import gelu_grad_ref, gelu_ref
-from autotune.templates.moe import _expert_ref, combine, expert_ffn, moe_route, nominal_rows
+from autotune.templates.moe import (
+    _expert_ref,
+    combine,
+    expert_ffn,
+    moe_route,
+    nominal_rows,
+    pack_panels,
+    panel_width,
+)
 
 RNG = np.random.default_rng(3)
 
@@ -130,6 +138,28 @@ def test_moe_matches_per_token_loop(T, d, F, E, k):
     out = np.full((T, d), np.nan, np.float32)
     comb(y, pos, out)
     np.testing.assert_allclose(out, _moe_loop(x, wg, wu, wd, ids, w), atol=2e-5, rtol=1e-5)
+
+
+def test_moe_expert_reads_weights_packed_in_panels():
+    """``panels``: the weights come as ``pack_panels`` made them (N = 40 is no multiple
+    of the panel width: the last panel's extra columns are 0 and never read back)."""
+    T, d, F, E, k = 11, 24, 40, 3, 2
+    x, wg, wu, wd, ids, w = _moe_case(T, d, F, E, k)
+    cfg = at.Task("moe", (T, d, F, E, k)).config_space.default_config()
+    widths = [panel_width(cfg, g) for g in ("gate", "up", "down")]
+    assert F % widths[0] and F % widths[1]
+    s, ts = expert_ffn(cfg, T, d, F, pt.var("rows"), 8, "float32", panels=True)
+    mod = pt.build(s, ts)
+    pg, pu = (pack_panels(a.transpose(0, 2, 1), n) for a, n in ((wg, widths[0]), (wu, widths[1])))
+    pd = pack_panels(wd.transpose(0, 2, 1), widths[2])
+    assert pg.shape == (E, -(-F // widths[0]), d, widths[0])
+    assert np.array_equal(pg[1, 0, 3, :5], wg[1, 3, :5])  # panel 0, row 3: W[3, 0..4]
+    assert not pg[:, -1, :, F % widths[0] :].any()
+    tok = np.array([4, 0, 10, 4, 7], np.int32)
+    wt = RNG.random(5).astype(np.float32)
+    y = np.full((5, d), np.nan, np.float32)
+    mod(x, tok, wt, pg[2], pu[2], pd[2], y)
+    np.testing.assert_allclose(y, _expert_ref(x, tok, wt, wg[2], wu[2], wd[2]), atol=2e-5)
 
 
 def test_moe_template_is_one_expert_at_balanced_rows():

@@ -132,6 +132,7 @@ def schedule_gemm(
     pack=None,
     tile_intrin=None,
     pack_k_inner: bool = False,
+    pack_b: bool | None = None,
 ):
     """Schedule ``C`` (copied out of the accumulator ``CL``) as a blocked GEMM.
 
@@ -142,7 +143,8 @@ def schedule_gemm(
     (a tensor intrinsic of the whole register tile, its reduction included) replaces
     the tile's loops in whole tiles; its packed B is copied with B's columns innermost,
     or its reduction with ``pack_k_inner`` (dense's W is N x K). Returns the packed
-    tensor or None.
+    tensor or None. ``pack_b`` (a bool) overrides the knob of that name: False when B
+    already comes in panels.
     """
     i, j = C.op.axis[-2], C.op.axis[-1]
     io, ii = cfg[prefix + "tile_i"].apply(s, C, i)
@@ -190,7 +192,7 @@ def schedule_gemm(
         s[CL].reorder(kk, ic, jc)
     s[CL].unroll(ic)
     s[CL].vectorize(jc)
-    if not cfg[prefix + "pack_b"].val:
+    if not (cfg[prefix + "pack_b"].val if pack_b is None else pack_b):
         return None
     BP = pack() if pack is not None else s.cache_read(B_tensor, "local", [CL])
     if tile_intrin is not None and i0 is not None and batch_axis is None:

@@ -70,9 +70,40 @@ def nominal_rows(tokens: int, topk: int, experts: int) -> int:
     return max(1, -(-tokens * topk // experts))
 
 
-def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32"):
+def panel_width(cfg, gemm: str) -> int:
+    """Columns per panel of a GEMM's weights (``"gate"``, ``"up"``, ``"down"``): its
+    register tile's width."""
+    return cfg[gemm + "_tile_j"].size[-1]
+
+
+def pack_panels(w: np.ndarray, nr: int) -> np.ndarray:
+    """Weights ``[E, N, K]`` (PyTorch's out x in) as column panels ``[E, ceil(N/nr), K,
+    nr]`` (columns past N are 0): each panel one contiguous block, in the order the
+    micro-kernel reads it."""
+    E, N, K = w.shape
+    n = -(-N // nr) * nr
+    if n != N:
+        w = np.concatenate([w, np.zeros((E, n - N, K), w.dtype)], axis=1)
+    return np.ascontiguousarray(w.reshape(E, n // nr, nr, K).transpose(0, 1, 3, 2))
+
+
+def _weights(cfg, gemm: str, n: int, kdim: int, dtype: str, panels: bool):
+    """A GEMM's weights as a placeholder and how ``(c, f)`` reads them: K-major
+    ``[K, N]``, or (``panels``) one expert's ``pack_panels`` layout."""
+    name = "W" + gemm[0]
+    if not panels:
+        w = pt.placeholder((kdim, n), dtype, name=name)
+        return w, lambda c, f: w[c, f]
+    nr = panel_width(cfg, gemm)
+    w = pt.placeholder((-(-n // nr), kdim, nr), dtype, name=name)
+    return w, lambda c, f: w[f // nr, c, f % nr]
+
+
+def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panels=False):
     """One expert's SwiGLU feed-forward over ``rows`` gathered rows (an int, or a
-    ``pt.var`` bound at call time); knobs defined for ``nominal`` rows."""
+    ``pt.var`` bound at call time); knobs defined for ``nominal`` rows. With
+    ``panels`` the weights come packed (``pack_panels`` with each GEMM's
+    ``panel_width``): the module packs nothing, whatever ``pack_b`` says."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"moe: dtype must be float32 or float64, got {dtype!r}")
     lanes = cfg.target.vector_lanes(dtype)
@@ -85,33 +116,34 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32"):
     X = pt.placeholder((tokens, d_model), dtype, name="X")
     tok = pt.placeholder((rows,), "int32", name="tok")
     wt = pt.placeholder((rows,), dtype, name="wt")
-    Wg = pt.placeholder((d_model, d_ff), dtype, name="Wg")
-    Wu = pt.placeholder((d_model, d_ff), dtype, name="Wu")
-    Wd = pt.placeholder((d_ff, d_model), dtype, name="Wd")
+    Wg, wg = _weights(cfg, "gate", d_ff, d_model, dtype, panels)
+    Wu, wu = _weights(cfg, "up", d_ff, d_model, dtype, panels)
+    Wd, wd = _weights(cfg, "down", d_model, d_ff, dtype, panels)
     Xg = pt.compute((rows, d_model), lambda s, c: X[tok[s], c], name="Xg")
     c1 = pt.reduce_axis((0, d_model), name="c1")
     c2 = pt.reduce_axis((0, d_model), name="c2")
     fd = pt.reduce_axis((0, d_ff), name="fd")
-    G = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c1] * Wg[c1, f], axis=c1), name="G")
-    U = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c2] * Wu[c2, f], axis=c2), name="U")
+    G = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c1] * wg(c1, f), axis=c1), name="G")
+    U = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c2] * wu(c2, f), axis=c2), name="U")
     one = pt.const(1.0, dtype)
     exp = pt.fast_exp if dtype == "float32" else pt.exp
     H = pt.compute((rows, d_ff), lambda s, f: G[s, f] / (one + exp(-G[s, f])) * U[s, f], name="H")
-    Dn = pt.compute((rows, d_model), lambda s, c: pt.sum(H[s, fd] * Wd[fd, c], axis=fd), name="Dn")
+    Dn = pt.compute((rows, d_model), lambda s, c: pt.sum(H[s, fd] * wd(fd, c), axis=fd), name="Dn")
     Y = pt.compute((rows, d_model), lambda s, c: wt[s] * Dn[s, c], name="Y")
     s = pt.create_schedule(Y.op)
     gs, gc = Xg.op.axis
     s[Xg].parallel(gs)
     s[Xg].vectorize(gc)
     GL = s.cache_write(G, "local")
-    schedule_gemm(cfg, s, G, GL, nominal, Wg, prefix="gate_")
+    pack = False if panels else None
+    schedule_gemm(cfg, s, G, GL, nominal, Wg, prefix="gate_", pack_b=pack)
     # U's accumulator tile is copied out through the SwiGLU (U inlined into H)
     UL = s.cache_write(U, "local")
     s[U].compute_inline()
-    schedule_gemm(cfg, s, H, UL, nominal, Wu, prefix="up_")
+    schedule_gemm(cfg, s, H, UL, nominal, Wu, prefix="up_", pack_b=pack)
     DL = s.cache_write(Dn, "local")
     s[Dn].compute_inline()
-    schedule_gemm(cfg, s, Y, DL, nominal, Wd, prefix="down_")
+    schedule_gemm(cfg, s, Y, DL, nominal, Wd, prefix="down_", pack_b=pack)
     return s, [X, tok, wt, Wg, Wu, Wd, Y]
 
 
