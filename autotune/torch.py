@@ -12,8 +12,10 @@ the template's default config. Modules are built once per (operator, shape,
 dtype, arguments) and cached. gelu, rms_norm, layer_norm and softmax have
 backward passes (their ``*_backward`` templates, also pypto kernels).
 
-Tensors: CPU, float32 or float64 (float32 runs the tuned float32 templates;
-float64 the dtype-generic ones), passed zero-copy; non-contiguous inputs are
+Tensors: CPU, float32 or float64, and for gelu, rms_norm, layer_norm and softmax
+(forward and backward) also bfloat16 and float16, stored in 16 bits and computed in
+float32, each result rounded once (float32 runs the tuned float32 templates, the
+other dtypes the dtype-generic ones), passed zero-copy; non-contiguous inputs are
 copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
 ``ValueError`` naming the argument. Outputs of 1 MiB and more come from
 ``pypto.torch.empty``'s pool of recycled buffers (no page faults per call).
@@ -22,6 +24,7 @@ copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
 from __future__ import annotations
 
 import functools
+import weakref
 
 import torch
 
@@ -40,6 +43,8 @@ from .templates.moe import (
 )
 
 _MODULES = ModuleCache()
+# the row-wise operators' dtypes: 16-bit floats are computed in float32 and rounded once
+ROW_DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 
 @functools.cache
@@ -79,7 +84,7 @@ def _rows(x: torch.Tensor) -> tuple[int, int]:
 def _vector(w: torch.Tensor, cols: int, dtype: str, name: str):
     if tuple(w.shape) != (cols,):
         raise ValueError(f"{name}: shape {tuple(w.shape)}, expected ({cols},) (the last dim of x)")
-    if dtype_name(w, name) != dtype:
+    if dtype_name(w, name, allowed=ROW_DTYPES) != dtype:
         raise TypeError(f"{name}: dtype {w.dtype} differs from x's ({dtype})")
 
 
@@ -100,7 +105,7 @@ def _flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 @torch.library.custom_op("pypto::gelu", mutates_args=())
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU (``approximate``: ``"none"``, the erf form, or ``"tanh"``), as ``F.gelu``."""
-    dt = dtype_name(x, "gelu: x")
+    dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
     rows, cols = _rows(x)
     args = (rows, cols, approximate) if dt == "float32" else (rows, cols, approximate, dt)
     (y,) = _call("gelu", args, [(_flat(x, rows, cols), "x")], [(rows, cols)], dt)
@@ -114,7 +119,7 @@ def _(x, approximate="none"):
 
 @torch.library.custom_op("pypto::gelu_backward", mutates_args=())
 def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") -> torch.Tensor:
-    dt = dtype_name(x, "gelu_backward: x")
+    dt = dtype_name(x, "gelu_backward: x", allowed=ROW_DTYPES)
     rows, cols = _rows(x)
     ins = [(_flat(x, rows, cols), "x"), (_flat(dy, rows, cols), "dy")]
     (dx,) = _call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt)
@@ -152,7 +157,7 @@ def _norm_args(tuned: str, generic: str, rows, cols, eps, default_eps, dt):
 @torch.library.custom_op("pypto::rms_norm", mutates_args=())
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x * rsqrt(mean(x^2, -1) + eps) * weight`` over the last dim."""
-    dt = dtype_name(x, "rms_norm: x")
+    dt = dtype_name(x, "rms_norm: x", allowed=ROW_DTYPES)
     rows, cols = _rows(x)
     _vector(weight, cols, dt, "rms_norm: weight")
     name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, 1e-6, dt)
@@ -170,7 +175,7 @@ def _(x, weight, eps=1e-6):
 def rms_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    dt = dtype_name(x, "rms_norm_backward: x")
+    dt = dtype_name(x, "rms_norm_backward: x", allowed=ROW_DTYPES)
     rows, cols = _rows(x)
     ins = [(_flat(x, rows, cols), "x"), (weight, "weight"), (_flat(dy, rows, cols), "dy")]
     dx, dw = _call("rmsnorm_backward", (rows, cols, eps, dt), ins, [(rows, cols), (cols,)], dt)
@@ -203,7 +208,7 @@ def layer_norm(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5
 ) -> torch.Tensor:
     """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the last dim (biased var)."""
-    dt = dtype_name(x, "layer_norm: x")
+    dt = dtype_name(x, "layer_norm: x", allowed=ROW_DTYPES)
     rows, cols = _rows(x)
     _vector(weight, cols, dt, "layer_norm: weight")
     _vector(bias, cols, dt, "layer_norm: bias")
@@ -222,7 +227,7 @@ def _(x, weight, bias, eps=1e-5):
 def layer_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dt = dtype_name(x, "layer_norm_backward: x")
+    dt = dtype_name(x, "layer_norm_backward: x", allowed=ROW_DTYPES)
     rows, cols = _rows(x)
     ins = [(_flat(x, rows, cols), "x"), (weight, "weight"), (_flat(dy, rows, cols), "dy")]
     shapes = [(rows, cols), (cols,), (cols,)]
@@ -256,7 +261,7 @@ def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
 @torch.library.custom_op("pypto::softmax", mutates_args=())
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along ``dim`` (moved last, made contiguous, moved back)."""
-    dt = dtype_name(x, "softmax: x")
+    dt = dtype_name(x, "softmax: x", allowed=ROW_DTYPES)
     xl = _last(x, dim)
     rows, cols = _rows(xl)
     name, args = ("softmax", (rows, cols)) if dt == "float32" else ("softmax_fwd", (rows, cols, dt))
@@ -271,7 +276,7 @@ def _(x, dim=-1):
 
 @torch.library.custom_op("pypto::softmax_backward", mutates_args=())
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
-    dt = dtype_name(y, "softmax_backward: y")
+    dt = dtype_name(y, "softmax_backward: y", allowed=ROW_DTYPES)
     yl, dyl = _last(y, dim), _last(dy, dim)
     rows, cols = _rows(yl)
     ins = [(_flat(yl, rows, cols), "y"), (_flat(dyl, rows, cols), "dy")]
@@ -353,15 +358,16 @@ _PANELS: dict = {}
 
 def _panels(w: torch.Tensor, nr: int, name: str) -> torch.Tensor:
     """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``);
-    kept while ``w`` is unchanged (by its storage, shape and version counter), so
-    inference packs each weight once."""
-    key = (w.data_ptr(), tuple(w.shape), w.dtype, w._version, nr)
+    kept while ``w`` is alive and unchanged (its memory, shape, strides and version
+    counter), so inference packs each weight once. The entry holds a weak reference
+    to ``w``: memory freed and reused by another tensor is never mistaken for it."""
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr)
     got = _PANELS.get(key)
-    if got is None:
+    if got is None or got[0]() is None:
         if len(_PANELS) >= 16:
             _PANELS.clear()
-        got = _PANELS[key] = torch.from_numpy(pack_panels(as_numpy(w, name), nr))
-    return got
+        got = _PANELS[key] = (weakref.ref(w), torch.from_numpy(pack_panels(as_numpy(w, name), nr)))
+    return got[1]
 
 
 def _moe_modules(args: tuple, dt: str) -> tuple:

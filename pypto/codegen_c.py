@@ -25,7 +25,7 @@ from .c_helpers import (
     WORKSPACE_MAX,
 )
 from .errors import BuildError
-from .expr import Binary, Const, Load
+from .expr import Binary, Cast, Const, Load
 from .intrin import intrin_fences
 from .loop_ir import (
     Allocate,
@@ -238,6 +238,8 @@ class CodeGen:
         if _same_storage_copy(s):  # a 16-bit float copied: its bits, not a round trip
             value = f"{self.namer(s.value.buffer, s.value.buffer.name)}[{self.p(s.value.index)}]"
         elif forms := self.p.storage(b.dtype):
+            if isinstance(s.value, Cast) and s.value.dtype == b.dtype:
+                value = self.p(s.value.value)  # stored rounded: the store rounds, once
             value = forms.store.format(value)
         elif d.c_storage != d.c_compute:
             value = f"({d.c_storage})({value})"

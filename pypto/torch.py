@@ -32,12 +32,15 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from .dtypes import numpy_dtype
 from .runtime import build as _build
 from .target import as_target
 
 TORCH_DTYPES = {
     torch.float32: "float32",
     torch.float64: "float64",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
     torch.int32: "int32",
     torch.int64: "int64",
 }
@@ -61,6 +64,14 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
+    return _numpy_view(t)
+
+
+def _numpy_view(t: torch.Tensor) -> np.ndarray:
+    """The numpy array on ``t``'s memory; bfloat16 (which numpy lacks) as ml_dtypes'
+    bfloat16, through its bits (a ``TypeError`` saying so without ml_dtypes)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
     return t.numpy()
 
 
@@ -158,7 +169,7 @@ def run(mod, inputs: list, outputs: list) -> None:
     """Call ``mod`` on torch tensors: inputs as (tensor, name) pairs, outputs (fresh,
     contiguous tensors) written in place."""
     arrays = [as_numpy(t, n) for t, n in inputs]
-    mod(*arrays, *[o.numpy() for o in outputs])
+    mod(*arrays, *[_numpy_view(o) for o in outputs])
 
 
 def custom_op(

@@ -20,6 +20,7 @@ from autotune.templates.moe import (
     pack_panels,
     panel_width,
 )
+from pypto.dtypes import numpy_dtype
 
 RNG = np.random.default_rng(3)
 
@@ -33,21 +34,36 @@ def _run(name, args, *inputs):
     s, tensors = at.get_template(name)(*args)
     mod = pt.build(s, tensors)
     outs = [
-        np.full([int(d.value) for d in t.shape], np.nan, t.dtype) for t in tensors[len(inputs) :]
+        np.full([int(d.value) for d in t.shape], np.nan, numpy_dtype(t.dtype))
+        for t in tensors[len(inputs) :]
     ]
     mod(*inputs, *outs)
     return outs
 
 
+# 16-bit floats: computed in float32 and rounded once, as the references round theirs
+# (one rounding each: at most one unit of the last place apart, 2^-8 and 2^-11)
+SIXTEEN = [("bfloat16", 1e-2), ("float16", 2e-3)]
+
+
+def _close16(got, ref, tol, rtol=None):
+    np.testing.assert_allclose(
+        got.astype(np.float64), ref.astype(np.float64), atol=tol, rtol=tol if rtol is None else rtol
+    )
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
-@pytest.mark.parametrize("dtype,tol", [("float32", 3e-6), ("float64", 1e-13)])
+@pytest.mark.parametrize("dtype,tol", [("float32", 3e-6), ("float64", 1e-13), *SIXTEEN])
 def test_gelu_forward_backward(approximate, dtype, tol):
-    x = (RNG.standard_normal((7, 45)) * 3).astype(dtype)
-    dy = RNG.standard_normal((7, 45)).astype(dtype)
+    nd = numpy_dtype(dtype)
+    x = (RNG.standard_normal((7, 45)) * 3).astype(nd)
+    dy = RNG.standard_normal((7, 45)).astype(nd)
+    rtol = tol if dtype in ("bfloat16", "float16") else 0
     (y,) = _run("gelu", (7, 45, approximate, dtype), x)
-    np.testing.assert_allclose(y, gelu_ref(x, approximate), atol=tol, rtol=0)
+    assert y.dtype == nd
+    _close16(y, gelu_ref(x, approximate), tol, rtol)
     (dx,) = _run("gelu_backward", (7, 45, approximate, dtype), x, dy)
-    np.testing.assert_allclose(dx, gelu_grad_ref(x, dy, approximate), atol=5 * tol, rtol=0)
+    _close16(dx, gelu_grad_ref(x, dy, approximate), 5 * tol, rtol)
 
 
 def test_gelu_refuses_unknown_approximation():
@@ -196,13 +212,18 @@ def test_moe_route_sorts_rows_by_expert():
         moe_route(np.array([0, 1]), np.ones(2, np.float32), 3)
 
 
-@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12)])
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12), *SIXTEEN])
 @pytest.mark.parametrize("rows,cols", [(5, 37), (9, 300)])
 def test_rowwise_forward_and_backward(dtype, tol, rows, cols):
-    x = RNG.standard_normal((rows, cols)).astype(dtype)
-    w, b = (RNG.standard_normal(cols).astype(dtype) for _ in range(2))
-    dy = RNG.standard_normal((rows, cols)).astype(dtype)
-    check = lambda got, ref: np.testing.assert_allclose(got, ref, atol=tol, rtol=tol)  # noqa: E731
+    nd = numpy_dtype(dtype)
+    x = RNG.standard_normal((rows, cols)).astype(nd)
+    w, b = (RNG.standard_normal(cols).astype(nd) for _ in range(2))
+    dy = RNG.standard_normal((rows, cols)).astype(nd)
+
+    def check(got, ref):
+        assert got.dtype == nd
+        _close16(got, ref, tol)
+
     check(_run("rmsnorm_fwd", (rows, cols, 1e-6, dtype), x, w)[0], ng.rmsnorm_ref(x, w))
     check(_run("layernorm_fwd", (rows, cols, 1e-5, dtype), x, w, b)[0], ng.layernorm_ref(x, w, b))
     check(_run("softmax_fwd", (rows, cols, dtype), x)[0], ng.softmax_ref(x))

@@ -151,3 +151,25 @@ def test_every_target_rounds_the_same(target):
     c = pt.build(s, [A, C], target=t, name="tri")(a)
     want = (a.astype(np.float32) * np.float32(3) + np.float32(0.5)).astype(BF16)
     assert np.array_equal(c.view(np.uint16), want.view(np.uint16))
+
+
+@needs_ml_dtypes
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_value_cast_to_its_store_is_rounded_once(dtype):
+    """``Y = cast(bfloat16, f(float(X)))``: the store rounds, the cast adds no second
+    rounding (one conversion in the C), and the bits are numpy's rounding of the
+    float32 value."""
+    X = pt.placeholder((64,), dtype, name="X")
+    Y = pt.compute((64,), lambda i: pt.cast(dtype, pt.cast("float32", X[i]) * 1.37), name="Y")
+    s = pt.create_schedule(Y.op)
+    s[Y].vectorize(Y.op.axis[0])
+    mod = pt.build(s, [X, Y])
+    store = next(line for line in mod.source.splitlines() if "Y[" in line and "=" in line)
+    narrow = "pt_bf16_store(" if dtype == "bfloat16" else "(_Float16)("
+    assert store.count(narrow) == 1, store
+    nd = dtypes.numpy_dtype(dtype)
+    x = np.random.default_rng(0).standard_normal(64).astype(nd)
+    y = np.zeros(64, nd)
+    mod(x, y)
+    want = (x.astype(np.float32) * np.float32(1.37)).astype(nd)
+    assert np.array_equal(_bits(y), _bits(want))

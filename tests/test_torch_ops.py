@@ -114,6 +114,55 @@ def test_moe_matches_per_expert_loop():
     _close(ops.moe(*args), _moe_loop(*args))
 
 
+_ROW_CASES = {  # name: (pypto operator, PyTorch's composition), both of (x, w, b)
+    "gelu": (lambda x, w, b: ops.gelu(x, "tanh"), lambda x, w, b: F.gelu(x, approximate="tanh")),
+    "rms_norm": (
+        lambda x, w, b: ops.rms_norm(x, w, 1e-6),
+        lambda x, w, b: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+    ),
+    "layer_norm": (
+        lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+        lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5),
+    ),
+    "softmax": (lambda x, w, b: ops.softmax(x, -1), lambda x, w, b: torch.softmax(x, -1)),
+}
+
+
+@pytest.mark.parametrize("name", list(_ROW_CASES))
+@pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 8e-3), (torch.float16, 1e-3)])
+def test_row_operators_in_16_bits(name, dt, tol):
+    """bfloat16 and float16 in and out, computed in float32 and rounded once: within
+    about one rounding of PyTorch's float32 result, forward and backward."""
+    _seed()
+    x = torch.randn(7, 45).to(dt)
+    w, b = (1 + 0.1 * torch.randn(45)).to(dt), (0.1 * torch.randn(45)).to(dt)
+    dy = torch.randn(7, 45).to(dt)
+    op, ref = _ROW_CASES[name]
+    x16 = x.clone().requires_grad_()
+    y = op(x16, w, b)
+    (y * dy).sum().backward()
+    x32 = x.float().requires_grad_()
+    y32 = ref(x32, w.float(), b.float())
+    (y32 * dy.float()).sum().backward()
+    assert y.dtype == x16.grad.dtype == dt
+    torch.testing.assert_close(y.float(), y32, rtol=tol, atol=tol)
+    scale = x32.grad.abs().max().item()
+    torch.testing.assert_close(x16.grad.float(), x32.grad, rtol=tol, atol=tol * scale)
+
+
+def test_moe_weights_in_reused_memory_are_packed_again():
+    """The packed-weights cache is keyed by memory, shape and version counter; memory
+    that another tensor takes over (version 0 again) must not hit the old entry."""
+    x, wg, wu, wd, tw, ti = _moe_inputs()
+    mem = wg.numpy().copy()
+    first = torch.from_numpy(mem)
+    _close(ops.moe(x, first, wu, wd, tw, ti), _moe_loop(x, first, wu, wd, tw, ti))
+    del first
+    mem *= -1.5  # not seen by any version counter
+    again = torch.from_numpy(mem)  # same memory, shape, strides, version 0
+    _close(ops.moe(x, again, wu, wd, tw, ti), _moe_loop(x, again, wu, wd, tw, ti))
+
+
 def test_moe_builds_once_whatever_the_routing():
     """Segments of any length run the same expert module: a new routing (here every
     token's first expert is 0, and expert 3 gets none) builds nothing new."""

@@ -20,6 +20,7 @@ import pypto as pt
 
 from ..task import template
 from .knobs import inner_tile
+from .precision import check_row_dtype, inline_widened, rounded, widen
 
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
@@ -27,11 +28,11 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 APPROXIMATIONS = ("none", "tanh")
 
 
-def _check(approximate: str, dtype: str):
+def _check(approximate: str, dtype: str) -> str:
+    """The compute dtype for storage ``dtype`` (``precision.check_row_dtype``)."""
     if approximate not in APPROXIMATIONS:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"gelu: dtype must be float32 or float64, got {dtype!r}")
+    return check_row_dtype("gelu", dtype)
 
 
 def _erf(dtype: str):
@@ -118,12 +119,16 @@ def gelu_grad_ref(x, dy, approximate: str = "none"):
 @template("gelu", reference=lambda x, *, approximate: gelu_ref(x, approximate))
 def gelu(cfg, rows, cols, approximate="none", dtype="float32"):
     """Y[i, j] = gelu(X[i, j]) (exact erf form, or the tanh approximation)."""
-    _check(approximate, dtype)
-    define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cdt = _check(approximate, dtype)
+    define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     cfg.add_flop(10.0 * rows * cols)
     X = pt.placeholder((rows, cols), dtype, name="X")
-    Y = pt.compute((rows, cols), lambda i, j: gelu_expr(X[i, j], approximate, dtype), name="Y")
+    Xc = widen(X)
+    Y = pt.compute(
+        (rows, cols), lambda i, j: rounded(gelu_expr(Xc[i, j], approximate, cdt), dtype), name="Y"
+    )
     s = pt.create_schedule(Y.op)
+    inline_widened(s, [Xc])
     schedule_elementwise(cfg, s, Y)
     return s, [X, Y]
 
@@ -135,16 +140,18 @@ def _gelu_grad_reference(x, dy, *, approximate):
 @template("gelu_backward", reference=_gelu_grad_reference)
 def gelu_backward(cfg, rows, cols, approximate="none", dtype="float32"):
     """DX[i, j] = DY[i, j] * gelu'(X[i, j])."""
-    _check(approximate, dtype)
-    define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cdt = _check(approximate, dtype)
+    define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     cfg.add_flop(16.0 * rows * cols)
     X = pt.placeholder((rows, cols), dtype, name="X")
     DY = pt.placeholder((rows, cols), dtype, name="DY")
+    Xc, DYc = widen(X), widen(DY)
     DX = pt.compute(
         (rows, cols),
-        lambda i, j: DY[i, j] * gelu_grad_expr(X[i, j], approximate, dtype),
+        lambda i, j: rounded(DYc[i, j] * gelu_grad_expr(Xc[i, j], approximate, cdt), dtype),
         name="DX",
     )
     s = pt.create_schedule(DX.op)
+    inline_widened(s, [Xc, DYc])
     schedule_elementwise(cfg, s, DX)
     return s, [X, DY, DX]

@@ -2,8 +2,10 @@
 
 ``rmsnorm_fwd``, ``layernorm_fwd``, ``softmax_fwd`` compute what ``norm.py``'s
 ``rmsnorm``, ``layernorm`` and ``softmax`` compute, with a ``dtype`` argument
-(float32 or float64; the float32 PyTorch operators run the tuned float32
-templates, these serve float64, e.g. for ``torch.autograd.gradcheck``).
+(float32, float64, or bfloat16 and float16 stored in 16 bits and computed in
+float32, ``precision.widen``; the float32 PyTorch operators run the tuned
+float32 templates, these serve the other dtypes, e.g. float64 for
+``torch.autograd.gradcheck``).
 The backward templates (``rmsnorm_backward``, ``layernorm_backward``,
 ``softmax_backward``) recompute the row statistics from X (no saved state):
 
@@ -28,13 +30,7 @@ import pypto as pt
 
 from ..task import template
 from .norm import _schedule_reduction, _schedule_rows, define_row_knobs, row_reduce
-
-FLOATS = ("float32", "float64")
-
-
-def _check(name: str, dtype: str):
-    if dtype not in FLOATS:
-        raise ValueError(f"{name}: dtype must be float32 or float64, got {dtype!r}")
+from .precision import check_row_dtype, inline_widened, rounded, widen
 
 
 def _root_rows(cfg, s, R, stages, reductions):
@@ -46,6 +42,26 @@ def _root_rows(cfg, s, R, stages, reductions):
         if T is not R:
             s[T].compute_at(s[R], i)
     _schedule_reduction(cfg, s, reductions)
+
+
+def _column_sums(cols: int, rows: int, terms: dict, dtype: str):
+    """``{name: f(r, j)}`` summed over rows per column, in the compute dtype: ``(sums,
+    outputs)``, the outputs rounded to the storage ``dtype`` (the sums themselves when
+    they are of it)."""
+    sums, outs = [], []
+
+    def column_sum(name, f):
+        q = pt.reduce_axis((0, rows), name="r_" + name.lower())
+        return pt.compute((cols,), lambda j: pt.sum(f(q, j), axis=q), name=name)
+
+    def rounding(C):
+        return pt.compute((cols,), lambda j: rounded(C[j], dtype), name=C.name + "_out")
+
+    for name, f in terms.items():
+        C = column_sum(name, f)
+        sums.append(C)
+        outs.append(rounding(C) if str(C.dtype) != dtype else C)
+    return sums, outs
 
 
 def _column_sum(s, C, lanes: int):
@@ -65,14 +81,16 @@ def _column_sum(s, C, lanes: int):
 
 
 def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str):
-    """A backward template's knobs and common inputs: ``(lanes, L, X, W, DY)``."""
-    _check(name, dtype)
-    lanes = cfg.target.vector_lanes(dtype)
+    """A backward template's knobs, compute dtype and inputs: ``(lanes, L, cdt,
+    [X, W, DY], [X, W, DY] as computed with)``."""
+    cdt = check_row_dtype(name, dtype)
+    lanes = cfg.target.vector_lanes(cdt)
     define_row_knobs(cfg, cols, lanes)
     X = pt.placeholder((rows, cols), dtype, name="X")
     W = pt.placeholder((cols,), dtype, name="W")
     DY = pt.placeholder((rows, cols), dtype, name="DY")
-    return lanes, cfg["red_lanes"].val, X, W, DY
+    ins = [X, W, DY]
+    return lanes, cfg["red_lanes"].val, cdt, ins, [widen(t) for t in ins]
 
 
 def _stats_rms(X, rows, cols, eps, dtype, L):
@@ -150,13 +168,15 @@ def softmax_grad_ref(y, dy):
 @template("rmsnorm_fwd", reference=lambda x, w, *, eps: rmsnorm_ref(x, w, eps))
 def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
     """Y = X * rsqrt(mean(X^2) + eps) * w over the last axis."""
-    _check("rmsnorm_fwd", dtype)
-    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cdt = check_row_dtype("rmsnorm_fwd", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     X = pt.placeholder((rows, cols), dtype, name="X")
     W = pt.placeholder((cols,), dtype, name="W")
-    r, st = _stats_rms(X, rows, cols, eps, dtype, cfg["red_lanes"].val)
-    Y = pt.compute((rows, cols), lambda i, j: X[i, j] * r[i] * W[j], name="Y")
+    Xc, Wc = widen(X), widen(W)
+    r, st = _stats_rms(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
+    Y = pt.compute((rows, cols), lambda i, j: rounded(Xc[i, j] * r[i] * Wc[j], dtype), name="Y")
     s = pt.create_schedule(Y.op)
+    inline_widened(s, [Xc, Wc])
     _schedule_rows(cfg, s, Y, st, [Y], X, cols)
     _schedule_reduction(cfg, s, st[:-1])
     return s, [X, W, Y]
@@ -165,16 +185,20 @@ def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
 @template("layernorm_fwd", reference=lambda x, w, b, *, eps: layernorm_ref(x, w, b, eps))
 def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32"):
     """Y = (X - mean) * rsqrt(var + eps) * w + b over the last axis."""
-    _check("layernorm_fwd", dtype)
-    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cdt = check_row_dtype("layernorm_fwd", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     X = pt.placeholder((rows, cols), dtype, name="X")
     W = pt.placeholder((cols,), dtype, name="W")
     Bb = pt.placeholder((cols,), dtype, name="B")
-    mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, dtype, cfg["red_lanes"].val)
+    Xc, Wc, Bc = widen(X), widen(W), widen(Bb)
+    mean, rstd, st1, st2 = _stats_ln(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
     Y = pt.compute(
-        (rows, cols), lambda i, j: (X[i, j] - mean[i]) * rstd[i] * W[j] + Bb[j], name="Y"
+        (rows, cols),
+        lambda i, j: rounded((Xc[i, j] - mean[i]) * rstd[i] * Wc[j] + Bc[j], dtype),
+        name="Y",
     )
     s = pt.create_schedule(Y.op)
+    inline_widened(s, [Xc, Wc, Bc])
     _schedule_rows(cfg, s, Y, [*st1, *st2], [Y], X, cols)
     _schedule_reduction(cfg, s, st1[:-1])
     _schedule_reduction(cfg, s, st2[:-1])
@@ -184,16 +208,18 @@ def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32"):
 @template("softmax_fwd", reference=softmax_ref)
 def softmax_fwd(cfg, rows, cols, dtype="float32"):
     """Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max_k X[i, k])."""
-    _check("softmax_fwd", dtype)
-    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype))
+    cdt = check_row_dtype("softmax_fwd", dtype)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     L = cfg["red_lanes"].val
     X = pt.placeholder((rows, cols), dtype, name="X")
-    mx, mx_st = row_reduce("max", lambda i, j: X[i, j], rows, cols, L, "mx")
-    exp = pt.fast_exp if dtype == "float32" else pt.exp
-    ex = pt.compute((rows, cols), lambda i, j: exp(X[i, j] - mx[i]), name="ex")
+    Xc = widen(X)
+    mx, mx_st = row_reduce("max", lambda i, j: Xc[i, j], rows, cols, L, "mx")
+    exp = pt.fast_exp if cdt == "float32" else pt.exp
+    ex = pt.compute((rows, cols), lambda i, j: exp(Xc[i, j] - mx[i]), name="ex")
     sm, sm_st = row_reduce("sum", lambda i, j: ex[i, j], rows, cols, L, "sm")
-    Y = pt.compute((rows, cols), lambda i, j: ex[i, j] / sm[i], name="Y")
+    Y = pt.compute((rows, cols), lambda i, j: rounded(ex[i, j] / sm[i], dtype), name="Y")
     s = pt.create_schedule(Y.op)
+    inline_widened(s, [Xc])
     _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st], [ex, Y], X, cols)
     _schedule_reduction(cfg, s, mx_st)
     _schedule_reduction(cfg, s, sm_st)
@@ -209,20 +235,22 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
 )
 def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
     """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY."""
-    lanes, L, X, W, DY = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype)
-    c = lambda v: pt.const(v, dtype)  # noqa: E731
-    r, st = _stats_rms(X, rows, cols, eps, dtype, L)
+    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype)
+    c = lambda v: pt.const(v, cdt)  # noqa: E731
+    r, st = _stats_rms(X, rows, cols, eps, cdt, L)
     gx, gx_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * X[i, j], rows, cols, L, "gx")
     k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
-    DX = pt.compute((rows, cols), lambda i, j: r[i] * W[j] * DY[i, j] - X[i, j] * k[i], name="DX")
-    ri = pt.reduce_axis((0, rows), name="ri")
-    DW = pt.compute((cols,), lambda j: pt.sum(DY[ri, j] * X[ri, j] * r[ri], axis=ri), name="DW")
+    dx = lambda i, j: r[i] * W[j] * DY[i, j] - X[i, j] * k[i]  # noqa: E731
+    DX = pt.compute((rows, cols), lambda i, j: rounded(dx(i, j), dtype), name="DX")
+    sums, (DW,) = _column_sums(cols, rows, {"DW": lambda q, j: DY[q, j] * X[q, j] * r[q]}, dtype)
     s = pt.create_schedule([DX.op, DW.op])
+    inline_widened(s, [X, W, DY])
     _root_rows(cfg, s, r, st, st[:-1])
-    _schedule_rows(cfg, s, DX, [*gx_st, k], [DX], X, cols)
+    _schedule_rows(cfg, s, DX, [*gx_st, k], [DX], ins[0], cols)
     _schedule_reduction(cfg, s, gx_st)
-    _column_sum(s, DW, lanes)
-    return s, [X, W, DY, DX, DW]
+    for C in sums:
+        _column_sum(s, C, lanes)
+    return s, [*ins, DX, DW]
 
 
 @template(
@@ -231,48 +259,52 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
 )
 def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
     """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY."""
-    lanes, L, X, W, DY = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype)
-    c = lambda v: pt.const(v, dtype)  # noqa: E731
-    mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, dtype, L)
+    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype)
+    c = lambda v: pt.const(v, cdt)  # noqa: E731
+    mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, cdt, L)
     xh = lambda i, j: (X[i, j] - mean[i]) * rstd[i]  # noqa: E731
     ga, ga_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j], rows, cols, L, "ga")
     gb, gb_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
     DX = pt.compute(
         (rows, cols),
-        lambda i, j: (
-            rstd[i] * (DY[i, j] * W[j] - ga[i] * c(1.0 / cols) - xh(i, j) * gb[i] * c(1.0 / cols))
+        lambda i, j: rounded(
+            rstd[i] * (DY[i, j] * W[j] - ga[i] * c(1.0 / cols) - xh(i, j) * gb[i] * c(1.0 / cols)),
+            dtype,
         ),
         name="DX",
     )
-    ri = pt.reduce_axis((0, rows), name="ri")
-    DW = pt.compute((cols,), lambda j: pt.sum(DY[ri, j] * xh(ri, j), axis=ri), name="DW")
-    rb = pt.reduce_axis((0, rows), name="rb")
-    DB = pt.compute((cols,), lambda j: pt.sum(DY[rb, j], axis=rb), name="DB")
+    terms = {"DW": lambda q, j: DY[q, j] * xh(q, j), "DB": lambda q, j: DY[q, j]}
+    sums, (DW, DB) = _column_sums(cols, rows, terms, dtype)
     s = pt.create_schedule([DX.op, DW.op, DB.op])
+    inline_widened(s, [X, W, DY])
     _root_rows(cfg, s, mean, st1, st1[:-1])
     _root_rows(cfg, s, rstd, st2, st2[:-1])
-    _schedule_rows(cfg, s, DX, [*ga_st, *gb_st], [DX], X, cols)
+    _schedule_rows(cfg, s, DX, [*ga_st, *gb_st], [DX], ins[0], cols)
     _schedule_reduction(cfg, s, ga_st)
     _schedule_reduction(cfg, s, gb_st)
-    _column_sum(s, DW, lanes)
-    _column_sum(s, DB, lanes)
-    return s, [X, W, DY, DX, DW, DB]
+    for C in sums:
+        _column_sum(s, C, lanes)
+    return s, [*ins, DX, DW, DB]
 
 
 @template("softmax_backward", reference=softmax_grad_ref)
 def softmax_backward(cfg, rows, cols, dtype="float32"):
     """DX = Y * (DY - sum_j DY * Y) per row, from softmax's output Y."""
-    _check("softmax_backward", dtype)
+    cdt = check_row_dtype("softmax_backward", dtype)
     # one multiply-add per element between the passes: the hardware prefetcher keeps
     # up (Zen 4, 1 thread, paired runs: 4096x4096 9.8 vs 10.4 ms, 8192x1024 3.4 vs 3.8)
-    define_row_knobs(cfg, cols, cfg.target.vector_lanes(dtype), prefetch_default=0)
+    define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt), prefetch_default=0)
     Y = pt.placeholder((rows, cols), dtype, name="Y")
     DY = pt.placeholder((rows, cols), dtype, name="DY")
+    Yc, DYc = widen(Y), widen(DY)
     a, a_st = row_reduce(
-        "sum", lambda i, j: DY[i, j] * Y[i, j], rows, cols, cfg["red_lanes"].val, "a"
+        "sum", lambda i, j: DYc[i, j] * Yc[i, j], rows, cols, cfg["red_lanes"].val, "a"
     )
-    DX = pt.compute((rows, cols), lambda i, j: Y[i, j] * (DY[i, j] - a[i]), name="DX")
+    DX = pt.compute(
+        (rows, cols), lambda i, j: rounded(Yc[i, j] * (DYc[i, j] - a[i]), dtype), name="DX"
+    )
     s = pt.create_schedule(DX.op)
+    inline_widened(s, [Yc, DYc])
     _schedule_rows(cfg, s, DX, a_st, [DX], Y, cols)
     _schedule_reduction(cfg, s, a_st)
     return s, [Y, DY, DX]

@@ -21,6 +21,7 @@ import numpy as np
 import pypto as pt
 from pypto.dtypes import numpy_dtype
 from pypto.schedule import accumulator_dtype
+from pypto.tensor import PlaceholderOp
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,42 @@ def reference(value64: np.ndarray, input_dtype) -> np.ndarray:
 def widened(a: np.ndarray) -> np.ndarray:
     """``a`` in the reference's dtype: int64 for integers (exact), else float64."""
     return a.astype(np.int64 if a.dtype.kind in "iu" else np.float64)
+
+
+# ---------------------------------------------------------------- element-wise and row-wise
+#
+# gelu, softmax, layernorm and rmsnorm (forward and backward) store 16-bit floats and
+# compute in float32: each input is read through a cast (an inlined stage), each
+# output rounded once:
+#
+#     Y[i, j] = f(X[i, j])    ->    Y[i, j] = bfloat16(f(float(X[i, j])))
+
+ROW_FLOATS = ("float32", "float64", "bfloat16", "float16")
+
+
+def check_row_dtype(template: str, dtype: str) -> str:
+    """The dtype the template computes in for storage ``dtype`` (float32 for 16-bit
+    floats); a ValueError naming the template and the choices otherwise."""
+    if dtype not in ROW_FLOATS:
+        raise ValueError(f"{template}: dtype must be one of {', '.join(ROW_FLOATS)}, got {dtype!r}")
+    return "float32" if dtype in ("bfloat16", "float16") else dtype
+
+
+def widen(T):
+    """``T`` as read in float32 when it is stored in 16 bits (a cast stage, for
+    ``inline_widened``), else ``T`` itself."""
+    if str(T.dtype) not in ("bfloat16", "float16"):
+        return T
+    return pt.compute(T.shape, lambda *ix: pt.cast("float32", T[ix]), name=T.name + "_f32")
+
+
+def inline_widened(s, tensors) -> None:
+    """Inline the cast stages ``widen`` made (the others are placeholders)."""
+    for T in tensors:
+        if not isinstance(T.op, PlaceholderOp):
+            s[T].compute_inline()
+
+
+def rounded(value, dtype: str):
+    """``value`` (computed in float32 for a 16-bit ``dtype``) in the storage ``dtype``."""
+    return pt.cast(dtype, value) if str(value.dtype) != dtype else value
