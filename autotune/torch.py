@@ -325,8 +325,9 @@ def attention(
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)``: q
     ``[B, H, S, D]``, k and v ``[B, H, S_kv, D]`` (``S_kv == S`` when causal); no mask
     tensor, no dropout. Causal calls skip the key blocks above the diagonal (the
-    template's flash form, its default for them)."""
-    dt = dtype_name(q, "attention: q")
+    template's flash form, its default for them). bfloat16 and float16 are computed
+    in float32 (q, k and v converted, one copy each; the output rounded once)."""
+    dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
     B, H, S, D = q.shape
@@ -336,13 +337,16 @@ def attention(
                 f"attention: {n} has shape {tuple(t.shape)}, q has {tuple(q.shape)} "
                 "(k and v: [B, H, S_kv, D] with q's B, H and D)"
             )
-        if dtype_name(t, f"attention: {n}") != dt:
+        if dtype_name(t, f"attention: {n}", allowed=ROW_DTYPES) != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
     if is_causal and k.shape[2] != S:
         raise ValueError(
             f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
             f"for {S} queries"
         )
+    if dt in ("bfloat16", "float16"):
+        o = _attention_call(q.float(), k.float(), v.float(), bool(is_causal), scale, "float32")
+        return o.to(q.dtype)
     return _attention_call(q, k, v, bool(is_causal), scale, dt)
 
 

@@ -150,6 +150,19 @@ def test_row_operators_in_16_bits(name, dt, tol):
     torch.testing.assert_close(x16.grad.float(), x32.grad, rtol=tol, atol=tol * scale)
 
 
+@pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 8e-3), (torch.float16, 1e-3)])
+def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
+    _seed()
+    q, k, v = (torch.randn(1, 2, 37, 16).to(dt) for _ in range(3))
+    for causal in (False, True):
+        o = ops.attention(q, k, v, causal, None)
+        assert o.dtype == dt
+        ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+        torch.testing.assert_close(o.float(), ref, rtol=tol, atol=tol)
+    with pytest.raises(TypeError, match=r"attention: k has dtype torch.float32, q has"):
+        ops.attention(q, k.float(), v, False, None)
+
+
 def test_moe_weights_in_reused_memory_are_packed_again():
     """The packed-weights cache is keyed by memory, shape and version counter; memory
     that another tensor takes over (version 0 again) must not hit the old entry."""
