@@ -344,9 +344,10 @@ def attention(
             f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
             f"for {S} queries"
         )
-    if dt in ("bfloat16", "float16"):
-        o = _attention_call(q.float(), k.float(), v.float(), bool(is_causal), scale, "float32")
-        return o.to(q.dtype)
+    if dt in ("bfloat16", "float16"):  # copies into pooled buffers: no page faults
+        q32, k32, v32 = (empty(t.shape, torch.float32).copy_(t) for t in (q, k, v))
+        o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32")
+        return empty(q.shape, q.dtype).copy_(o)
     return _attention_call(q, k, v, bool(is_causal), scale, dt)
 
 
