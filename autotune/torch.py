@@ -24,8 +24,10 @@ copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 
+import numpy as np
 import torch
 
 import pypto as pt
@@ -33,13 +35,17 @@ from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, run
 
 from . import dispatch
 from .task import get_template, workload_key
+from .templates.moe import DTYPES as MOE_DTYPES
 from .templates.moe import (
+    GEMMS,
     combine,
+    dot_kernel,
     expert_ffn,
     moe_route,
     nominal_rows,
     pack_panels,
     panel_width,
+    routed_rows,
 )
 
 _MODULES = ModuleCache()
@@ -361,24 +367,33 @@ def _(q, k, v, is_causal=False, scale=None):
 _PANELS: dict = {}
 
 
-def _panels(w: torch.Tensor, nr: int, name: str) -> torch.Tensor:
+def _from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A tensor on ``a``'s memory; ml_dtypes' bfloat16 as torch's, through its bits."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
+def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``);
     kept while ``w`` is alive and unchanged (its memory, shape, strides and version
     counter), so inference packs each weight once. The entry holds a weak reference
     to ``w``: memory freed and reused by another tensor is never mistaken for it."""
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr)
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr, group)
     got = _PANELS.get(key)
     if got is None or got[0]() is None:
         if len(_PANELS) >= 16:
             _PANELS.clear()
-        got = _PANELS[key] = (weakref.ref(w), torch.from_numpy(pack_panels(as_numpy(w, name), nr)))
+        packed = _from_numpy(pack_panels(as_numpy(w, name), nr, group))
+        got = _PANELS[key] = (weakref.ref(w), packed)
     return got[1]
 
 
 def _moe_modules(args: tuple, dt: str) -> tuple:
     """The expert module (template ``moe``'s best config for ``args``, built with its
     rows bound at call time, one module for every segment length, and its weights in
-    panels), the panel widths of its three GEMMs, and the combine module."""
+    panels), the panel widths of its three GEMMs, their ``pack_panels`` group, the
+    rows each segment is padded to a multiple of, and the combine module."""
     t = _target("host")
     T, d, F, E, k = args[:5]
 
@@ -387,13 +402,20 @@ def _moe_modules(args: tuple, dt: str) -> tuple:
         rows, nominal = pt.var("rows"), nominal_rows(T, k, E)
         s, tensors = expert_ffn(cfg, T, d, F, rows, nominal, dt, panels=True)
         mod = pt.build(s, tensors, target=t, name="moe_expert")
-        return mod, tuple(panel_width(cfg, g) for g in ("gate", "up", "down"))
+        isa = dot_kernel(cfg, dt, d, F)
+        if isa is None:
+            return mod, tuple(panel_width(cfg, g) for g in GEMMS), 1, 1
+        # whole register tiles only: the dot kernels' partial tiles run as plain loops
+        align = math.lcm(*(cfg[g + "_tile_i"].size[-1] for g in GEMMS))
+        return mod, tuple(panel_width(cfg, g) for g in GEMMS), isa.group, align
+
+    mod, widths, group, align = _MODULES.get(("moe_expert", args, t.key), expert)
+    R = routed_rows(T, k, E, align)
 
     def comb():
-        return pt.build(*combine(T, d, k, dt), target=t, name="moe_combine")
+        return pt.build(*combine(T, d, k, dt, R), target=t, name="moe_combine")
 
-    mod, widths = _MODULES.get(("moe_expert", args, t.key), expert)
-    return mod, widths, _MODULES.get(("moe_combine", (T, d, k, dt), t.key), comb)
+    return mod, widths, group, align, _MODULES.get(("moe_combine", (T, d, k, dt, R), t.key), comb)
 
 
 @torch.library.custom_op("pypto::moe", mutates_args=())
@@ -408,7 +430,7 @@ def moe(
     """Top-k mixture of SwiGLU experts: ``out[t] = sum_j topk_weights[t, j] *
     (silu(x[t] Wg_e^T) * (x[t] Wu_e^T)) Wd_e^T`` with ``e = topk_ids[t, j]``;
     x ``[T, d]``, w_gate and w_up ``[E, d_ff, d]``, w_down ``[E, d, d_ff]``."""
-    dt = dtype_name(x, "moe: x")
+    dt = dtype_name(x, "moe: x", allowed=MOE_DTYPES)
     if x.dim() != 2:
         raise ValueError(f"moe: x must be [T, d_model], got shape {tuple(x.shape)}")
     T, d = x.shape
@@ -419,7 +441,7 @@ def moe(
         if tuple(t.shape) != want:
             raise ValueError(f"moe: {n} must be {list(want)}, got {list(t.shape)}")
     for t, n in ((w_gate, "w_gate"), (w_up, "w_up"), (w_down, "w_down"), (topk_weights, "w")):
-        if dtype_name(t, f"moe: {n}") != dt:
+        if dtype_name(t, f"moe: {n}", allowed=MOE_DTYPES) != dt:
             raise TypeError(f"moe: {n} has dtype {t.dtype}, x has {x.dtype}")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:
         raise ValueError(
@@ -432,13 +454,13 @@ def moe(
     if out.numel() == 0 or k == 0:
         return out.zero_()
     ids = as_numpy(topk_ids, "topk_ids")
-    tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E)
     args = (T, d, F, E, k) + (() if dt == "float32" else (dt,))
-    expert, (ng, nu, nd), comb = _moe_modules(args, dt)
-    tok, wt = torch.from_numpy(tok), torch.from_numpy(wt)
-    wg, wu = _panels(w_gate, ng, "w_gate"), _panels(w_up, nu, "w_up")
-    wd = _panels(w_down, nd, "w_down")
-    y = empty((T * k, d), getattr(torch, dt))
+    expert, (ng, nu, nd), group, align, comb = _moe_modules(args, dt)
+    tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, align)
+    tok, wt = torch.from_numpy(tok), _from_numpy(wt)
+    wg, wu = _panels(w_gate, ng, group, "w_gate"), _panels(w_up, nu, group, "w_up")
+    wd = _panels(w_down, nd, group, "w_down")
+    y = empty((len(tok), d), getattr(torch, dt))
     xc = x.contiguous()
     for e in range(E):
         a, b = int(offsets[e]), int(offsets[e + 1])

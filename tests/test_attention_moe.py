@@ -14,11 +14,13 @@ from autotune.templates.gelu import gelu_grad_ref, gelu_ref
 from autotune.templates.moe import (
     _expert_ref,
     combine,
+    dot_kernel,
     expert_ffn,
     moe_route,
     nominal_rows,
     pack_panels,
     panel_width,
+    routed_rows,
 )
 from pypto.dtypes import numpy_dtype
 
@@ -178,6 +180,41 @@ def test_moe_expert_reads_weights_packed_in_panels():
     np.testing.assert_allclose(y, _expert_ref(x, tok, wt, wg[2], wu[2], wd[2]), atol=2e-5)
 
 
+def test_moe_expert_in_bfloat16_on_the_dot_kernels():
+    """bfloat16 experts on a target with BF16: the three GEMMs on the vdpbf16ps kernels
+    (built, never run, elsewhere), their weights in pairs of the reduction (group 2),
+    within bfloat16's rounding of the float64 reference (G, U, H and Dn are bfloat16)."""
+    T, d, F, E, k = 16, 64, 96, 4, 2
+    task = at.Task("moe", (T, d, F, E, k, "bfloat16"), target="x86-avx512-bf16")
+    cfg = task.config_space.default_config()
+    isa = dot_kernel(cfg, "bfloat16", d, F)
+    assert isa is not None and isa.group == 2
+    s, ts = expert_ffn(cfg, T, d, F, pt.var("rows"), 8, "bfloat16", panels=True)
+    src = pt.build(s, ts, target="x86-avx512-bf16", emit_only=True)
+    assert src.count("gemm_avx512bf16_") >= 3  # the three GEMMs' dot kernels
+    assert "vdpbf16ps" in src
+    small = at.Task("moe", (T, 8, 12, E, k, "bfloat16"), target="x86-avx512-bf16")
+    assert dot_kernel(small.config_space.default_config(), "bfloat16", 8, 12) is None
+    if not pt.Target("x86-avx512-bf16").can_run():
+        return
+    mod = pt.build(s, ts, target="x86-avx512-bf16")
+    bf = numpy_dtype("bfloat16")
+    case = _moe_case(T, d, F, E, k)
+    x, wg, wu, wd = (a.astype(bf) for a in case[:4])
+    widths = [panel_width(cfg, g) for g in ("gate", "up", "down")]
+    packed = [
+        pack_panels(a.transpose(0, 2, 1), n, 2)
+        for a, n in ((wg, widths[0]), (wu, widths[1]), (wd, widths[2]))
+    ]
+    tok = np.array([3, 0, 15, 3, 9, 1, 2, 4], np.int32)  # 8 rows: whole tiles
+    wt = RNG.random(8).astype(bf)
+    y = np.zeros((8, d), bf)
+    mod(x, tok, wt, *(p[1] for p in packed), y)
+    f64 = lambda a: a.astype(np.float64)  # noqa: E731
+    ref = _expert_ref(f64(x), tok, f64(wt), f64(wg[1]), f64(wu[1]), f64(wd[1]))
+    np.testing.assert_allclose(f64(y), ref, rtol=2e-2, atol=2e-2 * np.abs(ref).max())
+
+
 def test_moe_template_is_one_expert_at_balanced_rows():
     x, wg, wu, wd, ids, w = _moe_case(16, 8, 12, 4, 2)
     tok = RNG.integers(0, 16, nominal_rows(16, 2, 4)).astype(np.int32)
@@ -206,6 +243,14 @@ def test_moe_route_sorts_rows_by_expert():
             assert offsets[ids[t, j]] <= r < offsets[ids[t, j] + 1]
             assert tok[r] == t and wt[r] == w[t, j]
     assert sorted(pos.ravel().tolist()) == list(range(6))
+    tok, wt, offsets, pos = moe_route(ids, w, 4, align=4)  # segments padded to 4 rows
+    assert offsets.tolist() == [0, 4, 8, 12, 12] and len(tok) == routed_rows(3, 2, 4, 4) == 18
+    for t in range(3):
+        for j in range(2):
+            r = pos[t, j]
+            assert offsets[ids[t, j]] <= r < offsets[ids[t, j]] + 2
+            assert tok[r] == t and wt[r] == w[t, j]
+    assert (wt != 0).sum() == 6  # the padding rows weigh 0
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 3\), got 0..3"):
         moe_route(np.array([[3, 0]]), np.ones((1, 2), np.float32), 3)
     with pytest.raises(ValueError, match=r"topk_ids must be \[T, k\]"):

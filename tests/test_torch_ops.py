@@ -163,6 +163,21 @@ def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
         ops.attention(q, k.float(), v, False, None)
 
 
+@pytest.mark.parametrize("T,d,f", [(21, 24, 40), (40, 64, 96)])
+def test_moe_in_bfloat16(T, d, f):
+    """bfloat16 experts (the dot kernels where the host's target has them and the
+    layer is a tile wide; else products and sums in float) within bfloat16's rounding
+    of the float32 loop on the same bfloat16 values; float16 is refused."""
+    args = [a.bfloat16() for a in _moe_inputs(T, d, f)[:5]]
+    ti = _moe_inputs(T, d, f)[5]
+    out = ops.moe(*args, ti)
+    assert out.dtype == torch.bfloat16
+    ref = _moe_loop(*(a.float() for a in args), ti)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
+    with pytest.raises(TypeError, match=r"moe: x: dtype torch.float16 is not supported"):
+        ops.moe(*(a.half() for a in args), ti)
+
+
 def test_moe_weights_in_reused_memory_are_packed_again():
     """The packed-weights cache is keyed by memory, shape and version counter; memory
     that another tensor takes over (version 0 again) must not hit the old entry."""

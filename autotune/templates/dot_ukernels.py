@@ -232,7 +232,16 @@ class DotGemm:
 
 
 def dot_gemm(
-    isa: DotISA, A, read_b, shape: tuple, mr: int, nr: int, product, names=("C", "B"), batch=()
+    isa: DotISA,
+    A,
+    read_b,
+    shape: tuple,
+    mr: int,
+    nr: int,
+    product,
+    names=("C", "B"),
+    batch=(),
+    packed=None,
 ) -> DotGemm:
     """``C[*b, i, j] = sum_{ko, kq} A[*b, i, ko*g + kq] * BP[*b, j // nr, ko, j % nr, kq]``
     over the packed B of ``read_b(*b, k, n)`` (``shape`` = (M, N, K), ``batch`` the
@@ -243,10 +252,16 @@ def dot_gemm(
         RS[*b, i] = sum_k int32(A[*b, i, k])
         acc[*b, i, j] = sum_{ko, kq} int32(A[*b, i, ko*g + kq]) * int32(BP[...])  (raw)
         C[*b, i, j] = acc[*b, i, j] - 128 * RS[*b, i]
+
+    ``packed`` (a placeholder of ``packed_b``'s shape) is B already packed by the
+    caller: then ``read_b`` is unused and nothing is packed here.
     """
     g = isa.group
     M, N, K = shape
-    BP = packed_b(isa, read_b, N, K, nr, name=f"{names[1]}_packed", batch=batch)
+    if packed is not None:
+        BP = packed
+    else:
+        BP = packed_b(isa, read_b, N, K, nr, name=f"{names[1]}_packed", batch=batch)
     prod = product
     if isa.b_offset:
         prod = lambda a, b: pt.cast("int32", a) * pt.cast("int32", b)  # noqa: E731

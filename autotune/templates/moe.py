@@ -33,9 +33,13 @@ from __future__ import annotations
 import numpy as np
 
 import pypto as pt
+from pypto.dtypes import numpy_dtype
 
 from ..task import template
+from . import dot_ukernels
 from .matmul import define_gemm_knobs, schedule_gemm
+
+DTYPES = ("float32", "float64", "bfloat16")
 
 
 def _checked_ids(topk_ids, experts: int) -> np.ndarray:
@@ -47,21 +51,37 @@ def _checked_ids(topk_ids, experts: int) -> np.ndarray:
     return ids
 
 
-def moe_route(topk_ids, topk_weights, experts: int):
+def routed_rows(tokens: int, topk: int, experts: int, align: int = 1) -> int:
+    """The length of ``moe_route``'s arrays: every pair, plus room to pad each
+    expert's segment to a multiple of ``align``."""
+    return tokens * topk + experts * (align - 1)
+
+
+def moe_route(topk_ids, topk_weights, experts: int, align: int = 1):
     """The routing arrays for (T, k) expert ids and weights, rows sorted by expert:
-    ``tok`` (int32 [T k]: each row's token), ``wt`` ([T k], the weights' dtype),
+    ``tok`` (int32 [R]: each row's token), ``wt`` ([R], the weights' dtype),
     ``offsets`` (int64 [E + 1]: expert ``e``'s rows are ``offsets[e]:offsets[e+1]``)
-    and ``pos`` (int32 [T, k]: the row of each pair). Raises ``ValueError`` for an
-    expert id outside ``[0, experts)``."""
+    and ``pos`` (int32 [T, k]: the row of each pair), ``R = routed_rows(...)``. Each
+    segment is padded to a multiple of ``align`` rows (token 0, weight 0: computed,
+    never read), so that a kernel's register tiles of ``align`` rows are all whole.
+    Raises ``ValueError`` for an expert id outside ``[0, experts)``."""
     ids = _checked_ids(topk_ids, experts)
     T, k = ids.shape
     flat = ids.reshape(-1)
     order = np.argsort(flat, kind="stable")
+    counts = np.bincount(flat, minlength=experts)
+    padded = -(-counts // align) * align
+    offsets = np.concatenate([[0], np.cumsum(padded)])
+    first = np.concatenate([[0], np.cumsum(counts)])  # each expert's first pair in order
+    e_sorted = flat[order]
+    rows = offsets[e_sorted] + np.arange(T * k) - first[e_sorted]
+    R = routed_rows(T, k, experts, align)
+    tok = np.zeros(R, np.int32)
+    tok[rows] = order // k
+    wt = np.zeros(R, np.asarray(topk_weights).dtype)
+    wt[rows] = np.asarray(topk_weights).reshape(-1)[order]
     pos = np.empty(T * k, np.int32)
-    pos[order] = np.arange(T * k, dtype=np.int32)
-    tok = (order // k).astype(np.int32)
-    wt = np.asarray(topk_weights).reshape(-1)[order]
-    offsets = np.concatenate([[0], np.cumsum(np.bincount(flat, minlength=experts))])
+    pos[order] = rows
     return tok, wt, offsets, pos.reshape(T, k)
 
 
@@ -76,15 +96,31 @@ def panel_width(cfg, gemm: str) -> int:
     return cfg[gemm + "_tile_j"].size[-1]
 
 
-def pack_panels(w: np.ndarray, nr: int) -> np.ndarray:
+def pack_panels(w: np.ndarray, nr: int, group: int = 1) -> np.ndarray:
     """Weights ``[E, N, K]`` (PyTorch's out x in) as column panels ``[E, ceil(N/nr), K,
     nr]`` (columns past N are 0): each panel one contiguous block, in the order the
-    micro-kernel reads it."""
+    micro-kernel reads it. ``group`` > 1 (the dot kernels': 2 for bfloat16) keeps that
+    many reduction elements of a column adjacent: ``[E, ceil(N/nr), K/g, nr, g]``."""
     E, N, K = w.shape
     n = -(-N // nr) * nr
     if n != N:
         w = np.concatenate([w, np.zeros((E, n - N, K), w.dtype)], axis=1)
-    return np.ascontiguousarray(w.reshape(E, n // nr, nr, K).transpose(0, 1, 3, 2))
+    p = w.reshape(E, n // nr, nr, K // group, group).transpose(0, 1, 3, 2, 4)
+    return np.ascontiguousarray(p.reshape(E, n // nr, K, nr) if group == 1 else p)
+
+
+GEMMS = ("gate", "up", "down")
+
+
+def dot_kernel(cfg, dtype: str, d_model: int, d_ff: int):
+    """The dot kernel the expert GEMMs of config ``cfg`` use (bfloat16 on a target with
+    BF16, even reductions, outputs at least a register tile wide), else None; its
+    ``group`` is the ``pack_panels`` group of the weights."""
+    isa = dot_ukernels.dot_isa(cfg.target, dtype) if dtype == "bfloat16" else None
+    if isa is None or d_model % isa.group or d_ff % isa.group:
+        return None
+    widths = (d_ff, d_ff, d_model)
+    return isa if all(n >= panel_width(cfg, g) for g, n in zip(GEMMS, widths)) else None
 
 
 def _weights(cfg, gemm: str, n: int, kdim: int, dtype: str, panels: bool):
@@ -103,19 +139,27 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
     """One expert's SwiGLU feed-forward over ``rows`` gathered rows (an int, or a
     ``pt.var`` bound at call time); knobs defined for ``nominal`` rows. With
     ``panels`` the weights come packed (``pack_panels`` with each GEMM's
-    ``panel_width``): the module packs nothing, whatever ``pack_b`` says."""
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"moe: dtype must be float32 or float64, got {dtype!r}")
+    ``panel_width`` and ``dot_kernel``'s group): the module packs nothing, whatever
+    ``pack_b`` says. bfloat16 runs on the dot kernels where ``dot_kernel`` allows."""
+    if dtype not in DTYPES:
+        raise ValueError(f"moe: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    isa = dot_ukernels.dot_isa(cfg.target, dtype)
     lanes = cfg.target.vector_lanes(dtype)
-    size = np.dtype(dtype).itemsize
+    size = numpy_dtype(dtype).itemsize
     gemms = (("gate_", d_ff, d_model), ("up_", d_ff, d_model), ("down_", d_model, d_ff))
     wide = dtype == "float32"  # as matmul's: 4 x 64 on AVX-512 (1.05x 8 x 32 at 128 rows)
+    packs = (1,) if isa is not None else (0, 1)  # the dot kernels read packed B
     for prefix, n, kdim in gemms:
         a_bytes = nominal * kdim * size
-        define_gemm_knobs(cfg, nominal, n, lanes, prefix=prefix, a_bytes=a_bytes, wide=wide)
+        define_gemm_knobs(
+            cfg, nominal, n, lanes, prefix=prefix, a_bytes=a_bytes, wide=wide, pack_options=packs
+        )
     X = pt.placeholder((tokens, d_model), dtype, name="X")
     tok = pt.placeholder((rows,), "int32", name="tok")
     wt = pt.placeholder((rows,), dtype, name="wt")
+    if (isa := dot_kernel(cfg, dtype, d_model, d_ff)) is not None:
+        return _dot_ffn(cfg, isa, X, tok, wt, (rows, nominal, d_model, d_ff), dtype, panels)
+    # else every product and sum in float (bfloat16 loads widen; stores round once)
     Wg, wg = _weights(cfg, "gate", d_ff, d_model, dtype, panels)
     Wu, wu = _weights(cfg, "up", d_ff, d_model, dtype, panels)
     Wd, wd = _weights(cfg, "down", d_model, d_ff, dtype, panels)
@@ -147,10 +191,62 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
     return s, [X, tok, wt, Wg, Wu, Wd, Y]
 
 
-def combine(tokens, d_model, topk, dtype="float32"):
+def _dot_ffn(cfg, isa, X, tok, wt, sizes: tuple, dtype: str, panels: bool):
+    """``expert_ffn`` on the dot kernels (bfloat16 pairs into float32 lanes): G, U and
+    Dn are bfloat16 GEMM outputs (float32 accumulation, rounded once), H and Y
+    element-wise stages computed in float32 and rounded::
+
+        G = Xg Wg;  U = Xg Wu;  H = bf16(silu(G) * U);  Dn = H Wd;  Y = bf16(wt * Dn)
+    """
+    rows, nominal, d_model, d_ff = sizes
+    g = isa.group
+    f32 = lambda v: pt.cast("float32", v)  # noqa: E731
+    Xg = pt.compute((rows, d_model), lambda s, c: X[tok[s], c], name="Xg")
+
+    def gemm(prefix: str, A, n: int, k: int, name: str):
+        nr, mr = cfg[prefix + "tile_j"].size[-1], cfg[prefix + "tile_i"].size[-1]
+        wname = "W" + prefix[0]
+        if panels:
+            W = pt.placeholder((-(-n // nr), k // g, nr, g), dtype, name=wname)
+            dg = dot_ukernels.dot_gemm(
+                isa, A, None, (rows, n, k), mr, nr, lambda a, b: a * b, (name, wname), packed=W
+            )
+        else:
+            W = pt.placeholder((k, n), dtype, name=wname)
+            read = lambda kk, nn: W[kk, nn]  # noqa: E731
+            dg = dot_ukernels.dot_gemm(isa, A, read, (rows, n, k), mr, nr, lambda a, b: a * b,
+                                       (name, wname))  # fmt: skip
+        return W, dg
+
+    Wg, G = gemm("gate_", Xg, d_ff, d_model, "G")
+    Wu, U = gemm("up_", Xg, d_ff, d_model, "U")
+
+    def swiglu(s, f):
+        gv = f32(G.C[s, f])
+        return pt.cast(dtype, gv / (pt.const(1.0, "float32") + pt.fast_exp(-gv)) * f32(U.C[s, f]))
+
+    H = pt.compute((rows, d_ff), swiglu, name="H")
+    Wd, Dn = gemm("down_", H, d_model, d_ff, "Dn")
+    Y = pt.compute(
+        (rows, d_model), lambda s, c: pt.cast(dtype, f32(wt[s]) * f32(Dn.C[s, c])), name="Y"
+    )
+    s = pt.create_schedule(Y.op)
+    for T in (Xg, H, Y):
+        s[T].parallel(T.op.axis[0])
+        s[T].vectorize(T.op.axis[1])
+    for prefix, dg in (("gate_", G), ("up_", U), ("down_", Dn)):
+        schedule_gemm(
+            cfg, s, dg.C, dg.accumulator(s), nominal, prefix=prefix, pack=lambda dg=dg: dg.BP,
+            tile_intrin=dg.intrin, pack_b=False if panels else None,
+        )  # fmt: skip
+    return s, [X, tok, wt, Wg, Wu, Wd, Y]
+
+
+def combine(tokens, d_model, topk, dtype="float32", rows=None):
     """``out[t, c] = sum_j Y[pos[t, j], c]``: each token's rows summed (their routing
-    weights are already in ``Y``); tokens in parallel, columns vectorized."""
-    Y = pt.placeholder((tokens * topk, d_model), dtype, name="Y")
+    weights are already in ``Y``, of ``rows`` rows, by default ``tokens * topk``);
+    tokens in parallel, columns vectorized."""
+    Y = pt.placeholder((rows or tokens * topk, d_model), dtype, name="Y")
     pos = pt.placeholder((tokens, topk), "int32", name="pos")
     j = pt.reduce_axis((0, topk), name="j")
     out = pt.compute((tokens, d_model), lambda t, c: pt.sum(Y[pos[t, j], c], axis=j), name="out")
