@@ -9,7 +9,8 @@ references on the same tensors:
 
 - attention (B=1, H=8, S=1024, D=64), causal and not: ``F.scaled_dot_product_attention``;
 - moe (8 experts, top-2, 512 tokens, d_model 1024, d_ff 2816, SwiGLU): the eager
-  per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it;
+  per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it, in float32
+  and (``moe bfloat16``) in bfloat16, where PyTorch's GEMMs use the BF16 instructions;
 - rms_norm, layer_norm, softmax, gelu on 4096 x 4096: the eager composition and
   ``torch.compile`` of it, and GB/s (one read, one write) against the triad peak;
 - the transformer block of ``examples/transformer_block.py`` (S=256, d=512):
@@ -40,8 +41,8 @@ from benchmarks import peak  # noqa: E402
 from benchmarks.common import run_workers, table  # noqa: E402
 from benchmarks.suite import block_medians  # noqa: E402
 
-ROWS = ("attention", "attention causal", "moe", "rms_norm", "layer_norm", "softmax", "gelu",
-        "block")  # fmt: skip
+ROWS = ("attention", "attention causal", "moe", "moe bfloat16", "rms_norm", "layer_norm",
+        "softmax", "gelu", "block")  # fmt: skip
 MEMORY_BOUND = ("rms_norm", "layer_norm", "softmax", "gelu")
 N = 4096  # rows and columns of the memory-bound operators
 
@@ -83,8 +84,14 @@ def _cases(torch, only):
         wd = torch.randn(E, d, ff, generator=g) * ff**-0.5
         tw, ti = torch.softmax(torch.randn(T, E, generator=g), -1).topk(2, -1)
         loop = _moe_loop(torch, F)
+        ins = (x, wg, wu, wd, tw / tw.sum(-1, keepdim=True))
         cases["moe"] = (ops.moe, {"eager loop": loop, "torch.compile": torch.compile(loop)},
-                        (x, wg, wu, wd, tw / tw.sum(-1, keepdim=True), ti))  # fmt: skip
+                        (*ins, ti))  # fmt: skip
+        if want("moe bfloat16"):
+            cases["moe bfloat16"] = (
+                ops.moe, {"eager loop": loop, "torch.compile": torch.compile(loop)},
+                (*(t.bfloat16() for t in ins), ti),
+            )  # fmt: skip
     x = torch.randn(N, N, generator=g)
     w, b = 1 + 0.1 * torch.randn(N, generator=g), 0.1 * torch.randn(N, generator=g)
     comps = {
@@ -126,7 +133,8 @@ def worker(threads: int, only, logs: str = "") -> dict:
         for row, (mine, refs, ins) in _cases(torch, only).items():
             expect = next(iter(refs.values()))(*ins)
             err = (mine(*ins) - expect).abs().max().item()
-            if not err <= 1e-3 * max(1.0, expect.abs().max().item()):
+            tol = 2e-2 if expect.dtype == torch.bfloat16 else 1e-3  # bfloat16: 2^-8 steps
+            if not err <= tol * max(1.0, expect.abs().max().item()):
                 raise SystemExit(f"{row}: the pypto operator differs from PyTorch by {err}")
             fns = {"pypto": lambda m=mine, a=ins: m(*a)}
             fns.update({n: (lambda f=f, a=ins: f(*a)) for n, f in refs.items()})
