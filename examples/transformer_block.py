@@ -5,6 +5,7 @@ prints the time per block.
 
     python examples/transformer_block.py                    # S=256, d=512, 8 experts
     python examples/transformer_block.py --seq 32 --dim 64 --ff 96 --heads 4 --repeat 1
+    python examples/transformer_block.py --dtype bfloat16   # weights and activations
 
 On a machine shared with other work, run it with ``OMP_WAIT_POLICY=passive`` (for
 PyTorch and pypto alike): OpenMP's spinning idle threads otherwise take the cores
@@ -25,9 +26,11 @@ import autotune.torch  # noqa: F401  (registers torch.ops.pypto.*)
 ops = torch.ops.pypto
 
 
-def make_params(dim: int, heads: int, ff: int, experts: int, seed: int = 0) -> dict:
+def make_params(
+    dim: int, heads: int, ff: int, experts: int, seed: int = 0, dtype=torch.float32
+) -> dict:
     g = torch.Generator().manual_seed(seed)
-    r = lambda *s, scale: torch.randn(*s, generator=g) * scale  # noqa: E731
+    r = lambda *s, scale: (torch.randn(*s, generator=g) * scale).to(dtype)  # noqa: E731
     return {
         "heads": heads,
         "n1": 1 + r(dim, scale=0.1),
@@ -99,9 +102,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument(
+        "--dtype", choices=("float32", "bfloat16"), default="float32",
+        help="weights and activations (bfloat16: routing ties may round differently)",
+    )  # fmt: skip
     a = ap.parse_args(argv)
-    p = make_params(a.dim, a.heads, a.ff, a.experts)
-    x = torch.randn(a.seq, a.dim, generator=torch.Generator().manual_seed(1))
+    dt = getattr(torch, a.dtype)
+    p = make_params(a.dim, a.heads, a.ff, a.experts, dtype=dt)
+    x = torch.randn(a.seq, a.dim, generator=torch.Generator().manual_seed(1)).to(dt)
     runs = {"eager": lambda t: block_torch(t, p)}
     if not a.no_compile:
         runs["torch.compile"] = torch.compile(lambda t: block_torch(t, p))
@@ -109,7 +117,10 @@ def main(argv=None) -> dict:
     with torch.no_grad():
         ref = block_torch(x, p)
         result = {}
-        print(f"block: S={a.seq} d={a.dim} heads={a.heads} d_ff={a.ff} experts={a.experts} top-2")
+        print(
+            f"block: S={a.seq} d={a.dim} heads={a.heads} d_ff={a.ff} experts={a.experts} "
+            f"top-2, {a.dtype}"
+        )
         print(f"{'implementation':<16}{'ms/block':>10}{'max |diff|':>14}")
         for name, fn in runs.items():
             err = (fn(x) - ref).abs().max().item()
