@@ -41,7 +41,7 @@ _BUILTINS_LOADED = False
 class Template:
     """A registered schedule template: ``f(cfg, *args) -> (schedule, tensors)``."""
 
-    def __init__(self, name: str, func, reference=None, atol_scale: float = 0.0):
+    def __init__(self, name: str, func, reference=None, atol_scale: float | dict = 0.0):
         self.name = name
         self.func = func
         self.reference = reference  # optional numpy reference: inputs -> outputs
@@ -150,11 +150,12 @@ def _warn_other_targets(name: str, workload: str, targets: tuple) -> None:
         )
 
 
-def template(name: str, reference=None, atol_scale: float = 0.0):
+def template(name: str, reference=None, atol_scale: float | dict = 0.0):
     """Register ``f(cfg, *args)`` as template ``name`` (``reference``: numpy inputs->outputs).
-    ``atol_scale``: the tuner's correctness check allows an absolute error of that times
-    the largest reference magnitude (chains of long reductions on random inputs give
-    large outputs, and elements that cancel to near 0 keep the large ones' rounding)."""
+    ``atol_scale`` (a number, or one per output dtype): the tuner's correctness check
+    allows an absolute error of that times the largest reference magnitude (chains of
+    long reductions on random inputs give large outputs, and elements that cancel to
+    near 0 keep the large ones' rounding)."""
 
     def deco(func):
         t = Template(name, func, reference, atol_scale)

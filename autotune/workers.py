@@ -35,7 +35,7 @@ from pypto.dtypes import numpy_dtype
 from pypto.runtime import compile_source, kill_compilers
 from pypto.target import Target
 from pypto.tensor import PlaceholderOp
-from pypto.validate import ValidationReport, compare_one
+from pypto.validate import ValidationReport, compare_one, tolerances
 
 from .records import ErrorKind
 from .task import get_template
@@ -210,15 +210,19 @@ class Runner:
     @staticmethod
     def _compare(arrays, outs, ref, names, opt, atol_scale=0.0) -> dict | None:
         """A wrong answer (how many elements, the largest error, the first index) or None:
-        ``pt.validate``'s comparison, float outputs with the measurement's tolerances
-        (the absolute one at least ``atol_scale`` x the largest |reference|), integer
-        outputs exactly."""
+        ``pt.validate``'s comparison, float outputs with the measurement's tolerances or
+        their dtype's (``pt.validate``'s defaults), whichever is looser, the absolute one
+        at least ``atol_scale`` (a number, or one per output dtype) x the largest
+        |reference|; integer outputs exactly."""
         checks = []
         for i, r in zip(outs, ref):
             tol = (None, None)
-            if arrays[i].dtype.kind == "f":
-                big = float(np.abs(r).max(initial=0.0)) if atol_scale else 0.0
-                tol = (opt["rtol"], max(opt["atol"], atol_scale * big))
+            dt = arrays[i].dtype.name
+            if arrays[i].dtype.kind == "f" or dt == "bfloat16":
+                scale = atol_scale.get(dt, 0.0) if isinstance(atol_scale, dict) else atol_scale
+                big = float(np.abs(np.asarray(r, np.float64)).max(initial=0.0)) if scale else 0.0
+                d_rtol, d_atol = tolerances(dt)
+                tol = (max(opt["rtol"], d_rtol), max(opt["atol"], d_atol, scale * big))
             try:
                 checks.append(compare_one(arrays[i], r, names[i], *tol))
             except ValueError as e:  # a shape the reference does not have

@@ -6,6 +6,7 @@ import pytest
 
 import autotune as at
 import pypto as pt
+from pypto.dtypes import numpy_dtype
 from pypto.validate import compare, compare_one
 
 N, M = 6, 8
@@ -164,7 +165,12 @@ def test_the_tuners_check_scales_atol_by_the_largest_reference_when_asked():
     worse = np.array([1.0e4, 0.5], np.float32)  # 5e-5 of the largest: still wrong
     bad = Runner._compare([worse], [0], [want], ["Y"], opt, atol_scale=1e-5)
     assert "atol=0.1" in bad["msg"]
-    assert at.get_template("moe").atol_scale == 1e-5
+    assert at.get_template("moe").atol_scale["float32"] == 1e-5
+    per_dtype = {"float32": 1e-5, "float64": 0.0}  # float32 outputs only
+    assert Runner._compare([got], [0], [want], ["Y"], opt, atol_scale=per_dtype) is None
+    bf = numpy_dtype("bfloat16")  # 16-bit outputs: at least their dtype's tolerances
+    one_ulp = np.array([1.0, 256.0], bf), np.array([1.0078125, 257.0], np.float64)
+    assert Runner._compare([one_ulp[0]], [0], [one_ulp[1]], ["Y"], opt) is None
 
 
 def test_pypto_tune_validate_prints_the_report(capsys):
