@@ -28,12 +28,12 @@ from __future__ import annotations
 import functools
 import math
 import weakref
+from typing import NamedTuple
 
-import numpy as np
 import torch
 
 import pypto as pt
-from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, run
+from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, from_numpy, run
 
 from . import dispatch
 from .task import get_template, workload_key
@@ -369,13 +369,6 @@ def _(q, k, v, is_causal=False, scale=None):
 _PANELS: dict = {}
 
 
-def _from_numpy(a: np.ndarray) -> torch.Tensor:
-    """A tensor on ``a``'s memory; ml_dtypes' bfloat16 as torch's, through its bits."""
-    if a.dtype.name == "bfloat16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(a)
-
-
 def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``);
     kept while ``w`` is alive and unchanged (its memory, shape, strides and version
@@ -386,16 +379,25 @@ def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     if got is None or got[0]() is None:
         if len(_PANELS) >= 16:
             _PANELS.clear()
-        packed = _from_numpy(pack_panels(as_numpy(w, name), nr, group))
+        packed = from_numpy(pack_panels(as_numpy(w, name), nr, group))
         got = _PANELS[key] = (weakref.ref(w), packed)
     return got[1]
 
 
-def _moe_modules(args: tuple, dt: str) -> tuple:
-    """The expert module (template ``moe``'s best config for ``args``, built with its
-    rows bound at call time, one module for every segment length, and its weights in
-    panels), the panel widths of its three GEMMs, their ``pack_panels`` group, the
-    rows each segment is padded to a multiple of, and the combine module."""
+class _MoeModules(NamedTuple):
+    """What a MoE layer shape runs: the expert module (template ``moe``'s best config,
+    built with its rows bound at call time, one module for every segment length, its
+    weights in panels), the panel widths of its three GEMMs and their ``pack_panels``
+    group, the rows each segment is padded to a multiple of, and the combine."""
+
+    expert: pt.Module
+    widths: tuple
+    group: int
+    align: int
+    combine: pt.Module
+
+
+def _moe_modules(args: tuple, dt: str) -> _MoeModules:
     t = _target("host")
     T, d, F, E, k = args[:5]
 
@@ -417,7 +419,8 @@ def _moe_modules(args: tuple, dt: str) -> tuple:
     def comb():
         return pt.build(*combine(T, d, k, dt, R), target=t, name="moe_combine")
 
-    return mod, widths, group, align, _MODULES.get(("moe_combine", (T, d, k, dt, R), t.key), comb)
+    comb_mod = _MODULES.get(("moe_combine", (T, d, k, dt, R), t.key), comb)
+    return _MoeModules(mod, widths, group, align, comb_mod)
 
 
 @torch.library.custom_op("pypto::moe", mutates_args=())
@@ -457,11 +460,13 @@ def moe(
         return out.zero_()
     ids = as_numpy(topk_ids, "topk_ids")
     args = (T, d, F, E, k) + (() if dt == "float32" else (dt,))
-    expert, (ng, nu, nd), group, align, comb = _moe_modules(args, dt)
-    tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, align)
-    tok, wt = torch.from_numpy(tok), _from_numpy(wt)
-    wg, wu = _panels(w_gate, ng, group, "w_gate"), _panels(w_up, nu, group, "w_up")
-    wd = _panels(w_down, nd, group, "w_down")
+    m = _moe_modules(args, dt)
+    tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, m.align)
+    tok, wt = torch.from_numpy(tok), from_numpy(wt)
+    wg, wu, wd = (
+        _panels(w, n, m.group, name)
+        for w, n, name in zip((w_gate, w_up, w_down), m.widths, ("w_gate", "w_up", "w_down"))
+    )
     y = empty((len(tok), d), getattr(torch, dt))
     xc = x.contiguous()
     for e in range(E):
@@ -469,8 +474,8 @@ def moe(
         if b > a:  # one expert's segment of rows, written in place into y
             ins = [(xc, "x"), (tok[a:b], "tok"), (wt[a:b], "wt")]
             ins += [(wg[e], "w_gate"), (wu[e], "w_up"), (wd[e], "w_down")]
-            run(expert, ins, [y[a:b]])
-    run(comb, [(y, "y"), (torch.from_numpy(pos), "pos")], [out])
+            run(m.expert, ins, [y[a:b]])
+    run(m.combine, [(y, "y"), (torch.from_numpy(pos), "pos")], [out])
     return out
 
 

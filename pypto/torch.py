@@ -67,6 +67,14 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     return _numpy_view(t)
 
 
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    """A tensor on ``a``'s memory (``torch.from_numpy``; ml_dtypes' bfloat16 as torch's,
+    through its bits)."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def _numpy_view(t: torch.Tensor) -> np.ndarray:
     """The numpy array on ``t``'s memory; bfloat16 (which numpy lacks) as ml_dtypes'
     bfloat16, through its bits (a ``TypeError`` saying so without ml_dtypes)."""
