@@ -170,7 +170,7 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
     G = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c1] * wg(c1, f), axis=c1), name="G")
     U = pt.compute((rows, d_ff), lambda s, f: pt.sum(Xg[s, c2] * wu(c2, f), axis=c2), name="U")
     one = pt.const(1.0, dtype)
-    exp = pt.fast_exp if dtype == "float32" else pt.exp
+    exp = pt.exp if dtype == "float64" else pt.fast_exp  # bfloat16 computes in float
     H = pt.compute((rows, d_ff), lambda s, f: G[s, f] / (one + exp(-G[s, f])) * U[s, f], name="H")
     Dn = pt.compute((rows, d_model), lambda s, c: pt.sum(H[s, fd] * wd(fd, c), axis=fd), name="Dn")
     Y = pt.compute((rows, d_model), lambda s, c: wt[s] * Dn[s, c], name="Y")
