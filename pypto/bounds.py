@@ -79,6 +79,7 @@ class _Draft:
         self.true_dom = {}  # root IterVar -> (min, extent), possibly naming other roots
         self.tightened = False  # loops bounded per outer iteration (a polyhedral domain)
         self.shared = 0  # outer loops shared with other stages (compute_with): kept whole
+        self.shared_domain = None  # the points in them (domain.shared_domain)
         self.init_value = None  # root_value and guards of a reduction's init nest, which
         self.init_conds = None  # keeps the box of its spatial loops (see domain.tighten)
         self.init_guards = {}
@@ -100,6 +101,7 @@ class StageNest:
     true_dom: Mapping
     tightened: bool
     shared: int
+    shared_domain: tuple | None
     init_value: Mapping
     init_conds: list | None
     init_guards: Mapping
@@ -258,7 +260,8 @@ class Bounds(_Reads):
         ro = FrozenDict  # a nest is data once inferred
         n = self.nests[st] = StageNest(
             st, tuple(d.region), tuple(d.prefix), ro(d.leaf_ext), ro(d.box_ext),
-            ro(d.root_min), ro(d.root_value), ro(d.true_dom), d.tightened, d.shared,
+            ro(d.root_min), ro(d.root_value), ro(d.true_dom), d.tightened,
+            d.shared, d.shared_domain,
             ro(d.init_value), d.init_conds, ro(d.init_guards), ro(d.guards), ro(d.ext),
         )  # fmt: skip
         return n
@@ -358,8 +361,8 @@ class Bounds(_Reads):
             ext[iv], dom_min[iv] = iv.extent, iv.dom_min
         true_dom = n.true_dom = {iv: (dom_min[iv], ext[iv]) for iv in st.root_iter_vars}
         dependent = domain.dependent_roots(st.root_iter_vars, true_dom)
+        n.shared = shared_loops(st)  # shared loops count alike in every stage
         if dependent:  # a polyhedron: relations work on the box of each such root
-            n.shared = shared_loops(st)  # shared loops count alike in every stage
             own = domain.own_min_roots(st, dependent, true_dom, st.root_iter_vars[: n.shared])
             offsets = {iv: (Const(0, INDEX), true_dom[iv][1]) for iv in own}
             for iv, (m, e) in domain.root_boxes(
@@ -398,6 +401,9 @@ class Bounds(_Reads):
             n.root_value[iv] = simplify(m + val[iv], self.ranges)
         if dependent:
             conds += domain.bound_guards(dependent, true_dom, n.root_value)
+        if n.shared and conds:  # a member of a compute_with group, not a box
+            n.shared_domain = domain.shared_domain(n, true_dom, conds)
+        if dependent:
             conds = domain.tighten(n, true_dom, conds, self.ranges)
         n.guards = self._place_guards(st, conds)
         if n.init_conds is None:

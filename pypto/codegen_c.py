@@ -32,6 +32,7 @@ from .loop_ir import (
     For,
     IfThenElse,
     IntrinCall,
+    Let,
     LoweredFunc,
     Namer,
     Prefetch,
@@ -267,6 +268,15 @@ class CodeGen:
             args.append(name if zero else f"{name} + {self.p.wrap(o.index, 5, True)}")
             args.extend(str(st) for st in o.strides)
         self.emit(depth, f"{s.intrin.name}({', '.join(args)});")
+
+    def let(self, s: Let, depth):
+        """A block: the value named once, then its body (which may be unrolled again)."""
+        v = self.namer(s.var, s.var.name)
+        self.ranges[s.var] = bounds(s.value, self.ranges)
+        self.emit(depth, "{")
+        self.emit(depth + 1, f"const int64_t {v} = {self.p(s.value)};")
+        self.stmt(s.body, depth + 1)
+        self.emit(depth, "}")
 
     def allocate(self, s: Allocate, depth):
         b = s.buffer

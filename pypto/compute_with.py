@@ -32,12 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from .domain import shared_bounds
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Cmp, Const, conjunction
-from .loop_ir import For, IfThenElse, seq
+from .expr import Binary, Cmp, Const, Var, conjunction
+from .loop_ir import For, IfThenElse, Let, seq
 from .passes import subst_stmt
-from .simplify import simplify
+from .simplify import bounds, simplify
 from .tensor import IterVar
 
 
@@ -266,49 +267,93 @@ def _cycle_error(left: list, edges: dict) -> ScheduleError:
 def fused_stmt(low, cluster: Cluster):
     """One loop nest for the members of ``cluster`` (their nests merged down to the
     loops they share), from ``low.stage_stmt`` of each member."""
-    items = [(low.stage_stmt(m), d, m) for m, d in zip(cluster.members, cluster.depths)]
-    return _merge(items, low.ranges)
+    items = [
+        _Member(low.stage_stmt(m), d, m, low.nests[m].shared_domain)
+        for m, d in zip(cluster.members, cluster.depths)
+    ]
+    return _merge(items, low.ranges, ())
 
 
-def _merge(items: list, ranges):
+class _Member(NamedTuple):
+    """A member's nest below the loops merged so far; ``points``: its points in the
+    shared loops (``domain.shared_domain``; None: their boxes)."""
+
+    stmt: Any
+    depth: int
+    stage: Any
+    points: tuple | None
+
+
+def _merge(items: list, ranges, outer: tuple):
+    """``outer``: the values of the shared loops merged so far."""
     out, run = [], []
     for item in items:
-        if run and item[1] >= 1:
+        if run and item.depth >= 1:
             run.append(item)
         else:
             if run:
-                out.append(_fuse_run(run, ranges))
+                out.append(_fuse_run(run, ranges, outer))
             run = [item]
-    out.append(_fuse_run(run, ranges))
+    out.append(_fuse_run(run, ranges, outer))
     return seq(*out)
 
 
-def _fuse_run(run: list, ranges):
+def _fuse_run(run: list, ranges, outer: tuple):
     """One loop for the members of ``run``: the longest of their loops, each member's
     body guarded where its own loop would have stopped (a member shifted behind the
-    others runs its last iterations after theirs)."""
+    others runs its last iterations after theirs). Where the members' points do not
+    fill the box of the shared loops (skewed tiles), the loop runs only the hull of
+    their points (``domain.shared_bounds``), from a lower bound computed once:
+
+        for t in [0, T):                      let t_lo = max(0, lo(io))
+          A(t)  (points for t in [a0, a1))  ->  for t' in [0, min(T, hi(io)) - t_lo):
+          B(t)  (points for t in [b0, b1))        A(t' + t_lo); B(t' + t_lo)
+    """
     if len(run) == 1:
-        return run[0][0]
-    peeled = [_peel(s, m) for s, _, m in run]
-    lead, lead_stage = peeled[0][0], run[0][2]
-    ext = lead.extent
+        return run[0].stmt
+    peeled = [_peel(m.stmt, m.stage) for m in run]
+    lead, lead_stage = peeled[0][0], run[0].stage
+    box = lead.extent
     for loop, _ in peeled[1:]:
-        if not _same(loop.extent, ext, ranges):
-            ext = simplify(Binary("max", ext, loop.extent, INDEX), ranges)
+        if not _same(loop.extent, box, ranges):
+            box = simplify(Binary("max", box, loop.extent, INDEX), ranges)
+    lo, hi = _hull(run, len(outer), outer, box, ranges)
+    start = None if _same(lo, Const(0, INDEX), ranges) else Var(f"{lead.var.name}_lo", INDEX)
+    at = lead.var if start is None else Binary("add", lead.var, start, INDEX)
     inner = []
-    for k, ((loop, body), (_, d, m)) in enumerate(zip(peeled, run)):
+    for k, ((loop, body), m) in enumerate(zip(peeled, run)):
         if k and loop.kind != lead.kind:
             raise ScheduleError(
-                f"compute_with on stage '{m.name}': its loop {loop.var.name} is "
+                f"compute_with on stage '{m.stage.name}': its loop {loop.var.name} is "
                 f"{loop.kind}, loop {lead.var.name} of '{lead_stage.name}' {lead.kind}; "
                 "shared loops need the same annotation"
             )
-        if loop.var is not lead.var:
-            body = subst_stmt(body, {loop.var: lead.var})
-        if not _same(loop.extent, ext, ranges):
-            body = IfThenElse(Cmp("lt", lead.var, loop.extent), body)
-        inner.append((body, d - 1 if k else 0, m))
-    return For(lead.var, ext, lead.kind, _merge(inner, ranges))
+        body = subst_stmt(body, {loop.var: at})
+        if not _same(loop.extent, box, ranges):
+            body = IfThenElse(Cmp("lt", at, loop.extent), body)
+        inner.append(m._replace(stmt=body, depth=m.depth - 1 if k else 0))
+    body = _merge(inner, ranges, (*outer, at))
+    if start is None:
+        return For(lead.var, hi, lead.kind, body)
+    ext = simplify(Binary("sub", hi, start, INDEX), ranges)
+    return Let(start, lo, For(lead.var, ext, lead.kind, body))
+
+
+def _hull(run: list, level: int, outer: tuple, box, ranges) -> tuple:
+    """``(lo, hi)`` of the shared loop at ``level``: the hull of the members' points,
+    clamped to ``[0, box)`` (outside their points each member's body does nothing, and
+    runs correctly anywhere in its box); the box when a member's points are not known."""
+    zero = Const(0, INDEX)
+    if any(m.points is None for m in run):
+        return zero, box
+    params = {k: v for m in run for k, v in m.points[1].items()}
+    found = shared_bounds([m.points[0] for m in run], level, list(outer), params)
+    if found is None:
+        return zero, box
+    lo, hi = (simplify(e, ranges) for e in found)
+    lo = zero if bounds(lo, ranges)[1] <= 0 else simplify(Binary("max", lo, zero, INDEX), ranges)
+    hi = box if _same(hi, box, ranges) else simplify(Binary("min", hi, box, INDEX), ranges)
+    return lo, hi
 
 
 def _same(a, b, ranges) -> bool:

@@ -184,6 +184,69 @@ def leaf_bounds(
 _SET0 = (isl.dim_type.set, 0, 1)
 
 
+def shared_domain(n, true_dom: dict, conds: list):
+    """``(set, params)``: the points of nest ``n`` (a ``lowering.StageNest``) in the loops
+    it shares with other stages (``compute_with``), an isl set over ``s0, s1, ...`` (the
+    shared leaves, whose counters are the same in every member), ``params`` its
+    parameters' names -> variables; None when a relation is not affine. The merged loops
+    run the hull of the members' sets (``shared_bounds``), not the box."""
+    leaves = n.stage.leaf_iter_vars
+    sp = IslSpace([iv.var for iv in leaves])
+    to_leaves = {iv.var: v for iv, v in n.root_value.items()}
+    bounds = [
+        (n.root_value[iv], substitute(lo, to_leaves), substitute(ext, to_leaves))
+        for iv, (lo, ext) in true_dom.items()
+    ]
+    guards = [c for c, _ in conds]
+    pr = sp.printer([e for b in bounds for e in b] + list(n.box_ext.values()) + guards)
+    try:
+        cons = [_range(pr, pr(v), lo, ext) for v, lo, ext in bounds]
+        cons += [isl_condition(g, pr) for g in guards]
+    except NonAffine:
+        return None
+    for iv in leaves:
+        try:
+            cons.append(f"0 <= {sp.names[iv.var]} < {pr(n.box_ext[iv])}")
+        except NonAffine:
+            cons.append(f"0 <= {sp.names[iv.var]}")  # the roots' bounds bound it
+    k = n.shared
+    points = sp.set(cons).project_out(isl.dim_type.set, k, len(leaves) - k)
+    params = {}
+    for d in range(points.dim(isl.dim_type.param)):
+        v = sp.var_of(points.get_dim_name(isl.dim_type.param, d))
+        params[name := f"p{id(v)}"] = v
+        points = points.set_dim_name(isl.dim_type.param, d, name)
+    for d in range(k):
+        points = points.set_dim_name(isl.dim_type.set, d, f"s{d}")
+    return points.coalesce(), params
+
+
+def shared_bounds(sets: list, level: int, outer: list, params: dict):
+    """``(lo, hi)``: the range of shared loop ``level`` over the union of the members'
+    ``sets`` (``shared_domain``), given the outer shared loops' values ``outer`` (Exprs);
+    None when the members give none."""
+    union = None
+    for s in sets:
+        s = s.project_out(isl.dim_type.set, level + 1, s.dim(isl.dim_type.set) - level - 1)
+        if union is not None:  # both with every parameter, in one order
+            s = s.align_params(union.get_space())
+            union = union.align_params(s.get_space()).union(s)
+        else:
+            union = s
+    line = union.move_dims(isl.dim_type.param, union.dim(isl.dim_type.param),
+                           isl.dim_type.set, 0, level).coalesce()  # fmt: skip
+    if line.is_empty():
+        return None
+    where = line.params()
+    lo, hi = line.dim_min(0), line.dim_max(0).add_constant_val(isl.Val.one(line.get_ctx()))
+    names = {**params, **{f"s{d}": e for d, e in enumerate(outer)}}
+    build = isl.AstBuild.from_context(where)
+    return tuple(
+        _from_ast(build.expr_from_pw_aff(pa.gist(where).coalesce()), names.__getitem__)
+        for pa in (lo, hi)
+    )
+
+
 def tighten(n, true_dom: dict, conds: list, ranges) -> list:
     """Leaf loops of the non-rectangular stage of nest ``n`` (a ``lowering.StageNest``)
     run over their exact range given the outer leaves (``leaf_bounds``), as counters
@@ -252,7 +315,7 @@ def _expr(pa: isl.PwAff, sp: IslSpace, context: isl.Set | None = None) -> Expr:
     if context is None:
         context = isl.Set.universe(pa.domain().get_space())
     build = isl.AstBuild.from_context(context)
-    return _from_ast(build.expr_from_pw_aff(pa.gist(context)), sp)
+    return _from_ast(build.expr_from_pw_aff(pa.gist(context)), sp.var_of)
 
 
 def _int(a: Expr, b: Expr, op: str) -> Expr:
@@ -316,13 +379,14 @@ def _fold(args: list, op: str) -> Expr:
     return out
 
 
-def _from_ast(e: isl.AstExpr, sp: IslSpace) -> Expr:
+def _from_ast(e: isl.AstExpr, var_of) -> Expr:
+    """An isl AST expression as a pypto one; ``var_of(name)``: the variable of a name."""
     t = e.get_type()
     if t == isl.ast_expr_type.int:
         return Const(e.get_val().to_python(), "int64")
     if t == isl.ast_expr_type.id:
-        return sp.var_of(e.get_id().get_name())
-    args = [_from_ast(e.get_op_arg(k), sp) for k in range(e.get_op_n_arg())]
+        return var_of(e.get_id().get_name())
+    args = [_from_ast(e.get_op_arg(k), var_of) for k in range(e.get_op_n_arg())]
     return _AST_RULES[e.get_op_type()](args)
 
 

@@ -71,6 +71,16 @@ class IfThenElse(Stmt):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Let(Stmt):
+    """``var`` holds ``value`` (an integer) in ``body``: a bound computed once outside a
+    loop instead of in every expression that needs it (``const int64_t`` in C)."""
+
+    var: Var
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class Prefetch(Stmt):
     buffer: Buffer
     index: Expr  # the first element; may lie past the buffer's end (a hint never faults)
@@ -156,6 +166,7 @@ STMT_KINDS = {
         lambda s: (s.cond,),
         lambda s: (s.then,) if s.else_ is None else (s.then, s.else_),
     ),
+    Let: ("let", lambda s: (s.value,), lambda s: (s.body,)),
     Prefetch: ("prefetch", lambda s: (s.index,), lambda s: ()),
     IntrinCall: ("intrin_call", lambda s: tuple(o.index for o in s.operands), lambda s: ()),
     Seq: ("seq", lambda s: (), lambda s: s.stmts),
@@ -258,6 +269,12 @@ class StmtMutator:
             return None
         return s if size is s.size and body is s.body else Allocate(s.buffer, size, body)
 
+    def mutate_let(self, s: Let):
+        value, body = self.expr(s.value), self.visit(s.body)
+        if body is None:
+            return None
+        return s if value is s.value and body is s.body else Let(s.var, value, body)
+
     def mutate_if_(self, s: IfThenElse):
         c, then, els = self.expr(s.cond), self.visit(s.then), self.visit(s.else_)
         if then is None and els is None:
@@ -290,7 +307,7 @@ def unbound_vars(func: LoweredFunc) -> list:
     """The variables ``func``'s body uses that neither a loop nor an argument's shape
     binds (each once, in order of first use): C would not know them."""
     bound = {id(v) for v in (*func.size_vars, *func.scalar_vars)}
-    bound |= {id(s.var) for s in walk_stmts(func.body) if isinstance(s, For)}
+    bound |= {id(s.var) for s in walk_stmts(func.body) if isinstance(s, (For, Let))}
     out: list = []
     for s in walk_stmts(func.body):
         for e in own_exprs(s):
@@ -376,6 +393,10 @@ class IRPrinter(Printer):
         return (
             f"{pad}{kind}for ({v}, 0, {self(s.extent)}) {{\n{self.stmt(s.body, depth + 1)}{pad}}}\n"
         )
+
+    def print_let(self, s: Let, pad: str, depth: int) -> str:
+        v = self.namer(s.var, s.var.name)
+        return f"{pad}let {v} = {self(s.value)}\n{self.stmt(s.body, depth)}"
 
     def print_store(self, s: Store, pad: str, depth: int) -> str:
         return f"{pad}{self.namer(s.buffer, s.buffer.name)}[{self(s.index)}] = {self(s.value)}\n"

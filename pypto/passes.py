@@ -35,6 +35,7 @@ from .loop_ir import (
     ExprMapper,
     For,
     IfThenElse,
+    Let,
     LoweredFunc,
     Seq,
     StmtMutator,
@@ -42,7 +43,7 @@ from .loop_ir import (
     walk_stmts,
 )
 from .promote import promote_accumulators
-from .simplify import FLIP, INF, Lin, Ranges, simplify
+from .simplify import FLIP, INF, Lin, Ranges, bounds, simplify
 
 MAX_UNROLL = 64
 
@@ -77,6 +78,15 @@ class _Simplify(StmtMutator):
             return self.visit(subst_stmt(s.body, {s.var: Const(0, s.var.dtype)}))
         body = _Simplify(self.ranges.child(s.var, ext), self.facts).visit(s.body)
         return None if body is None else For(s.var, ext, s.kind, body)
+
+    def mutate_let(self, s: Let):
+        value = self.expr(s.value)
+        if isinstance(value, (Const, Var)):  # nothing to compute once
+            return self.visit(subst_stmt(s.body, {s.var: value}))
+        inner = Ranges(self.ranges, extents=self.ranges.extents)
+        inner[s.var] = bounds(value, self.ranges)
+        body = _Simplify(inner, self.facts).visit(s.body)
+        return None if body is None else Let(s.var, value, body)
 
     def mutate_if_(self, s: IfThenElse):
         c = self.expr(s.cond)

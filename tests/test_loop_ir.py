@@ -9,6 +9,7 @@ from pypto.loop_ir import (
     Buffer,
     For,
     IfThenElse,
+    Let,
     Seq,
     Stmt,
     StmtMutator,
@@ -92,3 +93,20 @@ def test_simplify_drops_a_zero_trip_loop_and_unwraps_one_trip():
     assert isinstance(out, Seq) and out.stmts == ()
     out = simplify_stmt(one, Ranges())
     assert isinstance(out, Store) and str(out.index) == "0"
+
+
+def test_a_let_of_a_constant_or_variable_is_inlined_and_others_bound_their_uses():
+    """``let v = e``: simplify substitutes a constant or a variable; an expression stays
+    named, and what it ranges over decides the conditions inside."""
+    i, buf, nest = _nest()
+    v = Var("v")
+    store = Store(buf, v, Const(1.0, "float32"))
+    out = simplify_stmt(Let(v, Const(3, "int64"), store), Ranges())
+    assert isinstance(out, Store) and str(out.index) == "3"
+    out = simplify_stmt(Let(v, i, store), Ranges())
+    assert isinstance(out, Store) and out.index is i
+    value = i * 2 + 1  # 1 .. 15 for i in [0, 8)
+    kept = Let(v, value, IfThenElse(v.__ge__(Const(1, "int64")), store))
+    out = simplify_stmt(For(i, Const(8, "int64"), "serial", kept), Ranges())
+    assert isinstance(out.body, Let) and isinstance(out.body.body, Store)
+    assert "let v = i * 2 + 1" in str(out)

@@ -137,6 +137,40 @@ def test_shared_loops_of_different_extents_run_the_longest():
     np.testing.assert_array_equal(q, x * 3.0)
 
 
+@pytest.mark.parametrize("n, steps, tile", [(40, 30, 4), (9, 12, 16), (25, 3, 8)])
+def test_a_tile_runs_only_the_time_steps_with_points_in_it(n, steps, tile):
+    """Skewed tiles hold points for a window of time steps only: the shared time loop
+    runs the hull of the statements' windows in each tile (a bound computed once per
+    tile, ``let t_lo``), not every step, and every value stays the C nest's."""
+    A0, A, B, *loops = _jacobi_1d(n, steps)
+    s = pt.create_schedule([A.op, B.op])
+    _time_tiles_1d(s, A, B, loops, tile)
+    lines = str(pt.lower(s, [A0, A, B])).splitlines()
+    at = next(k for k, line in enumerate(lines) if line.strip().startswith("let t_lo = "))
+    loop = lines[at + 1].strip()
+    assert loop.startswith("for (t, 0, ") and loop.endswith("- t_lo) {")
+    a, b, (ra, rb) = _run_1d(s, A0, A, B, n, steps)
+    np.testing.assert_allclose(a, ra, rtol=1e-14)
+    np.testing.assert_allclose(b, rb, rtol=1e-14)
+
+
+def test_time_tiles_over_a_symbolic_size_run_each_size_exactly():
+    """The tiles' windows are bounds in ``n`` too: one module for every size."""
+    steps = 5
+    A0, A, B, *loops = _jacobi_1d(pt.var("n"), steps)
+    s = pt.create_schedule([A.op, B.op])
+    _time_tiles_1d(s, A, B, loops, 8)
+    assert "let t_lo = " in str(pt.lower(s, [A0, A, B]))
+    mod = pt.build(s, [A0, A, B])
+    for n in (3, 7, 30, 41):
+        a0 = np.random.default_rng(n).random(n)
+        a, b = np.full(n, np.nan), np.full(n, np.nan)
+        mod(a0, a, b)
+        ra, rb = _jacobi_1d_ref(a0, steps)
+        np.testing.assert_allclose(a, ra, rtol=1e-14)
+        np.testing.assert_allclose(b, rb, rtol=1e-14)
+
+
 def test_a_skewed_inner_loop_starts_at_its_lower_bound():
     """``guards_to_bounds`` turns ``if (v - t >= 0)`` into the loop's start: the
     innermost loop of a time-tiled sweep holds no condition, so it vectorizes whole."""
@@ -245,7 +279,7 @@ def test_a_lower_bound_another_exceeds_by_a_constant_is_dropped():
     ua.compute_with(ub, rows[1], order=t2)
     text = str(pt.lower(s, [A0, A, B]))
     loop = next(line for line in text.splitlines() if "for (j2_shift_skew_inner" in line)
-    assert "- max(0, t * 2 - j_skew_outer * 4 + 1))" in loop and "max(max(" not in loop
+    assert "- max(0, t * 2 + t_lo * 2 - j_skew_outer * 4 + 1))" in loop and "max(max(" not in loop
     a0 = np.random.default_rng(4).random((n, n))
     a, b = np.full((n, n), np.nan), np.full((n, n), np.nan)
     pt.build(s, [A0, A, B])(a0, a, b)

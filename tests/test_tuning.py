@@ -162,12 +162,13 @@ def test_confirm_measures_the_fastest_again_side_by_side(tmp_path):
     log = str(tmp_path / "confirm.jsonl")
     task = at.Task("toy_matmul", (32, 32, 16))
     at.RandomTuner(task, seed=1).tune(8, measure=FAST, callbacks=[at.log_to_file(log)])
+    (before,) = at.ranked_configs(at.load_records(log)).values()
     made = at.confirm_best(task, log, k=3, rounds=2, measure=FAST)
     recs = at.load_records(log)
     assert len(recs) == 8 + made and 6 <= made <= 4 * 2 * 3 + 2  # + the default, twice
     counts = collections.Counter(json.dumps(r.config, sort_keys=True) for r in recs)
-    (ranked,) = at.ranked_configs(recs).values()
-    assert all(counts[json.dumps(r.config, sort_keys=True)] >= 3 for r in ranked[:3])
+    # the three fastest were measured twice more (what ranks first now depends on noise)
+    assert all(counts[json.dumps(r.config, sort_keys=True)] >= 3 for r in before[:3])
     again = at.confirm_best(task, log, k=3, rounds=1, measure=FAST)  # a later session
     assert 3 <= again <= 4 * 3 + 1 and len(at.load_records(log)) == 8 + made + again
     configs = {json.dumps(r.config, sort_keys=True) for r in recs}  # the 8, and the default

@@ -4,12 +4,14 @@ Every statement of a time step is an update definition over an rdom whose first 
 is the time loop; ``compute_with`` runs them in the C nest's order inside one time loop.
 
 Schedules: seidel-2d by diagonals, adi with its recurrences interchanged (3.5x over the
-plain nest at MEDIUM); jacobi-2d by time tiles (``time_tiles``: the second statement
-shifted a row behind the first, both skewed by the time step and tiled, the tiles'
-loops and the time loop shared) once its arrays outgrow the L2 cache, only vectorized
-below that; jacobi-1d, heat-3d and fdtd-2d only vectorized (about the plain nest's
-speed, which the compiler vectorizes too; jacobi-1d's arrays stay in L1 at every size,
-and heat-3d's time tiles, exact too, measured no faster than its plain nest).
+plain nest at MEDIUM); jacobi-2d, heat-3d and fdtd-2d by time tiles once their arrays
+outgrow the L2 cache (``time_tiles``: the second statement shifted a row behind the
+first, both skewed by the time step and tiled, the tiles' loops and the time loop
+shared, each tile's time loop running only the steps that have points in it;
+``tile_updates`` for fdtd-2d's four statements), only vectorized below that, where the
+plain nest already runs from the cache; jacobi-1d only vectorized (its arrays stay in
+L1 at every size, and the plain nest, which the compiler vectorizes too, runs at L1
+speed).
 """
 
 from __future__ import annotations
@@ -80,17 +82,29 @@ def time_tiles(s, first, second, tiles, skew=2):
           for i, j: A[i, j] = f(B)                for j in the tile: B[i, j] = f(A)
                                                   for j in the tile: A[i - 1, j - 1] = f(B)
     """
-    us = [s[first].update(0), s[second].update(0)]
+    tile_updates(s, [s[first].update(0), s[second].update(0)], tiles, skew, shifts=(0, 1))
+
+
+def tile_updates(s, updates, tiles, skew, shifts):
+    """Time tiles of several update stages over ``(t, *space)`` run in this order in
+    each time step: update ``k`` shifted ``shifts[k]`` points along each tiled loop (a
+    number for all, or one per tiled loop; a loop counts from its own minimum, so a
+    loop over ``[1, n)`` shifted by 1 lines up with one over ``[0, n)``), all skewed by
+    ``skew`` times the time step and tiled by ``tiles`` (None: a loop that runs whole),
+    sharing the tiles' loops, the time loop and all but the innermost loop, which is
+    vectorized (``time_tiles``)."""
     shared = []
-    for k, u in enumerate(us):
+    for u, shift in zip(updates, shifts):
         t, *space = u.op.axis
         outer, inner = [], []
+        tiled = [x for x, f in zip(space, tiles) if f is not None]
+        by = dict(zip(tiled, shift if isinstance(shift, tuple) else [shift] * len(tiled)))
         for x, f in zip(space, tiles):
             if f is None:
                 inner.append(x)
                 continue
-            if k:
-                x = u.shift(x, 1)
+            if by[x]:
+                x = u.shift(x, by[x])
             _, x = u.skew(t, x, skew)
             o, x = u.split(x, factor=f)
             outer.append(o)
@@ -98,7 +112,8 @@ def time_tiles(s, first, second, tiles, skew=2):
         u.reorder(*outer, t, *inner)
         u.vectorize(inner[-1])
         shared.append(u.leaf_iter_vars[-2])
-    us[1].compute_with(us[0], shared[1], order=us[1].op.axis[0])
+    for prev, u, loop in zip(updates, updates[1:], shared[1:]):
+        u.compute_with(prev, loop, order=u.op.axis[0])
 
 
 def outgrow_l2(*arrays) -> bool:
@@ -205,12 +220,18 @@ def heat_3d(TSTEPS, N):
             a[1:-1, 1:-1, 1:-1] = _heat_ref(b)
         return [a, b]
 
-    def schedule(s):  # time tiles (exact, tests/test_polybench.py) measured 0.74-1.08x
-        s[B].update(0).vectorize(k)  # at LARGE on a Zen 4, from 4 x 8 to 32 x 64 tiles
-        s[A].update(0).vectorize(k2)
+    tiled = outgrow_l2((N, N, N), (N, N, N))
+
+    def schedule(s):
+        if tiled:  # LARGE on a Zen 4: 1.72-1.86x from 16 x 32 to 32 x 32 tiles
+            time_tiles(s, B, A, tiles=(16, 64, None))
+        else:
+            order(s)
+            s[B].update(0).vectorize(k)
+            s[A].update(0).vectorize(k2)
 
     init = lambda rng: [rng.random((N, N, N)), rng.random((N, N, N))]  # noqa: E731
-    return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule)
+    return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule, regroup=True)
 
 
 @kernel(
@@ -295,6 +316,7 @@ def seidel_time_tiles(s, A, t_tile=8, i_tile=32, j_tile=64):
     dict(TMAX=20, NX=20, NY=30),
     dict(TMAX=40, NX=60, NY=80),
     dict(TMAX=100, NX=200, NY=240),
+    large=dict(TMAX=500, NX=1000, NY=1200),
 )
 def fdtd_2d(TMAX, NX, NY):
     fict = pt.placeholder((TMAX,), F, name="fict")
@@ -302,8 +324,8 @@ def fdtd_2d(TMAX, NX, NY):
     ex = pt.compute((NX, NY), lambda i, j: ex0[i, j], name="ex")
     ey = pt.compute((NX, NY), lambda i, j: ey0[i, j], name="ey")
     hz = pt.compute((NX, NY), lambda i, j: hz0[i, j], name="hz")
-    t0, j0 = rdom((0, TMAX), (0, NY), names="t0 j0")
-    ey[0, j0] = fict[t0]
+    t0, i0, j0 = rdom((0, TMAX), (0, 1), (0, NY), names="t0 i0 j0")  # row 0
+    ey[i0, j0] = fict[t0]
     t1, i1, j1 = rdom((0, TMAX), (1, NX), (0, NY), names="t1 i1 j1")
     ey[i1, j1] = ey[i1, j1] - 0.5 * (hz[i1, j1] - hz[i1 - 1, j1])
     t2, i2, j2 = rdom((0, TMAX), (0, NX), (1, NY), names="t2 i2 j2")
@@ -333,7 +355,15 @@ def fdtd_2d(TMAX, NX, NY):
             )
         return [ex, ey, hz]
 
+    tiled = outgrow_l2((NX, NY), (NX, NY), (NX, NY))
+
     def schedule(s):
+        updates = [s[ey].update(0), s[ey].update(1), s[ex].update(0), s[hz].update(0)]
+        if tiled:  # hz a row and a column behind ey and ex, whose next ones it reads
+            shifts = ((0, 0), (1, 0), (0, 1), (1, 1))  # ey's rows and ex's columns from 1
+            tile_updates(s, updates, tiles=(32, 512), skew=1, shifts=shifts)
+            return
+        order(s)
         s[ey].update(1).vectorize(j1)
         s[ex].update(0).vectorize(j2)
         s[hz].update(0).vectorize(j3)
@@ -341,7 +371,10 @@ def fdtd_2d(TMAX, NX, NY):
     def init(rng):
         return [rng.random(TMAX)] + [rng.random((NX, NY)) for _ in range(3)]
 
-    return Program([fict, ex0, ey0, hz0], [ex, ey, hz], init, ref, order=order, schedule=schedule)
+    return Program(
+        [fict, ex0, ey0, hz0], [ex, ey, hz], init, ref, order=order, schedule=schedule,
+        regroup=True,
+    )  # fmt: skip
 
 
 @kernel("adi", "stencils", dict(TSTEPS=20, N=20), dict(TSTEPS=40, N=60), dict(TSTEPS=100, N=200))
