@@ -332,7 +332,9 @@ def _fuse_run(run: list, ranges, outer: tuple):
         if not _same(loop.extent, box, ranges):
             body = IfThenElse(Cmp("lt", at, loop.extent), body)
         inner.append(m._replace(stmt=body, depth=m.depth - 1 if k else 0))
-    body = _merge(inner, ranges, (*outer, at))
+    # the merged counter runs up to the longest loop: bounds inside must know that (the
+    # lead's own loop may be shorter)
+    body = _merge(inner, ranges.child(lead.var, box), (*outer, at))
     if start is None:
         return For(lead.var, hi, lead.kind, body)
     ext = simplify(Binary("sub", hi, start, INDEX), ranges)
