@@ -361,7 +361,7 @@ def fdtd_2d(TMAX, NX, NY):
         updates = [s[ey].update(0), s[ey].update(1), s[ex].update(0), s[hz].update(0)]
         if tiled:  # hz a row and a column behind ey and ex, whose next ones it reads
             shifts = ((0, 0), (1, 0), (0, 1), (1, 1))  # ey's rows and ex's columns from 1
-            tile_updates(s, updates, tiles=(32, 512), skew=1, shifts=shifts)
+            tile_updates(s, updates, tiles=(64, 512), skew=1, shifts=shifts)
             return
         order(s)
         s[ey].update(1).vectorize(j1)
