@@ -133,19 +133,10 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list, shared:
     return out
 
 
-def leaf_bounds(
-    leaves: list, tighten: set, box_ext: dict, root_value: dict, dom: dict, guards: list
-):
-    """``({leaf: (min, extent)}, exact)`` for the leaves in ``tighten``: the exact range
-    of each given the outer leaves (in the outer leaves' own values and the sizes), and
-    whether the loops so bounded run exactly the domain (no point outside it: then no
-    guard is needed); None when a leaf's relation to the roots is not affine (the box
-    and guards then stay).
-
-    ``root_value[root]`` is the root in leaf variables, ``dom[root]`` its true
-    ``(min, extent)`` in root variables, ``box_ext[leaf]`` the leaf's box extent,
-    ``guards`` the conditions the relations put on the leaves (the range of a split's
-    inner loop that was skewed or fused since, ...)."""
+def _leaf_constraints(leaves: list, box_ext: dict, root_value: dict, dom: dict, guards: list):
+    """``(space, domain, box)``: the isl constraints over the leaves of the domain (the
+    roots' true bounds and the relations' ``guards``) and of each leaf's box; None when
+    one is not affine. Arguments as in ``leaf_bounds``."""
     sp = IslSpace([iv.var for iv in leaves])
     to_leaves = {iv.var: v for iv, v in root_value.items()}
     bounds = [
@@ -165,6 +156,26 @@ def leaf_bounds(
             box_cons.append(f"{sp.names[iv.var]} < {pr(box_ext[iv])}")
         except NonAffine:
             pass  # the roots' bounds bound it
+    return sp, cons, box_cons
+
+
+def leaf_bounds(
+    leaves: list, tighten: set, box_ext: dict, root_value: dict, dom: dict, guards: list
+):
+    """``({leaf: (min, extent)}, exact)`` for the leaves in ``tighten``: the exact range
+    of each given the outer leaves (in the outer leaves' own values and the sizes), and
+    whether the loops so bounded run exactly the domain (no point outside it: then no
+    guard is needed); None when a leaf's relation to the roots is not affine (the box
+    and guards then stay).
+
+    ``root_value[root]`` is the root in leaf variables, ``dom[root]`` its true
+    ``(min, extent)`` in root variables, ``box_ext[leaf]`` the leaf's box extent,
+    ``guards`` the conditions the relations put on the leaves (the range of a split's
+    inner loop that was skewed or fused since, ...)."""
+    found = _leaf_constraints(leaves, box_ext, root_value, dom, guards)
+    if found is None:
+        return None
+    sp, cons, box_cons = found
     domain, box = sp.set(cons + box_cons), sp.set(box_cons)
     reach = box.params()  # the values of sizes and outer leaves the loops reach
     out = {}
@@ -191,26 +202,13 @@ def shared_domain(n, true_dom: dict, conds: list):
     parameters' names -> variables; None when a relation is not affine. The merged loops
     run the hull of the members' sets (``shared_bounds``), not the box."""
     leaves = n.stage.leaf_iter_vars
-    sp = IslSpace([iv.var for iv in leaves])
-    to_leaves = {iv.var: v for iv, v in n.root_value.items()}
-    bounds = [
-        (n.root_value[iv], substitute(lo, to_leaves), substitute(ext, to_leaves))
-        for iv, (lo, ext) in true_dom.items()
-    ]
     guards = [c for c, _ in conds]
-    pr = sp.printer([e for b in bounds for e in b] + list(n.box_ext.values()) + guards)
-    try:
-        cons = [_range(pr, pr(v), lo, ext) for v, lo, ext in bounds]
-        cons += [isl_condition(g, pr) for g in guards]
-    except NonAffine:
+    found = _leaf_constraints(leaves, n.box_ext, n.root_value, true_dom, guards)
+    if found is None:
         return None
-    for iv in leaves:
-        try:
-            cons.append(f"0 <= {sp.names[iv.var]} < {pr(n.box_ext[iv])}")
-        except NonAffine:
-            cons.append(f"0 <= {sp.names[iv.var]}")  # the roots' bounds bound it
+    sp, cons, box_cons = found
     k = n.shared
-    points = sp.set(cons).project_out(isl.dim_type.set, k, len(leaves) - k)
+    points = sp.set(cons + box_cons).project_out(isl.dim_type.set, k, len(leaves) - k)
     params = {}
     for d in range(points.dim(isl.dim_type.param)):
         v = sp.var_of(points.get_dim_name(isl.dim_type.param, d))
