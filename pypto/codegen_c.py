@@ -13,6 +13,7 @@ import math
 
 from . import dtypes, fastmath
 from ._version import __version__ as _version
+from .autovec import autovec_hazard
 from .c_helpers import (
     ALLOC,
     CHECKED_INDEX,
@@ -182,6 +183,7 @@ class CodeGen:
         self.p = CPrinter(self.namer, self.ranges)
         self.lines: list[str] = []
         self.parallel_depth = 0
+        self.simd_depth = 0  # inside a loop marked omp simd: no other loop is marked
         self.loop_depth = 0
         self.block_body = None  # the statement that is a loop's whole body
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
@@ -220,7 +222,11 @@ class CodeGen:
             self.emit(depth, "#pragma omp simd")
         elif s.kind == "unrolled":
             self.emit(depth, "#pragma GCC unroll 8")
+        serial = self.simd_depth == 0 and autovec_hazard(s)
+        if serial:
+            self.emit(depth, "#pragma omp simd simdlen(1)  /* not vectorized: pypto/autovec.py */")
         self.emit(depth, f"for (int64_t {v} = 0; {v} < {ext}; ++{v}) {{")
+        self.simd_depth += serial or s.kind == "vectorized"
         self.parallel_depth += s.kind == "parallel"
         self.loop_depth += 1
         self.block_body = s.body
@@ -229,6 +235,7 @@ class CodeGen:
             for fence in intrin_fences(s.body):
                 self.emit(depth + 1, fence)
         self.loop_depth -= 1
+        self.simd_depth -= serial or s.kind == "vectorized"
         self.parallel_depth -= s.kind == "parallel"
         self.emit(depth, "}")
 

@@ -65,6 +65,9 @@ def _reference(a0, steps, ob, oa):
 # B's tiles end before A's: the merged tile loop runs past B's own, and the time loop's
 # window in A's last tile starts later than in the others
 @example(n=7, steps=2, ob=[0], oa=[0], shift=1, skew=2, tile=5, deep=True)
+# A reads what B stored two iterations earlier, two per iteration: gcc 12.2 vectorized
+# that loop wrongly (pypto/autovec.py)
+@example(n=10, steps=1, ob=[0], oa=[-2], shift=0, skew=0, tile=2, deep=True)
 def test_accepted_time_tiles_compute_the_time_steps(n, steps, ob, oa, shift, skew, tile, deep):
     A0, A, B, (t, i), (t2, i2) = _program(n, steps, ob, oa)
     s = pt.create_schedule([A.op, B.op])

@@ -1,0 +1,67 @@
+"""Loops the C compiler must not vectorize on its own (``pypto/autovec.py``): a serial
+loop whose stores of a buffer a later iteration loads, with its body unrolled, which
+gcc 12.2 vectorizes wrongly at -O3, runs one iteration at a time; loops the compiler
+vectorizes correctly keep that."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+from benchmarks.polybench import build
+
+F = "float64"
+MARK = "#pragma omp simd simdlen(1)"
+
+
+def _fused(n, read_back):
+    """B[i] from A[i], then A[i] from B[i - read_back], in one loop split by 2: the
+    loop over pairs stores B[2 io + 2], B[2 io + 3] and loads B[2 io], B[2 io + 1]."""
+    A0 = pt.placeholder((n,), F, name="A0")
+    A = pt.compute((n,), lambda i: A0[i], name="A")
+    B = pt.compute((n,), lambda i: A0[i] * 0.5, name="B")
+    t, i = pt.rdom([(0, 1), (2, n - 2)], names="t i")
+    B[i] = 0.25 + A[i] * 1.5
+    t2, i2 = pt.rdom([(0, 1), (2, n - 2)], names="t2 i2")
+    A[i2] = -0.5 + B[i2 - read_back] * 0.5
+    s = pt.create_schedule([A.op, B.op])
+    ua, ub = s[A].update(0), s[B].update(0)
+    inner = []
+    for u, ii in ((ub, i), (ua, i2)):
+        io, ii = u.split(ii, factor=2)
+        inner.append(ii)
+    ua.compute_with(ub, inner[1], order=t2)
+    return s, [A0, A, B]
+
+
+def test_a_loop_reading_what_an_earlier_iteration_stored_runs_one_at_a_time():
+    n = 10
+    s, args = _fused(n, read_back=2)
+    mod = pt.build(s, args)
+    assert mod.source.count(MARK) == 1
+    a0 = np.arange(1.0, n + 1)
+    a, b = np.full(n, np.nan), np.full(n, np.nan)
+    mod(a0, a, b)
+    ra, rb = a0.copy(), a0 * 0.5
+    rb[2:-2] = 0.25 + ra[2:-2] * 1.5
+    ra[2:-2] = -0.5 + rb[:-4] * 0.5
+    np.testing.assert_allclose(a, ra, rtol=1e-15)  # gcc 12.2 -O3 gave 0.25 for a[4]
+    np.testing.assert_allclose(b, rb, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "name, tuned",
+    [("trmm", False), ("syrk", True), ("gemm", False), ("lu", True), ("adi", True)],
+)
+def test_loops_the_compiler_vectorizes_correctly_are_not_marked(name, tuned):
+    """trmm's reduction into B[i, j] reads rows of B below i (never the one it
+    stores), syrk's schedule accumulates eight elements of a row of C, each read
+    where it is stored, gemm's C[i, j] +=, lu's row reduction (one store), adi's
+    sweeps (p[20 i + 1] from p[20 i]: one store, and 20 i + 1 never meets 20 i'):
+    no loop is marked, and the compiler vectorizes them as before."""
+    mod, _ = build(name, "MINI", tuned=tuned)
+    assert MARK not in mod.source
+
+
+def test_the_same_element_read_back_is_not_marked():
+    s, args = _fused(10, read_back=0)
+    assert MARK not in pt.build(s, args, emit_only=True)
