@@ -222,11 +222,11 @@ class CodeGen:
             self.emit(depth, "#pragma omp simd")
         elif s.kind == "unrolled":
             self.emit(depth, "#pragma GCC unroll 8")
-        serial = self.simd_depth == 0 and autovec_hazard(s)
-        if serial:
+        one_at_a_time = self.simd_depth == 0 and autovec_hazard(s)
+        if one_at_a_time:
             self.emit(depth, "#pragma omp simd simdlen(1)  /* not vectorized: pypto/autovec.py */")
         self.emit(depth, f"for (int64_t {v} = 0; {v} < {ext}; ++{v}) {{")
-        self.simd_depth += serial or s.kind == "vectorized"
+        self.simd_depth += one_at_a_time or s.kind == "vectorized"
         self.parallel_depth += s.kind == "parallel"
         self.loop_depth += 1
         self.block_body = s.body
@@ -235,7 +235,7 @@ class CodeGen:
             for fence in intrin_fences(s.body):
                 self.emit(depth + 1, fence)
         self.loop_depth -= 1
-        self.simd_depth -= serial or s.kind == "vectorized"
+        self.simd_depth -= one_at_a_time or s.kind == "vectorized"
         self.parallel_depth -= s.kind == "parallel"
         self.emit(depth, "}")
 
