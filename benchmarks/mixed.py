@@ -7,11 +7,15 @@ template's default config (no tuning records are shipped for these workloads), a
 ``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 matmul in the same run. The
 summary relates them to pypto's float32 matmul of the same shape in the same run.
 
-    python -m benchmarks mixed [--threads 1,2] [--repeat 15]
+    python -m benchmarks mixed [--threads 1,2] [--repeat 15] [--target NAME]
 
-runs just these rows: pypto's int8 and bfloat16 matmul 1024^3 against torch, interleaved
-call by call (medians of the per-call ratios), next to the peaks of ``vpdpbusd``,
-``vdpbf16ps`` and the float32 FMA (``peak_dot.c``) with as many threads.
+runs just these rows: pypto's int8, bfloat16 and float32 matmul 1024^3 against torch,
+interleaved call by call (medians of the per-call ratios), each as a fraction of the
+peak of the instruction its kernel uses (``peak_dot.c``, with as many threads), and
+says whether torch's int8 result was exact. ``--target`` runs pypto's kernels of a
+lesser target this machine runs (``x86-avx2``: the ``vpmaddwd`` kernel); to hold
+PyTorch to the same instructions, set ``ONEDNN_MAX_CPU_ISA=AVX2
+ATEN_CPU_CAPABILITY=avx2`` for the run (printed with the results).
 """
 
 from __future__ import annotations
@@ -67,11 +71,11 @@ def _int_mm(torch):
     return lambda a, b, c: torch._int_mm(a, b, out=c)
 
 
-def _bf16_mm(torch):
+def _mm(torch):
     return lambda a, b, c: torch.matmul(a, b, out=c)
 
 
-TORCH = {"int8": _int_mm, "bfloat16": _bf16_mm}
+TORCH = {"int8": _int_mm, "bfloat16": _mm, "float32": _mm}
 
 
 def label(dtype: str) -> str:
@@ -97,7 +101,19 @@ def summary(results: dict) -> str:
 
 
 PEAK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peak_dot.c")
-PEAK_KINDS = {"vpdpbusd GOP/s": 0, "vdpbf16ps GFLOP/s": 1, "fma GFLOP/s": 2}
+PEAK_KINDS = {
+    "vpdpbusd GOP/s": 0,
+    "vdpbf16ps GFLOP/s": 1,
+    "fma zmm GFLOP/s": 2,
+    "vpmaddwd ymm GOP/s": 3,
+    "fma ymm GFLOP/s": 4,
+}
+# the peak each dot kernel (dot_ukernels.ISAS) is measured against
+PEAK_OF_ISA = {
+    "avx512vnni": "vpdpbusd GOP/s",
+    "avx512bf16": "vdpbf16ps GFLOP/s",
+    "avx2": "vpmaddwd ymm GOP/s",
+}
 
 
 def _peak_library() -> str:
@@ -133,14 +149,32 @@ def dot_peaks(threads: int) -> dict:
     return {n: v for n, v in json.loads(r.stdout).items() if v > 0}
 
 
-def _kernels(dtype: str, threads: int, rng):
-    """``{"pypto": call, "torch": call}`` for the ``dtype`` matmul, the output checked."""
+def peak_name(target: pt.Target, dtype: str) -> str | None:
+    """The ``PEAK_KINDS`` entry a ``dtype`` matmul on ``target`` is measured against."""
+    if dtype == "float32":
+        return {512: "fma zmm GFLOP/s", 256: "fma ymm GFLOP/s"}.get(target.vector_bits)
+    isa = dot_isa(target, dtype)
+    return PEAK_OF_ISA.get(isa.name) if isa is not None else None
+
+
+def _torch_note(got: np.ndarray, want: np.ndarray) -> str:
+    """Whether torch's int8 product was exact (oneDNN without VNNI saturates in int16)."""
+    bad = int(np.count_nonzero(got != want))
+    if not bad:
+        return "exact"
+    err = float(np.max(np.abs(got.astype(np.float64) - want)))
+    return f"WRONG in {bad} of {got.size} outputs (max error {err:.0f})"
+
+
+def _kernels(dtype: str, threads: int, rng, target_name: str | None = None):
+    """``{"pypto": call, "torch": call}`` for the ``dtype`` matmul, pypto's output checked;
+    with the target's name and whether torch's int8 output was exact."""
     import torch
 
     import autotune as at
 
     torch.set_num_threads(threads)
-    target = pt.Target(dot_target(dtype))
+    target = pt.Target(target_name or dot_target(dtype))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no shipped record: the default config
         s, tensors = at.get_template("matmul")(*SHAPE, dtype, target=target)
@@ -155,14 +189,17 @@ def _kernels(dtype: str, threads: int, rng):
         np.testing.assert_allclose(c.astype(np.float64), want, rtol=2e-2, atol=0.1)
     ta, tb, tc = (to_torch(torch, x) for x in (a, b, c))
     mm = TORCH[dtype](torch)
-    return target.name, {"pypto": lambda: mod(a, b, c), "torch": lambda: mm(ta, tb, tc)}
+    mm(ta, tb, tc)
+    note = _torch_note(c, want) if dtype == "int8" else ""
+    fns = {"pypto": lambda: mod(a, b, c), "torch": lambda: mm(ta, tb, tc)}
+    return target.name, fns, note
 
 
-def compare(dtype: str, threads: int, repeat: int) -> dict:
+def compare(dtype: str, threads: int, repeat: int, target: str | None = None) -> dict:
     """pypto and torch called in turn ``repeat`` times: median speeds, the median of the
     per-pair ratios and their range (the noise)."""
     pt.set_num_threads(threads)
-    target, fns = _kernels(dtype, threads, np.random.default_rng(0))
+    name, fns, note = _kernels(dtype, threads, np.random.default_rng(0), target)
     secs = {k: [] for k in fns}
     for f in fns.values():
         f()
@@ -174,7 +211,7 @@ def compare(dtype: str, threads: int, repeat: int) -> dict:
     work = 2.0 * np.prod(SHAPE) / 1e9
     ratios = [t / p for p, t in zip(secs["pypto"], secs["torch"])]
     out = {k: work / float(np.median(v)) for k, v in secs.items()}
-    out.update(target=target, ratio=float(np.median(ratios)))
+    out.update(target=name, ratio=float(np.median(ratios)), torch_note=note)
     out.update(ratio_min=min(ratios), ratio_max=max(ratios))
     return out
 
@@ -182,23 +219,37 @@ def compare(dtype: str, threads: int, repeat: int) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks mixed",
-        description="int8 and bfloat16 matmul 1024^3 against torch",
+        description="int8, bfloat16 and float32 matmul 1024^3 against torch",
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--repeat", type=int, default=15, help="interleaved calls of each (15)")
+    p.add_argument(
+        "--target",
+        help="run pypto's kernels for this target (it must run here; default: the "
+        "richest target here with a dot kernel for each dtype, the host's for float32)",
+    )
     a = p.parse_args(argv)
+    if a.target is not None and not pt.Target(a.target).can_run():
+        p.error(f"target {a.target} cannot run on this machine")
+    import torch
+
+    isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "all")
+    print(f"torch {torch.__version__}: ATen {torch.backends.cpu.get_cpu_capability()}, "
+          f"oneDNN ISA cap {isa_cap}")  # fmt: skip
     for t in (int(x) for x in a.threads.split(",")):
         peaks = dot_peaks(t)
         print(f"{t} thread(s), peaks: " + ", ".join(f"{n} {v:.0f}" for n, v in peaks.items()))
-        for dt, peak in (("int8", "vpdpbusd GOP/s"), ("bfloat16", "vdpbf16ps GFLOP/s")):
-            r = compare(dt, t, a.repeat)
-            of = f", {r['pypto'] / peaks[peak]:.0%} of peak" if peak in peaks else ""
+        f32 = None
+        for dt in ("float32", *DTYPES):
+            host = pt.Target("host").name if dt == "float32" else None
+            r = compare(dt, t, a.repeat, a.target or host)
+            peak = peak_name(pt.Target(r["target"]), dt)
+            of = f", {r['pypto'] / peaks[peak]:.0%} of {peak.split()[0]}" if peak in peaks else ""
+            rel = f", {r['pypto'] / f32:.2f}x pypto float32" if f32 else ""
+            f32 = f32 or r["pypto"]
+            note = f" (torch {r['torch_note']})" if r["torch_note"] else ""
             print(
-                f"  {label(dt)} on {r['target']}: pypto {r['pypto']:.0f}{of}, torch "
-                f"{r['torch']:.0f}; pypto/torch {r['ratio']:.2f} (per-call pairs "
+                f"  {label(dt)} on {r['target']}: pypto {r['pypto']:.0f}{of}{rel}, torch "
+                f"{r['torch']:.0f}{note}; pypto/torch {r['ratio']:.2f} (per-call pairs "
                 f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
             )
-
-
-if __name__ == "__main__":
-    main()

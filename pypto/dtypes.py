@@ -48,6 +48,7 @@ _TABLE = {
         # bfloat16 too, its bits kept in a uint16_t (C has no portable type for it)
         DType("bfloat16", "uint16_t", "float", "bfloat16", 16, "float"),
         DType("int8", "int8_t", "int32_t", "int8", 8, "int"),
+        DType("int16", "int16_t", "int32_t", "int16", 16, "int"),
         DType("int32", "int32_t", "int32_t", "int32", 32, "int"),
         DType("int64", "int64_t", "int64_t", "int64", 64, "int"),
         DType("uint8", "uint8_t", "int32_t", "uint8", 8, "uint"),

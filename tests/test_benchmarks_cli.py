@@ -228,3 +228,23 @@ def test_default_logs_are_those_of_a_target_whose_records_serve_the_host(monkeyp
     assert suite._template_log(logs, "softmax") == os.path.join(own, "softmax.jsonl")
     assert suite._template_log(logs, "matmul") == os.path.join(base, "matmul.jsonl")
     assert suite._template_log(logs, "no_such_template") is None
+
+
+def test_mixed_rows_name_their_kernels_peak_and_torchs_exactness():
+    """Each matmul is measured against the peak of the instruction its kernel uses, and
+    torch's int8 output is reported wrong where it is (oneDNN without VNNI saturates)."""
+    import numpy as np
+
+    from benchmarks import mixed
+
+    assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "int8") == "vpdpbusd GOP/s"
+    assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "bfloat16") == "vdpbf16ps GFLOP/s"
+    assert mixed.peak_name(pt.Target("x86-avx2"), "int8") == "vpmaddwd ymm GOP/s"
+    assert mixed.peak_name(pt.Target("x86-avx2"), "float32") == "fma ymm GFLOP/s"
+    assert mixed.peak_name(pt.Target("x86-avx512"), "float32") == "fma zmm GFLOP/s"
+    assert mixed.peak_name(pt.Target("x86-avx2"), "bfloat16") is None  # float arithmetic
+    want = np.arange(6.0).reshape(2, 3)
+    assert mixed._torch_note(want.astype(np.int32), want) == "exact"
+    got = want.astype(np.int32)
+    got[1, 2] = -32768
+    assert mixed._torch_note(got, want) == "WRONG in 1 of 6 outputs (max error 32773)"

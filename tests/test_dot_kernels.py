@@ -128,6 +128,37 @@ def test_int8_matmul_is_bit_exact(target):
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
 
 
+@pytest.mark.parametrize("target", ["x86-avx2", "x86-avx512"])
+def test_vpmaddwd_kernels_broadcast_a_widened_once(target):
+    """Without VNNI, A is widened to int16 once per call, in parallel, before the
+    kernels; each kernel then broadcasts a pair of int16 with one load (no scalar
+    sign extensions per row), and the result stays exact at the extremes."""
+    t = pt.Target(target)
+    s, tensors = at.get_template("matmul")(64, 64, 256, "int8", target=t)
+    src = pt.build(s, tensors, target=t, name="mm", emit_only=True)
+    widen = re.search(r"A_int16\[.*\] = \(int16_t\)", src)
+    call = re.search(r"gemm_avx\w+\(A_int16 \+", src)
+    assert widen and call and widen.start() < call.start()
+    assert re.search(r"void gemm_avx\w+\(const int16_t\* restrict a", src)
+    assert "pt_pair16" not in src
+    if t.can_run():
+        mod, a, b, out = _run(t, (64, 64, 256, "int8"))
+        np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+
+
+def test_avx2_int8_tile_leaves_a_register_for_the_product():
+    """vpmaddwd's product needs a register before vpaddd: AVX2's default int8 tile is
+    4 x 2 vectors (8 accumulators), its float32 tile 6 x 2."""
+
+    def tile(dtype):
+        cfg = at.get_template("matmul").space(256, 256, 256, dtype, target="x86-avx2")
+        d = cfg.default_config()
+        return d["tile_i"].size[-1], d["tile_j"].size[-1]
+
+    assert tile("int8") == (4, 16)
+    assert tile("float32") == (6, 16)
+
+
 def test_int8_matmul_without_the_kernel_is_bit_exact_too():
     mod, a, b, out = _run(pt.Target("x86-avx512-bf16"), (16, 64, 64, "int8"), {"ukernel": 0})
     assert "gemm_" not in mod.source

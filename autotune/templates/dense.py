@@ -100,9 +100,13 @@ def _gemm_knobs(cfg, p, M, N, K):
     # W is (N, K): unpacked, the vectorized column loop would gather with stride K
     # (two orders of magnitude slower), so the weights are always packed
     V = cfg.target.vector_lanes(p.out)
-    define_gemm_knobs(cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K)
+    isa = dot_ukernels.usable(cfg.target, p.name, K)
+    define_gemm_knobs(
+        cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K,
+        tile_default=dot_ukernels.default_tile(isa, V),
+    )  # fmt: skip
     cfg.add_flop(2.0 * M * N * K)
-    if dot_ukernels.usable(cfg.target, p.name, K) is not None:
+    if isa is not None:
         cfg.define_knob("ukernel", [0, 1], default=1)
 
 

@@ -234,10 +234,11 @@ def matmul(cfg, M, N, K, dtype="float32"):
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
     a_bytes = M * K * precision.elem_bytes(p)
     wide = dtype == "float32"
-    block = None if isa is None else dot_ukernels.row_block(cfg.target, a_bytes, M, K, dtype)
+    block = None if isa is None else dot_ukernels.row_block(cfg.target, isa, M, K)
     define_gemm_knobs(
-        cfg, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide
-    )
+        cfg, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide,
+        tile_default=dot_ukernels.default_tile(isa, lanes),
+    )  # fmt: skip
     if isa is not None:
         cfg.define_knob("ukernel", [0, 1], default=1)
     if isa is None or not cfg["ukernel"].val:
@@ -274,7 +275,10 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     lanes = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, dtype, K)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
-    define_gemm_knobs(cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack)
+    define_gemm_knobs(
+        cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack,
+        tile_default=dot_ukernels.default_tile(isa, lanes),
+    )  # fmt: skip
     if isa is not None:
         cfg.define_knob("ukernel", [0, 1], default=1)
     if isa is None or not cfg["ukernel"].val:
