@@ -11,7 +11,7 @@ summary relates them to pypto's float32 matmul of the same shape in the same run
 
 runs just these rows: pypto's int8, bfloat16 and float32 matmul 1024^3 against torch,
 interleaved call by call (medians of the per-call ratios), each as a fraction of the
-peak of the instruction its kernel uses (``peak_dot.c``, with as many threads), and
+peak of the instruction its kernel uses (``pypto.peak``'s roofs, with as many threads), and
 says whether torch's int8 result was exact. ``--target`` runs pypto's kernels of a
 lesser target this machine runs (``x86-avx2``: the ``vpmaddwd`` kernel); to hold
 PyTorch to the same instructions, set ``ONEDNN_MAX_CPU_ISA=AVX2
@@ -21,12 +21,7 @@ ATEN_CPU_CAPABILITY=avx2`` for the run (printed with the results).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import time
 import warnings
 
@@ -34,6 +29,7 @@ import numpy as np
 
 import pypto as pt
 from autotune.templates.dot_ukernels import dot_isa
+from pypto import peak, runtime
 from pypto.dtypes import numpy_dtype
 from pypto.target import KNOWN
 
@@ -100,61 +96,16 @@ def summary(results: dict) -> str:
     return "\n".join(lines)
 
 
-PEAK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peak_dot.c")
-PEAK_KINDS = {
-    "vpdpbusd GOP/s": 0,
-    "vdpbf16ps GFLOP/s": 1,
-    "fma zmm GFLOP/s": 2,
-    "vpmaddwd ymm GOP/s": 3,
-    "fma ymm GFLOP/s": 4,
-}
-# the peak each dot kernel (dot_ukernels.ISAS) is measured against
-PEAK_OF_ISA = {
-    "avx512vnni": "vpdpbusd GOP/s",
-    "avx512bf16": "vdpbf16ps GFLOP/s",
-    "avx2": "vpmaddwd ymm GOP/s",
-}
+def peak_name(target: pt.Target, dtype: str) -> str:
+    """The instruction a ``dtype`` matmul on ``target`` is held to (``pypto.peak``'s
+    roofs): the target's dot-product instruction for ``dtype``, else the FMA."""
+    roofs = {r.dtype: r for r in peak.dot_roofs(target)}
+    return roofs[dtype].name if dtype in roofs else "fma"
 
 
-def _peak_library() -> str:
-    """peak_dot.c built once per source version with the host target's flags."""
-    from pypto import runtime
-
-    with open(PEAK_SOURCE, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
-    so = os.path.join(tempfile.gettempdir(), f"pypto_peak_dot_{digest}.so")
-    if not os.path.exists(so):
-        tmp = f"{so}.{os.getpid()}.tmp"
-        cmd = [*runtime.compiler(), *pt.Target("host").cflags, PEAK_SOURCE, "-o", tmp]
-        subprocess.run(cmd, check=True)
-        os.replace(tmp, so)
-    return so
-
-
-def dot_peaks(threads: int) -> dict:
-    """The best of three runs of each instruction's peak loop with ``threads`` OpenMP
-    threads (own process); an instruction this build lacks is left out."""
-    code = (
-        "import ctypes, json, sys\n"
-        "lib = ctypes.CDLL(sys.argv[1]); lib.peak_dot_gops.restype = ctypes.c_double\n"
-        "kinds = json.loads(sys.argv[2])\n"
-        "print(json.dumps({n: max(lib.peak_dot_gops(k, ctypes.c_long(20_000_000))\n"
-        "                         for _ in range(3)) for n, k in kinds.items()}))\n"
-    )
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="false")
-    args = [sys.executable, "-c", code, _peak_library(), json.dumps(PEAK_KINDS)]
-    r = subprocess.run(args, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"dot peak microbenchmark failed: {r.stderr.strip()}")
-    return {n: v for n, v in json.loads(r.stdout).items() if v > 0}
-
-
-def peak_name(target: pt.Target, dtype: str) -> str | None:
-    """The ``PEAK_KINDS`` entry a ``dtype`` matmul on ``target`` is measured against."""
-    if dtype == "float32":
-        return {512: "fma zmm GFLOP/s", 256: "fma ymm GFLOP/s"}.get(target.vector_bits)
-    isa = dot_isa(target, dtype)
-    return PEAK_OF_ISA.get(isa.name) if isa is not None else None
+def peaks(target: pt.Target, threads: int) -> peak.Peaks:
+    """``target``'s roofs with ``threads`` threads, measured once per machine (cached)."""
+    return peak.measure_peaks(target, runtime.compile_source, threads)
 
 
 def _torch_note(got: np.ndarray, want: np.ndarray) -> str:
@@ -237,14 +188,14 @@ def main(argv=None):
     print(f"torch {torch.__version__}: ATen {torch.backends.cpu.get_cpu_capability()}, "
           f"oneDNN ISA cap {isa_cap}")  # fmt: skip
     for t in (int(x) for x in a.threads.split(",")):
-        peaks = dot_peaks(t)
-        print(f"{t} thread(s), peaks: " + ", ".join(f"{n} {v:.0f}" for n, v in peaks.items()))
+        print(f"{t} thread(s):")
         f32 = None
         for dt in ("float32", *DTYPES):
             host = pt.Target("host").name if dt == "float32" else None
             r = compare(dt, t, a.repeat, a.target or host)
-            peak = peak_name(pt.Target(r["target"]), dt)
-            of = f", {r['pypto'] / peaks[peak]:.0%} of {peak.split()[0]}" if peak in peaks else ""
+            target = pt.Target(r["target"])
+            roof = peaks(target, t).roof(dt)
+            of = f", {r['pypto'] / roof:.0%} of {peak_name(target, dt)} ({roof:.0f})"
             rel = f", {r['pypto'] / f32:.2f}x pypto float32" if f32 else ""
             f32 = f32 or r["pypto"]
             note = f" (torch {r['torch_note']})" if r["torch_note"] else ""

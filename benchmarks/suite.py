@@ -179,6 +179,9 @@ def worker(names, threads: int, with_compile: bool, logs: str, profile: str = ""
         secs = block_medians(fns)
         out[k.label] = {"unit": k.unit, "tuned": tuned, "target": mod.target.name}
         out[k.label].update({n: k.work / t / 1e9 for n, t in secs.items()})
+        dots = dict(mixed.peaks(mod.target, threads).dot) if k.dtype != "float32" else {}
+        if k.dtype in dots:  # held to its dot instruction's roof, not the FMA's
+            out[k.label]["roof"] = dots[k.dtype]
         if profile:
             out[k.label]["profile"] = _profile(k, mod, arrays, threads, profile)
         if not tuned:  # no record: the default config is the kernel just measured
@@ -196,7 +199,7 @@ def combine(runs: list) -> dict:
         for label, first in runs[0][t]["kernels"].items():
             rs = [run[t]["kernels"][label] for run in runs]
             cell = {"unit": first["unit"], "tuned": all(r.get("tuned", True) for r in rs)}
-            cell.update({f: first[f] for f in ("target", "profile") if f in first})
+            cell.update({f: first[f] for f in ("target", "profile", "roof") if f in first})
             for name in ("pypto", *REFS):
                 if all(name in r for r in rs):
                     cell[name] = float(np.median([r[name] for r in rs]))
@@ -212,7 +215,7 @@ def report(results: dict, peaks: dict) -> str:
     for t, res in results.items():
         for label, r in res.items():
             mem = r["unit"] == "GB/s"
-            peak = peaks[t]["triad_gbps" if mem else "fma_gflops"]
+            peak = r.get("roof") or peaks[t]["triad_gbps" if mem else "fma_gflops"]
             tuned = r.get("tuned", True)
             name = label if tuned else f"{label} (default: no record)"
             cells = [t, name, r["unit"], f"{r['pypto']:.1f}", f"{r['pypto'] / peak:.0%}"]

@@ -1,15 +1,18 @@
 """The machine's peaks for a target, measured once and cached: FMA throughput and
-stream (triad) bandwidth, the two roofs a profiled stage is held against.
+stream (triad) bandwidth, the two roofs a profiled stage is held against, and the
+throughput of the target's integer and bfloat16 dot-product instruction, the roof of a
+stage whose products are 8- or 16-bit (``DOT_ROOFS``).
 
-    peaks = measure_peaks(target, compile_source, threads=2)   # Peaks(gflops, gbps)
+    peaks = measure_peaks(target, compile_source, threads=2)   # Peaks(gflops, gbps, ...)
+    peaks.roof("int8")   # GOP/s of vpdpbusd on x86-avx512-bf16; the FMA's without one
 
 Both kernels are C compiled with the target's own flags: the FMA kernel keeps
 ``PEAK_ACCUMULATORS`` independent vectors of the target's float32 width (GCC vector
 extensions, so it is the same source for every ISA) in flight; the triad
 ``a[i] = b[i] + s * c[i]`` streams three arrays of twice the target's last-level
 cache (at least 16 MiB each) and counts 24 bytes per element. Several threads that do
-less than one are measured again (up to ``_TRIES`` times; other processes had the
-cores). The numbers are kept in
+less than 1.5 times one are measured again (up to ``_TRIES`` times, the best kept;
+other processes had a core). The numbers are kept in
 ``$PYPTO_HOME/peaks.json`` keyed by target and thread count, so they are measured once
 per machine; delete the file to measure again.
 """
@@ -85,11 +88,112 @@ double pt_peak_triad(int64_t n, int threads) {{
 
 @dataclass(frozen=True, slots=True)
 class Peaks:
-    """The roofs: float32 FMA GFLOP/s and triad GB/s with ``threads`` threads."""
+    """The roofs: float32 FMA GFLOP/s and triad GB/s with ``threads`` threads, and
+    ``dot``: ``(dtype, GOP/s)`` of the target's dot-product instruction per input dtype."""
 
     gflops: float
     gbps: float
     threads: int
+    dot: tuple = ()
+
+    def roof(self, dtype: str) -> float:
+        """The compute roof of products of ``dtype``: its dot instruction's, else the FMA's."""
+        return dict(self.dot).get(dtype, self.gflops)
+
+
+@dataclass(frozen=True, slots=True)
+class DotRoof:
+    """How a target multiplies ``dtype`` fastest: ``insn`` (inline assembly: into the
+    accumulator ``%[acc]``, or, with ``add``, into a product ``%[t]`` that ``add`` then
+    sums into ``%[acc]``; operands ``%[x]`` and ``%[y]``) on vectors of ``bits``, ``ops``
+    (multiplies and adds) per instruction."""
+
+    dtype: str
+    needs: tuple  # target features
+    bits: int
+    insn: str
+    ops: int
+    add: str = ""
+    reg: str = "v"  # the asm constraint of a vector register
+
+    @property
+    def name(self) -> str:
+        """The instruction's mnemonic (``vpdpbusd``, ``vpmaddwd``, ``sdot``)."""
+        return self.insn.replace("%{vex%} ", "").split()[0]
+
+
+_MADD = ("vpmaddwd %[y], %[x], %[t]", "vpaddd %[t], %[acc], %[acc]")
+# the first row whose features the target has and whose width is the target's is used
+DOT_ROOFS = (
+    DotRoof("int8", ("avx512_vnni", "avx512f"), 512, "vpdpbusd %[y], %[x], %[acc]", 128),
+    DotRoof("int8", ("avx_vnni", "avx2"), 256, "%{vex%} vpdpbusd %[y], %[x], %[acc]", 64),
+    DotRoof("int8", ("avx512bw", "avx512f"), 512, _MADD[0], 64, _MADD[1]),
+    DotRoof("int8", ("avx2",), 256, _MADD[0], 32, _MADD[1]),
+    DotRoof("int8", ("asimddp",), 128, "sdot %[acc].4s, %[x].16b, %[y].16b", 32, reg="w"),
+    DotRoof("bfloat16", ("avx512_bf16", "avx512f"), 512, "vdpbf16ps %[y], %[x], %[acc]", 64),
+)  # fmt: skip
+DOT_ACCUMULATORS = 12  # independent chains, fewer where the products need registers too
+
+
+def dot_roofs(target: Target) -> tuple:
+    """The ``DotRoof`` per dtype that ``target`` has one for."""
+    out = {}
+    for r in DOT_ROOFS:
+        if r.dtype not in out and target.vector_bits == r.bits and target.has(*r.needs):
+            out[r.dtype] = r
+    return tuple(out.values())
+
+
+def _dot_steps(r: DotRoof, n: int) -> list:
+    """One iteration over ``n`` accumulators: every product, then every sum (as a kernel
+    issues them: on a Zen 4, 1.2x the rate of each product followed by its sum)."""
+    v = r.reg
+    if not r.add:
+        return [f'__asm__ volatile("{r.insn}" : [acc] "+{v}"(a{k}) : [x] "{v}"(x), [y] "{v}"(y));'
+                for k in range(n)]  # fmt: skip
+    return [
+        *(f'__asm__ volatile("{r.insn}" : [t] "={v}"(t{k}) : [x] "{v}"(x), [y] "{v}"(y));'
+          for k in range(n)),
+        *(f'__asm__ volatile("{r.add}" : [acc] "+{v}"(a{k}) : [t] "{v}"(t{k}));' for k in range(n)),
+    ]  # fmt: skip
+
+
+def dot_source(target: Target) -> str:
+    """C with ``double pt_peak_dot_<dtype>(int64_t iters, int threads)`` (GOP/s) per
+    dtype ``target`` has a dot instruction for."""
+    out = ["#include <stdint.h>", "#include <string.h>", "#include <omp.h>"]
+    for r in dot_roofs(target):
+        n = DOT_ACCUMULATORS
+        if r.add:  # a product register per accumulator, and x and y
+            n = min(n, (target.vector_registers - 2) // 2)
+        vec = f"pt_dot_{r.dtype}_vec"
+        names = [f"a{k}" for k in range(n)] + [f"t{k}" for k in range(n) if r.add]
+        out += [
+            f"typedef int32_t {vec} __attribute__((vector_size({r.bits // 8})));",
+            f"double pt_peak_dot_{r.dtype}(int64_t iters, int threads) {{",
+            "  double best = 0;",
+            f"  for (int round = 0; round < {_ROUNDS}; ++round) {{",
+            "    double t0 = omp_get_wtime();",
+            "    int32_t sink = 0;",
+            "    #pragma omp parallel num_threads(threads) reduction(+:sink)",
+            "    {",
+            f"      {vec} x, y;",
+            "      memset(&x, 1, sizeof x); memset(&y, 0, sizeof y);",
+            f"      {vec} " + ", ".join(f"{a} = x" for a in names) + ";",
+            "      for (int64_t i = 0; i < iters; ++i) {",
+            *("        " + step for step in _dot_steps(r, n)),
+            "      }",
+            "      sink += " + " + ".join(f"{a}[0]" for a in names) + ";",
+            "    }",
+            "    double dt = omp_get_wtime() - t0;",
+            f"    double g = {r.ops}.0 * {n} * (double)iters * threads / dt / 1e9;",
+            "    if (sink == 12345) g = 0;  /* keeps the sums alive */",
+            "    if (g > best) best = g;",
+            "  }",
+            "  return best;",
+            "}",
+        ]
+    return "\n".join(out) + "\n"
 
 
 def peak_source(target: Target) -> str:
@@ -117,27 +221,40 @@ def measure_peaks(target: Target, compile_source, threads: int) -> Peaks:
     ``compile_source(source, flags)`` and then cached."""
     key = f"{target.name}/{threads}"
     seen = _read().get(key)
-    if isinstance(seen, dict) and seen.get("gflops", 0) > 0 and seen.get("gbps", 0) > 0:
-        return Peaks(float(seen["gflops"]), float(seen["gbps"]), threads)
-    lib = ctypes.CDLL(compile_source(peak_source(target), target.cflags))
-    for fn in (lib.pt_peak_fma, lib.pt_peak_triad):
+    roofs = dot_roofs(target)
+    if (
+        isinstance(seen, dict)
+        and seen.get("gflops", 0) > 0
+        and seen.get("gbps", 0) > 0
+        and isinstance(seen.get("dot"), dict)
+        and all(seen["dot"].get(r.dtype, 0) > 0 for r in roofs)
+    ):
+        dot = tuple((r.dtype, float(seen["dot"][r.dtype])) for r in roofs)
+        return Peaks(float(seen["gflops"]), float(seen["gbps"]), threads, dot)
+    lib = ctypes.CDLL(compile_source(peak_source(target) + dot_source(target), target.cflags))
+    dot_fns = [getattr(lib, f"pt_peak_dot_{r.dtype}") for r in roofs]
+    for fn in (lib.pt_peak_fma, lib.pt_peak_triad, *dot_fns):
         fn.restype = ctypes.c_double
         fn.argtypes = [ctypes.c_int64, ctypes.c_int]
     llc = max((v for v in (target.cache_sizes or {}).values() if v), default=0)
     n = max(2 * llc, _TRIAD_MIN_BYTES) // 8
     single = measure_peaks(target, compile_source, 1) if threads > 1 else None
     gflops = gbps = 0.0
+    dots = [0.0] * len(roofs)
     for _ in range(_TRIES):
         gflops = max(gflops, lib.pt_peak_fma(_FMA_ITERS, threads))
         gbps = max(gbps, lib.pt_peak_triad(n, threads))
-        # more threads doing less than one: other work had the cores, so measure again
-        if single is None or gflops >= single.gflops:
+        dots = [max(g, fn(_FMA_ITERS, threads)) for g, fn in zip(dots, dot_fns)]
+        # several threads doing less than 1.5 times one: other work had a core (or the
+        # threads share one), so measure again, keeping the best
+        if single is None or gflops >= min(threads, 1.5) * single.gflops:
             break
-    peaks = Peaks(gflops, gbps, threads)
-    if peaks.gflops <= 0 or peaks.gbps <= 0:
+    dot = tuple((r.dtype, g) for r, g in zip(roofs, dots))
+    peaks = Peaks(gflops, gbps, threads, dot)
+    if peaks.gflops <= 0 or peaks.gbps <= 0 or any(g <= 0 for _, g in dot):
         raise RuntimeError(f"measuring the peaks of {target.name} failed: {peaks}")
     data = _read()
-    data[key] = {"gflops": peaks.gflops, "gbps": peaks.gbps}
+    data[key] = {"gflops": peaks.gflops, "gbps": peaks.gbps, "dot": dict(dot)}
     os.makedirs(home(), exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=home(), suffix=".json")
     with os.fdopen(fd, "w") as f:

@@ -12,9 +12,12 @@ the loops: ``flops`` are the arithmetic operations of its body (inlined stages e
 stages computed inside it added) times the points of its domain (0 for a ``pt.extern``
 call, whose work is not known); ``bytes`` are the
 tensors it reads from outside read once and its output written once, from the shapes.
-Its ``peak_fraction`` is of the FMA peak when its intensity (flops per byte) is past the
-machine's ridge, else of the triad bandwidth (``pypto.peak``), with as many threads as
-the stage uses (all OpenMP threads when it has a parallel loop, else one).
+Its ``peak_fraction`` is of the compute roof when its intensity (flops per byte) is past
+the machine's ridge, else of the triad bandwidth (``pypto.peak``), with as many threads as
+the stage uses (all OpenMP threads when it has a parallel loop, else one). The compute
+roof is that of the narrowest dtype the stage reads (``RootStage.dtype``): the target's
+dot-product instruction for int8/uint8 or bfloat16 inputs where it has one (an int8
+matmul's kernel on ``x86-avx512-bf16`` is held to ``vpdpbusd``), else the float32 FMA.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class RootStage:
     work: tuple  # of Work: its definition and those computed inside it
     reads: tuple  # (shape, element bytes) of each tensor it reads from outside
     writes: tuple  # (shape, element bytes) of its output
+    dtype: str = "float32"  # the narrowest it reads: whose compute roof holds it
 
 
 def _ops(e: Expr, stage_of) -> int:
@@ -87,6 +91,16 @@ def _reads(e: Expr, stage_of, out: dict) -> dict:
 
 def _tensor_size(t) -> tuple:
     return tuple(t.shape), dtypes.dtype(t.dtype).bytes
+
+
+_ROOF_DTYPE = {"uint8": "int8"}  # the dot instructions' roofs, by the dtype they take
+
+
+def _narrowest(tensors) -> str:
+    """The dtype of the fewest bits among ``tensors`` (float32 for none), as a roof's."""
+    names = [t.dtype for t in tensors] or ["float32"]
+    d = min(names, key=lambda n: dtypes.dtype(n).bits)
+    return _ROOF_DTYPE.get(d, d)
 
 
 def describe(sch) -> tuple:
@@ -121,6 +135,7 @@ def describe(sch) -> tuple:
                 tuple(work),
                 tuple(_tensor_size(t) for t in outside),
                 (_tensor_size(root.op.output(0)),),
+                _narrowest(outside),
             )
         )
     return tuple(out)
@@ -219,7 +234,7 @@ class StageProfile:
     gflops: float
     gbps: float
     intensity: float  # flops per byte
-    bound: str  # "compute" | "memory": the roof it is held against
+    bound: str  # the roof it is held against: "compute" (FMA), "memory", or a dot's dtype
     peak_fraction: float
     threads: int  # the threads of the peak it is compared with
 
@@ -262,7 +277,9 @@ class Profile:
         lines = [f"{self.name} on {self.target}: {self.total_seconds * 1e3:.4g} ms per call"]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows]]
         lines += [
-            f"peak with {p.threads} thread(s): FMA {p.gflops:.4g} GFLOP/s, triad {p.gbps:.4g} GB/s"
+            f"peak with {p.threads} thread(s): FMA {p.gflops:.4g} GFLOP/s, "
+            + "".join(f"{d} dot {g:.4g} GOP/s, " for d, g in p.dot)
+            + f"triad {p.gbps:.4g} GB/s"
             for p in self.peaks
         ]
         return "\n".join(lines)
@@ -282,8 +299,14 @@ class Profile:
         xs = [e.intensity for e in self.entries if e.intensity > 0] or [1.0]
         lo, hi = min(min(xs) / 4, 0.05), max(max(xs) * 4, 64.0)
         grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+        held = {e.bound for e in self.entries}
         for p in self.peaks:
-            ax.plot(grid, [min(p.gflops, x * p.gbps) for x in grid], label=f"roof, {p.threads}t")
+            fma = [min(p.gflops, x * p.gbps) for x in grid]
+            ax.plot(grid, fma, label=f"FMA roof, {p.threads}t")
+            for d, g in p.dot:  # the roofs of dot instructions a stage is held to, dashed
+                if d in held:
+                    ax.plot(grid, [min(g, x * p.gbps) for x in grid], linestyle="--",
+                            label=f"{d} dot roof, {p.threads}t")  # fmt: skip
         for e in self.entries:
             if e.intensity > 0 and e.gflops > 0:
                 ax.scatter([e.intensity], [e.gflops])
@@ -362,9 +385,10 @@ def _entry(st: RootStage, seconds: float, sizes: dict, peak: Peaks) -> StageProf
     gflops = flops / seconds / 1e9 if seconds > 0 else 0.0
     gbps = nbytes / seconds / 1e9 if seconds > 0 else 0.0
     intensity = flops / nbytes if nbytes > 0 else 0.0
-    compute = intensity * peak.gbps >= peak.gflops
-    fraction = gflops / peak.gflops if compute else gbps / peak.gbps
+    roof = peak.roof(st.dtype)
+    compute = intensity * peak.gbps >= roof
+    fraction = gflops / roof if compute else gbps / peak.gbps
+    bound = ("compute" if st.dtype not in dict(peak.dot) else st.dtype) if compute else "memory"
     return StageProfile(
-        st.name, seconds, flops, nbytes, gflops, gbps, intensity,
-        "compute" if compute else "memory", fraction, peak.threads,
+        st.name, seconds, flops, nbytes, gflops, gbps, intensity, bound, fraction, peak.threads,
     )  # fmt: skip

@@ -237,12 +237,13 @@ def test_mixed_rows_name_their_kernels_peak_and_torchs_exactness():
 
     from benchmarks import mixed
 
-    assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "int8") == "vpdpbusd GOP/s"
-    assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "bfloat16") == "vdpbf16ps GFLOP/s"
-    assert mixed.peak_name(pt.Target("x86-avx2"), "int8") == "vpmaddwd ymm GOP/s"
-    assert mixed.peak_name(pt.Target("x86-avx2"), "float32") == "fma ymm GFLOP/s"
-    assert mixed.peak_name(pt.Target("x86-avx512"), "float32") == "fma zmm GFLOP/s"
-    assert mixed.peak_name(pt.Target("x86-avx2"), "bfloat16") is None  # float arithmetic
+    assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "int8") == "vpdpbusd"
+    assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "bfloat16") == "vdpbf16ps"
+    assert mixed.peak_name(pt.Target("x86-avx2-vnni"), "int8") == "vpdpbusd"
+    assert mixed.peak_name(pt.Target("x86-avx2"), "int8") == "vpmaddwd"
+    assert mixed.peak_name(pt.Target("aarch64-dotprod"), "int8") == "sdot"
+    assert mixed.peak_name(pt.Target("x86-avx2"), "float32") == "fma"
+    assert mixed.peak_name(pt.Target("x86-avx2"), "bfloat16") == "fma"  # float arithmetic
     want = np.arange(6.0).reshape(2, 3)
     assert mixed._torch_note(want.astype(np.int32), want) == "exact"
     got = want.astype(np.int32)

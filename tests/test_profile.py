@@ -1,6 +1,7 @@
 """mod.profile: an instrumented build timing each root stage, its work counted from the
 definitions, held against the machine's measured (and cached) peaks."""
 
+import ctypes
 import json
 import math
 import os
@@ -8,9 +9,12 @@ import os
 import numpy as np
 import pytest
 
+import autotune as at
 import pypto as pt
 from pypto import peak
 from pypto import profile as prof_mod
+from pypto.runtime import compile_source
+from pypto.target import cross_compiler
 
 
 def _chain(n_var=None, size=192):
@@ -135,3 +139,62 @@ def test_roofline_png(profiled, tmp_path):
     out = p.plot(str(tmp_path / "roof.png"))
     with open(out, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _int8_stage(target_name, dtype="int8"):
+    s, _ = at.get_template("matmul")(64, 64, 256, dtype, target=target_name)
+    return {st.name: st for st in prof_mod.describe(s)}
+
+
+def test_a_stage_of_8_bit_products_is_held_to_the_targets_dot_roof():
+    """The int8 kernel's stage reads int8/uint8: its compute roof is the int8 dot
+    instruction's (vpdpbusd on x86-avx512-bf16), not the float32 FMA's."""
+    stages = _int8_stage("x86-avx512-bf16")
+    assert stages["C"].dtype == "int8"  # reads A and B (int8; packs B inside)
+    roofs = peak.Peaks(100.0, 10.0, 1, (("int8", 400.0),))
+    e = prof_mod._entry(stages["C"], 1e-3, {}, roofs)
+    assert e.bound == "int8" and e.peak_fraction == pytest.approx(e.gflops / 400.0)
+    f32 = {st.name: st for st in prof_mod.describe(_chain(size=64)[0])}["C"]
+    assert f32.dtype == "float32"
+    e = prof_mod._entry(f32, 1e-3, {}, roofs)
+    assert e.bound == "compute" and e.peak_fraction == pytest.approx(e.gflops / 100.0)
+    assert "int8 dot 400 GOP/s" in str(prof_mod.Profile("m", "t", (e,), 1e-3, (roofs,)))
+
+
+@pytest.mark.parametrize(
+    "target, dots",
+    [("x86-avx512-bf16", {"int8": "vpdpbusd", "bfloat16": "vdpbf16ps"}),
+     ("x86-avx2-vnni", {"int8": "vpdpbusd"}), ("x86-avx512", {"int8": "vpmaddwd"}),
+     ("x86-avx2", {"int8": "vpmaddwd"}), ("aarch64-dotprod", {"int8": "sdot"}),
+     ("aarch64-neon", {}), ("generic", {})],
+)  # fmt: skip
+def test_dot_roofs_follow_the_target_and_their_kernels_compile(target, dots, tmp_path):
+    """Compiled for the target (with the cross compiler for aarch64, where there is one)."""
+    t = pt.Target(target)
+    roofs = peak.dot_roofs(t)
+    assert {r.dtype: r.name for r in roofs} == dots
+    cc = None
+    if roofs and t.compiler_prefix is not None:
+        cc = cross_compiler(t)
+        if cc is None:
+            pytest.skip(f"no {t.compiler_prefix}")
+        cc = [cc]
+    if roofs:
+        so = compile_source(peak.dot_source(t), t.cflags, cc=cc)
+        if t.can_run():
+            fn = getattr(ctypes.CDLL(so), f"pt_peak_dot_{roofs[0].dtype}")
+            fn.restype = ctypes.c_double
+            fn.argtypes = [ctypes.c_int64, ctypes.c_int]
+            assert fn(100_000, 1) > 0
+
+
+def test_cached_peaks_without_the_dot_roofs_are_measured_again(tmp_path, monkeypatch):
+    """A cache written before the dot roofs existed is not trusted for a target with one."""
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path))
+    t = pt.Target("x86-avx2")
+    if not t.can_run():
+        pytest.skip("this CPU cannot run x86-avx2")
+    (tmp_path / "peaks.json").write_text(json.dumps({"x86-avx2/1": {"gflops": 1, "gbps": 1}}))
+    p = peak.measure_peaks(t, compile_source, 1)
+    assert p.gflops > 1 and dict(p.dot)["int8"] > 0
+    assert json.loads((tmp_path / "peaks.json").read_text())["x86-avx2/1"]["dot"]["int8"] > 0
