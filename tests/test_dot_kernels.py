@@ -15,6 +15,7 @@ import pytest
 
 import autotune as at
 import pypto as pt
+from autotune.templates.conv2d import conv2d_reference
 from autotune.templates.dense import requantize_reference
 from autotune.templates.dot_ukernels import dot_isa
 from pypto import emulate
@@ -157,6 +158,62 @@ def test_avx2_int8_tile_leaves_a_register_for_the_product():
 
     assert tile("int8") == (4, 16)
     assert tile("float32") == (6, 16)
+
+
+def _conv_int8(t, args, seed=5):
+    """An int8 conv2d_nchw (its default config on ``t``), its output and the reference."""
+    s, tensors = at.get_template("conv2d_nchw")(*args, "int8", target=t)
+    mod = pt.build(s, tensors, target=t, name="conv")
+    N, C, H, W, K, R, S, st, pad = args
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (N, C, H, W)).astype(np.int8)
+    w = rng.integers(-128, 128, (K, C, R, S)).astype(np.int8)
+    x[0, :, :3, :3], w[0] = -128, -128  # the extremes: (-128)(-128) summed C*R*S times
+    x[-1, :, -3:, -3:], w[-1] = 127, -128
+    ref = conv2d_reference(x.astype(np.float64), w.astype(np.float64), stride=st, padding=pad)
+    return mod, mod(x, w), ref
+
+
+@pytest.mark.parametrize("target", INT8_TARGETS)
+@pytest.mark.parametrize(
+    "args",
+    [(2, 8, 11, 9, 32, 3, 3, 2, 1), (1, 16, 9, 10, 32, 3, 3, 1, 1), (1, 8, 6, 6, 32, 1, 1, 1, 0)],
+)
+def test_int8_conv_uses_the_dot_kernel_and_is_bit_exact(target, args):
+    """Channels grouped by the instruction's g, the input padded (offset by 128 for
+    vpdpbusd, widened for vpmaddwd), partial tiles as plain loops: exact at the extremes."""
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    mod, out, ref = _conv_int8(t, args)
+    assert f"conv_{dot_isa(t, 'int8').name}_" in mod.source
+    np.testing.assert_array_equal(out, ref)
+
+
+def test_int8_conv_without_whole_channel_groups_takes_the_compilers_code():
+    """C = 6 is not a whole number of vpdpbusd's groups of 4: the plain int32 schedule."""
+    t = pt.Target("x86-avx512-bf16")
+    if not t.can_run():
+        pytest.skip("this CPU cannot run x86-avx512-bf16")
+    mod, out, ref = _conv_int8(t, (1, 6, 9, 9, 32, 3, 3, 1, 1))
+    assert "conv_avx512vnni_" not in mod.source
+    np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize(
+    "target, instruction",
+    [("x86-avx512-bf16", r"vpdpbusd\s+%zmm"), ("x86-avx2", r"vpmaddwd\s+%ymm")],
+)
+def test_int8_conv_object_code_holds_the_instruction(target, instruction):
+    t = pt.Target(target)
+    objdump = _objdump(t)
+    if objdump is None:
+        pytest.skip("no objdump")
+    s, tensors = at.get_template("conv2d_nchw")(1, 16, 12, 12, 32, 3, 3, 1, 1, "int8", target=t)
+    so = compile_source(pt.build(s, tensors, target=t, name="c", emit_only=True), t.cflags)
+    asm = subprocess.run([objdump, "-d", so], capture_output=True, text=True).stdout
+    assert re.search(instruction, asm)
 
 
 def test_int8_matmul_without_the_kernel_is_bit_exact_too():

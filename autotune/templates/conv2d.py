@@ -12,6 +12,8 @@ the order ``reorder_red``) runs over it:
   a hand-written micro-kernel (``ukernels``) computes whole tiles.
 - **output columns** (otherwise): the tile schedule of ``conv_tiles``, with the
   weights packed per tile of ``kb`` output channels.
+
+int8 on a target with a dot-product instruction takes ``conv_dot`` instead.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import pypto as pt
 
 from ..task import template
-from . import precision, ukernels
+from . import conv_dot, precision, ukernels
 from .conv_tiles import (
     conv_ref,
     define_red_pad_knobs,
@@ -57,6 +59,10 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     rs = pt.reduce_axis((0, S), name="rs")
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
     cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
+    isa = conv_dot.usable(cfg.target, dtype, C, K)
+    if isa is not None:  # int8 on the target's dot-product instruction
+        conv_dot.define_knobs(cfg, isa, K, OH, OW)
+        return conv_dot.conv(cfg, isa, data, weight, (N, C, H, W, K, R, S), stride, padding)
     if K % lanes == 0:  # whole vectors of output channels
         _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, [rc, rr, rs], p)
         # pixels are broadcast one at a time: no column phases to split for a stride

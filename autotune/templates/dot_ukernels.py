@@ -162,6 +162,16 @@ _ACC_C = {"int8": "int32_t", "bfloat16": "float"}  # the accumulators' C type
 _C_ELEM = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "bfloat16": "uint16_t"}
 
 
+def c_elem(dtype: str) -> str:
+    """The C type of an operand element of a dot kernel."""
+    return _C_ELEM[dtype]
+
+
+def helpers(isa: DotISA) -> str:
+    """The C helpers a kernel of ``isa`` calls (each guarded: once per module)."""
+    return "\n".join([_HELPERS, *(text for fn, text in _ASM.items() if fn in isa.dot)])
+
+
 def packed_dtype(isa: DotISA) -> str:
     """The dtype of B's packed panels: offset to uint8, or the inputs'."""
     return "uint8" if isa.b_offset else isa.dtype
@@ -368,8 +378,7 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
     lines = [
         f"#include <{isa.header}>",
-        _HELPERS,
-        *(text for fn, text in _ASM.items() if fn in isa.dot),
+        helpers(isa),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
         f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
