@@ -175,12 +175,22 @@ KERNELS = {
 }
 
 
+def _conv_flop(args: tuple) -> float:
+    """2 x the multiply-adds of conv2d_nchw (N, C, H, W, K, R, S, stride, pad)."""
+    n, c, h, w, k, r, s, stride, pad = args
+    oh, ow = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+    return 2.0 * n * k * c * r * s * oh * ow
+
+
 def _mixed() -> list[Kernel]:
     m, n, k = mixed.SHAPE
     return [
         Kernel(mixed.label(dt), "matmul", (m, n, k, dt), 2.0 * m * n * k,
                torch=mixed.TORCH[dt], rtol=1e-2, dtype=dt, target=mixed.dot_target(dt))
         for dt in mixed.DTYPES
+    ] + [
+        Kernel(mixed.CONV_LABEL, "conv2d_nchw", (*mixed.CONV_ARGS, "int8"),
+               _conv_flop(mixed.CONV_ARGS), dtype="int8", target=mixed.dot_target("int8"))
     ]  # fmt: skip
 
 

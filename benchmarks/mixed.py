@@ -78,16 +78,27 @@ def label(dtype: str) -> str:
     return f"matmul {dtype} 1024^3"
 
 
+# the suite's int8 convolution row: ResNet-18's 64->64 56x56 layer, next to the float32 one
+CONV_ARGS = (1, 64, 56, 56, 64, 3, 3, 1, 1)
+CONV_LABEL = "conv2d int8 64->64 56x56 s1"
+# each mixed row of the suite and the float32 row it is set against
+ROWS = (
+    *((label(dt), "matmul 1024^3") for dt in DTYPES),
+    (CONV_LABEL, "conv2d 64->64 56x56 s1"),
+)
+
+
 def summary(results: dict) -> str:
-    """Per thread count: each mixed row against pypto's float32 matmul 1024^3 and torch."""
+    """Per thread count: each mixed row against pypto's float32 row of the same shape
+    (``ROWS``) and torch."""
     lines = []
     for t, res in results.items():
-        f32 = res.get("matmul 1024^3", {}).get("pypto")
-        for dt in DTYPES:
-            r = res.get(label(dt))
+        for name, f32_row in ROWS:
+            f32 = res.get(f32_row, {}).get("pypto")
+            r = res.get(name)
             if not r:
                 continue
-            parts = [f"{t} thread(s): {dt} {r['pypto']:.0f} GOP/s on {r.get('target', '?')}"]
+            parts = [f"{t} thread(s): {name} {r['pypto']:.0f} GOP/s on {r.get('target', '?')}"]
             if f32:
                 parts.append(f"{r['pypto'] / f32:.2f}x pypto float32 ({f32:.0f})")
             if r.get("torch"):

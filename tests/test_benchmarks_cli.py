@@ -7,11 +7,12 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pypto as pt
 from autotune.workloads import STANDARD
-from benchmarks import blas
+from benchmarks import blas, mixed
 from benchmarks.common import run_workers
 from benchmarks.kernels import KERNELS, all_kernels
 from benchmarks.suite import combine, report
@@ -88,6 +89,7 @@ def test_kernels_come_from_the_standard_workloads():
     assert [(k.template, k.args, k.dtype) for k in ks[len(std) :]] == [
         ("matmul", (1024, 1024, 1024, "int8"), "int8"),
         ("matmul", (1024, 1024, 1024, "bfloat16"), "bfloat16"),
+        ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1, "int8"), "int8"),
     ]
     assert all(k.target in pt.target.KNOWN for k in ks[len(std) :])
     # every template is benchmarked but the PyTorch operators' kernels (not in the suite yet)
@@ -233,10 +235,6 @@ def test_default_logs_are_those_of_a_target_whose_records_serve_the_host(monkeyp
 def test_mixed_rows_name_their_kernels_peak_and_torchs_exactness():
     """Each matmul is measured against the peak of the instruction its kernel uses, and
     torch's int8 output is reported wrong where it is (oneDNN without VNNI saturates)."""
-    import numpy as np
-
-    from benchmarks import mixed
-
     assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "int8") == "vpdpbusd"
     assert mixed.peak_name(pt.Target("x86-avx512-bf16"), "bfloat16") == "vdpbf16ps"
     assert mixed.peak_name(pt.Target("x86-avx2-vnni"), "int8") == "vpdpbusd"
