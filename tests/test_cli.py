@@ -1,5 +1,6 @@
 """pypto-tune's subcommands, the user's record store and apply_history_best() defaults."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from autotune import store
 from autotune.cli import COMMANDS
 from autotune.cli import main as cli_main
 from autotune.commands import plot as plot_cmd
+from autotune.commands.common import add_measure_arguments, measure_option
 from pypto.target import can_run
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -262,3 +264,20 @@ def test_plot_without_matplotlib_says_what_to_install(tmp_path, monkeypatch, cap
     monkeypatch.setattr(plot_cmd, "plt", None)
     assert cli_main(["plot", str(log), "-o", str(tmp_path / "x.png")]) == 2
     _one_line_error(capsys, "plot needs matplotlib, which is not installed: pip install")
+
+
+def test_flush_cache_measures_each_call_cold(tmp_path, capsys):
+    """--flush-cache: the caches evicted before each repeat, one call per repeat unless
+    --number says otherwise; the candidates are measured (a cost per repeat)."""
+    p = argparse.ArgumentParser()
+    add_measure_arguments(p)
+    plain, cold = measure_option(p.parse_args([])), measure_option(p.parse_args(["--flush-cache"]))
+    assert (plain.number, plain.flush_cache, cold.number, cold.flush_cache) == (5, False, 1, True)
+    assert measure_option(p.parse_args(["--flush-cache", "--number", "3"])).number == 3
+    log = tmp_path / "cold.jsonl"
+    args = ["tune", "toy_matmul", "--args", "32,32,16", "--trials", "2", "--tuner", "random",
+            "--repeat", "2", "--flush-cache", "--confirm", "0", "--log", str(log),
+            "--no-progress"]  # fmt: skip
+    assert cli_main(args) == 0
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(recs) == 2 and all(len(r["costs"]) == 2 and not r["error"] for r in recs)

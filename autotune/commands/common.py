@@ -93,13 +93,30 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds one candidate may run before it is recorded as a timeout (default 10)",
     )
     p.add_argument(
-        "--number", type=positive("--number"), default=5, help="calls per timing repeat (default 5)"
+        "--number",
+        type=positive("--number"),
+        help="calls per timing repeat (default 5; 1 with --flush-cache)",
     )
     p.add_argument(
         "--repeat",
         type=positive("--repeat"),
         default=3,
         help="timing repeats per candidate (default 3)",
+    )
+    p.add_argument(
+        "--flush-cache",
+        action="store_true",
+        help="evict the caches (a 64 MiB write) before each timing repeat, as TVM's "
+        "enable_cpu_cache_flush: kernels are then ranked by their speed on data that "
+        "arrives from memory, as inside a model, not on data a previous call left in cache",
+    )
+
+
+def measure_option(a) -> at.MeasureOption:
+    """The MeasureOption of --timeout, --number, --repeat and --flush-cache."""
+    number = a.number if a.number is not None else 1 if a.flush_cache else 5
+    return at.MeasureOption(
+        number=number, repeat=a.repeat, timeout=a.timeout, flush_cache=a.flush_cache
     )
 
 

@@ -16,6 +16,7 @@ from .common import (
     check_ray,
     connect_ray,
     load_logs,
+    measure_option,
     positive,
     task_of,
     writable_log,
@@ -71,7 +72,7 @@ def run(a: argparse.Namespace) -> int:
     check_ray(a)
     task = task_of(a, must_run=not a.ray)  # on a cluster the nodes measure
     log = writable_log(a.log or store.user_log(task.name))
-    opt = at.MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    opt = measure_option(a)
     measurer = connect_ray(a, opt) if a.ray else None
     try:
         return _tune(a, task, log, opt, measurer)

@@ -26,7 +26,6 @@ import time
 
 from .. import store
 from ..confirm import confirm_best
-from ..measure import MeasureOption
 from ..scheduler import TUNERS, TaskScheduler
 from ..space import SpaceError
 from ..task import Task, get_template
@@ -39,6 +38,7 @@ from .common import (
     check_ray,
     connect_ray,
     import_modules,
+    measure_option,
     positive,
     target_of,
 )
@@ -188,7 +188,7 @@ def tune_workloads(a, target, ws, tasks, logs, t0: float) -> TaskScheduler:
     """Tune ``tasks`` (of workloads ``ws``, weighted) with one task scheduler under the
     options of ``add_tuning_arguments``, the minutes counted from ``t0``; confirm the
     best, print the summary table, and return the scheduler."""
-    opt = MeasureOption(number=a.number, repeat=a.repeat, timeout=a.timeout)
+    opt = measure_option(a)
     measurer = connect_ray(a, opt) if a.ray else None
     try:
         return _tune(a, target, ws, tasks, logs, t0, opt, measurer)
