@@ -6,6 +6,7 @@ K=4096 (bfloat16, float16), run natively or under qemu where possible."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import shutil
 import subprocess
@@ -319,3 +320,47 @@ def test_dot_gemm_row_blocks_follow_the_targets_l2():
     assert default_block(4 << 20) == (0, 8)  # A (1 MiB) fits in half of 4 MiB
     assert default_block(1 << 20) == (32, 8)  # 32 tiles x 8 rows x 1 KiB = 256 KiB
     assert default_block(512 << 10) == (16, 8)
+
+
+# vpdpbusd (VEX) in portable C: this machine, and qemu 7, may lack AVX-VNNI, but the
+# kernels written for it are still checked for what they compute
+_DPBUSD256_IN_C = """#include <immintrin.h>
+#include <stdint.h>
+#define PT_DPBUSD256
+static inline __m256i pt_dpbusd256(__m256i acc, __m256i a, __m256i b) {
+  uint8_t u[32]; int8_t s[32]; uint32_t r[8];
+  _mm256_storeu_si256((__m256i*)u, a);
+  _mm256_storeu_si256((__m256i*)s, b);
+  _mm256_storeu_si256((__m256i*)r, acc);
+  for (int i = 0; i < 32; ++i) r[i / 4] += (uint32_t)((int32_t)u[i] * (int32_t)s[i]);
+  return _mm256_loadu_si256((const __m256i*)r);
+}
+"""
+
+
+@pytest.mark.parametrize(
+    "template, args",
+    [("matmul", (37, 50, 300)), ("conv2d_nchw", (2, 8, 11, 9, 32, 3, 3, 2, 1)),
+     ("batch_matmul", (3, 37, 50, 300)), ("dense", (37, 50, 300))],
+)  # fmt: skip
+def test_avx_vnni_kernels_are_exact_with_the_instruction_in_c(template, args):
+    """x86-avx2-vnni's int8 kernels, compiled with vpdpbusd replaced by the C above and
+    without -mavxvnni, run on any AVX2 machine: bit-exact at the extremes."""
+    t = pt.Target("x86-avx2-vnni")
+    if not pt.Target("x86-avx2").can_run():
+        pytest.skip("this CPU cannot run x86-avx2")
+    s, tensors = at.get_template(template)(*args, "int8", target=t)
+    src = pt.build(s, tensors, target=t, name="k", emit_only=True)
+    assert "pt_dpbusd256(" in src
+    so = compile_source(_DPBUSD256_IN_C + src, tuple(f for f in t.cflags if f != "-mavxvnni"))
+    rng = np.random.default_rng(6)
+    shapes = [tuple(int(d.value) for d in x.shape) for x in tensors]
+    ins = [rng.integers(-128, 128, sh).astype(np.int8) for sh in shapes[:-1]]
+    for x in ins:
+        x.reshape(-1)[:64] = -128  # the extremes
+    out = np.zeros(shapes[-1], np.int32)
+    fn = ctypes.CDLL(so).k
+    fn.restype = ctypes.c_int32
+    assert fn(*(ctypes.c_void_p(a.ctypes.data) for a in (*ins, out))) == 0
+    want = at.get_template(template).reference_output(ins, (*args, "int8"))[0]
+    np.testing.assert_array_equal(out, want)

@@ -122,7 +122,7 @@ ISAS = (
     DotISA(
         "avxvnni", ("avx_vnni", "avx2"), "int8", 4, 8, "immintrin.h",
         "__m256i", "__m256i", "_mm256_setzero_si256()",
-        "_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)({p})))",
+        "_mm256_loadu_si256((const __m256i*)({p}))",
         "_mm256_set1_epi32(pt_ld32({p}))",
         "pt_dpbusd256({acc}, {b}, {a})",
         "_mm256_storeu_si256((__m256i*)({p}), {v});", True,
