@@ -28,6 +28,7 @@ from .conv_tiles import (
     define_tile_knobs,
     input_stage,
     out_size,
+    schedule_channel_tiles,
     schedule_pad,
     schedule_tile,
 )
@@ -177,20 +178,9 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p):
     tile = _conv_tile(cfg, weight, stride, p)
     schedule_pad(cfg, s, P, force_root=tile is not None)
     _schedule_packed(s, WP)
-    n, k, y, x = out.op.axis
-    ko, ki = cfg["vk_k"].apply(s, out, k)
-    yo, yi = cfg["vk_h"].apply(s, out, y)
-    xo, xi = cfg["vk_w"].apply(s, out, x)
-    s[out].reorder(n, ko, yo, xo, ki, yi, xi)
-    rows = cfg["par"].val == "with_rows"
-    s[out].parallel(s[out].fuse(n, ko, yo) if rows else s[out].fuse(n, ko))
-    s[acc].compute_at(s[out], xo)
-    an, ay, ax, ak = acc.op.axis
-    order = cfg["reorder_red"].apply(s, acc, list(s[acc].op.reduce_axis))
-    s[acc].reorder(an, *order, ay, ax, ak)
-    s[acc].unroll(ay)
-    s[acc].unroll(ax)
-    s[acc].vectorize(ak)
+    order = schedule_channel_tiles(
+        cfg, s, out, acc, lambda: cfg["reorder_red"].apply(s, acc, list(s[acc].op.reduce_axis))
+    )
     if tile is not None:  # whole tiles by the micro-kernel, the last partial ones as above
         s[acc].tensorize(order[0], tile)
     return s, [data, weight, out]

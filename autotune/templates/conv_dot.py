@@ -31,6 +31,7 @@ from __future__ import annotations
 import pypto as pt
 
 from . import dot_ukernels
+from .conv_tiles import schedule_channel_tiles
 from .dot_ukernels import DotISA
 from .knobs import inner_tile
 
@@ -117,19 +118,7 @@ def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int
             s[stage].parallel(s[stage].fuse(*axes[:outer]) if outer > 1 else axes[0])
             if len(axes) > 1:
                 s[stage].vectorize(axes[-1])
-    n, k, y, x = out.op.axis
-    ko, ki = cfg["vk_k"].apply(s, out, k)
-    yo, yi = cfg["vk_h"].apply(s, out, y)
-    xo, xi = cfg["vk_w"].apply(s, out, x)
-    s[out].reorder(n, ko, yo, xo, ki, yi, xi)
-    rows = cfg["par"].val == "with_rows"
-    s[out].parallel(s[out].fuse(n, ko, yo) if rows else s[out].fuse(n, ko))
-    s[acc].compute_at(s[out], xo)
-    an, ay, ax, ak = acc.op.axis
-    s[acc].reorder(an, co, rr, rs, cq, ay, ax, ak)
-    s[acc].unroll(ay)
-    s[acc].unroll(ax)
-    s[acc].vectorize(ak)
+    schedule_channel_tiles(cfg, s, out, acc, lambda: [co, rr, rs, cq])
     s[acc].tensorize(co, conv_tile(isa, C, R, S, hb, wb, kb, st))
     return s, [data, weight, out]
 

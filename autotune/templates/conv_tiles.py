@@ -63,6 +63,30 @@ def input_stage(cfg, data, N, C, H, W, stride, padding, dtype, phase_split=True)
     return None, lambda n, c, y, ox, rs: data[n, c, y, ox * st + rs]
 
 
+def schedule_channel_tiles(cfg, s, out, acc, red_order) -> list:
+    """The ``vec_k`` tile loops of a convolution ``out[n, k, y, x]`` computed from its
+    accumulator ``acc[n, y, x, k]``: k, y, x split into ``vk_k`` x ``vk_h`` x ``vk_w``
+    tiles, batch and channel tiles (and row tiles, ``par``) fused into the parallel loop,
+    ``acc`` computed at the tile with the reduction outermost in the order
+    ``red_order()`` gives (called once ``acc`` is attached), the tile's rows and columns
+    unrolled and its channels vectorized. Returns that reduction order."""
+    n, k, y, x = out.op.axis
+    ko, ki = cfg["vk_k"].apply(s, out, k)
+    yo, yi = cfg["vk_h"].apply(s, out, y)
+    xo, xi = cfg["vk_w"].apply(s, out, x)
+    s[out].reorder(n, ko, yo, xo, ki, yi, xi)
+    rows = cfg["par"].val == "with_rows"
+    s[out].parallel(s[out].fuse(n, ko, yo) if rows else s[out].fuse(n, ko))
+    s[acc].compute_at(s[out], xo)
+    an, ay, ax, ak = acc.op.axis
+    order = red_order()
+    s[acc].reorder(an, *order, ay, ax, ak)
+    s[acc].unroll(ay)
+    s[acc].unroll(ax)
+    s[acc].vectorize(ak)
+    return order
+
+
 def schedule_pad(cfg, s, P, force_root: bool = False):
     if P is None:
         return
