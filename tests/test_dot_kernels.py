@@ -202,6 +202,25 @@ def test_int8_conv_without_whole_channel_groups_takes_the_compilers_code():
     np.testing.assert_array_equal(out, ref)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_conv_stays_in_float_arithmetic(dtype):
+    """Only int8 convolutions take the dot kernels: a bfloat16 one on a target with
+    vdpbf16ps keeps its dtype and float32 sums."""
+    t = pt.Target("x86-avx512-bf16")
+    args = (1, 16, 9, 9, 32, 3, 3, 1, 1)
+    s, tensors = at.get_template("conv2d_nchw")(*args, dtype, target=t)
+    assert [x.dtype for x in tensors] == [dtype] * 3
+    if not t.can_run():
+        pytest.skip("this CPU cannot run x86-avx512-bf16")
+    mod = pt.build(s, tensors, target=t, name="conv16")
+    assert "conv_avx512" not in mod.source
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, args[:4]).astype(numpy_dtype(dtype))
+    w = rng.uniform(-1, 1, (32, 16, 3, 3)).astype(numpy_dtype(dtype))
+    ref = conv2d_reference(x.astype(np.float64), w.astype(np.float64), stride=1, padding=1)
+    np.testing.assert_allclose(mod(x, w).astype(np.float64), ref, rtol=2e-2, atol=0.2)
+
+
 @pytest.mark.parametrize(
     "target, instruction",
     [("x86-avx512-bf16", r"vpdpbusd\s+%zmm"), ("x86-avx2", r"vpmaddwd\s+%ymm")],

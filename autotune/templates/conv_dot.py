@@ -38,8 +38,9 @@ from .knobs import inner_tile
 
 def usable(target, dtype: str, C: int, K: int) -> DotISA | None:
     """The dot kernel for an int8 convolution of ``C`` -> ``K`` channels on ``target``:
-    the ISA, when ``C`` is a whole number of its groups and ``K`` of its vectors."""
-    isa = dot_ukernels.dot_isa(target, dtype)
+    the ISA, when ``C`` is a whole number of its groups and ``K`` of its vectors (None for
+    any other dtype: a bfloat16 convolution stays in float32 arithmetic)."""
+    isa = dot_ukernels.dot_isa(target, dtype) if dtype == "int8" else None
     if isa is None or C % isa.group or K % isa.lanes:
         return None
     return isa
