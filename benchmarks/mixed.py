@@ -1,11 +1,12 @@
-"""The mixed-precision rows of the suite: int8 and bfloat16 matmul 1024^3.
+"""The mixed-precision rows of the suite: int8 and bfloat16 matmul 1024^3, and the int8
+ResNet-18 64->64 56x56 convolution.
 
 Each runs on the richest named target this machine runs that has a dot-product
 kernel for its dtype (``x86-avx512-bf16`` on a CPU with AVX-512 VNNI and BF16, else
 ``x86-avx2-vnni``, else the host's own target with its ``vpmaddwd`` kernel), with the
-template's default config (no tuning records are shipped for these workloads), against
-``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 matmul in the same run. The
-summary relates them to pypto's float32 matmul of the same shape in the same run.
+template's default config (no tuning records are shipped for these workloads); the
+matmuls against ``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 matmul in the
+same run. The summary relates each to pypto's float32 row of the same shape (``ROWS``).
 
     python -m benchmarks mixed [--threads 1,2] [--repeat 15] [--target NAME]
 
@@ -120,7 +121,7 @@ def peaks(target: pt.Target, threads: int) -> peak.Peaks:
 
 
 def _torch_note(got: np.ndarray, want: np.ndarray) -> str:
-    """Whether torch's int8 product was exact (oneDNN without VNNI saturates in int16)."""
+    """Whether torch's int8 product was exact (oneDNN's AVX2 kernel is not)."""
     bad = int(np.count_nonzero(got != want))
     if not bad:
         return "exact"
