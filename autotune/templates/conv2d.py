@@ -24,6 +24,7 @@ from ..task import template
 from . import conv_dot, precision, ukernels
 from .conv_tiles import (
     conv_ref,
+    define_channel_tile_knobs,
     define_red_pad_knobs,
     define_tile_knobs,
     input_stage,
@@ -129,16 +130,7 @@ def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes, p):
     16 on AVX-512's 32), leaving the rest for weights and broadcast pixels.
     """
     lanes = cfg.target.vector_lanes("float32")
-    kbs = [m * lanes for m in (1, 2, 4) if K % (m * lanes) == 0]
-    kb_d = 2 * lanes if 2 * lanes in kbs else kbs[0]
-    inner_tile(cfg, "vk_k", K, kbs, kb_d)
-    ws = [w for w in range(1, 9) if w <= OW]
-    wb_d = 4 if OW >= 4 else ws[-1]
-    inner_tile(cfg, "vk_w", OW, ws, wb_d)
-    hbs = [1, 2]
-    acc_budget = cfg.target.vector_registers // 2
-    hb_d = max([h for h in hbs if h * wb_d * (kb_d // lanes) <= acc_budget and h <= OH] or [1])
-    inner_tile(cfg, "vk_h", OH, hbs, hb_d)
+    define_channel_tile_knobs(cfg, K, OH, OW, lanes, cfg.target.vector_registers // 2)
     define_red_pad_knobs(cfg, red_axes, stride, padding)
     if ukernels.simd_isa(cfg.target) is not None and p.name == "float32":
         cfg.define_knob("ukernel", [0, 1], default=1)

@@ -31,9 +31,8 @@ from __future__ import annotations
 import pypto as pt
 
 from . import dot_ukernels
-from .conv_tiles import schedule_channel_tiles
+from .conv_tiles import define_channel_tile_knobs, schedule_channel_tiles
 from .dot_ukernels import DotISA
-from .knobs import inner_tile
 
 
 def usable(target, dtype: str, C: int, K: int) -> DotISA | None:
@@ -51,16 +50,8 @@ def define_knobs(cfg, isa: DotISA, K: int, OH: int, OW: int) -> None:
     rows per tile. The default holds at most half the vector registers in accumulators,
     less the ISA's products (``vpmaddwd``'s ``rows`` budget): 2 vectors x 4 columns x 2
     rows with 32 registers, x 1 row with 16."""
-    L = isa.lanes
-    kbs = [m * L for m in (1, 2, 4) if K % (m * L) == 0]
-    kb_d = 2 * L if 2 * L in kbs else kbs[0]
-    inner_tile(cfg, "vk_k", K, kbs, kb_d)
-    ws = [w for w in range(1, 9) if w <= OW]
-    wb_d = 4 if OW >= 4 else ws[-1]
-    inner_tile(cfg, "vk_w", OW, ws, wb_d)
     budget = cfg.target.vector_registers // 2 - (2 if isa.rows else 0)
-    hb_d = max([h for h in (1, 2) if h * wb_d * (kb_d // L) <= budget and h <= OH] or [1])
-    inner_tile(cfg, "vk_h", OH, [1, 2], hb_d)
+    define_channel_tile_knobs(cfg, K, OH, OW, isa.lanes, budget)
 
 
 def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int):

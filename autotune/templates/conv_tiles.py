@@ -63,6 +63,21 @@ def input_stage(cfg, data, N, C, H, W, stride, padding, dtype, phase_split=True)
     return None, lambda n, c, y, ox, rs: data[n, c, y, ox * st + rs]
 
 
+def define_channel_tile_knobs(cfg, K: int, OH: int, OW: int, lanes: int, budget: int):
+    """The ``vec_k`` tile knobs: ``vk_k`` output channels (whole vectors of ``lanes``
+    dividing K), ``vk_w`` columns (at most 8) and ``vk_h`` rows (1 or 2) per tile. The
+    default is two vectors of channels x 4 columns x as many rows as keep its
+    accumulators within ``budget`` vector registers."""
+    kbs = [m * lanes for m in (1, 2, 4) if K % (m * lanes) == 0]
+    kb_d = 2 * lanes if 2 * lanes in kbs else kbs[0]
+    inner_tile(cfg, "vk_k", K, kbs, kb_d)
+    ws = [w for w in range(1, 9) if w <= OW]
+    wb_d = 4 if OW >= 4 else ws[-1]
+    inner_tile(cfg, "vk_w", OW, ws, wb_d)
+    hb_d = max([h for h in (1, 2) if h * wb_d * (kb_d // lanes) <= budget and h <= OH] or [1])
+    inner_tile(cfg, "vk_h", OH, [1, 2], hb_d)
+
+
 def schedule_channel_tiles(cfg, s, out, acc, red_order) -> list:
     """The ``vec_k`` tile loops of a convolution ``out[n, k, y, x]`` computed from its
     accumulator ``acc[n, y, x, k]``: k, y, x split into ``vk_k`` x ``vk_h`` x ``vk_w``
