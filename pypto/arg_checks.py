@@ -10,11 +10,37 @@ from __future__ import annotations
 import numpy as np
 
 from .c_helpers import MAX_BYTES
-from .expr import Const, substitute
+from .expr import Call, Const, substitute, walk
+from .loop_ir import own_exprs, walk_stmts
 from .simplify import simplify
 
+# status -(FIRST_INDEX_STATUS + k): the k-th run-time checked index (``index_checks``)
+FIRST_INDEX_STATUS = 16
 
-def raise_status(name: str, status: int):
+
+def index_checks(body) -> tuple:
+    """The accesses a kernel checks at run time (``checked_index`` calls, by their
+    note), each once, in the order of the loop nest ``body``: the status a failed check
+    reports is its position here (``index_status``)."""
+    notes = {}
+    for s in walk_stmts(body):
+        for e in own_exprs(s):
+            for x in walk(e):
+                if isinstance(x, Call) and x.name == "checked_index":
+                    notes.setdefault(x.note, None)
+    return tuple(notes)
+
+
+def index_status(notes: tuple, note: str) -> int:
+    """The status the kernel reports when the check of ``note`` fails."""
+    return -(FIRST_INDEX_STATUS + notes.index(note))
+
+
+def raise_status(name: str, status: int, notes: tuple = ()):
+    k = -status - FIRST_INDEX_STATUS
+    if 0 <= k < len(notes):
+        what = notes[k] or "an index read from data or not affine"
+        raise IndexError(f"{name}: {what} is out of range; the outputs are incomplete")
     if status == -1:
         raise MemoryError(f"{name}: could not allocate its temporary buffers")
     if status == -3:

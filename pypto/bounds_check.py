@@ -135,24 +135,27 @@ class BoundsReport:
     def guarded(self, e: Expr) -> Expr:
         """``e`` with run-time checked indices if it is a read isl could not prove."""
         if isinstance(e, TensorRead) and id(e) in self.runtime_reads:
-            return TensorRead(e.tensor, _checked(e.indices, e.tensor.shape), e.dtype)
+            return TensorRead(e.tensor, _checked(e.indices, e.tensor, str(e)), e.dtype)
         return e
 
     def guarded_lhs(self, op) -> tuple:
         """The indices an update writes, run-time checked if isl could not prove them."""
         if id(op) in self.runtime_writes:
-            return _checked(op.lhs, op.target.shape)
+            lhs = f"{op.target.name}[{', '.join(str(i) for i in op.lhs)}]"
+            return _checked(op.lhs, op.target, lhs)
         return tuple(op.lhs)
 
 
 NO_REPORT = BoundsReport()
 
 
-def _checked(indices, shape) -> tuple:
+def _checked(indices, tensor, access: str) -> tuple:
     out = []
-    for i, d in zip(indices, shape):
+    for dim, (i, d) in enumerate(zip(indices, tensor.shape)):
         if not any(isinstance(x, TensorRead) for x in walk(i)):  # data: checked by lowering
-            i = Call("checked_index", (i if i.dtype == "int64" else Cast(i, "int64"), d), "int64")
+            note = f"the index of {access} in dimension {dim} (size {d})"
+            i = i if i.dtype == "int64" else Cast(i, "int64")
+            i = Call("checked_index", (i, d), "int64", note)
         out.append(i)
     return tuple(out)
 

@@ -117,8 +117,9 @@ static inline int64_t pt_size_dim(int64_t d) { return d > 0 ? d : 0; }"""
 
 MAX_BYTES = 2**62  # a buffer of this many bytes is refused before any allocation is tried
 
-CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t* status) {
+CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t code,
+                                       int32_t* status) {
   if (i >= 0 && i < n) return i;
-  __atomic_store_n(status, -2, __ATOMIC_RELAXED);
+  __atomic_store_n(status, code, __ATOMIC_RELAXED);
   return 0;
 }"""

@@ -13,6 +13,7 @@ import math
 
 from . import dtypes, fastmath
 from ._version import __version__ as _version
+from .arg_checks import index_checks, index_status
 from .autovec import autovec_hazard
 from .c_helpers import (
     ALLOC,
@@ -59,12 +60,13 @@ def _nonzero_const(e) -> bool:
 
 
 class CPrinter(Printer):
-    def __init__(self, namer: Namer, ranges: dict):
+    def __init__(self, namer: Namer, ranges: dict, index_notes: tuple = ()):
         super().__init__()
         self.namer = namer
         self.ranges = ranges
         self.helpers: dict[str, str] = {}
         self.checks = False  # data-dependent indices are checked at run time
+        self.index_notes = index_notes  # the checked accesses, in status order (arg_checks)
 
     def helper(self, kind: str, dt: str) -> str:
         t = _ctype(dt)
@@ -142,7 +144,8 @@ class CPrinter(Printer):
         args = [self(a) for a in e.args]
         if e.name == "checked_index":
             self.checks = True
-            return f"pt_checked_index({args[0]}, {args[1]}, &status)", ATOM
+            code = index_status(self.index_notes, e.note)
+            return f"pt_checked_index({args[0]}, {args[1]}, {code}, &status)", ATOM
         if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
             f = "llabs" if dtypes.dtype(e.dtype).bits == 64 else "abs"
             return f"{f}({args[0]})", ATOM
@@ -180,7 +183,7 @@ class CodeGen:
                     )
         self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins))
         self.ranges = {v: (0, INF) for v in func.size_vars}
-        self.p = CPrinter(self.namer, self.ranges)
+        self.p = CPrinter(self.namer, self.ranges, index_checks(func.body))
         self.lines: list[str] = []
         self.parallel_depth = 0
         self.simd_depth = 0  # inside a loop marked omp simd: no other loop is marked

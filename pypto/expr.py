@@ -174,6 +174,7 @@ class Call(Expr):
     name: str  # a key of MATH
     args: tuple
     dtype: str
+    note: str = ""  # checked_index: the access it guards, for the error message
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

@@ -52,12 +52,12 @@ class Layout:
             b = self.placeholders.get(st)
             if b is None:
                 raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
-            return b, _flat(_checked(indices, b.shape), b.shape)
+            return b, _flat(_checked(indices, b.shape, b.name), b.shape)
         sb = self.stages[st]
         if sb.offsets is not None:
             indices = [Binary("sub", i, o, INDEX) for i, o in zip(indices, sb.offsets)]
         buf = sb.more[value_index] if value_index else sb.buffer
-        return buf, _flat(_checked(indices, buf.shape), buf.shape)
+        return buf, _flat(_checked(indices, buf.shape, buf.name), buf.shape)
 
 
 def plan(nests: Nests) -> Layout:
@@ -102,12 +102,14 @@ def _flat(indices, shape) -> Expr:
     return out if out is not None else Const(0, INDEX)
 
 
-def _checked(indices, shape) -> list:
+def _checked(indices, shape, name: str) -> list:
     """Indices computed from data (``H[X[i]]``) are checked at run time: out of range,
-    the kernel touches element 0 instead and reports an error to the caller."""
+    the kernel touches element 0 instead and reports an error to the caller, naming
+    the tensor and the dimension."""
     out = []
-    for i, d in zip(indices, shape):
+    for dim, (i, d) in enumerate(zip(indices, shape)):
         if any(isinstance(x, (TensorRead, Load)) for x in walk(i)):
-            i = Call("checked_index", (Cast(i, INDEX) if i.dtype != INDEX else i, d), INDEX)
+            note = f"an index into {name} computed from data (dimension {dim} of size {d})"
+            i = Call("checked_index", (Cast(i, INDEX) if i.dtype != INDEX else i, d), INDEX, note)
         out.append(i)
     return out

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes, emulate
-from .arg_checks import as_array, check_overlap, check_temporary, fmt_shape, raise_status
+from .arg_checks import (
+    as_array,
+    check_overlap,
+    check_temporary,
+    fmt_shape,
+    index_checks,
+    raise_status,
+)
 from .bounds_check import SizeCheck, check_sizes
 from .expr import Const, Expr, Var, binary, substitute
 from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
@@ -70,6 +77,7 @@ class Signature:
     size_checks: tuple = ()  # of bounds_check.SizeCheck
     temps: tuple = ()  # of Temp
     scalars: tuple = ()  # of scalar_args.ScalarParam, passed after the sizes
+    index_checks: tuple = ()  # the accesses checked at run time (arg_checks.index_checks)
 
     @staticmethod
     def of(func: LoweredFunc, cname: str) -> Signature:
@@ -84,8 +92,9 @@ class Signature:
         )
         checks = tuple(func.attrs.get("size_checks", ()))
         return Signature(
-            func.name, cname, params, tuple(func.size_vars), checks, temps, func.scalars
-        )
+            func.name, cname, params, tuple(func.size_vars), checks, temps, func.scalars,
+            index_checks(func.body),
+        )  # fmt: skip
 
     def to_json(self) -> dict:
         return {
@@ -107,6 +116,7 @@ class Signature:
                 for t in self.temps
             ],
             "scalars": [p.to_json() for p in self.scalars],
+            "index_checks": list(self.index_checks),
         }  # fmt: skip
 
     @staticmethod
@@ -129,8 +139,9 @@ class Signature:
             for t in d.get("temps", [])
         )  # fmt: skip
         scalars = tuple(ScalarParam.from_json(p) for p in d.get("scalars", []))
+        notes = tuple(str(n) for n in d.get("index_checks", []))
         return Signature(
-            d["name"], d["cname"], params, tuple(sizes.values()), checks, temps, scalars
+            d["name"], d["cname"], params, tuple(sizes.values()), checks, temps, scalars, notes
         )
 
 
@@ -357,7 +368,7 @@ class Module:
         status = self._invoke(cargs, keep)
         del keep
         if status != 0:
-            raise_status(self.name, status)
+            raise_status(self.name, status, self.signature.index_checks)
         if made:
             return made[0] if len(made) == 1 else tuple(made)
         return None
@@ -376,7 +387,7 @@ class Module:
             fn = self._c
             status = fn(*cargs)  # warm-up
             if status != 0:
-                raise_status(self.name, status)
+                raise_status(self.name, status, self.signature.index_checks)
             n = number
             results = []
             for _ in range(repeat):

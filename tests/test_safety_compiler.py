@@ -200,7 +200,9 @@ def test_non_affine_index_is_checked_at_run_time():
     mod(a, b)
     i, j = np.indices((4, 4))
     np.testing.assert_array_equal(b, a[i * j])
-    with pytest.raises(IndexError, match="or not affine is out of range"):
+    with pytest.raises(
+        IndexError, match=r"the index of A\[i \* j\] in dimension 0 \(size m\) is out of range"
+    ):
         mod(a[:9].copy(), b)
 
 
@@ -251,7 +253,7 @@ def test_kernels_named_after_c_names_compute_the_right_thing(nm):
     mod(a, ix, m, g)
     np.testing.assert_allclose(m[0], (2 * a).max(), rtol=1e-6)
     np.testing.assert_allclose(g, 1.0 + 2 * a[ix], rtol=1e-6)
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match=r"computed from data \(dimension 0 of size .+\) is out"):
         mod(a, np.array([0, 0, 5, 0, 0], "int32"), m, g)
 
 
