@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import textwrap
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -109,11 +110,14 @@ def main(argv=None):
                 describe(n, a.size),
             ]
         )
-        print("  ".join(rows[-1]), flush=True)
+        print("  ".join(rows[-1][:-1]), flush=True)
     print()
-    print(
-        table(["kernel", "category", "plain ms", "best ms", "speed-up", "same", "schedule"], rows)
-    )
+    head = ["kernel", "category", "plain ms", "best ms", "speed-up", "same"]
+    print(table(head, [r[:-1] for r in rows]))
+    print("\nschedules (each stage's steps after the statement order):")
+    for row in rows:  # long: below the table, wrapped, not a column of it
+        print(textwrap.fill(row[-1], width=100, initial_indent=f"  {row[0]}: ",
+                            subsequent_indent="      "))  # fmt: skip
 
 
 if __name__ == "__main__":
