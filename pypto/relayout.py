@@ -10,8 +10,15 @@ to its own layout:
     for j: for io: for ii:                    C.local[j, io, ii] = f(io*4 + ii, j)
       C[io*4 + ii, j] = f(io*4 + ii, j)  ->   C[i, j] = C.local[j, i // 4, i % 4]
 
-Splits must divide their loop (a cache point for each element, none beyond);
-skews and transformed reduce loops are refused (``ScheduleError``). Values (leaves
+A split that does not divide its loop pads the cache (``ceil(n / f) x f`` points) and
+guards its body: the points beyond the tensor compute nothing (``select``; a
+reduction's source is the identity there), so they read nothing, and no copy reads
+them:
+
+    s[C].split(i, 4) with i < 10             C.local[io, ii, j] = select(io*4 + ii < 10,
+                                               f(io*4 + ii, j), 0)      io < 3, ii < 4
+
+Skews and transformed reduce loops are refused (``ScheduleError``). Values (leaves
 to roots) and extents come from the relations themselves; the copy's read needs
 the other direction, roots to leaves, stated here per relation kind.
 """
@@ -39,7 +46,8 @@ _FORWARD = {
 
 def relayout(st, op):
     """``(cache axes, root var -> its value over them, the cache coordinates of a root
-    point)`` for the cache of stage ``st`` (computing ``op``)."""
+    point, the conditions that a cache point lies inside the tensor)`` for the cache of
+    stage ``st`` (computing ``op``)."""
     err = lambda msg: ScheduleError(f"cache_write on stage '{st.name}': {msg}")  # noqa: E731
     for r in st.relations:
         if type(r) not in _FORWARD:
@@ -56,13 +64,13 @@ def relayout(st, op):
     axis = tuple(make_iter_var(f"{iv.name}.c", Const(0, INDEX), ext[iv], "spatial")
                  for iv in leaves)  # fmt: skip
     val = {iv: new.var for iv, new in zip(leaves, axis)}
+    inside = []
     for r in reversed(st.relations):
         parents, conds = r.values(val, ext, simplify)
-        if conds:
-            raise err(f"split of {r.parent.name} does not divide it; use a factor that does")
+        inside += [c for c, _ in conds]  # spatial: transformed reduce loops are refused
         val.update(parents)
     coords = {iv: iv.var for iv in op.axis}
     for r in st.relations:
         coords.update({k: simplify(v) for k, v in _FORWARD[type(r)](r, coords, ext).items()})
     mapping = {iv.var: val[iv] for iv in op.axis}
-    return axis, mapping, tuple(coords[iv] for iv in leaves)
+    return axis, mapping, tuple(coords[iv] for iv in leaves), tuple(inside)

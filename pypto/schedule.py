@@ -17,7 +17,7 @@ from . import legality, steps
 from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
-from .expr import Const, Reduce, TensorRead, cast, map_children, substitute
+from .expr import Const, Reduce, Select, TensorRead, cast, conjunction, map_children, substitute
 from .extern import extern_of, refuse_extern
 from .group import create_group
 from .relayout import relayout
@@ -235,7 +235,10 @@ class Schedule:
                 "the stage" + (f" ({done} was applied)" if done else "")
             )
         op = st.op
-        axis, mapping, read_at = relayout(st, op)  # split/fuse/reorder: the cache's layout
+        # split/fuse/reorder: the cache's layout; padded points (splits that do not
+        # divide) are guarded by ``inside``
+        axis, mapping, read_at, inside = relayout(st, op)
+        guard = conjunction(inside)
         raxis = []
         for iv in op.reduce_axis:  # bounds may name the axes renamed before them
             lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
@@ -248,9 +251,15 @@ class Schedule:
             src = substitute(body.source, mapping)
             init = tuple(cast(acc, substitute(x, mapping)) for x in body.init)
             src = src if acc == op.dtype else cast(acc, src)
+            if guard is not None:
+                nothing = body.combiner.identity(acc)
+                src = Select(guard, src, nothing, acc)
+                init = tuple(Select(guard, x, nothing, acc) for x in init)
             body = Reduce(body.combiner, src, raxis, acc, init)
         else:
             body = substitute(body, mapping)
+            if guard is not None:
+                body = Select(guard, body, Const(0, op.dtype), op.dtype)
         name = f"{op.name}.{scope}"
         cache = ComputeOp(name, axis, body, acc, raxis if op.reduce_axis else ())
         read = cache.output(0)[read_at]

@@ -47,12 +47,58 @@ def test_fuse_gives_a_flat_cache_and_replays_from_json():
     assert str(pt.lower(s2, [A, B, C])) == str(pt.lower(s, [A, B, C]))
 
 
-def test_cache_write_layout_refusals():
+@pytest.mark.parametrize("factor", [3, 5, 16])
+def test_a_split_that_does_not_divide_pads_and_guards_the_cache(factor):
+    # TVM's test_schedule_cache_relayout: split (symbolic n, or 8 columns by 3), reorder,
+    # cache_write; the padded points compute nothing and read nothing
     A, B, C, k = matmul()
     s = pt.create_schedule(C.op)
-    s[C].split(C.op.axis[1], factor=3)
-    with pytest.raises(pt.ScheduleError, match="split of j does not divide it"):
-        s.cache_write(C, "local")
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=factor)
+    jo, ji = s[C].split(j, factor=3)
+    s[C].reorder(jo, io, ii, ji)
+    CL = s.cache_write(C, "local")
+    assert [str(d) for d in CL.shape] == ["3", f"(n + {factor - 1}) // {factor}", str(factor), "3"]
+    s[CL].parallel(s[CL].op.axis[1])
+    mod = pt.build(s, [A, B, C])
+    for rows in (1, 7, 17):
+        a, b = RNG.random((rows, 12), "float32"), RNG.random((12, 8), "float32")
+        np.testing.assert_allclose(mod(a, b), a @ b, rtol=1e-5)
+
+
+def test_a_padded_cache_keeps_where_init_and_triangular_bounds():
+    n = 10
+    A = pt.placeholder((n, n), "float32", name="A")
+    C0 = pt.placeholder((n,), "float32", name="C0")
+    k = pt.reduce_axis((0, n), name="k")
+    r = pt.reduce_axis((0, n), name="r")
+    # from C0, without the diagonal
+    C = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, where=k != i, init=C0[i]), name="C")
+    T = pt.compute((n,), lambda i: pt.max(A[i, r] * 2, axis=r), name="T")
+    D = pt.compute((n,), lambda i: C[i] + T[i], name="D")
+    s = pt.create_schedule(D.op)
+    s[C].split(C.op.axis[0], factor=4)
+    s[T].split(T.op.axis[0], nparts=3)
+    CL, TL = s.cache_write(C, "local"), s.cache_write(T, "local")
+    assert [str(d) for d in CL.shape] == ["3", "4"] and [str(d) for d in TL.shape] == ["3", "4"]
+    a, c0 = RNG.random((n, n), "float32") - 0.5, RNG.random(n, "float32")
+    want = c0 + a.sum(1) - np.diag(a) + 2 * a.max(1)
+    np.testing.assert_allclose(pt.build(s, [A, C0, D])(a, c0), want, rtol=1e-5)
+
+    def lower_sum(i):  # a reduce bound that names the split axis: q <= i
+        q = pt.reduce_axis((0, i + 1), name="q")
+        return pt.sum(A[i, q], axis=q)
+
+    L = pt.compute((n,), lower_sum, name="L")
+    s = pt.create_schedule(L.op)
+    s[L].split(L.op.axis[0], factor=3)
+    LL = s.cache_write(L, "local")
+    s[LL].vectorize(s[LL].op.axis[1])
+    np.testing.assert_allclose(pt.build(s, [A, L])(a), np.tril(a).sum(1), rtol=1e-5)
+
+
+def test_cache_write_layout_refusals():
+    A, B, C, k = matmul()
     s = pt.create_schedule(C.op)
     s[C].split(k, factor=4)
     with pytest.raises(pt.ScheduleError, match="call it before transforming the reduce loops"):
