@@ -230,3 +230,43 @@ def test_unrolled_attach_loop_regression(case):
     c = _nan((2, 1))
     mod(a, c)
     np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+@FUZZ
+@given(data=st.data(), symbolic=st.booleans())
+def test_fuzz_cache_write_after_splits(data, symbolic):
+    # cache_write after random splits (dividing or not), an order and a fuse of the
+    # spatial loops: the cache is laid out as they run, padded where a split does not
+    # divide; then the cache itself gets random loops and is computed at the root or
+    # at a loop of the copy
+    (M, N, K), (Me, Ne, Ke) = _dims(data, symbolic, ["m", "n", "kk"])
+    A = pt.placeholder((Me, Ke), "float32", name="A")
+    B = pt.placeholder((Ke, Ne), "float32", name="B")
+    k = pt.reduce_axis((0, Ke), name="k")
+    C = pt.compute((Me, Ne), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C.op)
+    for _ in range(data.draw(st.integers(0, 3), label="nsplits")):
+        spatial = [iv for iv in s[C].leaf_iter_vars if iv.kind == "spatial"]
+        iv = _pick(data, spatial, "split_loop")
+        amount = data.draw(st.integers(1, 9), label="split_amount")
+        if data.draw(st.booleans(), label="use_nparts"):
+            s[C].split(iv, nparts=amount)
+        else:
+            s[C].split(iv, factor=amount)
+    spatial = {iv.name: iv for iv in s[C].leaf_iter_vars if iv.kind == "spatial"}
+    order = [spatial[n] for n in data.draw(st.permutations(sorted(spatial)), label="order")]
+    s[C].reorder(*order, k)
+    if len(order) >= 2 and data.draw(st.booleans(), label="fuse"):
+        s[C].fuse(order[0], order[1])
+    CL = s.cache_write(C, "local")
+    place_producer(data, s, CL, C, "CL", allow_inline=False)
+    mod = build_or_race(s, [A, B, C], "fuzz_cw")
+    if mod is None:
+        return
+    rng = np.random.default_rng(3)
+    for m, n, kk in _run_sizes(data, symbolic, (M, N, K), ["m", "n", "kk"]):
+        a, b = _ints(rng, (m, kk)), _ints(rng, (kk, n))
+        c = _nan((m, n))
+        mod(a, b, c)
+        ref = a.astype(np.float64) @ b
+        np.testing.assert_array_equal(c, ref.astype("float32"), err_msg=f"{m}x{n}x{kk}")
