@@ -36,6 +36,46 @@ from .expr import round_ as round
 from .extern import extern
 from .intrin import TensorIntrin, decl_tensor_intrin
 from .lowering import lower
+from .ops import (
+    acos,
+    acosh,
+    all,
+    any,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    copysign,
+    cos,
+    cosh,
+    exp2,
+    expm1,
+    floordiv,
+    floormod,
+    fmod,
+    hypot,
+    indexdiv,
+    indexmod,
+    isfinite,
+    isinf,
+    isnan,
+    log1p,
+    log2,
+    log10,
+    max_value,
+    min_value,
+    nearbyint,
+    nextafter,
+    power,
+    sin,
+    sinh,
+    size_var,
+    tan,
+    trunc,
+    truncdiv,
+    truncmod,
+)
 from .reducers import comm_reducer, max, min, sum
 from .runtime import Module, build, load_module, set_num_threads
 from .scalar_args import var
@@ -54,4 +94,10 @@ __all__ = [
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
     "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin", "extern",
     "validate", "ValidationReport",
+    # TVM's tir helpers (pypto.ops)
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+    "exp2", "expm1", "log2", "log10", "log1p", "trunc", "nearbyint", "atan2", "fmod", "hypot",
+    "copysign", "nextafter", "isnan", "isinf", "isfinite", "power", "max_value", "min_value",
+    "all", "any", "floordiv", "floormod", "indexdiv", "indexmod", "truncdiv", "truncmod",
+    "size_var",
 ]  # fmt: skip

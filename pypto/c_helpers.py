@@ -16,22 +16,6 @@ STACK_LIMIT = 4 * 1024  # bytes: larger local buffers go on the heap (a big stac
 # ``Module`` frees them when it is collected (``pt_release_workspace``)
 WORKSPACE_MAX = 64 << 20
 
-# math function -> (float form, double form); {x} is the argument
-MATH = {
-    "exp": ("expf({0})", "exp({0})"),
-    "log": ("logf({0})", "log({0})"),
-    "sqrt": ("sqrtf({0})", "sqrt({0})"),
-    "rsqrt": ("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
-    "tanh": ("tanhf({0})", "tanh({0})"),
-    "erf": ("erff({0})", "erf({0})"),
-    "sigmoid": ("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
-    "floor": ("floorf({0})", "floor({0})"),
-    "ceil": ("ceilf({0})", "ceil({0})"),
-    "round": ("rintf({0})", "rint({0})"),  # the default rounding mode: ties to even
-    "abs": ("fabsf({0})", "fabs({0})"),
-    "pow": ("powf({0}, {1})", "pow({0}, {1})"),
-}
-
 # helper functions emitted on demand: name -> C text ({t} is the C type)
 HELPERS = {
     "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",

@@ -19,7 +19,6 @@ from .c_helpers import (
     ALLOC,
     CHECKED_INDEX,
     HELPERS,
-    MATH,
     MAX_BYTES,
     SIZE_CHECK,
     STACK_LIMIT,
@@ -43,6 +42,7 @@ from .loop_ir import (
     walk_stmts,
     written_buffers,
 )
+from .mathfuncs import FUNCS
 from .prefetch import LEVELS
 from .printer import ATOM, Printer
 from .simplify import INF, bounds
@@ -155,7 +155,9 @@ class CPrinter(Printer):
                 return double.format(*args), ATOM
             self.helpers.setdefault(fn, fastmath.HELPERS[fn])
             return f"{fn}({args[0]})", ATOM
-        form = MATH[e.name][0 if _ctype(e.dtype) == "float" else 1]
+        f = FUNCS[e.name]
+        operand = e.args[0].dtype if f.predicate else e.dtype  # isnan: by its operand's type
+        form = f.c_float if _ctype(operand) == "float" else f.c_double
         return form.format(*args), ATOM
 
     def load(self, e):

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import dtypes
 from .dtypes import INDEX
+from .mathfuncs import FUNCS
 from .printer import expr_str
 
 # Expressions and loop nests are trees, walked recursively (rewrites, simplification,
@@ -294,27 +295,10 @@ def cast(dtype: str, x) -> Expr:
     return x if x.dtype == dt else Cast(x, dt)
 
 
-# math functions: name -> (number of arguments, needs a float operand)
-MATH = {
-    "exp": (1, True),
-    "log": (1, True),
-    "sqrt": (1, True),
-    "rsqrt": (1, True),
-    "tanh": (1, True),
-    "erf": (1, True),
-    "sigmoid": (1, True),
-    "floor": (1, True),
-    "ceil": (1, True),
-    "round": (1, True),  # to nearest, ties to even
-    "abs": (1, False),
-    "pow": (2, True),
-    "fast_exp": (1, True),  # vectorizable float32 forms (pypto/fastmath.py)
-    "fast_erf": (1, True),
-}
-
-
 def call(name: str, *args) -> Call:
-    nargs, needs_float = MATH[name]
+    """The elementwise math function ``name`` (a row of ``pypto.mathfuncs.FUNCS``)."""
+    f = FUNCS[name]
+    nargs, needs_float = f.nargs, f.needs_float
     if len(args) != nargs:
         raise TypeError(f"pt.{name} takes {nargs} argument(s), got {len(args)}")
     if nargs == 2:
@@ -325,10 +309,12 @@ def call(name: str, *args) -> Call:
         dt = ops[0].dtype
     if needs_float and not dtypes.dtype(dt).is_float:
         raise TypeError(f"pt.{name} needs a float operand, got {dt}; use pt.cast")
-    return Call(name, ops, dt)
+    return Call(name, ops, "bool" if f.predicate else dt)
 
 
-def _math(name: str) -> Callable:
+def math_function(name: str) -> Callable:
+    """``pt.<name>``: the function that builds a call of math function ``name``."""
+
     def fn(*args):
         return call(name, *args)
 
@@ -338,7 +324,7 @@ def _math(name: str) -> Callable:
 
 
 exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, round_, abs, power, fast_exp, fast_erf = (
-    _math(n)
+    math_function(n)
     for n in (
         "exp",
         "log",

@@ -255,8 +255,10 @@ def _allocate(buf: Buffer, body):
     return Allocate(buf, simplify(size), body)
 
 
-def lower(sch: Schedule, args, name: str = "main") -> LoweredFunc:
-    """``pt.lower(s, args, name)``: the loop IR of a schedule (``print`` it to read it)."""
+def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = True) -> LoweredFunc:
+    """``pt.lower(s, args, name)``: the loop IR of a schedule (``print`` it to read it).
+    ``simple_mode`` is accepted for TVM code (``tvm.lower(..., simple_mode=True)``): the
+    loop IR is always the simple form."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
     tensors, scalars, scalar_vars = check_args(sch, args)

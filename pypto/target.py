@@ -319,7 +319,9 @@ def _defaults(name: str) -> dict:
     if name == "host":
         return _host_defaults(host_name())
     if name not in KNOWN:
-        raise ValueError(f"unknown target {name!r}; choose one of: host, {', '.join(KNOWN)}")
+        tvm_cpu = name.split(maxsplit=1)[:1] in (["llvm"], ["c"])
+        tvm = " (TVM's llvm and c targets are host here)" if tvm_cpu else ""
+        raise ValueError(f"unknown target {name!r}{tvm}; choose one of: host, {', '.join(KNOWN)}")
     return _named(name)
 
 

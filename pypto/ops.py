@@ -1,0 +1,130 @@
+"""TVM's ``tir`` helpers under their TVM names, for code written against TE.
+
+- math: ``pt.sin cos tan asin acos atan sinh cosh asinh acosh atanh exp2 expm1
+  log2 log10 log1p trunc nearbyint atan2 fmod hypot copysign nextafter`` (float
+  operands; the rows of ``pypto.mathfuncs``), ``pt.isnan isinf isfinite`` (a
+  ``bool``), ``pt.power`` (``pt.pow``);
+- ``pt.max_value(dtype)`` / ``pt.min_value(dtype)``: the largest and smallest
+  finite values (the identities of a max / min reduction written by hand,
+  ``pt.comm_reducer(..., lambda t: pt.min_value(t))``);
+- ``pt.all(*conds)`` / ``pt.any(*conds)``: the conjunction / disjunction;
+- ``pt.floordiv floormod indexdiv indexmod``: ``//`` and ``%`` (rounding down,
+  the remainder takes the divisor's sign); ``pt.truncdiv truncmod``: C's
+  integer division and remainder (rounding toward zero);
+- ``pt.size_var(name)``: ``pt.var(name)``, a size.
+
+    pt.compute((n,), lambda i: pt.select(pt.all(i >= 1, i < n - 1), A[i], 0.0))
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from .expr import Const, as_expr, math_function, select
+from .scalar_args import var
+
+(
+    sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh,
+    exp2, expm1, log2, log10, log1p, trunc, nearbyint,
+    atan2, fmod, hypot, copysign, nextafter, isnan, isinf, isfinite, power,
+) = (
+    math_function(n)
+    for n in (
+        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
+        "exp2", "expm1", "log2", "log10", "log1p", "trunc", "nearbyint",
+        "atan2", "fmod", "hypot", "copysign", "nextafter", "isnan", "isinf", "isfinite", "pow",
+    )
+)  # fmt: skip
+
+# the largest finite value of each float dtype numpy has no finfo for
+_FLOAT_MAX = {"bfloat16": 3.3895313892515355e38}
+
+
+def max_value(dtype: str) -> Const:
+    """TVM's ``te.max_value``: the largest finite value of ``dtype``."""
+    d = dtypes.dtype(dtypes.check(dtype))
+    if d.is_float:
+        top = _FLOAT_MAX.get(d.name) or float(np.finfo(d.name).max)
+        return Const(top, d.name)
+    return Const(int(np.iinfo(d.name).max), d.name)
+
+
+def min_value(dtype: str) -> Const:
+    """TVM's ``te.min_value``: the smallest (most negative) finite value of ``dtype``."""
+    d = dtypes.dtype(dtypes.check(dtype))
+    if d.is_float:
+        return Const(-max_value(d.name).value, d.name)
+    return Const(int(np.iinfo(d.name).min), d.name)
+
+
+def _conditions(name: str, conds) -> list:
+    if not conds:
+        raise TypeError(f"pt.{name} needs at least one condition")
+    out = [as_expr(c) for c in conds]
+    for c in out:
+        if c.dtype != "bool":
+            raise TypeError(f"pt.{name} takes conditions, got {c} of type {c.dtype}")
+    return out
+
+
+def all(*conds):  # noqa: A001 - mirrors te.all
+    """TVM's ``te.all``: true where every condition holds."""
+    out = _conditions("all", conds)
+    acc = out[0]
+    for c in out[1:]:
+        acc = acc & c
+    return acc
+
+
+def any(*conds):  # noqa: A001 - mirrors te.any
+    """TVM's ``te.any``: true where at least one condition holds."""
+    out = _conditions("any", conds)
+    acc = out[0]
+    for c in out[1:]:
+        acc = acc | c
+    return acc
+
+
+def floordiv(a, b):
+    """``a // b``: the quotient rounded down (TVM's ``tir.floordiv``)."""
+    return as_expr(a) // b
+
+
+def floormod(a, b):
+    """``a % b``: the remainder with the divisor's sign (TVM's ``tir.floormod``)."""
+    return as_expr(a) % b
+
+
+indexdiv, indexmod = floordiv, floormod
+
+
+def _integers(name: str, a, b):
+    a, b = as_expr(a), as_expr(b)
+    for x in (a, b):
+        if dtypes.dtype(x.dtype).is_float:
+            raise TypeError(
+                f"pt.{name} divides integers, got {x.dtype}; for floats use pt.trunc(a / b) "
+                "or pt.fmod(a, b)"
+            )
+    return a, b
+
+
+def truncdiv(a, b):
+    """C's ``a / b`` on integers: the quotient rounded toward zero."""
+    a, b = _integers("truncdiv", a, b)
+    q = a // b
+    # floor and truncation differ when the division is inexact and the signs differ
+    off = (a % b != 0) & (((a < 0) & (b > 0)) | ((a > 0) & (b < 0)))
+    return select(off, q + 1, q)
+
+
+def truncmod(a, b):
+    """C's ``a % b`` on integers: the remainder with the dividend's sign."""
+    a, b = _integers("truncmod", a, b)
+    return a - truncdiv(a, b) * b
+
+
+def size_var(name: str = "n", dtype: str = "int64"):
+    """TVM's ``te.size_var``: a symbolic size (``pt.var``)."""
+    return var(name, dtype)
