@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from . import dtypes
@@ -147,6 +148,8 @@ class Operation:
     name: str
     shape: tuple
     dtype: str
+    tag: str = ""  # TVM's op.tag and op.attrs: labels for the user's own passes
+    attrs: Mapping = MappingProxyType({})
 
     def output(self, index: int = 0) -> Tensor:
         if index != 0:
@@ -400,8 +403,8 @@ def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Ten
     return PlaceholderOp(str(name), _shape(shape), dtypes.check(dtype)).output(0)
 
 
-def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None = None):
-    """``pt.compute(shape, lambda i, j: ..., name)``: define each element.
+def compute(shape, fcompute: Callable, name="compute", dtype=None, tag="", attrs=None):
+    """``pt.compute(shape, lambda i, j: ..., name)``: define each element (``tag=``, ``attrs=``).
 
     The body may be a reduction (``pt.sum(..., axis=k)``) at its top level. A lambda
     returning a tuple defines several tensors at once (a list of them, the first named
@@ -425,7 +428,9 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
     axis = tuple(make_iter_var(n, Const(0, INDEX), s, "spatial") for n, s in zip(names, shape))
     result = fcompute(*[iv.var for iv in axis])
     if isinstance(result, (tuple, list)):
-        return multi_compute(str(name), axis, [as_expr(e) for e in result])
+        outs = multi_compute(str(name), axis, [as_expr(e) for e in result])
+        outs[0].op.tag, outs[0].op.attrs = str(tag), MappingProxyType(dict(attrs or {}))
+        return outs
     body = as_expr(result)
     if dtype is not None:
         body_dtype = dtypes.check(dtype)
@@ -440,7 +445,9 @@ def compute(shape, fcompute: Callable, name: str = "compute", dtype: str | None 
             )
     if isinstance(body, Reduce):
         reduce_axes = body.axes
-    return ComputeOp(str(name), axis, body, body.dtype, reduce_axes).output(0)
+    op = ComputeOp(str(name), axis, body, body.dtype, reduce_axes)
+    op.tag, op.attrs = str(tag), MappingProxyType(dict(attrs or {}))
+    return op.output(0)
 
 
 def multi_compute(name: str, axis: tuple, bodies: list) -> list:

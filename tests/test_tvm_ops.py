@@ -184,3 +184,18 @@ def test_tvm_spellings_of_lower_and_targets():
     with pytest.raises(ValueError, match=r"unknown target ''; choose one of: host"):
         pt.Target("")
     assert math.isclose(pt.max_value("float32").value, 3.4028234663852886e38)
+
+
+def test_compute_takes_tvm_tag_and_attrs():
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute((4,), lambda i: A[i] * 2, name="B", tag="elemwise", attrs={"fuse": 1})
+    C0, C1 = pt.compute((4,), lambda i: (A[i], A[i] + 1), name="C", tag="pair")
+    assert (B.op.tag, dict(B.op.attrs), C0.op.tag) == ("elemwise", {"fuse": 1}, "pair")
+    assert (A.op.tag, dict(A.op.attrs)) == ("", {})
+    with pytest.raises(TypeError):
+        B.op.attrs["fuse"] = 2  # read-only, as TVM's Map
+    s = pt.create_schedule(B.op)
+    BL = s.cache_write(B, "local")
+    assert BL.op.tag == "" and B.op.tag == "elemwise"
+    a = RNG.random(4).astype("float32")
+    np.testing.assert_array_equal(pt.build(s, [A, B])(a), a * 2)
