@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from . import legality, steps
+from . import attach, legality, steps
 from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
@@ -325,9 +325,10 @@ _RULES = {
     steps.Unroll: lambda sch, x: x.stage._annotate(x),
     steps.Prefetch: lambda sch, x: x.stage._prefetch(x),
     steps.Tensorize: lambda sch, x: x.stage._tensorize(x),
-    steps.ComputeAt: lambda sch, x: x.stage._compute_at(x),
+    steps.ComputeAt: lambda sch, x: attach.compute_at(x.stage, x),
     steps.ComputeWith: lambda sch, x: x.stage._compute_with(x),
-    steps.ComputeInline: lambda sch, x: x.stage._compute_inline(x),
+    steps.ComputeInline: lambda sch, x: attach.compute_inline(x.stage, x),
+    steps.ComputeRoot: lambda sch, x: attach.compute_root(x.stage, x),
     steps.CacheRead: lambda sch, x: sch._cache_read(x),
     steps.CacheWrite: lambda sch, x: sch._cache_write(x),
     steps.RFactor: lambda sch, x: sch._rfactor(x),

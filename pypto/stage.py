@@ -8,6 +8,8 @@ and replayed.
 Loop variables created by primitives get their extents at lowering, when
 the region each stage must compute is known. A primitive that can break a
 dependence asks its schedule to check the stage (``Schedule.check_stage``).
+Where a stage is computed (``compute_at``, ``compute_inline``, ``compute_root``)
+is ruled in ``pypto.attach``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from . import steps
 from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Const, Reduce, as_expr
-from .extern import refuse_extern, refuse_extern_input
+from .expr import Const, as_expr
+from .extern import refuse_extern
 from .intrin import TensorIntrin
 from .prefetch import check_prefetch
 from .relations import Fuse, Shift, Skew, Split
@@ -450,30 +452,6 @@ class Stage:
         """
         self.schedule.apply(steps.ComputeAt(self, parent, ivar))
 
-    def _compute_at(self, step: steps.ComputeAt):
-        parent, ivar = step.parent, step.loop
-        if not isinstance(parent, Stage):
-            raise self.error("compute_at", f"expected a stage (s[T]), got {parent!r}")
-        if parent is self:
-            raise self.error("compute_at", "cannot attach a stage to itself")
-        if self.is_placeholder:
-            raise self.error("compute_at", "a placeholder is not computed")
-        refuse_extern(self, "compute_at")
-        if self.origin_op in self.schedule.outputs:
-            raise self.error("compute_at", "an output is computed at the root")
-        if self.fused_with is not None or any(
-            st.fused_with is not None and st.fused_with.stage is self for st in self.schedule.stages
-        ):
-            raise self.error("compute_at", "a stage computed with another runs at the root")
-        if self.update_stages or self.is_update:
-            raise self.error(
-                "compute_at",
-                "a tensor with update definitions is computed at "
-                "the root, its updates in sequence after it",
-            )
-        parent._leaf(ivar, "compute_at")
-        self.attach, self.inline = AttachedAt(parent, ivar), False
-
     def compute_inline(self):
         """Substitute this elementwise stage into its consumers; it gets no buffer.
 
@@ -481,19 +459,10 @@ class Stage:
         """
         self.schedule.apply(steps.ComputeInline(self))
 
-    def _compute_inline(self, step: steps.ComputeInline):
-        if self.is_placeholder:
-            raise self.error("compute_inline", "a placeholder cannot be inlined")
-        refuse_extern_input(self, "compute_inline")
-        if isinstance(self.op.body, Reduce):
-            raise self.error("compute_inline", "a reduction cannot be inlined; use compute_at")
-        if self.op.num_outputs > 1:
-            raise self.error("compute_inline", "a multi-output stage cannot be inlined")
-        if self.update_stages or self.is_update:
-            raise self.error(
-                "compute_inline",
-                "a tensor with update definitions has a buffer; it cannot be inlined",
-            )
-        if self.origin_op in self.schedule.outputs:
-            raise self.error("compute_inline", "an output cannot be inlined")
-        self.inline, self.attach = True, None
+    def compute_root(self):
+        """Compute this stage at the root again, whole (TVM's ``compute_root``): undoes
+        ``compute_at`` and ``compute_inline``.
+
+        for io: B[region(io)] = ..; C[..]   ->   for i: B[i] = ..;  for io: C[..]
+        """
+        self.schedule.apply(steps.ComputeRoot(self))

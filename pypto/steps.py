@@ -157,6 +157,12 @@ class ComputeInline(Step):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class ComputeRoot(Step):
+    prim: ClassVar[str] = "compute_root"
+    stage: Any
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class CacheRead(Step):
     prim: ClassVar[str] = "cache_read"
     tensor: Any
@@ -184,6 +190,6 @@ STEPS = {
     cls.prim: cls
     for cls in (
         Split, Tile, Reorder, Fuse, Skew, Shift, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
-        ComputeAt, ComputeWith, ComputeInline, CacheRead, CacheWrite, RFactor,
+        ComputeAt, ComputeWith, ComputeInline, ComputeRoot, CacheRead, CacheWrite, RFactor,
     )
 }  # fmt: skip

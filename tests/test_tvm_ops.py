@@ -199,3 +199,29 @@ def test_compute_takes_tvm_tag_and_attrs():
     assert BL.op.tag == "" and B.op.tag == "elemwise"
     a = RNG.random(4).astype("float32")
     np.testing.assert_array_equal(pt.build(s, [A, B])(a), a * 2)
+
+
+def test_compute_root_undoes_compute_at_and_compute_inline():
+    A = pt.placeholder((10, 6), "float32", name="A")
+    B = pt.compute((10, 6), lambda i, j: A[i, j] + 1, name="B")
+    C = pt.compute((10, 6), lambda i, j: B[i, j] * 2, name="C")
+    a = RNG.random((10, 6)).astype("float32")
+    plain = pt.create_schedule(C.op)
+    for place in ("at", "inline"):
+        s = pt.create_schedule(C.op)
+        io, ii = s[C].split(C.op.axis[0], factor=4)
+        if place == "at":
+            s[B].compute_at(s[C], io)
+        else:
+            s[B].compute_inline()
+        s[B].compute_root()
+        assert s[B].attach is None and not s[B].inline
+        assert [st["prim"] for st in s.steps][-1] == "compute_root"
+        text = str(pt.lower(s, [A, C]))
+        assert text.index("B[") < text.index("for (i_outer")  # B whole, before C's loops
+        np.testing.assert_array_equal(pt.build(s, [A, C])(a), (a + 1) * 2)
+        replayed = pt.Schedule.from_json(s.to_json(), [A, C])
+        assert str(pt.lower(replayed, [A, C])) == text
+    assert str(pt.lower(plain, [A, C])).count("for") == 4
+    with pytest.raises(pt.ScheduleError, match="compute_root.*a placeholder is not computed"):
+        plain[A].compute_root()
