@@ -25,8 +25,9 @@ import numpy as np
 
 from pypto import dtypes
 from pypto.expr import Binary, Call, Load, Select, Var, walk
+from pypto.intervals import INF, Ranges, bounds
 from pypto.loop_ir import LOOP_KINDS, Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
-from pypto.simplify import INF, Lin, Ranges, bounds, simplify
+from pypto.simplify import Lin, simplify
 from pypto.target import CACHE_LINE
 
 SCHEMA = "pypto-features-v3"

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from .dtypes import INDEX
 from .expr import Binary, Cast, Const, Expr, Load, Reduce, skey, substitute
+from .intervals import INF
 from .loop_ir import Allocate, Buffer, Stmt, Store, seq
 from .schedule import accumulator_dtype
-from .simplify import INF, simplify, upper_bound
+from .simplify import simplify, upper_bound
 
 
 def needs_accumulator(body) -> bool:

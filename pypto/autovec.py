@@ -31,8 +31,9 @@ import math
 
 from .dtypes import INDEX
 from .expr import Binary, Const, Load, Var, skey, substitute, vars_of, walk
+from .intervals import Ranges, bounds
 from .loop_ir import For, IntrinCall, Store, own_exprs, stmt_children
-from .simplify import Lin, Ranges, bounds, simplify
+from .simplify import Lin, simplify
 
 WHOLE_UNROLL = 16  # gcc's max-completely-peel-times: shorter constant loops vanish
 SERIAL = ("serial", "unrolled")

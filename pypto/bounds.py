@@ -41,7 +41,8 @@ from .expr import (
     tensor_reads,
     vars_of,
 )
-from .simplify import INF, Ranges, bounds, simplify, upper_bound
+from .intervals import INF, Ranges, bounds
+from .simplify import simplify, upper_bound
 from .stage import Stage
 from .tensor import IterVar, Tensor
 

@@ -44,9 +44,9 @@ import islpy as isl
 from . import dtypes
 from .errors import ScheduleError
 from .expr import Binary, Call, Cast, Cmp, Const, Expr, Not, Reduce, Select, TensorRead, Var, walk
+from .intervals import INF, Ranges, bounds
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
-from .simplify import INF, Ranges, bounds
 from .tensor import UpdateOp
 
 if TYPE_CHECKING:  # a type only: the schedule module imports this one

@@ -18,6 +18,11 @@ WORKSPACE_MAX = 64 << 20
 
 # helper functions emitted on demand: name -> C text ({t} is the C type)
 HELPERS = {
+    # signed +, -, * that wrap (two's complement) where C's would overflow: through the
+    # unsigned type, whose arithmetic C defines as wrapping
+    "wadd": "static inline {t} pt_wadd_{s}({t} a, {t} b) {{ return ({t})((u{t})a + (u{t})b); }}",
+    "wsub": "static inline {t} pt_wsub_{s}({t} a, {t} b) {{ return ({t})((u{t})a - (u{t})b); }}",
+    "wmul": "static inline {t} pt_wmul_{s}({t} a, {t} b) {{ return ({t})((u{t})a * (u{t})b); }}",
     "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
     "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",
     "floordiv": (

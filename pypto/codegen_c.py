@@ -27,6 +27,7 @@ from .c_helpers import (
 )
 from .errors import BuildError
 from .expr import Binary, Cast, Const, Load
+from .intervals import INF, bounds, may_wrap
 from .intrin import intrin_fences
 from .loop_ir import (
     Allocate,
@@ -45,7 +46,6 @@ from .loop_ir import (
 from .mathfuncs import FUNCS
 from .prefetch import LEVELS
 from .printer import ATOM, Printer
-from .simplify import INF, bounds
 from .target import CACHE_LINE, Target
 
 ALIGN = CACHE_LINE  # local buffers start on a cache line
@@ -53,6 +53,10 @@ ALIGN = CACHE_LINE  # local buffers start on a cache line
 
 def _ctype(dt: str) -> str:
     return dtypes.dtype(dt).c_compute
+
+
+# signed + - * on values read from tensors that may overflow: wrapping helpers
+_WRAPPING = {"add": "wadd", "sub": "wsub", "mul": "wmul"}
 
 
 def _nonzero_const(e) -> bool:
@@ -94,7 +98,9 @@ class CPrinter(Printer):
                     text += "f"
         else:
             v = int(v)
-            wide = "UINT64_C" if d.kind == "uint" else "INT64_C"
+            wide = "INT64_C"  # an unsigned literal keeps its type's width: it wraps there
+            if d.kind == "uint":
+                wide = "UINT32_C" if _ctype(dt) == "uint32_t" else "UINT64_C"
             text = str(v) if -(2**31) <= v < 2**31 else f"{wide}({v})"
         return text, (ATOM if not text.startswith("-") else 7)
 
@@ -122,6 +128,8 @@ class CPrinter(Printer):
             if self.nonneg(e.a) and self.nonneg(e.b):
                 return f"{self.wrap(e.a, 6)} % {self.wrap(e.b, 6, True)}", 6
             return f"{self.helper('mod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op in _WRAPPING and _ctype(dt) in ("int32_t", "int64_t") and may_wrap(e, self.ranges):
+            return f"{self.helper(_WRAPPING[op], dt)}({self(e.a)}, {self(e.b)})", ATOM
         return super().binary(e)
 
     def select(self, e):

@@ -36,9 +36,10 @@ from .domain import shared_bounds
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Binary, Cmp, Const, Var, conjunction
+from .intervals import bounds
 from .loop_ir import For, IfThenElse, Let, seq
 from .passes import subst_stmt
-from .simplify import bounds, simplify
+from .simplify import simplify
 from .tensor import IterVar
 
 

@@ -76,6 +76,26 @@ def check(name) -> str:
     return dtype(name).name
 
 
+def value_range(name: str) -> tuple[int, int]:
+    """The values an integer dtype holds: int8 (-128, 127), uint32 (0, 2**32 - 1)."""
+    d = dtype(name)
+    if d.kind == "uint":
+        return (0, 2**d.bits - 1)
+    return (-(2 ** (d.bits - 1)), 2 ** (d.bits - 1) - 1)
+
+
+def compute_range(name: str) -> tuple[int, int]:
+    """The values C's arithmetic on an integer dtype holds before it wraps: that of
+    the type it computes in (int8, int16, uint8: int32, C's promotion)."""
+    return value_range(dtype(name).c_compute.removesuffix("_t"))
+
+
+def wrap(value: int, name: str) -> int:
+    """``value`` wrapped (two's complement) into ``compute_range(name)``."""
+    lo, hi = compute_range(name)
+    return (value - lo) % (hi - lo + 1) + lo
+
+
 # Which dtype holds every value of another (the implicit conversions; README "Casting
 # rules"): an integer kind widens within its kind, and an unsigned integer into any wider
 # signed one. Nothing else converts without pt.cast: not float <-> int, not between float

@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from .dtypes import INDEX
 from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, skey, substitute, vars_of
+from .intervals import INF, Ranges, bounds
 from .loop_ir import (
     ExprMapper,
     For,
@@ -43,7 +44,7 @@ from .loop_ir import (
     walk_stmts,
 )
 from .promote import promote_accumulators
-from .simplify import FLIP, INF, Lin, Ranges, bounds, simplify
+from .simplify import FLIP, Lin, simplify
 
 MAX_UNROLL = 64
 

@@ -1,4 +1,5 @@
-"""Simplification of index arithmetic: linear canonical forms and interval bounds.
+"""Simplification of integer arithmetic: linear canonical forms, decided from the
+interval bounds of ``pypto.intervals``.
 
 Integer expressions built from ``+ - *`` by constants are brought to a sum of
 ``coeff * atom`` terms (largest stride first), so ``(io*32 + ii)*1024 + k``
@@ -7,6 +8,11 @@ constant use the known ranges of loop variables to vanish where they can:
 
     (io*32 + ii) // 32  ->  io          when 0 <= ii < 32
     (io*32 + ii) % 32   ->  ii
+
+Integer arithmetic wraps (two's complement, in the type C computes in): a linear
+form stays right under wrapping (its coefficients wrapped as the type does), but
+comparisons, min/max, floor division and modulo are decided from bounds only where
+no value can wrap (``intervals.may_wrap``), so ``A[i] + 1 > A[i]`` (int32) stays.
 """
 
 from __future__ import annotations
@@ -27,27 +33,7 @@ from .expr import (
     map_children,
     skey,
 )
-
-INF = math.inf
-
-
-class Ranges(dict):
-    """Var -> inclusive (lo, hi) python numbers (+-inf when unknown); ``extents``
-    holds the symbolic extent of loop variables whose bound is not a number."""
-
-    def __init__(self, *a, extents=None, **kw):
-        super().__init__(*a, **kw)
-        self.extents = dict(extents or {})
-
-    def child(self, var=None, extent=None) -> Ranges:
-        """A copy with ``var`` ranging over ``[0, extent)``."""
-        r = Ranges(self, extents=self.extents)
-        if var is not None:
-            hi = bounds(extent, self)[1]
-            r[var] = (0, hi - 1 if hi != INF else INF)
-            if hi == INF:
-                r.extents[var] = extent
-        return r
+from .intervals import INF, Ranges, bounds, may_wrap, reads_data
 
 
 def _is_int(e: Expr) -> bool:
@@ -98,15 +84,34 @@ class Lin:
             return Lin({}, 0, dtype)
         return Lin({k: [a, c * s] for k, (a, c) in self.terms.items()}, self.const * s, dtype)
 
-    def to_expr(self) -> Expr:
+    def to_expr(self, wrap: bool = False) -> Expr:
+        """The form as an expression; with ``wrap``, its coefficients as the arithmetic in
+        its dtype has them, each the value nearest 0 (``x - 1``, not ``x + 2**32 - 1``):
+        the expression to compute. Without, exact: the expression to reason about."""
         dt = self.dtype
-        items = sorted(self.terms.values(), key=lambda ac: (ac[1] < 0, -abs(ac[1])))
+        top = INF
+        fix = lambda v: v  # noqa: E731
+        data = wrap and any(reads_data(a) for a, _ in self.terms.values())
+        if data and dtypes.dtype(dt).is_int:  # index arithmetic is exact, never wrapped
+            lo, top = dtypes.compute_range(dt)
+            span = top - lo + 1
+            fix = lambda v: (v + span // 2) % span - span // 2  # noqa: E731
+        const = fix(self.const)
+        terms = [(a, fix(c)) for a, c in self.terms.values()]
+        items = sorted((ac for ac in terms if ac[1]), key=lambda ac: (ac[1] < 0, -abs(ac[1])))
         out = None
-        if items and items[0][1] < 0 and self.const > 0:  # 1024 - i*6, not 0 - i*6 + 1024
-            out, self_const = Const(self.const, dt), 0
+        if items and items[0][1] < 0 and const > 0:  # 1024 - i*6, not 0 - i*6 + 1024
+            out, self_const = Const(const, dt), 0
         else:
-            self_const = self.const
+            self_const = const
         for atom, c in items:
+            if abs(c) > top:  # -2**31 in int32: no positive magnitude
+                out = (
+                    Binary("mul", atom, Const(c, dt), dt)
+                    if out is None
+                    else Binary("add", out, Binary("mul", atom, Const(c, dt), dt), dt)
+                )
+                continue
             mag = abs(c)
             t = atom if mag == 1 else Binary("mul", atom, Const(mag, dt), dt)
             if out is None:
@@ -114,97 +119,14 @@ class Lin:
             else:
                 out = Binary("add" if c > 0 else "sub", out, t, dt)
         if out is None:
-            return Const(self.const, dt)
+            return _const(const, dt)
         if self_const:
-            out = Binary("add" if self_const > 0 else "sub", out, Const(abs(self_const), dt), dt)
+            if abs(self_const) > top:
+                out = Binary("add", out, Const(self_const, dt), dt)
+            else:
+                op = "add" if self_const > 0 else "sub"
+                out = Binary(op, out, Const(abs(self_const), dt), dt)
         return out
-
-
-# ---------------------------------------------------------------- bounds
-
-
-def bounds(e: Expr, ranges: Ranges) -> tuple:
-    """Inclusive (lo, hi) of an integer expression; +-inf where unknown."""
-    if isinstance(e, Const):
-        return (e.value, e.value)
-    if isinstance(e, Var):
-        return ranges.get(e, (-INF, INF))
-    if isinstance(e, Binary):
-        rule = _BOUND_RULES.get(e.op)
-        if rule is not None:
-            return rule(e, ranges)
-    if isinstance(e, Select):
-        (a, b), (c, d) = bounds(e.t, ranges), bounds(e.f, ranges)
-        return (min(a, c), max(b, d))
-    if isinstance(e, Cast) and _is_int(e.value):
-        return bounds(e.value, ranges)
-    d = dtypes.dtype(e.dtype)
-    if d.kind == "uint" or d.kind == "bool":
-        return (0, INF)
-    return (-INF, INF)
-
-
-def _b_add(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    return (a + c, b + d)
-
-
-def _b_sub(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    return (a - d, b - c)
-
-
-def _mul(x, y):
-    if x == 0 or y == 0:
-        return 0
-    return x * y
-
-
-def _b_mul(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    ps = [_mul(a, c), _mul(a, d), _mul(b, c), _mul(b, d)]
-    return (min(ps), max(ps))
-
-
-def _b_floordiv(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    if c == d and c > 0:
-        return (a if a == -INF else a // c, b if b == INF else b // c)
-    if c > 0 and a >= 0:
-        return (0, b)
-    return (-INF, INF)
-
-
-def _b_mod(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    if c == d and c > 0:
-        if a >= 0 and b < c:
-            return (a, b)
-        return (0, c - 1)
-    if c > 0:
-        return (0, d - 1)
-    return (-INF, INF)
-
-
-def _b_min(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    return (min(a, c), min(b, d))
-
-
-def _b_max(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
-    return (max(a, c), max(b, d))
-
-
-_BOUND_RULES = {
-    "add": _b_add,
-    "sub": _b_sub,
-    "mul": _b_mul,
-    "floordiv": _b_floordiv,
-    "mod": _b_mod,
-    "min": _b_min,
-    "max": _b_max,
-}
 
 
 # ---------------------------------------------------------------- simplification
@@ -245,7 +167,11 @@ def _fold_binary(op, a, b, dt):
 def _const(v, dt):
     if dtypes.dtype(dt).is_float:
         return Const(float(v), dt)
-    return Const(int(v), dt)
+    d = dtypes.dtype(dt)
+    # 32-bit arithmetic wraps; 64-bit is index arithmetic (sizes), exact: a product of
+    # sizes past 2**63 stays visible, to be refused as a buffer that cannot exist
+    narrow = d.is_int and dtypes.compute_range(dt)[1] < 2**32
+    return Const(dtypes.wrap(int(v), dt) if narrow else int(v), dt)
 
 
 class Simplifier:
@@ -299,8 +225,12 @@ class Simplifier:
             return self.logic(op, a, b)
         if not _is_int(e):
             return self.float_identity(e)
+        data = reads_data(e)  # else index arithmetic: exact
+        wraps = data and may_wrap(e, self.ranges)  # then only the ring's identities hold
         if op in ("add", "sub", "mul"):
-            return self.linear(Lin.of(e))
+            return Lin.of(e).to_expr(wrap=True) if wraps else self.linear(Lin.of(e), data)
+        if wraps:
+            return e
         if op == "floordiv" and isinstance(b, Const) and b.value > 0:
             return self.divmod_(a, b.value, dt, want_div=True)
         if op == "mod" and isinstance(b, Const) and b.value > 0:
@@ -313,7 +243,7 @@ class Simplifier:
                 return b if op == "min" else a
         return e
 
-    def linear(self, lin: Lin) -> Expr:
+    def linear(self, lin: Lin, data: bool = True) -> Expr:
         """Rebuild a linear form; ``min(x, y) + r`` becomes ``min(x + r, y + r)``
         when that makes a side constant (``min(i*8 + 7, n - 1) - i*8 + 1 -> min(8, n - i*8)``)."""
         mm = [
@@ -330,10 +260,12 @@ class Simplifier:
                 Lin.of(atom.b).scale(c, lin.dtype).plus(rest, 1, lin.dtype),
             ]
             if any(not s.terms for s in sides):
-                return self.binary(
-                    Binary(op, self.linear(sides[0]), self.linear(sides[1]), lin.dtype)
+                out = Binary(
+                    op, self.linear(sides[0], data), self.linear(sides[1], data), lin.dtype
                 )
-        return lin.to_expr()
+                if not data or not may_wrap(out, self.ranges):  # x + r may wrap, min(..) + r not
+                    return self.binary(out)
+        return lin.to_expr(wrap=data)
 
     def float_identity(self, e: Binary) -> Expr:
         if e.op == "mul" and isinstance(e.b, Const) and e.b.value == 1:
@@ -353,6 +285,7 @@ class Simplifier:
             and want_div
             and isinstance(a.b, Const)
             and a.b.value > 0
+            and a.b.value * c <= dtypes.compute_range(dt)[1]  # a divisor the type holds
         ):
             return self.divmod_(a.a, a.b.value * c, dt, want_div)
         lin = Lin.of(a)
@@ -390,19 +323,21 @@ class Simplifier:
         a, b = e.a, e.b
         if isinstance(a, Const) and isinstance(b, Const):
             return Const(int(_FOLD[e.op](a.value, b.value)), "bool")
-        if _is_int(a) and _is_int(b):
+        if _is_int(a) and _is_int(b) and not may_wrap(e, self.ranges):
             diff = Lin.of(a).plus(Lin.of(b), -1, "int64")
             lo, hi = self.bounds(diff.to_expr())
             truth = _CMP_PROOF[e.op](lo, hi)
             if truth is not None:
                 return Const(int(truth), "bool")
-            # keep comparisons in the canonical form: terms on the left
-            rhs = -diff.const
+            # keep comparisons in the canonical form: terms on the left, in the type C
+            # computes them in, unless moving them across could make them wrap there
+            dt = a.dtype if a.dtype == b.dtype else "int64"
+            diff.dtype, rhs, op = dt, -diff.const, e.op
             diff.const = 0
-            op = e.op
             if diff.terms and all(c < 0 for _, c in diff.terms.values()):
-                diff, rhs, op = diff.scale(-1, diff.dtype), -rhs, FLIP[op]
-            return Cmp(op, diff.to_expr(), Const(rhs, diff.dtype))
+                diff, rhs, op = diff.scale(-1, dt), -rhs, FLIP[op]
+            out = Cmp(op, diff.to_expr(wrap=True), _const(rhs, dt))
+            return e if may_wrap(out, self.ranges) else out
         return e
 
     def select(self, e: Select) -> Expr:

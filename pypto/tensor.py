@@ -429,7 +429,7 @@ def compute(shape, fcompute: Callable, name="compute", dtype=None, tag="", attrs
     result = fcompute(*[iv.var for iv in axis])
     if isinstance(result, (tuple, list)):
         outs = multi_compute(str(name), axis, [as_expr(e) for e in result])
-        outs[0].op.tag, outs[0].op.attrs = str(tag), MappingProxyType(dict(attrs or {}))
+        outs[0].op.tag, outs[0].op.attrs = str(tag), dict(attrs or {})
         return outs
     body = as_expr(result)
     if dtype is not None:
@@ -446,7 +446,7 @@ def compute(shape, fcompute: Callable, name="compute", dtype=None, tag="", attrs
     if isinstance(body, Reduce):
         reduce_axes = body.axes
     op = ComputeOp(str(name), axis, body, body.dtype, reduce_axes)
-    op.tag, op.attrs = str(tag), MappingProxyType(dict(attrs or {}))
+    op.tag, op.attrs = str(tag), dict(attrs or {})
     return op.output(0)
 
 

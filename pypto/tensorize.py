@@ -52,11 +52,12 @@ from .expr import (
     substitute,
 )
 from .expr import vars_of as _vars_of
+from .intervals import INF
 from .intrin import TensorIntrin, flat_children
 from .loop_ir import IntrinCall, Operand
 from .regions import relax
 from .relations import Split
-from .simplify import INF, Lin, simplify, upper_bound
+from .simplify import Lin, simplify, upper_bound
 from .tensor import ComputeOp
 
 _COMMUTATIVE = ("add", "mul", "min", "max", "and", "or")

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from .dtypes import INDEX
 from .expr import Binary, Cast, Const, Expr, Load, Reduce, Var, map_children, substitute
+from .intervals import INF, bounds
 from .loop_ir import Allocate, Buffer, For, Stmt, Store, seq
 from .schedule import accumulator_dtype
-from .simplify import INF, bounds, simplify
+from .simplify import simplify
 
 
 def update_store(low, n, buf: Buffer, idx: Expr, body: Expr) -> Stmt:

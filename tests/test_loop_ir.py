@@ -3,6 +3,7 @@
 import pytest
 
 from pypto.expr import Const, Var
+from pypto.intervals import Ranges
 from pypto.loop_ir import (
     STMT_KINDS,
     Allocate,
@@ -18,7 +19,6 @@ from pypto.loop_ir import (
     stmt_children,
 )
 from pypto.passes import simplify_stmt
-from pypto.simplify import Ranges
 
 
 def _nest():

@@ -167,8 +167,9 @@ def test_confirm_measures_the_fastest_again_side_by_side(tmp_path):
     recs = at.load_records(log)
     assert len(recs) == 8 + made and 6 <= made <= 4 * 2 * 3 + 2  # + the default, twice
     counts = collections.Counter(json.dumps(r.config, sort_keys=True) for r in recs)
-    # the three fastest were measured twice more (what ranks first now depends on noise)
-    assert all(counts[json.dumps(r.config, sort_keys=True)] >= 3 for r in before[:3])
+    # the first round measures the three fastest again; after it, which three rank first
+    # depends on the noise of microsecond kernels (the steady measurer below pins it down)
+    assert all(counts[json.dumps(r.config, sort_keys=True)] >= 2 for r in before[:3])
     again = at.confirm_best(task, log, k=3, rounds=1, measure=FAST)  # a later session
     assert 3 <= again <= 4 * 3 + 1 and len(at.load_records(log)) == 8 + made + again
     configs = {json.dumps(r.config, sort_keys=True) for r in recs}  # the 8, and the default

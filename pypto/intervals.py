@@ -1,0 +1,200 @@
+"""Integer intervals: the inclusive bounds of an index or value expression, and
+whether its arithmetic may wrap.
+
+``bounds(e, ranges)`` walks ``e`` with the known ranges of its variables (loop
+variables, sizes) and one rule per operator; a value read from a tensor is
+bounded by its dtype (int8: -128 .. 127; 64-bit: unbounded), and a cast that
+narrows keeps its operand's bounds only where they fit the narrower type.
+
+    bounds(io*32 + ii, {io: (0, 3), ii: (0, 31)})   ->  (0, 127)
+
+Integer arithmetic wraps in the type C computes it in (int32 for int8, int16
+and uint8): ``may_wrap`` says where that can happen, so that the simplifier
+decides comparisons, min/max, division and modulo from bounds only where it
+cannot. Index arithmetic over loops and sizes never wraps (sizes are far below
+2**62); values read from tensors may.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import dtypes
+from .expr import (
+    CHILD_FIELDS,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    Expr,
+    Load,
+    Select,
+    TensorRead,
+    Var,
+    children,
+)
+
+INF = math.inf
+
+
+class Ranges(dict):
+    """Var -> inclusive (lo, hi) python numbers (+-inf when unknown); ``extents``
+    holds the symbolic extent of loop variables whose bound is not a number."""
+
+    def __init__(self, *a, extents=None, **kw):
+        super().__init__(*a, **kw)
+        self.extents = dict(extents or {})
+
+    def child(self, var=None, extent=None) -> Ranges:
+        """A copy with ``var`` ranging over ``[0, extent)``."""
+        r = Ranges(self, extents=self.extents)
+        if var is not None:
+            hi = bounds(extent, self)[1]
+            r[var] = (0, hi - 1 if hi != INF else INF)
+            if hi == INF:
+                r.extents[var] = extent
+        return r
+
+
+def bounds(e: Expr, ranges: Ranges) -> tuple:
+    """Inclusive (lo, hi) of an integer expression; +-inf where unknown."""
+    if isinstance(e, Const):
+        return (e.value, e.value)
+    if isinstance(e, Var):
+        return ranges.get(e, (-INF, INF))
+    if isinstance(e, Binary):
+        rule = _BOUND_RULES.get(e.op)
+        if rule is not None:
+            return rule(e, ranges)
+    if isinstance(e, Select):
+        (a, b), (c, d) = bounds(e.t, ranges), bounds(e.f, ranges)
+        return (min(a, c), max(b, d))
+    d = dtypes.dtype(e.dtype)
+    if isinstance(e, Cast) and _is_int(e.value):
+        lo, hi = bounds(e.value, ranges)
+        vlo, vhi = dtypes.value_range(e.dtype) if d.is_int else (-INF, INF)
+        return (lo, hi) if vlo <= lo and hi <= vhi else (vlo, vhi)  # a narrowing cast wraps
+    if isinstance(e, (TensorRead, Load)) and d.is_int and d.bits < 64:
+        return dtypes.value_range(e.dtype)
+    if _is_index(e):  # an index checked in [0, n)
+        return (0, bounds(e.args[1], ranges)[1] - 1)
+    if d.kind == "uint" or d.kind == "bool":
+        return (0, INF)
+    return (-INF, INF)
+
+
+def may_wrap(e: Expr, ranges: Ranges) -> bool:
+    """Whether an integer ``+ - *`` in ``e`` may leave the range of the type C computes
+    it in (and wrap), where values read from tensors take part; the indices of reads
+    are index arithmetic and are not looked into."""
+    if not reads_data(e):  # index arithmetic: the common case, one walk
+        return False
+    for x in _value_nodes(e):
+        if isinstance(x, Binary) and x.op in ("add", "sub", "mul") and _is_int(x):
+            lo, hi = bounds(x, ranges)
+            clo, chi = dtypes.compute_range(x.dtype)
+            if (lo < clo or hi > chi) and reads_data(x):
+                return True
+    return False
+
+
+def reads_data(e: Expr) -> bool:
+    """Whether a value read from a tensor takes part in ``e`` (not as an index). Asked
+    of every integer operation the simplifier meets, so a plain loop."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is TensorRead or t is Load:
+            return True
+        if t is Var or t is Const or (t is Call and x.name == "checked_index"):
+            continue
+        for name in CHILD_FIELDS[t]:
+            v = getattr(x, name)
+            if isinstance(v, tuple):
+                stack.extend(v)
+            else:
+                stack.append(v)
+    return False
+
+
+def _value_nodes(e: Expr):
+    """``e`` and its sub-expressions, but not the indices of the tensors it reads."""
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        if not isinstance(x, (TensorRead, Load)) and not _is_index(x):
+            stack.extend(children(x))
+
+
+def _is_index(e: Expr) -> bool:
+    """An index read from data and checked in range (``checked_index``)."""
+    return isinstance(e, Call) and e.name == "checked_index"
+
+
+def _b_add(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    return (a + c, b + d)
+
+
+def _b_sub(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    return (a - d, b - c)
+
+
+def _mul(x, y):
+    if x == 0 or y == 0:
+        return 0
+    return x * y
+
+
+def _b_mul(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    ps = [_mul(a, c), _mul(a, d), _mul(b, c), _mul(b, d)]
+    return (min(ps), max(ps))
+
+
+def _b_floordiv(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    if c == d and c > 0:
+        return (a if a == -INF else a // c, b if b == INF else b // c)
+    if c > 0 and a >= 0:
+        return (0, b)
+    return (-INF, INF)
+
+
+def _b_mod(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    if c == d and c > 0:
+        if a >= 0 and b < c:
+            return (a, b)
+        return (0, c - 1)
+    if c > 0:
+        return (0, d - 1)
+    return (-INF, INF)
+
+
+def _b_min(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    return (min(a, c), min(b, d))
+
+
+def _b_max(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    return (max(a, c), max(b, d))
+
+
+_BOUND_RULES = {
+    "add": _b_add,
+    "sub": _b_sub,
+    "mul": _b_mul,
+    "floordiv": _b_floordiv,
+    "mod": _b_mod,
+    "min": _b_min,
+    "max": _b_max,
+}
+
+
+def _is_int(e: Expr) -> bool:
+    return dtypes.dtype(e.dtype).is_int

@@ -1,0 +1,159 @@
+"""Integer arithmetic wraps, as numpy's does: in the type C computes in (int32 for
+int8/int16/uint8), never folded or compiled on the assumption that it cannot overflow.
+Index arithmetic over loops and sizes is still simplified as exact."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pypto as pt
+
+INT32 = np.iinfo(np.int32)
+FUZZ = settings(
+    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def _build(outs, args, vectorize=True):
+    s = pt.create_schedule([t.op for t in outs])
+    if vectorize:
+        for t in outs:
+            s[t].vectorize(t.op.axis[0])
+    return pt.build(s, args)
+
+
+def test_a_comparison_after_an_overflow_is_not_folded():
+    A = pt.placeholder((8,), "int32", name="A")
+    B = pt.compute((8,), lambda i: pt.cast("int32", A[i] + 1 > A[i]), name="B")
+    C = pt.compute((8,), lambda i: A[i] * 65536 * 65536 + A[i] * 3 - 5, name="C")
+    mod = _build([B, C], [A, B, C])
+    a = np.array([INT32.max, 0, -1, 5, INT32.min, 7, -(2**30), 2**30], np.int32)
+    b, c = mod(a)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b, (a + np.int32(1)) > a)
+        np.testing.assert_array_equal(c, a * np.int32(65536) * np.int32(65536) + a * 3 - 5)
+    assert "pt_wadd_i32" in mod.source and "A[i] * 3" not in mod.source
+
+
+def test_index_arithmetic_is_still_simplified_as_exact():
+    n = pt.var("n")
+    A = pt.placeholder((n,), "int32", name="A")
+    B = pt.compute((n,), lambda i: pt.select(i + 1 > i, A[i] + 1, A[i]), name="B")
+    text = str(pt.lower(pt.create_schedule(B.op), [A, B]))
+    assert "select" not in text and "i + 1 > i" not in text  # folded: loop counters
+    a = np.array([INT32.max, 3], np.int32)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(_build([B], [A, B])(a), a + np.int32(1))
+
+
+def test_constants_fold_with_wrapping():
+    A = pt.placeholder((4,), "int32", name="A")
+    top = pt.const(INT32.max, "int32")
+    B = pt.compute((4,), lambda i: A[i] * 0 + top + 1, name="B")
+    np.testing.assert_array_equal(_build([B], [A, B])(np.zeros(4, np.int32)), [INT32.min] * 4)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint32", "uint64"])
+def test_wide_and_unsigned_types_wrap(dtype):
+    info = np.iinfo(dtype)
+    A = pt.placeholder((6,), dtype, name="A")
+    B = pt.compute((6,), lambda i: A[i] * 3 - 7, name="B")
+    C = pt.compute((6,), lambda i: pt.cast("int32", A[i] - 1 < A[i]), name="C")
+    a = np.array([info.max, info.min, 0, 1, info.max // 2 + 1, 12345], dtype)
+    b, c = _build([B, C], [A, B, C])(a)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b, a * a.dtype.type(3) - a.dtype.type(7))
+        np.testing.assert_array_equal(c, (a - a.dtype.type(1)) < a)
+
+
+def test_narrow_types_compute_in_int32_and_wrap_there():
+    A = pt.placeholder((5,), "int8", name="A")
+    # int8 values widen to int32 (C's promotion): this product cannot overflow ...
+    P = pt.compute((5,), lambda i: pt.cast("int32", A[i]) * pt.cast("int32", A[i]), name="P")
+    # ... this one can, and wraps in int32
+    Q = pt.compute((5,), lambda i: pt.cast("int32", A[i]) * (1 << 25), name="Q")
+    mod = _build([P, Q], [A, P, Q])
+    a = np.array([-128, 127, 3, -1, 64], np.int8)
+    p, q = mod(a)
+    wide = a.astype(np.int64)
+    np.testing.assert_array_equal(p, wide * wide)
+    np.testing.assert_array_equal(q, ((wide << 25) + 2**31) % 2**32 - 2**31)
+    assert "pt_wmul_i32(((int32_t)(A[" in mod.source  # only where it can wrap
+    assert "pt_wmul" not in mod.source.split("Q[")[0].split("P[")[-1]
+
+
+_OPS = {
+    "add": (lambda x, y: x + y, np.add),
+    "sub": (lambda x, y: x - y, np.subtract),
+    "mul": (lambda x, y: x * y, np.multiply),
+    "min": (lambda x, y: pt.min(x, y), np.minimum),
+    "max": (lambda x, y: pt.max(x, y), np.maximum),
+}
+
+
+@st.composite
+def _expr_tree(draw, depth=3):
+    """(pt builder, numpy evaluator, text) over the inputs A, B and some constants."""
+    kind = draw(st.sampled_from(["A", "B", "const"] + (["op", "cmp", "div"] if depth else [])))
+    if kind in ("A", "B"):
+        k = 0 if kind == "A" else 1
+        return (lambda ins, i, k=k: ins[k][i]), (lambda arrs, k=k: arrs[k]), kind
+    if kind == "const":
+        v = draw(st.sampled_from([1, -1, 7, 65536, INT32.max, INT32.min]))
+        return ((lambda ins, i, v=v: pt.const(v, "int32")), (lambda arrs, v=v: np.int32(v)), str(v))
+    fa, na, ta = draw(_expr_tree(depth - 1))
+    if kind == "div":  # floor division and modulo by a positive constant
+        c = draw(st.sampled_from([1, 3, 7, 65536]))
+        if draw(st.booleans()):
+            return (lambda ins, i: fa(ins, i) // c), (lambda arrs: na(arrs) // c), f"{ta} // {c}"
+        return (lambda ins, i: fa(ins, i) % c), (lambda arrs: na(arrs) % c), f"{ta} % {c}"
+    fb, nb, tb = draw(_expr_tree(depth - 1))
+    if kind == "cmp":  # x > y ? x : y - 1, a comparison after arithmetic
+        return (
+            lambda ins, i: pt.select(fa(ins, i) > fb(ins, i), fa(ins, i), fb(ins, i) - 1),
+            lambda arrs: np.where(na(arrs) > nb(arrs), na(arrs), nb(arrs) - np.int32(1)),
+            f"({ta} > {tb} ? {ta} : {tb} - 1)",
+        )
+    op = draw(st.sampled_from(sorted(_OPS)))
+    f, g = _OPS[op]
+    return (
+        (lambda ins, i: f(fa(ins, i), fb(ins, i))),
+        (lambda arrs: g(na(arrs), nb(arrs))),
+        f"{op}({ta}, {tb})",
+    )
+
+
+@FUZZ
+@given(tree=_expr_tree(), vectorize=st.booleans())
+def test_fuzz_int32_expressions_agree_with_numpy(tree, vectorize):
+    build, ref, text = tree
+    A = pt.placeholder((16,), "int32", name="A")
+    B = pt.placeholder((16,), "int32", name="B")
+    C = pt.compute((16,), lambda i: pt.cast("int32", build((A, B), i)), name="C")
+    rng = np.random.default_rng(0)
+    edge = np.array([INT32.max, INT32.min, 0, -1, 1, 2**30, -(2**30), 65536], np.int32)
+    a = np.concatenate([edge, rng.integers(INT32.min, INT32.max, 8, dtype=np.int32)])
+    b = np.concatenate([edge[::-1], rng.integers(INT32.min, INT32.max, 8, dtype=np.int32)])
+    with np.errstate(over="ignore"):
+        want = np.broadcast_to(ref((a, b)), (16,)).astype(np.int32)
+    used = [t for t in (A, B) if t in C.op.input_tensors]  # an expression may read one
+    got = _build([C], [*used, C], vectorize)(*[x for t, x in ((A, a), (B, b)) if t in used])
+    np.testing.assert_array_equal(got, want, err_msg=text)
+
+
+def test_nested_divisions_combine_only_into_a_divisor_the_type_holds():
+    # found by the fuzz above: (B // 65536) // 65536 had become B // 2**32, a divisor of 0
+    # in int32 (the kernel died of an illegal instruction)
+    B = pt.placeholder((6,), "int32", name="B")
+    C = pt.compute((6,), lambda i: B[i] // 65536 // 65536 + B[i] // 4 // 8, name="C")
+    mod = _build([C], [B, C])
+    b = np.array([INT32.max, INT32.min, 0, -1, 65536 * 3, -(2**20)], np.int32)
+    np.testing.assert_array_equal(mod(b), b // 65536 // 65536 + b // 32)
+    assert "4294967296" not in mod.source and "pt_floordiv_i32(B[i], 32)" in mod.source
