@@ -225,6 +225,11 @@ class Simplifier:
             return self.logic(op, a, b)
         if not _is_int(e):
             return self.float_identity(e)
+        if op in ("floordiv", "mod") and isinstance(b, Const) and b.value == -1:
+            # C's INT_MIN / -1 traps; the quotient is the negation (wrapping), the rest 0
+            if op == "mod":
+                return Const(0, dt)
+            return self.binary(Binary("sub", Const(0, dt), a, dt))
         data = reads_data(e)  # else index arithmetic: exact
         wraps = data and may_wrap(e, self.ranges)  # then only the ring's identities hold
         if op in ("add", "sub", "mul"):

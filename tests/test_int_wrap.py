@@ -157,3 +157,17 @@ def test_nested_divisions_combine_only_into_a_divisor_the_type_holds():
     b = np.array([INT32.max, INT32.min, 0, -1, 65536 * 3, -(2**20)], np.int32)
     np.testing.assert_array_equal(mod(b), b // 65536 // 65536 + b // 32)
     assert "4294967296" not in mod.source and "pt_floordiv_i32(B[i], 32)" in mod.source
+
+
+def test_division_by_minus_one_negates_without_trapping():
+    # C's INT_MIN / -1 overflows (x86 traps); numpy's wraps to INT_MIN
+    A = pt.placeholder((4,), "int32", name="A")
+    B = pt.compute((4,), lambda i: A[i] // -1, name="B")
+    C = pt.compute((4,), lambda i: A[i] % -1, name="C")
+    mod = _build([B, C], [A, B, C])
+    a = np.array([INT32.min, 5, -7, 0], np.int32)
+    b, c = mod(a)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(b, a // np.int32(-1))
+    np.testing.assert_array_equal(c, a % np.int32(-1))
+    assert "pt_floordiv" not in mod.source and "pt_wsub_i32(0, A[i])" in mod.source
