@@ -224,6 +224,8 @@ def as_expr(x, like: str | None = None) -> Expr:
     """Turn Python numbers and IterVars into expressions; ``like`` types literals."""
     if isinstance(x, Expr):
         return x
+    if isinstance(x, np.generic) and not isinstance(x, (np.void, np.str_, np.bytes_)):
+        x = x.item()  # numpy scalars (np.int64 from a shape, ...) as Python numbers
     var = getattr(x, "var", None)
     if isinstance(var, Var):  # an IterVar
         return var

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+import numpy as np
+
 from .expr import Expr
 
 
@@ -25,6 +27,8 @@ def _name(x):
     as numbers or as the text of a symbolic expression."""
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
+    if isinstance(x, np.generic):  # a numpy number given as a factor
+        return x.item()
     if isinstance(x, (list, tuple)):
         return [_name(v) for v in x]
     if isinstance(x, Expr):

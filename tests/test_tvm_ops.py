@@ -224,3 +224,18 @@ def test_compute_root_undoes_compute_at_and_compute_inline():
     assert str(pt.lower(plain, [A, C])).count("for") == 4
     with pytest.raises(pt.ScheduleError, match="compute_root.*a placeholder is not computed"):
         plain[A].compute_root()
+
+
+def test_numpy_scalars_are_numbers_everywhere():
+    # shapes, indices, literals and split factors computed with numpy
+    rows, cols = np.int64(4), np.int32(6)
+    A = pt.placeholder([rows, cols], "float32", name="A")
+    B = pt.compute(A.shape, lambda i, j: A[i, np.int64(5) - j] * np.float32(2.0), name="B")
+    s = pt.create_schedule(B.op)
+    jo, ji = s[B].split(B.op.axis[1], factor=np.int64(3))
+    s[B].vectorize(ji)
+    assert s.to_json()["steps"][0]["factor"] == 3  # plain JSON
+    a = RNG.random((4, 6)).astype("float32")
+    np.testing.assert_array_equal(pt.build(s, [A, B])(a), a[:, ::-1] * 2)
+    replayed = pt.Schedule.from_json(s.to_json(), [A, B])
+    assert str(pt.lower(replayed, [A, B])) == str(pt.lower(s, [A, B]))
