@@ -236,10 +236,10 @@ class Simplifier:
             return Lin.of(e).to_expr(wrap=True) if wraps else self.linear(Lin.of(e), data)
         if wraps:
             return e
-        if op == "floordiv" and isinstance(b, Const) and b.value > 0:
-            return self.divmod_(a, b.value, dt, want_div=True)
-        if op == "mod" and isinstance(b, Const) and b.value > 0:
-            return self.divmod_(a, b.value, dt, want_div=False)
+        if op in ("floordiv", "mod") and isinstance(b, Const) and b.value > 0:
+            out = self.divmod_(a, b.value, dt, want_div=op == "floordiv")
+            # (x - 1) % 3 -> (x + 2) % 3 holds for numbers, not where x + 2 wraps
+            return e if data and may_wrap(out, self.ranges) else out
         if op in ("min", "max"):
             lo, hi = self.bounds(Lin.of(a).plus(Lin.of(b), -1, dt).to_expr())
             if hi <= 0:

@@ -171,3 +171,12 @@ def test_division_by_minus_one_negates_without_trapping():
         np.testing.assert_array_equal(b, a // np.int32(-1))
     np.testing.assert_array_equal(c, a % np.int32(-1))
     assert "pt_floordiv" not in mod.source and "pt_wsub_i32(0, A[i])" in mod.source
+
+
+def test_a_remainder_is_not_rewritten_into_a_sum_that_wraps():
+    # found by the fuzz: (max(A, 1) - 1) % 3 had become (max(A, 1) + 2) % 3, which
+    # wraps at INT32_MAX (and then takes C's remainder of a negative number)
+    A = pt.placeholder((3,), "int32", name="A")
+    B = pt.compute((3,), lambda i: (pt.max(A[i], 1) - 1) % 3, name="B")
+    a = np.array([INT32.max, INT32.min, 7], np.int32)
+    np.testing.assert_array_equal(_build([B], [A, B])(a), (np.maximum(a, 1) - 1) % 3)
