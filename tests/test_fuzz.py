@@ -160,12 +160,18 @@ def test_fuzz_matmul(data, symbolic, with_producer):
     mod = build_or_race(s, [A, B, C], "fuzz_mm")
     if mod is None:
         return
-    rng = np.random.default_rng(0)
-    for m, n, kk in _run_sizes(data, symbolic, (M, N, K), ["m", "n", "kk"]):
+    _check_matmul(mod, data, symbolic, (M, N, K), seed=0, shift=1 if with_producer else 0)
+
+
+def _check_matmul(mod, data, symbolic, sizes, seed, shift=0):
+    """``mod(a, b, c)`` gives ``(a + shift) @ b`` exactly, at ``sizes`` (and others if
+    symbolic), into an output prefilled with NaN."""
+    rng = np.random.default_rng(seed)
+    for m, n, kk in _run_sizes(data, symbolic, sizes, ["m", "n", "kk"]):
         a, b = _ints(rng, (m, kk)), _ints(rng, (kk, n))
         c = _nan((m, n))
         mod(a, b, c)
-        ref = ((a + 1) if with_producer else a).astype(np.float64) @ b
+        ref = (a + shift).astype(np.float64) @ b
         np.testing.assert_array_equal(c, ref.astype("float32"), err_msg=f"{m}x{n}x{kk}")
 
 
@@ -263,10 +269,4 @@ def test_fuzz_cache_write_after_splits(data, symbolic):
     mod = build_or_race(s, [A, B, C], "fuzz_cw")
     if mod is None:
         return
-    rng = np.random.default_rng(3)
-    for m, n, kk in _run_sizes(data, symbolic, (M, N, K), ["m", "n", "kk"]):
-        a, b = _ints(rng, (m, kk)), _ints(rng, (kk, n))
-        c = _nan((m, n))
-        mod(a, b, c)
-        ref = a.astype(np.float64) @ b
-        np.testing.assert_array_equal(c, ref.astype("float32"), err_msg=f"{m}x{n}x{kk}")
+    _check_matmul(mod, data, symbolic, (M, N, K), seed=3)
