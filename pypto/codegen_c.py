@@ -302,8 +302,10 @@ class CodeGen:
         b = s.buffer
         name = self.namer(b, b.name)
         t = dtypes.dtype(b.dtype).c_storage
-        size = s.size
-        nbytes = size.value * b.elem_bytes if isinstance(size, Const) else None
+        nbytes = s.size.value * b.elem_bytes if isinstance(s.size, Const) else None
+        if nbytes is not None and all(isinstance(d, Const) for d in b.shape):
+            # the shape's product in Python's integers: a size past 2**63 wrapped in int64
+            nbytes = max(nbytes, math.prod(int(d.value) for d in b.shape) * b.elem_bytes)
         scoped = self.loop_depth > 0 or name in self.function_level
         on_heap = nbytes is None or nbytes > STACK_LIMIT
         self.needs_alloc |= on_heap
@@ -348,7 +350,7 @@ class CodeGen:
         if braces:
             self.emit(depth, "{")
         if not on_heap:
-            self.emit(inner, f"{t} {name}[{size.value}] __attribute__((aligned({ALIGN})));")
+            self.emit(inner, f"{t} {name}[{s.size.value}] __attribute__((aligned({ALIGN})));")
             self.stmt(s.body, inner)
         else:
             if nbytes is None:  # an overflowing size asks for SIZE_MAX bytes: a clean abort

@@ -167,11 +167,7 @@ def _fold_binary(op, a, b, dt):
 def _const(v, dt):
     if dtypes.dtype(dt).is_float:
         return Const(float(v), dt)
-    d = dtypes.dtype(dt)
-    # 32-bit arithmetic wraps; 64-bit is index arithmetic (sizes), exact: a product of
-    # sizes past 2**63 stays visible, to be refused as a buffer that cannot exist
-    narrow = d.is_int and dtypes.compute_range(dt)[1] < 2**32
-    return Const(dtypes.wrap(int(v), dt) if narrow else int(v), dt)
+    return Const(dtypes.wrap(int(v), dt) if dtypes.dtype(dt).is_int else int(v), dt)
 
 
 class Simplifier:

@@ -53,11 +53,17 @@ def test_index_arithmetic_is_still_simplified_as_exact():
         np.testing.assert_array_equal(_build([B], [A, B])(a), a + np.int32(1))
 
 
-def test_constants_fold_with_wrapping():
-    A = pt.placeholder((4,), "int32", name="A")
-    top = pt.const(INT32.max, "int32")
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_constants_fold_with_wrapping(dtype):
+    # found by the fuzz for int64: 1 + INT64_MAX folded to a literal C cannot hold
+    info = np.iinfo(dtype)
+    A = pt.placeholder((4,), dtype, name="A")
+    top = pt.const(int(info.max), dtype)
     B = pt.compute((4,), lambda i: A[i] * 0 + top + 1, name="B")
-    np.testing.assert_array_equal(_build([B], [A, B])(np.zeros(4, np.int32)), [INT32.min] * 4)
+    C = pt.compute((4,), lambda i: pt.select(A[i] > 1 + top, A[i], 1 + top - 1), name="C")
+    b, c = _build([B, C], [A, B, C])(np.array([0, 5, -1, info.min], dtype))
+    np.testing.assert_array_equal(b, [info.min] * 4)
+    np.testing.assert_array_equal(c, [0, 5, -1, info.max])
 
 
 @pytest.mark.parametrize("dtype", ["int64", "uint32", "uint64"])
@@ -98,27 +104,38 @@ _OPS = {
 }
 
 
+def _edges(dtype: str) -> list:
+    info = np.iinfo(dtype)
+    small = [0, 1, 7, 65536] + ([-1, -7] if info.min < 0 else [3, 2**20])
+    return small + [int(info.max), int(info.min), int(info.max) // 2 + 1]
+
+
 @st.composite
-def _expr_tree(draw, depth=3):
+def _expr_tree(draw, dtype, depth=3):
     """(pt builder, numpy evaluator, text) over the inputs A, B and some constants."""
     kind = draw(st.sampled_from(["A", "B", "const"] + (["op", "cmp", "div"] if depth else [])))
+    one = np.dtype(dtype).type(1)
     if kind in ("A", "B"):
         k = 0 if kind == "A" else 1
         return (lambda ins, i, k=k: ins[k][i]), (lambda arrs, k=k: arrs[k]), kind
     if kind == "const":
-        v = draw(st.sampled_from([1, -1, 7, 65536, INT32.max, INT32.min]))
-        return ((lambda ins, i, v=v: pt.const(v, "int32")), (lambda arrs, v=v: np.int32(v)), str(v))
-    fa, na, ta = draw(_expr_tree(depth - 1))
+        v = draw(st.sampled_from(_edges(dtype)))
+        return (
+            (lambda ins, i, v=v: pt.const(v, dtype)),
+            (lambda arrs, v=v: np.dtype(dtype).type(v)),
+            str(v),
+        )
+    fa, na, ta = draw(_expr_tree(dtype, depth - 1))
     if kind == "div":  # floor division and modulo by a positive constant
         c = draw(st.sampled_from([1, 3, 7, 65536]))
         if draw(st.booleans()):
             return (lambda ins, i: fa(ins, i) // c), (lambda arrs: na(arrs) // c), f"{ta} // {c}"
         return (lambda ins, i: fa(ins, i) % c), (lambda arrs: na(arrs) % c), f"{ta} % {c}"
-    fb, nb, tb = draw(_expr_tree(depth - 1))
+    fb, nb, tb = draw(_expr_tree(dtype, depth - 1))
     if kind == "cmp":  # x > y ? x : y - 1, a comparison after arithmetic
         return (
             lambda ins, i: pt.select(fa(ins, i) > fb(ins, i), fa(ins, i), fb(ins, i) - 1),
-            lambda arrs: np.where(na(arrs) > nb(arrs), na(arrs), nb(arrs) - np.int32(1)),
+            lambda arrs: np.where(na(arrs) > nb(arrs), na(arrs), nb(arrs) - one),
             f"({ta} > {tb} ? {ta} : {tb} - 1)",
         )
     op = draw(st.sampled_from(sorted(_OPS)))
@@ -131,21 +148,21 @@ def _expr_tree(draw, depth=3):
 
 
 @FUZZ
-@given(tree=_expr_tree(), vectorize=st.booleans())
-def test_fuzz_int32_expressions_agree_with_numpy(tree, vectorize):
-    build, ref, text = tree
-    A = pt.placeholder((16,), "int32", name="A")
-    B = pt.placeholder((16,), "int32", name="B")
-    C = pt.compute((16,), lambda i: pt.cast("int32", build((A, B), i)), name="C")
-    rng = np.random.default_rng(0)
-    edge = np.array([INT32.max, INT32.min, 0, -1, 1, 2**30, -(2**30), 65536], np.int32)
-    a = np.concatenate([edge, rng.integers(INT32.min, INT32.max, 8, dtype=np.int32)])
-    b = np.concatenate([edge[::-1], rng.integers(INT32.min, INT32.max, 8, dtype=np.int32)])
+@given(data=st.data(), dtype=st.sampled_from(["int32", "int64", "uint32"]), vec=st.booleans())
+def test_fuzz_integer_expressions_agree_with_numpy(data, dtype, vec):
+    build, ref, text = data.draw(_expr_tree(dtype), label="tree")
+    A = pt.placeholder((16,), dtype, name="A")
+    B = pt.placeholder((16,), dtype, name="B")
+    C = pt.compute((16,), lambda i: pt.cast(dtype, build((A, B), i)), name="C")
+    info, rng = np.iinfo(dtype), np.random.default_rng(0)
+    edge = np.array(_edges(dtype)[:8], dtype)
+    a = np.concatenate([edge, rng.integers(info.min, info.max, 8, dtype=dtype)])
+    b = np.concatenate([edge[::-1], rng.integers(info.min, info.max, 8, dtype=dtype)])
     with np.errstate(over="ignore"):
-        want = np.broadcast_to(ref((a, b)), (16,)).astype(np.int32)
+        want = np.broadcast_to(ref((a, b)), (16,)).astype(dtype)
     used = [t for t in (A, B) if t in C.op.input_tensors]  # an expression may read one
-    got = _build([C], [*used, C], vectorize)(*[x for t, x in ((A, a), (B, b)) if t in used])
-    np.testing.assert_array_equal(got, want, err_msg=text)
+    got = _build([C], [*used, C], vec)(*[x for t, x in ((A, a), (B, b)) if t in used])
+    np.testing.assert_array_equal(got, want, err_msg=f"{dtype}: {text}")
 
 
 def test_nested_divisions_combine_only_into_a_divisor_the_type_holds():
