@@ -27,6 +27,27 @@ OP_NAMES = {
     "mod": "T_floor_mod",
     "max": "T_maximum",
     "min": "T_minimum",
+    "bitand": "T_bitwise_and",
+    "bitor": "T_bitwise_or",
+    "bitxor": "T_bitwise_xor",
+    "shl": "T_left_shift",
+    "shr": "T_right_shift",
+}
+
+
+# operator -> the name of Python's operator method (``__add__``, ``__radd__``)
+PY_OPERATORS = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "truediv",
+    "floordiv": "floordiv",
+    "mod": "mod",
+    "bitand": "and",
+    "bitor": "or",
+    "bitxor": "xor",
+    "shl": "lshift",
+    "shr": "rshift",
 }
 
 

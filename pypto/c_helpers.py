@@ -23,6 +23,15 @@ HELPERS = {
     "wadd": "static inline {t} pt_wadd_{s}({t} a, {t} b) {{ return ({t})((u{t})a + (u{t})b); }}",
     "wsub": "static inline {t} pt_wsub_{s}({t} a, {t} b) {{ return ({t})((u{t})a - (u{t})b); }}",
     "wmul": "static inline {t} pt_wmul_{s}({t} a, {t} b) {{ return ({t})((u{t})a * (u{t})b); }}",
+    # shifts as numpy's: by the width or more, or by a negative amount, 0 (or the sign)
+    "shl": (
+        "static inline {t} pt_shl_{s}({t} a, {t} b) {{\n"
+        "  return (uint64_t)b < {bits} ? ({t})(({u})a << b) : 0;\n}}"
+    ),
+    "shr": (
+        "static inline {t} pt_shr_{s}({t} a, {t} b) {{\n"
+        "  return (uint64_t)b < {bits} ? a >> b : (a >> ({bits} - 1)) >> 1;\n}}"
+    ),
     "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
     "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",
     "floordiv": (

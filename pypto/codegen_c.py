@@ -76,7 +76,8 @@ class CPrinter(Printer):
         t = _ctype(dt)
         s = t.replace("_t", "").replace("int", "i")
         name = f"pt_{'mod' if kind == 'fmod' else kind}_{s}"
-        self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s))
+        u, bits = t if t.startswith("u") else "u" + t, "".join(c for c in t if c.isdigit())
+        self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s, u=u, bits=bits))
         return name
 
     def var(self, e):
@@ -128,9 +129,24 @@ class CPrinter(Printer):
             if self.nonneg(e.a) and self.nonneg(e.b):
                 return f"{self.wrap(e.a, 6)} % {self.wrap(e.b, 6, True)}", 6
             return f"{self.helper('mod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op in ("shl", "shr"):
+            return self.shift(e)
         if op in _WRAPPING and _ctype(dt) in ("int32_t", "int64_t") and may_wrap(e, self.ranges):
             return f"{self.helper(_WRAPPING[op], dt)}({self(e.a)}, {self(e.b)})", ATOM
         return super().binary(e)
+
+    def shift(self, e):
+        """``a << b``, ``a >> b`` as numpy's: a shift by the type's width or more (or by
+        a negative amount) gives 0 (or the sign), and ``<<`` wraps. The plain C operator
+        where that cannot happen: ``i << 2`` of a loop variable, ``x >> 3``."""
+        a, b, t = e.a, e.b, _ctype(e.dtype)
+        width = dtypes.compute_bits(e.dtype)
+        if isinstance(b, Const) and 0 <= b.value < width:
+            lo, hi = bounds(a, self.ranges)
+            fits = lo >= 0 and hi * 2**b.value < 2 ** (width - 1)  # no sign bit reached
+            if e.op == "shr" or t.startswith("u") or fits:
+                return f"{self.wrap(a, ATOM)} {'<<' if e.op == 'shl' else '>>'} {self(b)}", 0
+        return f"{self.helper(e.op, e.dtype)}({self(a)}, {self(b)})", ATOM
 
     def select(self, e):
         return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})", ATOM
@@ -146,6 +162,8 @@ class CPrinter(Printer):
         inner = self(e.value)
         if forms := self.storage(e.dtype):
             return forms.cast.format(inner), ATOM
+        if e.dtype == "bool":  # numpy's: any nonzero value (NaN too) is true
+            return f"({inner} != 0)", ATOM
         return f"(({_ctype(e.dtype)})({inner}))", ATOM
 
     def call(self, e):

@@ -84,6 +84,12 @@ def value_range(name: str) -> tuple[int, int]:
     return (-(2 ** (d.bits - 1)), 2 ** (d.bits - 1) - 1)
 
 
+def compute_bits(name: str) -> int:
+    """The width of the type C computes an integer dtype in (int8: 32): shifts by
+    that much or more give 0 (or the sign)."""
+    return dtype(dtype(name).c_compute.removesuffix("_t")).bits
+
+
 def compute_range(name: str) -> tuple[int, int]:
     """The values C's arithmetic on an integer dtype holds before it wraps: that of
     the type it computes in (int8, int16, uint8: int32, C's promotion)."""

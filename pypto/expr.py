@@ -83,14 +83,15 @@ class ExprOp:
     def __ne__(self, o):  # type: ignore[override]
         return compare("ne", self, o)
 
-    def __and__(self, o):
-        return binary("and", self, o)
-
-    def __or__(self, o):
-        return binary("or", self, o)
+    # bitwise on integers, logical on booleans (as numpy's and TVM's)
+    __and__, __rand__ = _arith("bitand"), _arith("bitand", reflected=True)
+    __or__, __ror__ = _arith("bitor"), _arith("bitor", reflected=True)
+    __xor__, __rxor__ = _arith("bitxor"), _arith("bitxor", reflected=True)
+    __lshift__, __rlshift__ = _arith("shl"), _arith("shl", reflected=True)
+    __rshift__, __rrshift__ = _arith("shr"), _arith("shr", reflected=True)
 
     def __invert__(self):
-        return Not(as_expr(self), "bool")
+        return bitwise_not(self)
 
     __hash__ = object.__hash__
 
@@ -260,14 +261,41 @@ def _unify(a, b) -> tuple[Expr, Expr, str]:
     )
 
 
+# the bitwise operators; & | ^ of booleans are the logical ones
+BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+_ON_BOOL = {
+    "bitand": lambda a, b: Binary("and", a, b, "bool"),
+    "bitor": lambda a, b: Binary("or", a, b, "bool"),
+    "bitxor": lambda a, b: Cmp("ne", a, b),
+}
+
+
 def binary(op: str, a, b) -> Expr:
     a, b, dt = _unify(a, b)
-    if op == "div" and not dtypes.dtype(dt).is_float:
+    kind = dtypes.dtype(dt).kind
+    if op == "div" and kind != "float":
         raise TypeError(f"'/' on integer expressions ({a} / {b}); use '//' for floor division")
+    if op in BITWISE and kind not in ("int", "uint"):
+        if kind == "bool" and op in _ON_BOOL:
+            return _ON_BOOL[op](a, b)
+        also = " or boolean" if op in _ON_BOOL else ""
+        raise TypeError(f"'{BITWISE[op]}' needs integer{also} operands, got {dt} in ({a}, {b})")
     if op in ("and", "or"):
         if a.dtype != "bool" or b.dtype != "bool":
             raise TypeError(f"'&' and '|' need boolean operands, got {a.dtype} and {b.dtype}")
     return Binary(op, a, b, dt)
+
+
+def bitwise_not(x) -> Expr:
+    """``~x``: the complement of an integer's bits (``x ^ -1``), or a boolean's negation."""
+    e = as_expr(x)
+    d = dtypes.dtype(e.dtype)
+    if d.kind == "bool":
+        return Not(e, "bool")
+    if d.kind not in ("int", "uint"):
+        raise TypeError(f"'~' needs an integer or boolean operand, got {e.dtype} ({e})")
+    ones = Const(-1 if d.kind == "int" else 2**d.bits - 1, e.dtype)
+    return Binary("bitxor", e, ones, e.dtype)
 
 
 def compare(op: str, a, b) -> Cmp:
@@ -325,24 +353,9 @@ def math_function(name: str) -> Callable:
     return fn
 
 
+_NAMES = "exp log sqrt rsqrt tanh erf sigmoid floor ceil round abs pow fast_exp fast_erf"
 exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, round_, abs, power, fast_exp, fast_erf = (
-    math_function(n)
-    for n in (
-        "exp",
-        "log",
-        "sqrt",
-        "rsqrt",
-        "tanh",
-        "erf",
-        "sigmoid",
-        "floor",
-        "ceil",
-        "round",
-        "abs",
-        "pow",
-        "fast_exp",
-        "fast_erf",
-    )
+    math_function(n) for n in _NAMES.split()
 )
 fast_exp.__doc__ = (
     "``pt.fast_exp``: elementwise exp as vectorizable float32 arithmetic (relative error "

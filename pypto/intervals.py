@@ -90,7 +90,7 @@ def may_wrap(e: Expr, ranges: Ranges) -> bool:
     if not reads_data(e):  # index arithmetic: the common case, one walk
         return False
     for x in _value_nodes(e):
-        if isinstance(x, Binary) and x.op in ("add", "sub", "mul") and _is_int(x):
+        if isinstance(x, Binary) and x.op in ("add", "sub", "mul", "shl") and _is_int(x):
             lo, hi = bounds(x, ranges)
             clo, chi = dtypes.compute_range(x.dtype)
             if (lo < clo or hi > chi) and reads_data(x):
@@ -185,7 +185,49 @@ def _b_max(e, r):
     return (max(a, c), max(b, d))
 
 
+def _b_bitand(e, r):
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    his = [h for lo, h in ((a, b), (c, d)) if lo >= 0]  # x & m lies in [0, m] for m >= 0
+    return (0, min(his)) if his else _type_range(e)
+
+
+def _b_bitor(e, r):  # also ^: both operands in [0, 2**k) keep the result there
+    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+    if a >= 0 and c >= 0 and max(b, d) != INF:
+        return (0, 2 ** int(max(b, d)).bit_length() - 1)
+    return _type_range(e)
+
+
+def _shift_by(e, r):
+    """The constant amount of a shift within the computing type's width, or None."""
+    (c, d), bits = bounds(e.b, r), dtypes.compute_bits(e.dtype)
+    return c if c == d and 0 <= c < bits else None
+
+
+def _b_shl(e, r):  # the exact product, as for *: may_wrap says where it leaves the type
+    c = _shift_by(e, r)
+    a, b = bounds(e.a, r)
+    return (a * 2**c, b * 2**c) if c is not None else _type_range(e)
+
+
+def _b_shr(e, r):  # floor division by 2**c
+    c = _shift_by(e, r)
+    a, b = bounds(e.a, r)
+    if c is None:
+        return _type_range(e)
+    return (a if a == -INF else int(a) >> c, b if b == INF else int(b) >> c)
+
+
+def _type_range(e) -> tuple:
+    return dtypes.compute_range(e.dtype)
+
+
 _BOUND_RULES = {
+    "bitand": _b_bitand,
+    "bitor": _b_bitor,
+    "bitxor": _b_bitor,
+    "shl": _b_shl,
+    "shr": _b_shr,
     "add": _b_add,
     "sub": _b_sub,
     "mul": _b_mul,

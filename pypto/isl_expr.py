@@ -16,6 +16,19 @@ class NonAffine(Exception):
     """An expression isl cannot represent exactly."""
 
 
+# the bitwise operations with a power of two isl represents exactly (index arithmetic
+# is exact: it never wraps): x << c, x >> c, x & (2**k - 1)
+_POWER_OF_TWO = {
+    "shl": lambda x, c: f"({x} * {2**c})" if 0 <= c < 63 else _non_affine(x),
+    "shr": lambda x, c: f"floor(({x})/{2**c})" if 0 <= c < 63 else _non_affine(x),
+    "bitand": lambda x, m: f"(({x}) mod {m + 1})" if m >= 0 and not m & (m + 1) else _non_affine(x),
+}
+
+
+def _non_affine(x):
+    raise NonAffine(x)
+
+
 class IslPrinter:
     """Affine expressions in isl syntax; anything else raises NonAffine."""
 
@@ -43,6 +56,8 @@ class IslPrinter:
                 return f"(({self(a)}) mod {b.value})"
             if e.op in ("min", "max"):
                 return f"{e.op}({self(a)}, {self(b)})"
+            if e.op in _POWER_OF_TWO and isinstance(b, Const) and dtypes.dtype(e.dtype).is_int:
+                return _POWER_OF_TWO[e.op](self(a), b.value)
         raise NonAffine(str(e))
 
 

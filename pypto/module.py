@@ -152,6 +152,11 @@ _SHAPE_OPS = {
     ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
 }
 
 
@@ -168,6 +173,8 @@ def _shape_expr(text: str, sizes: dict) -> Expr:
             return _SHAPE_OPS[type(node.op)](conv(node.left), conv(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return Const(0, "int64") - conv(node.operand)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+            return ~conv(node.operand)
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)

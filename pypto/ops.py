@@ -11,6 +11,10 @@
 - ``pt.floordiv floormod indexdiv indexmod``: ``//`` and ``%`` (rounding down,
   the remainder takes the divisor's sign); ``pt.truncdiv truncmod``: C's
   integer division and remainder (rounding toward zero);
+- ``pt.bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right``:
+  ``& | ^ ~ << >>`` on integers (numpy's results: a shift by the type's width or
+  more gives 0, or the sign); ``pt.logical_and logical_or logical_not``: ``& | ~``
+  on booleans;
 - ``pt.size_var(name)``: ``pt.var(name)``, a size.
 
     pt.compute((n,), lambda i: pt.select(pt.all(i >= 1, i < n - 1), A[i], 0.0))
@@ -21,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import dtypes
-from .expr import Const, as_expr, math_function, select
+from .expr import BITWISE, Const, as_expr, binary, bitwise_not, math_function, select
 from .scalar_args import var
 
 (
@@ -128,3 +132,33 @@ def truncmod(a, b):
 def size_var(name: str = "n", dtype: str = "int64"):
     """TVM's ``te.size_var``: a symbolic size (``pt.var``)."""
     return var(name, dtype)
+
+
+def _binary(op: str, name: str, kinds: tuple):
+    def fn(a, b):
+        a, b = as_expr(a), as_expr(b)
+        for x in (a, b):
+            if dtypes.dtype(x.dtype).kind not in kinds:
+                want = " or ".join(kinds)
+                raise TypeError(f"pt.{name} takes {want} operands, got {x.dtype} ({x})")
+        return binary(op, a, b)
+
+    fn.__name__ = name
+    fn.__doc__ = f"TVM's ``tir.{name}``: elementwise ``{BITWISE[op]}``."
+    return fn
+
+
+_INTS, _BOOLS = ("int", "uint"), ("bool",)
+bitwise_and = _binary("bitand", "bitwise_and", _INTS)
+bitwise_or = _binary("bitor", "bitwise_or", _INTS)
+bitwise_xor = _binary("bitxor", "bitwise_xor", _INTS)
+shift_left = _binary("shl", "shift_left", _INTS)
+shift_right = _binary("shr", "shift_right", _INTS)
+logical_and = _binary("bitand", "logical_and", _BOOLS)
+logical_or = _binary("bitor", "logical_or", _BOOLS)
+
+
+def logical_not(x):
+    """TVM's ``tir.logical_not``: ``~`` of a boolean."""
+    _conditions("logical_not", (x,))
+    return bitwise_not(x)

@@ -29,6 +29,10 @@ INFIX = {
     "mod": ("%", 6),
 }
 ATOM = 10
+# bitwise operators bind differently in C and Python: their operands and results are
+# always parenthesized (``(i >> 1) + (j & 3)``), and ``x ^ -1`` prints as ``~x``
+BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+LOOSEST = 0
 
 
 class Printer:
@@ -73,6 +77,12 @@ class Printer:
     def binary(self, e):
         if e.op in ("min", "max"):
             return f"{e.op}({self(e.a)}, {self(e.b)})", ATOM
+        if e.op in BITWISE:
+            b = e.b
+            if e.op == "bitxor" and type(b).__name__ == "Const" and b.value == -1:
+                return f"~{self.wrap(e.a, ATOM)}", LOOSEST
+            sym = BITWISE[e.op]
+            return f"{self.wrap(e.a, ATOM)} {sym} {self.wrap(b, ATOM)}", LOOSEST
         sym, prec = INFIX[e.op]
         return f"{self.wrap(e.a, prec)} {sym} {self.wrap(e.b, prec, right=True)}", prec
 

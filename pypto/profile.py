@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 from . import dtypes
 from .codegen_c import codegen
-from .expr import Binary, Call, Const, Expr, Reduce, TensorRead, children, substitute
+from .expr import BITWISE, Binary, Call, Const, Expr, Reduce, TensorRead, children, substitute
 from .intervals import bounds
 from .loop_ir import Allocate, For, IntrinCall, Seq, Store, walk_stmts
 from .module import Module
 from .peak import Peaks, measure_peaks
 from .simplify import simplify
 
-ARITH = frozenset({"add", "sub", "mul", "div", "floordiv", "mod", "min", "max"})
+ARITH = frozenset({"add", "sub", "mul", "div", "floordiv", "mod", "min", "max"} | set(BITWISE))
 
 # expression type -> arithmetic operations it performs itself (its children add theirs)
 _OPS = {

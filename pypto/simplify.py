@@ -143,6 +143,9 @@ _FOLD = {
     "ge": operator.ge,
     "eq": operator.eq,
     "ne": operator.ne,
+    "bitand": operator.and_,  # Python's ints act as two's complement of any width
+    "bitor": operator.or_,
+    "bitxor": operator.xor,
 }
 
 
@@ -157,6 +160,10 @@ def _fold_binary(op, a, b, dt):
         return a // b if not isinstance(a, float) else math.floor(a / b)
     if op == "mod":
         return (a % b) if b != 0 else None
+    if op in ("shl", "shr"):  # as the C helpers: past the width 0 (or the sign)
+        if 0 <= b < dtypes.compute_bits(dt):
+            return a << b if op == "shl" else a >> b
+        return 0 if op == "shl" or a >= 0 else -1
     if op == "and":
         return int(bool(a) and bool(b))
     if op == "or":
@@ -353,7 +360,9 @@ class Simplifier:
 
     def cast(self, e: Cast) -> Expr:
         v = e.value
-        if isinstance(v, Const) and dtypes.dtype(e.dtype).kind != "bool":
+        if isinstance(v, Const) and e.dtype == "bool":
+            return Const(int(bool(v.value)), "bool")  # NaN is true, as in numpy
+        if isinstance(v, Const):
             if dtypes.dtype(e.dtype).is_float or not isinstance(v.value, float):
                 return _const(v.value, e.dtype)
         if v.dtype == e.dtype:

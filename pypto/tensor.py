@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import dtypes
-from .broadcast import OP_NAMES, broadcast_shape, operand, shape_of
+from .broadcast import OP_NAMES, PY_OPERATORS, broadcast_shape, operand, shape_of
 from .dtypes import INDEX
 from .expr import (
     Const,
@@ -242,13 +242,12 @@ class UpdateOp(ComputeOp):
         return _reads_of([*self.lhs, self.body])
 
 
-def _elementwise_op(op: str, reflected: bool = False):
-    """The operator method ``op`` of whole tensors (``elementwise``)."""
+def _elementwise_op(op: str, reflected: bool):
+    """The operator method of whole tensors for ``op``: ``__add__`` (or ``__radd__``)."""
 
     def method(self, o):
         return elementwise(op, o, self) if reflected else elementwise(op, self, o)
 
-    method.__name__ = f"__{'r' if reflected else ''}{op}__"
     return method
 
 
@@ -335,19 +334,20 @@ class Tensor:
         axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
         op.updates.append((lhs, val, axes))
 
-    # whole-tensor arithmetic with numpy broadcasting (pypto.broadcast), as TVM's topi
-    __add__, __radd__ = _elementwise_op("add"), _elementwise_op("add", reflected=True)
-    __sub__, __rsub__ = _elementwise_op("sub"), _elementwise_op("sub", reflected=True)
-    __mul__, __rmul__ = _elementwise_op("mul"), _elementwise_op("mul", reflected=True)
-    __truediv__, __rtruediv__ = _elementwise_op("div"), _elementwise_op("div", reflected=True)
-    __floordiv__, __mod__ = _elementwise_op("floordiv"), _elementwise_op("mod")
-
     def __neg__(self):
         return compute(self.shape, lambda *i: -self[i], name="T_negative")
+
+    def __invert__(self):
+        return compute(self.shape, lambda *i: ~self[i], name="T_bitwise_not")
 
     def __repr__(self):
         dims = ", ".join(str(d) for d in self.shape)
         return f"Tensor({self.name}, ({dims}), {self.dtype})"
+
+
+# whole-tensor arithmetic with numpy broadcasting (A + B, 2 * A, A >> 4), as TVM's topi
+for (_op, _py), _r in ((x, r) for x in PY_OPERATORS.items() for r in ("", "r")):
+    setattr(Tensor, f"__{_r}{_py}__", _elementwise_op(_op, reflected=bool(_r)))
 
 
 def _bound_rdoms(groups: dict):

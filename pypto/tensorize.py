@@ -60,7 +60,7 @@ from .relations import Split
 from .simplify import Lin, simplify, upper_bound
 from .tensor import ComputeOp
 
-_COMMUTATIVE = ("add", "mul", "min", "max", "and", "or")
+_COMMUTATIVE = ("add", "mul", "min", "max", "and", "or", "bitand", "bitor", "bitxor")
 
 
 # ---------------------------------------------------------------- binding

@@ -101,6 +101,12 @@ _OPS = {
     "mul": (lambda x, y: x * y, np.multiply),
     "min": (lambda x, y: pt.min(x, y), np.minimum),
     "max": (lambda x, y: pt.max(x, y), np.maximum),
+    "and": (lambda x, y: x & y, np.bitwise_and),
+    "or": (lambda x, y: x | y, np.bitwise_or),
+    "xor": (lambda x, y: x ^ y, np.bitwise_xor),
+    # shifts by any amount, the type's width and more included (numpy gives 0 or the sign)
+    "shl": (lambda x, y: x << y, np.left_shift),
+    "shr": (lambda x, y: x >> y, np.right_shift),
 }
 
 
@@ -113,7 +119,8 @@ def _edges(dtype: str) -> list:
 @st.composite
 def _expr_tree(draw, dtype, depth=3):
     """(pt builder, numpy evaluator, text) over the inputs A, B and some constants."""
-    kind = draw(st.sampled_from(["A", "B", "const"] + (["op", "cmp", "div"] if depth else [])))
+    kinds = ["op", "cmp", "div", "not", "shift"] if depth else []
+    kind = draw(st.sampled_from(["A", "B", "const", *kinds]))
     one = np.dtype(dtype).type(1)
     if kind in ("A", "B"):
         k = 0 if kind == "A" else 1
@@ -126,6 +133,14 @@ def _expr_tree(draw, dtype, depth=3):
             str(v),
         )
     fa, na, ta = draw(_expr_tree(dtype, depth - 1))
+    if kind == "not":
+        return (lambda ins, i: ~fa(ins, i)), (lambda arrs: np.invert(na(arrs))), f"~{ta}"
+    if kind == "shift":  # by a constant: the plain C operator where it cannot overflow
+        c = draw(st.sampled_from([0, 1, 3, 31, 32, 63]))
+        op = draw(st.sampled_from(["shl", "shr"]))
+        f, g = _OPS[op]
+        text = f"{op}({ta}, {c})"
+        return (lambda ins, i: f(fa(ins, i), c)), (lambda arrs: g(na(arrs), one * c)), text
     if kind == "div":  # floor division and modulo by a positive constant
         c = draw(st.sampled_from([1, 3, 7, 65536]))
         if draw(st.booleans()):

@@ -1,0 +1,67 @@
+"""``pt.cast`` gives numpy's ``astype`` for every value numpy defines: to bool any
+nonzero value (NaN too) is true, integers narrow by wrapping, floats truncate
+toward zero, integers round to the nearest float."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+
+def _cast_kernel(src, dst, n, vectorize):
+    A = pt.placeholder((n,), src, name="A")
+    B = pt.compute((n,), lambda i: pt.cast(dst, A[i]), name="B")
+    s = pt.create_schedule(B.op)
+    if vectorize:
+        _, inner = s[B].split(B.op.axis[0], 8)
+        s[B].vectorize(inner)
+    return pt.build(s, [A, B])
+
+
+_VALUES = {
+    "int32": [0, 1, 256, -1, 512, 2**31 - 1, -(2**31), 7],
+    "int8": [0, 1, -128, 2, 127, -1, 16, 0],
+    "int64": [0, 2**40, -(2**40), 1, 2**53 + 1, -7, 255, 256],
+    "uint32": [0, 1, 2**32 - 1, 255, 256, 65536, 2**31, 3],
+    "float32": [0.0, 0.5, -0.25, 256.0, np.nan, -np.inf, -3.75, 1e-30],
+    "float64": [0.0, 0.5, -0.25, 2.0**40 + 0.5, np.nan, np.inf, -3.75, 1e-300],
+}
+_TARGETS = ["bool", "int8", "uint8", "int32", "int64", "float32", "float64"]
+
+
+def _defined(values: np.ndarray, dst: str) -> np.ndarray:
+    """Where numpy defines ``values.astype(dst)``: a float fits the integer range."""
+    if values.dtype.kind != "f" or dst in ("bool", "float32", "float64"):
+        return np.ones(values.shape, bool)
+    info = np.iinfo(dst)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values > info.min - 1) & (values < info.max + 1)
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+@pytest.mark.parametrize("src", sorted(_VALUES))
+def test_casts_agree_with_numpy_astype(src, vectorize):
+    a = np.array(_VALUES[src], src)
+    for dst in _TARGETS:
+        got = _cast_kernel(src, dst, len(a), vectorize)(a)
+        with np.errstate(all="ignore"):
+            want = a.astype(dst)
+        ok = _defined(a, dst)
+        np.testing.assert_array_equal(got[ok], want[ok], err_msg=f"{src} -> {dst}")
+
+
+def test_a_cast_to_bool_is_normalized_before_it_widens_again():
+    # (int32)(bool)256 had been 256: the cast to bool did nothing in the C
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute(
+        (4,),
+        lambda i: (
+            pt.cast("int32", pt.cast("bool", A[i]))
+            + pt.cast("int32", pt.cast("bool", pt.const(256, "int32")))
+        ),
+        name="B",
+    )
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    a = np.array([0.0, 0.5, np.nan, -2.0], np.float32)
+    np.testing.assert_array_equal(mod(a), a.astype(bool).astype(np.int32) + 1)
+    assert "(A[i] != 0)" in mod.source
