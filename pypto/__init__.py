@@ -11,32 +11,12 @@ from ._version import __version__
 from .dtypes import DTYPES
 from .errors import BuildEnvironmentError, BuildError, PyptoError, ScheduleError, TargetError
 from .explain import explain
-from .expr import (
-    Expr,
-    Var,
-    abs,
-    cast,
-    ceil,
-    const,
-    erf,
-    exp,
-    fast_erf,
-    fast_exp,
-    floor,
-    if_then_else,
-    log,
-    rsqrt,
-    select,
-    sigmoid,
-    sqrt,
-    tanh,
-)
-from .expr import power as pow
-from .expr import round_ as round
+from .expr import Expr, Var, cast, const, if_then_else, select
 from .extern import extern
 from .intrin import TensorIntrin, decl_tensor_intrin
 from .lowering import lower
 from .ops import (
+    abs,
     acos,
     acosh,
     all,
@@ -50,11 +30,17 @@ from .ops import (
     bitwise_not,
     bitwise_or,
     bitwise_xor,
+    ceil,
     copysign,
     cos,
     cosh,
+    erf,
+    exp,
     exp2,
     expm1,
+    fast_erf,
+    fast_exp,
+    floor,
     floordiv,
     floormod,
     fmod,
@@ -64,6 +50,7 @@ from .ops import (
     isfinite,
     isinf,
     isnan,
+    log,
     log1p,
     log2,
     log10,
@@ -75,16 +62,22 @@ from .ops import (
     nearbyint,
     nextafter,
     power,
+    rsqrt,
     shift_left,
     shift_right,
+    sigmoid,
     sin,
     sinh,
     size_var,
+    sqrt,
     tan,
+    tanh,
     trunc,
     truncdiv,
     truncmod,
 )
+from .ops import power as pow
+from .ops import round_ as round
 from .reducers import comm_reducer, max, min, sum
 from .runtime import Module, build, load_module, set_num_threads
 from .scalar_args import var

@@ -218,6 +218,9 @@ def const(value, dtype: str = None) -> Const:
         raise TypeError(f"constant {value} is not an integer but dtype is {dtype}")
     else:
         value = int(value)
+        lo, hi = dtypes.value_range(d.name) if d.is_int else (0, 1)
+        if not lo <= value <= hi:  # as numpy's and TVM's: no constant wraps silently
+            raise OverflowError(f"the constant {value} does not fit {d.name} ({lo} to {hi})")
     return Const(value, d.name)
 
 
@@ -243,13 +246,16 @@ def as_expr(x, like: str | None = None) -> Expr:
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in an expression")
 
 
-def _unify(a, b) -> tuple[Expr, Expr, str]:
-    if not isinstance(a, ExprOp):
-        b = as_expr(b)
-        a = as_expr(a, b.dtype)
-    else:
-        a = as_expr(a)
-        b = as_expr(b, a.dtype)
+def _unify(a, b, comparing: bool = False) -> tuple[Expr, Expr, str]:
+    if comparing:  # numpy's: an integer compares with any Python int, in int64 here
+        a, b = _wide_literal(a, b), _wide_literal(b, a)
+    e, lit = (b, a) if not isinstance(a, ExprOp) else (a, b)
+    e = as_expr(e)
+    try:
+        lit = as_expr(lit, e.dtype)
+    except OverflowError as err:
+        raise OverflowError(f"{err}, the dtype of {e}; pt.cast {e} to a wider dtype") from None
+    a, b = (lit, e) if not isinstance(a, ExprOp) else (e, lit)
     if a.dtype == b.dtype:
         return a, b, a.dtype
     wider = dtypes.promote(a.dtype, b.dtype)
@@ -298,8 +304,21 @@ def bitwise_not(x) -> Expr:
     return Binary("bitxor", e, ones, e.dtype)
 
 
+def _wide_literal(x, other):
+    """A Python int outside the range of ``other``'s integer dtype, as an int64
+    constant where ``other`` widens to int64 (``U < -1`` of a uint32 ``U``)."""
+    if type(x) is not int or not isinstance(other, ExprOp):
+        return x
+    dt = as_expr(other).dtype
+    if dtypes.dtype(dt).is_int and dtypes.promote("int64", dt) == "int64":
+        lo, hi = dtypes.value_range(dt)
+        if not lo <= x <= hi and -(2**63) <= x < 2**63:
+            return Const(x, "int64")
+    return x
+
+
 def compare(op: str, a, b) -> Cmp:
-    a, b, _ = _unify(a, b)
+    a, b, _ = _unify(a, b, comparing=True)
     return Cmp(op, a, b)
 
 
@@ -340,31 +359,6 @@ def call(name: str, *args) -> Call:
     if needs_float and not dtypes.dtype(dt).is_float:
         raise TypeError(f"pt.{name} needs a float operand, got {dt}; use pt.cast")
     return Call(name, ops, "bool" if f.predicate else dt)
-
-
-def math_function(name: str) -> Callable:
-    """``pt.<name>``: the function that builds a call of math function ``name``."""
-
-    def fn(*args):
-        return call(name, *args)
-
-    fn.__name__ = name
-    fn.__doc__ = f"``pt.{name}``: elementwise {name}."
-    return fn
-
-
-_NAMES = "exp log sqrt rsqrt tanh erf sigmoid floor ceil round abs pow fast_exp fast_erf"
-exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, round_, abs, power, fast_exp, fast_erf = (
-    math_function(n) for n in _NAMES.split()
-)
-fast_exp.__doc__ = (
-    "``pt.fast_exp``: elementwise exp as vectorizable float32 arithmetic (relative error "
-    "below 3e-7; see pypto/fastmath.py). float64 uses libm."
-)
-fast_erf.__doc__ = (
-    "``pt.fast_erf``: elementwise erf as a vectorizable float32 rational function "
-    "(absolute error below 1e-6). float64 uses libm."
-)
 
 
 # ---------------------------------------------------------------- traversal

@@ -1,6 +1,8 @@
-"""TVM's ``tir`` helpers under their TVM names, for code written against TE.
+"""The elementwise functions (``pt.exp``, ``pt.sqrt``, ...) and TVM's ``tir`` helpers
+under their TVM names, for code written against TE.
 
-- math: ``pt.sin cos tan asin acos atan sinh cosh asinh acosh atanh exp2 expm1
+- math: ``pt.exp log sqrt rsqrt tanh erf sigmoid floor ceil round abs fast_exp
+  fast_erf`` and ``pt.sin cos tan asin acos atan sinh cosh asinh acosh atanh exp2 expm1
   log2 log10 log1p trunc nearbyint atan2 fmod hypot copysign nextafter`` (float
   operands; the rows of ``pypto.mathfuncs``), ``pt.isnan isinf isfinite`` (a
   ``bool``), ``pt.power`` (``pt.pow``);
@@ -22,11 +24,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from . import dtypes
-from .expr import BITWISE, Const, as_expr, binary, bitwise_not, math_function, select
+from .expr import BITWISE, Const, as_expr, binary, bitwise_not, call, select
 from .scalar_args import var
+
+
+def math_function(name: str) -> Callable:
+    """``pt.<name>``: the function that builds a call of math function ``name``."""
+
+    def fn(*args):
+        return call(name, *args)
+
+    fn.__name__ = name
+    fn.__doc__ = f"``pt.{name}``: elementwise {name}."
+    return fn
+
+
+_NAMES = "exp log sqrt rsqrt tanh erf sigmoid floor ceil round abs fast_exp fast_erf"
+exp, log, sqrt, rsqrt, tanh, erf, sigmoid, floor, ceil, round_, abs, fast_exp, fast_erf = (
+    math_function(n) for n in _NAMES.split()
+)
+fast_exp.__doc__ = (
+    "``pt.fast_exp``: elementwise exp as vectorizable float32 arithmetic (relative error "
+    "below 3e-7; see pypto/fastmath.py). float64 uses libm."
+)
+fast_erf.__doc__ = (
+    "``pt.fast_erf``: elementwise erf as a vectorizable float32 rational function "
+    "(absolute error below 1e-6). float64 uses libm."
+)
 
 (
     sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh,

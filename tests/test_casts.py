@@ -65,3 +65,36 @@ def test_a_cast_to_bool_is_normalized_before_it_widens_again():
     a = np.array([0.0, 0.5, np.nan, -2.0], np.float32)
     np.testing.assert_array_equal(mod(a), a.astype(bool).astype(np.int32) + 1)
     assert "(A[i] != 0)" in mod.source
+
+
+def test_a_literal_outside_the_dtype_is_refused_in_arithmetic():
+    # as numpy's (OverflowError) and TVM's: 300 had become an int8 constant that the C
+    # added in int32 and the store then wrapped
+    I8 = pt.placeholder((4,), "int8", name="I8")
+    with pytest.raises(
+        OverflowError, match=r"300 does not fit int8 \(-128 to 127\), the dtype of I8\[i\]"
+    ):
+        pt.compute((4,), lambda i: I8[i] + 300, name="B")
+    with pytest.raises(OverflowError, match=r"18446744073709551616 does not fit uint64"):
+        pt.const(2**64, "uint64")
+    with pytest.raises(OverflowError, match=r"the constant 2 does not fit bool"):
+        pt.const(2, "bool")
+
+
+def test_a_comparison_with_any_literal_is_numpys():
+    # numpy compares an integer with a Python int by value: every uint32 is > -1
+    U = pt.placeholder((3,), "uint32", name="U")
+    I8 = pt.placeholder((3,), "int8", name="I8")
+    B = pt.compute(
+        (3,), lambda i: pt.select((U[i] > -1) & (I8[i] < 200) & (-5 < U[i]), 1, 0), name="B"
+    )
+    C = pt.compute((3,), lambda i: pt.select((U[i] < -1) | (I8[i] >= 128), 1, 0), name="C")
+    mod = pt.build(pt.create_schedule([B.op, C.op]), [U, I8, B, C])
+    u = np.array([0, 5, 2**32 - 1], np.uint32)
+    i8 = np.array([1, -128, 127], np.int8)
+    b, c = mod(u, i8)
+    np.testing.assert_array_equal(b, np.where((u > -1) & (i8 < 200) & (-5 < u), 1, 0))
+    np.testing.assert_array_equal(c, [0, 0, 0])
+    W = pt.placeholder((3,), "uint64", name="W")
+    with pytest.raises(OverflowError, match=r"-1 does not fit uint64"):
+        pt.compute((3,), lambda i: W[i] > -1, name="D")
