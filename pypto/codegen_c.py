@@ -27,7 +27,7 @@ from .c_helpers import (
 )
 from .errors import BuildError
 from .expr import Binary, Cast, Const, Load
-from .intervals import INF, bounds, may_wrap
+from .intervals import INF, bounds, leaves_type, may_wrap
 from .intrin import intrin_fences
 from .loop_ir import (
     Allocate,
@@ -106,9 +106,15 @@ class CPrinter(Printer):
         return text, (ATOM if not text.startswith("-") else 7)
 
     def nonneg(self, e) -> bool:
-        return bounds(e, self.ranges)[0] >= 0
+        return bounds(e, self.ranges, wrapped=True)[0] >= 0
 
     def binary(self, e):
+        text, prec = self.operation(e)
+        if dtypes.is_narrow(e.dtype) and leaves_type(e, self.ranges):  # wraps, as numpy's
+            return f"(({dtypes.dtype(e.dtype).c_storage})({text}))", ATOM
+        return text, prec
+
+    def operation(self, e):
         op, dt = e.op, e.dtype
         if op in ("min", "max"):
             return f"{self.helper(op, dt)}({self(e.a)}, {self(e.b)})", ATOM
@@ -131,7 +137,8 @@ class CPrinter(Printer):
             return f"{self.helper('mod', dt)}({self(e.a)}, {self(e.b)})", ATOM
         if op in ("shl", "shr"):
             return self.shift(e)
-        if op in _WRAPPING and _ctype(dt) in ("int32_t", "int64_t") and may_wrap(e, self.ranges):
+        signed = dtypes.dtype(dt).c_storage in ("int32_t", "int64_t")  # int8 & co: truncated
+        if op in _WRAPPING and signed and may_wrap(e, self.ranges):
             return f"{self.helper(_WRAPPING[op], dt)}({self(e.a)}, {self(e.b)})", ATOM
         return super().binary(e)
 
@@ -142,7 +149,7 @@ class CPrinter(Printer):
         a, b, t = e.a, e.b, _ctype(e.dtype)
         width = dtypes.compute_bits(e.dtype)
         if isinstance(b, Const) and 0 <= b.value < width:
-            lo, hi = bounds(a, self.ranges)
+            lo, hi = bounds(a, self.ranges, wrapped=True)
             fits = lo >= 0 and hi * 2**b.value < 2 ** (width - 1)  # no sign bit reached
             if e.op == "shr" or t.startswith("u") or fits:
                 return f"{self.wrap(a, ATOM)} {'<<' if e.op == 'shl' else '>>'} {self(b)}", 0
@@ -164,7 +171,14 @@ class CPrinter(Printer):
             return forms.cast.format(inner), ATOM
         if e.dtype == "bool":  # numpy's: any nonzero value (NaN too) is true
             return f"({inner} != 0)", ATOM
-        return f"(({_ctype(e.dtype)})({inner}))", ATOM
+        d, src = dtypes.dtype(e.dtype), dtypes.dtype(e.value.dtype)
+        if dtypes.is_narrow(e.dtype):  # int8 <- int32 wraps; int8 <- float through int32
+            lo, hi = bounds(e.value, self.ranges, True) if src.is_int else (-INF, INF)
+            vlo, vhi = dtypes.value_range(e.dtype)
+            if lo < vlo or hi > vhi:
+                via = "" if src.is_int else f"({d.c_compute})"
+                return f"(({d.c_storage}){via}({inner}))", ATOM
+        return f"(({d.c_compute})({inner}))", ATOM
 
     def call(self, e):
         args = [self(a) for a in e.args]
@@ -174,6 +188,8 @@ class CPrinter(Printer):
             return f"pt_checked_index({args[0]}, {args[1]}, {code}, &status)", ATOM
         if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
             f = "llabs" if dtypes.dtype(e.dtype).bits == 64 else "abs"
+            if dtypes.is_narrow(e.dtype):  # abs(-128) is -128 in int8, as numpy's
+                return f"(({dtypes.dtype(e.dtype).c_storage}){f}({args[0]}))", ATOM
             return f"{f}({args[0]})", ATOM
         if e.name in fastmath.FORMS:
             fn, double = fastmath.FORMS[e.name]
@@ -280,8 +296,8 @@ class CodeGen:
             if isinstance(s.value, Cast) and s.value.dtype == b.dtype:
                 value = self.p(s.value.value)  # stored rounded: the store rounds, once
             value = forms.store.format(value)
-        elif d.c_storage != d.c_compute:
-            value = f"({d.c_storage})({value})"
+        elif d.c_storage != d.c_compute and not value.startswith(f"(({d.c_storage})"):
+            value = f"({d.c_storage})({value})"  # (unless the value is truncated already)
         self.emit(depth, f"{self.namer(b, b.name)}[{self.p(s.index)}] = {value};")
 
     def prefetch(self, s: Prefetch, depth):
@@ -310,7 +326,7 @@ class CodeGen:
     def let(self, s: Let, depth):
         """A block: the value named once, then its body (which may be unrolled again)."""
         v = self.namer(s.var, s.var.name)
-        self.ranges[s.var] = bounds(s.value, self.ranges)
+        self.ranges[s.var] = bounds(s.value, self.ranges, wrapped=True)
         self.emit(depth, "{")
         self.emit(depth + 1, f"const int64_t {v} = {self.p(s.value)};")
         self.stmt(s.body, depth + 1)

@@ -90,15 +90,17 @@ def compute_bits(name: str) -> int:
     return dtype(dtype(name).c_compute.removesuffix("_t")).bits
 
 
-def compute_range(name: str) -> tuple[int, int]:
-    """The values C's arithmetic on an integer dtype holds before it wraps: that of
-    the type it computes in (int8, int16, uint8: int32, C's promotion)."""
-    return value_range(dtype(name).c_compute.removesuffix("_t"))
+def is_narrow(name: str) -> bool:
+    """An integer dtype C computes in a wider type (int8, int16, uint8: in int32, C's
+    promotion): the generated C truncates a result that may leave it, as numpy's
+    arithmetic in the dtype itself wraps."""
+    d = dtype(name)
+    return d.is_int and d.c_storage != d.c_compute
 
 
 def wrap(value: int, name: str) -> int:
-    """``value`` wrapped (two's complement) into ``compute_range(name)``."""
-    lo, hi = compute_range(name)
+    """``value`` wrapped (two's complement) into ``value_range(name)``."""
+    lo, hi = value_range(name)
     return (value - lo) % (hi - lo + 1) + lo
 
 

@@ -8,8 +8,8 @@ narrows keeps its operand's bounds only where they fit the narrower type.
 
     bounds(io*32 + ii, {io: (0, 3), ii: (0, 31)})   ->  (0, 127)
 
-Integer arithmetic wraps in the type C computes it in (int32 for int8, int16
-and uint8): ``may_wrap`` says where that can happen, so that the simplifier
+Integer arithmetic wraps in its dtype, as numpy's (the C computes int8, int16
+and uint8 in int32 and truncates): ``may_wrap`` says where that can happen, so that the simplifier
 decides comparisons, min/max, division and modulo from bounds only where it
 cannot. Index arithmetic over loops and sizes never wraps (sizes are far below
 2**62); values read from tensors may.
@@ -56,8 +56,10 @@ class Ranges(dict):
         return r
 
 
-def bounds(e: Expr, ranges: Ranges) -> tuple:
-    """Inclusive (lo, hi) of an integer expression; +-inf where unknown."""
+def bounds(e: Expr, ranges: Ranges, wrapped: bool = False) -> tuple:
+    """Inclusive (lo, hi) of an integer expression; +-inf where unknown. Exact (the
+    numbers, for reasoning), or with ``wrapped`` the values the kernel computes: an
+    operation that may leave its dtype gives anywhere in it."""
     if isinstance(e, Const):
         return (e.value, e.value)
     if isinstance(e, Var):
@@ -65,16 +67,21 @@ def bounds(e: Expr, ranges: Ranges) -> tuple:
     if isinstance(e, Binary):
         rule = _BOUND_RULES.get(e.op)
         if rule is not None:
-            return rule(e, ranges)
+            lo, hi = rule(e, ranges, wrapped)
+            if wrapped and _is_int(e):  # (infinite: sizes, which stay far below 2**62)
+                vlo, vhi = dtypes.value_range(e.dtype)
+                if (-INF < lo < vlo) or (vhi < hi < INF):
+                    return (vlo, vhi)
+            return (lo, hi)
     if isinstance(e, Select):
-        (a, b), (c, d) = bounds(e.t, ranges), bounds(e.f, ranges)
+        (a, b), (c, d) = bounds(e.t, ranges, wrapped), bounds(e.f, ranges, wrapped)
         return (min(a, c), max(b, d))
     d = dtypes.dtype(e.dtype)
     if isinstance(e, Cast) and _is_int(e.value):
-        lo, hi = bounds(e.value, ranges)
+        lo, hi = bounds(e.value, ranges, wrapped)
         vlo, vhi = dtypes.value_range(e.dtype) if d.is_int else (-INF, INF)
         return (lo, hi) if vlo <= lo and hi <= vhi else (vlo, vhi)  # a narrowing cast wraps
-    if isinstance(e, (TensorRead, Load)) and d.is_int and d.bits < 64:
+    if isinstance(e, (TensorRead, Load)) and d.is_int and (d.bits < 64 or wrapped):
         return dtypes.value_range(e.dtype)
     if _is_index(e):  # an index checked in [0, n)
         return (0, bounds(e.args[1], ranges)[1] - 1)
@@ -84,18 +91,25 @@ def bounds(e: Expr, ranges: Ranges) -> tuple:
 
 
 def may_wrap(e: Expr, ranges: Ranges) -> bool:
-    """Whether an integer ``+ - *`` in ``e`` may leave the range of the type C computes
-    it in (and wrap), where values read from tensors take part; the indices of reads
+    """Whether an integer ``+ - * <<`` in ``e`` may leave the range of its dtype (and
+    wrap), where values read from tensors take part; the indices of reads
     are index arithmetic and are not looked into."""
     if not reads_data(e):  # index arithmetic: the common case, one walk
         return False
-    for x in _value_nodes(e):
-        if isinstance(x, Binary) and x.op in ("add", "sub", "mul", "shl") and _is_int(x):
-            lo, hi = bounds(x, ranges)
-            clo, chi = dtypes.compute_range(x.dtype)
-            if (lo < clo or hi > chi) and reads_data(x):
-                return True
-    return False
+    return any(leaves_type(x, ranges) and reads_data(x) for x in _value_nodes(e))
+
+
+def leaves_type(e: Expr, ranges: Ranges) -> bool:
+    """Whether the integer ``+ - * <<`` ``e`` (its operands within their bounds) may
+    compute a value outside its dtype's range, which then wraps."""
+    if not (isinstance(e, Binary) and e.op in _WRAPS and _is_int(e)):
+        return False
+    lo, hi = _BOUND_RULES[e.op](e, ranges, True)
+    vlo, vhi = dtypes.value_range(e.dtype)
+    return lo < vlo or hi > vhi
+
+
+_WRAPS = ("add", "sub", "mul", "shl", "floordiv")  # floordiv: MIN // -1
 
 
 def reads_data(e: Expr) -> bool:
@@ -133,13 +147,13 @@ def _is_index(e: Expr) -> bool:
     return isinstance(e, Call) and e.name == "checked_index"
 
 
-def _b_add(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_add(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     return (a + c, b + d)
 
 
-def _b_sub(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_sub(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     return (a - d, b - c)
 
 
@@ -149,14 +163,14 @@ def _mul(x, y):
     return x * y
 
 
-def _b_mul(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_mul(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     ps = [_mul(a, c), _mul(a, d), _mul(b, c), _mul(b, d)]
     return (min(ps), max(ps))
 
 
-def _b_floordiv(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_floordiv(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     if c == d and c > 0:
         return (a if a == -INF else a // c, b if b == INF else b // c)
     if c > 0 and a >= 0:
@@ -164,8 +178,8 @@ def _b_floordiv(e, r):
     return (-INF, INF)
 
 
-def _b_mod(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_mod(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     if c == d and c > 0:
         if a >= 0 and b < c:
             return (a, b)
@@ -175,51 +189,51 @@ def _b_mod(e, r):
     return (-INF, INF)
 
 
-def _b_min(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_min(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     return (min(a, c), min(b, d))
 
 
-def _b_max(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_max(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     return (max(a, c), max(b, d))
 
 
-def _b_bitand(e, r):
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_bitand(e, r, w=False):
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     his = [h for lo, h in ((a, b), (c, d)) if lo >= 0]  # x & m lies in [0, m] for m >= 0
     return (0, min(his)) if his else _type_range(e)
 
 
-def _b_bitor(e, r):  # also ^: both operands in [0, 2**k) keep the result there
-    (a, b), (c, d) = bounds(e.a, r), bounds(e.b, r)
+def _b_bitor(e, r, w=False):  # also ^: both operands in [0, 2**k) keep the result there
+    (a, b), (c, d) = bounds(e.a, r, w), bounds(e.b, r, w)
     if a >= 0 and c >= 0 and max(b, d) != INF:
         return (0, 2 ** int(max(b, d)).bit_length() - 1)
     return _type_range(e)
 
 
-def _shift_by(e, r):
+def _shift_by(e, r, w):
     """The constant amount of a shift within the computing type's width, or None."""
-    (c, d), bits = bounds(e.b, r), dtypes.compute_bits(e.dtype)
+    (c, d), bits = bounds(e.b, r, w), dtypes.compute_bits(e.dtype)
     return c if c == d and 0 <= c < bits else None
 
 
-def _b_shl(e, r):  # the exact product, as for *: may_wrap says where it leaves the type
-    c = _shift_by(e, r)
-    a, b = bounds(e.a, r)
-    return (a * 2**c, b * 2**c) if c is not None else _type_range(e)
+def _b_shl(e, r, w=False):  # the exact product, as for *: may_wrap says where it wraps
+    c = _shift_by(e, r, w)
+    a, b = bounds(e.a, r, w)
+    return (a * 2**c, b * 2**c) if c is not None else (-INF, INF)
 
 
-def _b_shr(e, r):  # floor division by 2**c
-    c = _shift_by(e, r)
-    a, b = bounds(e.a, r)
-    if c is None:
-        return _type_range(e)
+def _b_shr(e, r, w=False):  # floor division by 2**c
+    c = _shift_by(e, r, w)
+    a, b = bounds(e.a, r, w)
+    if c is None:  # toward 0 (or -1): between the operand and 0
+        return (min(a, 0), max(b, 0))
     return (a if a == -INF else int(a) >> c, b if b == INF else int(b) >> c)
 
 
 def _type_range(e) -> tuple:
-    return dtypes.compute_range(e.dtype)
+    return dtypes.value_range(e.dtype)
 
 
 _BOUND_RULES = {

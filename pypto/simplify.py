@@ -9,7 +9,7 @@ constant use the known ranges of loop variables to vanish where they can:
     (io*32 + ii) // 32  ->  io          when 0 <= ii < 32
     (io*32 + ii) % 32   ->  ii
 
-Integer arithmetic wraps (two's complement, in the type C computes in): a linear
+Integer arithmetic wraps (two's complement, in its dtype): a linear
 form stays right under wrapping (its coefficients wrapped as the type does), but
 comparisons, min/max, floor division and modulo are decided from bounds only where
 no value can wrap (``intervals.may_wrap``), so ``A[i] + 1 > A[i]`` (int32) stays.
@@ -93,7 +93,7 @@ class Lin:
         fix = lambda v: v  # noqa: E731
         data = wrap and any(reads_data(a) for a, _ in self.terms.values())
         if data and dtypes.dtype(dt).is_int:  # index arithmetic is exact, never wrapped
-            lo, top = dtypes.compute_range(dt)
+            lo, top = dtypes.value_range(dt)
             span = top - lo + 1
             fix = lambda v: (v + span // 2) % span - span // 2  # noqa: E731
         const = fix(self.const)
@@ -293,7 +293,7 @@ class Simplifier:
             and want_div
             and isinstance(a.b, Const)
             and a.b.value > 0
-            and a.b.value * c <= dtypes.compute_range(dt)[1]  # a divisor the type holds
+            and a.b.value * c <= dtypes.value_range(dt)[1]  # a divisor the type holds
         ):
             return self.divmod_(a.a, a.b.value * c, dt, want_div)
         lin = Lin.of(a)

@@ -95,6 +95,9 @@ def test_narrow_types_compute_in_int32_and_wrap_there():
     assert "pt_wmul" not in mod.source.split("Q[")[0].split("P[")[-1]
 
 
+# every integer dtype: int8, int16 and uint8 wrap in their own width, as numpy's
+# (the C computes them in int32 and truncates)
+WRAPPING = ["int8", "uint8", "int16", "int32", "int64", "uint32"]
 _OPS = {
     "add": (lambda x, y: x + y, np.add),
     "sub": (lambda x, y: x - y, np.subtract),
@@ -113,6 +116,7 @@ _OPS = {
 def _edges(dtype: str) -> list:
     info = np.iinfo(dtype)
     small = [0, 1, 7, 65536] + ([-1, -7] if info.min < 0 else [3, 2**20])
+    small = [v for v in small if info.min <= v <= info.max]  # a literal must fit
     return small + [int(info.max), int(info.min), int(info.max) // 2 + 1]
 
 
@@ -142,7 +146,7 @@ def _expr_tree(draw, dtype, depth=3):
         text = f"{op}({ta}, {c})"
         return (lambda ins, i: f(fa(ins, i), c)), (lambda arrs: g(na(arrs), one * c)), text
     if kind == "div":  # floor division and modulo by a positive constant
-        c = draw(st.sampled_from([1, 3, 7, 65536]))
+        c = draw(st.sampled_from([c for c in (1, 3, 7, 65536) if c <= np.iinfo(dtype).max]))
         if draw(st.booleans()):
             return (lambda ins, i: fa(ins, i) // c), (lambda arrs: na(arrs) // c), f"{ta} // {c}"
         return (lambda ins, i: fa(ins, i) % c), (lambda arrs: na(arrs) % c), f"{ta} % {c}"
@@ -163,14 +167,14 @@ def _expr_tree(draw, dtype, depth=3):
 
 
 @FUZZ
-@given(data=st.data(), dtype=st.sampled_from(["int32", "int64", "uint32"]), vec=st.booleans())
+@given(data=st.data(), dtype=st.sampled_from(WRAPPING), vec=st.booleans())
 def test_fuzz_integer_expressions_agree_with_numpy(data, dtype, vec):
     build, ref, text = data.draw(_expr_tree(dtype), label="tree")
     A = pt.placeholder((16,), dtype, name="A")
     B = pt.placeholder((16,), dtype, name="B")
     C = pt.compute((16,), lambda i: pt.cast(dtype, build((A, B), i)), name="C")
     info, rng = np.iinfo(dtype), np.random.default_rng(0)
-    edge = np.array(_edges(dtype)[:8], dtype)
+    edge = np.resize(np.array(_edges(dtype), dtype), 8)
     a = np.concatenate([edge, rng.integers(info.min, info.max, 8, dtype=dtype)])
     b = np.concatenate([edge[::-1], rng.integers(info.min, info.max, 8, dtype=dtype)])
     with np.errstate(over="ignore"):
@@ -212,3 +216,30 @@ def test_a_remainder_is_not_rewritten_into_a_sum_that_wraps():
     B = pt.compute((3,), lambda i: (pt.max(A[i], 1) - 1) % 3, name="B")
     a = np.array([INT32.max, INT32.min, 7], np.int32)
     np.testing.assert_array_equal(_build([B], [A, B])(a), (np.maximum(a, 1) - 1) % 3)
+
+
+def test_narrow_types_wrap_in_their_own_width_as_numpy():
+    # int8, int16 and uint8 had computed in int32 without wrapping until the store:
+    # (100 + 100) // 2 was 100 (numpy: -28), int32(int8(200)) was 200 (numpy: -56)
+    I8 = pt.placeholder((4,), "int8", name="I8")
+    U8 = pt.placeholder((4,), "uint8", name="U8")
+    A = pt.placeholder((4,), "int32", name="A")
+    outs = [
+        pt.compute((4,), lambda i: (I8[i] + I8[i]) // 2 + pt.abs(I8[i]), name="P"),
+        pt.compute((4,), lambda i: pt.cast("int32", pt.cast("int8", A[i])), name="Q"),
+        pt.compute((4,), lambda i: pt.select(U8[i] - 1 > 0, 1, 0), name="R"),
+        pt.compute((4,), lambda i: (I8[i] << I8[i]) // 3, name="S"),
+        pt.compute((4,), lambda i: pt.cast("int16", I8[i]) * 300 // 7, name="T"),
+    ]
+    mod = _build(outs, [I8, U8, A, *outs])
+    i8 = np.array([100, -100, -128, 7], np.int8)
+    u8 = np.array([0, 1, 2, 255], np.uint8)
+    a = np.array([200, -1, 300, -129], np.int32)
+    p, q, r, s, t = mod(i8, u8, a)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(p, (i8 + i8) // 2 + np.abs(i8))
+        np.testing.assert_array_equal(q, a.astype(np.int8).astype(np.int32))
+        np.testing.assert_array_equal(r, np.where(u8 - np.uint8(1) > 0, 1, 0))
+        np.testing.assert_array_equal(s, np.left_shift(i8, i8) // np.int8(3))
+        np.testing.assert_array_equal(t, i8.astype(np.int16) * np.int16(300) // np.int16(7))
+    assert "pt_wadd" not in mod.source  # truncated instead: the int32 sum cannot overflow
