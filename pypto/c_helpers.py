@@ -32,6 +32,17 @@ HELPERS = {
         "static inline {t} pt_shr_{s}({t} a, {t} b) {{\n"
         "  return (uint64_t)b < {bits} ? a >> b : (a >> ({bits} - 1)) >> 1;\n}}"
     ),
+    # float min and max propagate NaN from either side (numpy's maximum/minimum,
+    # PyTorch's); as written, a reduction's accumulator (a) goes through one vmaxps
+    # (a NaN a stays) and b's NaN is a blend off that chain
+    "fmin": (
+        "static inline {t} pt_min_{s}({t} a, {t} b) {{\n"
+        "  {t} m = b < a ? b : a;\n  return b != b ? b : m;\n}}"
+    ),
+    "fmax": (
+        "static inline {t} pt_max_{s}({t} a, {t} b) {{\n"
+        "  {t} m = b > a ? b : a;\n  return b != b ? b : m;\n}}"
+    ),
     "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
     "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",
     "floordiv": (

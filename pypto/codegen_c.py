@@ -75,7 +75,7 @@ class CPrinter(Printer):
     def helper(self, kind: str, dt: str) -> str:
         t = _ctype(dt)
         s = t.replace("_t", "").replace("int", "i")
-        name = f"pt_{'mod' if kind == 'fmod' else kind}_{s}"
+        name = f"pt_{kind[1:] if kind in ('fmod', 'fmin', 'fmax') else kind}_{s}"
         u, bits = t if t.startswith("u") else "u" + t, "".join(c for c in t if c.isdigit())
         self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s, u=u, bits=bits))
         return name
@@ -116,9 +116,10 @@ class CPrinter(Printer):
 
     def operation(self, e):
         op, dt = e.op, e.dtype
-        if op in ("min", "max"):
-            return f"{self.helper(op, dt)}({self(e.a)}, {self(e.b)})", ATOM
         is_float = dtypes.dtype(dt).is_float
+        if op in ("min", "max"):
+            kind = "f" + op if is_float else op
+            return f"{self.helper(kind, dt)}({self(e.a)}, {self(e.b)})", ATOM
         if op in ("floordiv", "mod") and not is_float and not _nonzero_const(e.b):
             self.checks = True  # the status the checked division reports to
             return f"{self.helper('c' + op, dt)}({self(e.a)}, {self(e.b)}, &status)", ATOM
