@@ -188,10 +188,15 @@ class CPrinter(Printer):
             code = index_status(self.index_notes, e.note)
             return f"pt_checked_index({args[0]}, {args[1]}, {code}, &status)", ATOM
         if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
-            f = "llabs" if dtypes.dtype(e.dtype).bits == 64 else "abs"
-            if dtypes.is_narrow(e.dtype):  # abs(-128) is -128 in int8, as numpy's
-                return f"(({dtypes.dtype(e.dtype).c_storage}){f}({args[0]}))", ATOM
-            return f"{f}({args[0]})", ATOM
+            d = dtypes.dtype(e.dtype)
+            if d.kind == "uint":
+                return self.p(e.args[0])  # its own text and precedence
+            # wrapping, as numpy's: abs(INT32_MIN) is INT32_MIN (C's abs leaves it
+            # undefined, and the C compiler then takes every result as >= 0)
+            text = f"{self.helper('abs', e.dtype)}({args[0]})"
+            if dtypes.is_narrow(e.dtype):  # abs(-128) is -128 in int8
+                return f"(({d.c_storage}){text})", ATOM
+            return text, ATOM
         if e.name in fastmath.FORMS:
             fn, double = fastmath.FORMS[e.name]
             if _ctype(e.dtype) != "float":

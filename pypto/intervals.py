@@ -112,14 +112,18 @@ def leaves_type(e: Expr, ranges: Ranges) -> bool:
 _WRAPS = ("add", "sub", "mul", "shl", "floordiv")  # floordiv: MIN // -1
 
 
+_NARROW = frozenset(n for n in dtypes.DTYPES if dtypes.is_narrow(n))  # never an index's
+
+
 def reads_data(e: Expr) -> bool:
-    """Whether a value read from a tensor takes part in ``e`` (not as an index). Asked
-    of every integer operation the simplifier meets, so a plain loop."""
+    """Whether values, not index arithmetic, take part in ``e``: one read from a tensor
+    (not as an index), or anything of a narrow integer type (``abs(int8(-128))``).
+    Asked of every integer operation the simplifier meets, so a plain loop."""
     stack = [e]
     while stack:
         x = stack.pop()
         t = type(x)
-        if t is TensorRead or t is Load:
+        if t is TensorRead or t is Load or x.dtype in _NARROW:
             return True
         if t is Var or t is Const or (t is Call and x.name == "checked_index"):
             continue

@@ -51,7 +51,7 @@ FUNCS: dict[str, MathFunc] = {
     "rsqrt": MathFunc(1, True, "(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
     "sigmoid": MathFunc(1, True, "(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     "round": MathFunc(1, True, "rintf({0})", "rint({0})"),  # to nearest, ties to even
-    "abs": MathFunc(1, False, "fabsf({0})", "fabs({0})"),  # integers: abs / llabs
+    "abs": MathFunc(1, False, "fabsf({0})", "fabs({0})"),  # integers: pt_abs_i32 (wrapping)
     # vectorizable float32 forms (pypto.fastmath); float64 uses libm
     "fast_exp": MathFunc(1, True, "", "exp({0})"),
     "fast_erf": MathFunc(1, True, "", "erf({0})"),
