@@ -68,9 +68,24 @@ HELPERS = {
         "  if (b == -1) return 0;\n"
         "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
     ),
+    # float // and % as numpy's (and Python's) divmod: the remainder from fmod takes the
+    # divisor's sign, the quotient is (a - r) / b snapped to an integer, so that
+    # 1.0 // 0.1 is 9.0 and 1.0 % 0.1 is 0.09999999999999995 (floor(a / b) gives 10.0
+    # and a remainder of -5.6e-17); fmod is a libm call, so such a loop is not vectorized
     "fmod": (
         "static inline {t} pt_mod_{s}({t} a, {t} b) {{\n"
-        "  {t} r = a - b * floor(a / b);\n  return r;\n}}"
+        "  {t} r = fmod{f}(a, b);\n"
+        "  if (r != 0 && ((b < 0) != (r < 0))) r += b;\n"
+        "  return r == 0 ? copysign{f}(0, b) : r;\n}}"
+    ),
+    "ffloordiv": (
+        "static inline {t} pt_floordiv_{s}({t} a, {t} b) {{\n"
+        "  if (b == 0) return a / b;\n"
+        "  {t} r = fmod{f}(a, b), q = (a - r) / b;\n"
+        "  if (r != 0 && ((b < 0) != (r < 0))) q -= 1;\n"
+        "  if (q == 0) return copysign{f}(0, a / b);\n"
+        "  {t} f = floor{f}(q);\n"
+        "  return q - f > 0.5 ? f + 1 : f;\n}}"
     ),
 }
 

@@ -59,6 +59,10 @@ def _ctype(dt: str) -> str:
 _WRAPPING = {"add": "wadd", "sub": "wsub", "mul": "wmul"}
 
 
+# float forms of an operation whose helper has the integer form's name (pt_mod_float)
+_FLOAT_KINDS = ("fmod", "fmin", "fmax", "ffloordiv")
+
+
 def _nonzero_const(e) -> bool:
     return isinstance(e, Const) and e.value != 0
 
@@ -75,9 +79,10 @@ class CPrinter(Printer):
     def helper(self, kind: str, dt: str) -> str:
         t = _ctype(dt)
         s = t.replace("_t", "").replace("int", "i")
-        name = f"pt_{kind[1:] if kind in ('fmod', 'fmin', 'fmax') else kind}_{s}"
+        name = f"pt_{kind[1:] if kind in _FLOAT_KINDS else kind}_{s}"
         u, bits = t if t.startswith("u") else "u" + t, "".join(c for c in t if c.isdigit())
-        self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s, u=u, bits=bits))
+        f = "f" if t == "float" else ""  # libm's suffix
+        self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s, u=u, bits=bits, f=f))
         return name
 
     def var(self, e):
@@ -125,8 +130,7 @@ class CPrinter(Printer):
             return f"{self.helper('c' + op, dt)}({self(e.a)}, {self(e.b)}, &status)", ATOM
         if op == "floordiv":
             if is_float:
-                f = "floorf" if _ctype(dt) == "float" else "floor"
-                return f"{f}({self(e.a)} / {self(e.b)})", ATOM
+                return f"{self.helper('ffloordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM
             if self.nonneg(e.a) and self.nonneg(e.b):
                 return f"{self.wrap(e.a, 6)} / {self.wrap(e.b, 6, True)}", 6
             return f"{self.helper('floordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM

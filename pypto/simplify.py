@@ -17,7 +17,6 @@ no value can wrap (``intervals.may_wrap``), so ``A[i] + 1 > A[i]`` (int32) stays
 
 from __future__ import annotations
 
-import math
 import operator
 
 from . import dtypes
@@ -157,7 +156,7 @@ def _fold_binary(op, a, b, dt):
     if op == "floordiv":
         if b == 0:
             return None
-        return a // b if not isinstance(a, float) else math.floor(a / b)
+        return a // b  # on floats Python's divmod, as the C helper and numpy
     if op == "mod":
         return (a % b) if b != 0 else None
     if op in ("shl", "shr"):  # as the C helpers: past the width 0 (or the sign)
