@@ -9,10 +9,11 @@ narrows keeps its operand's bounds only where they fit the narrower type.
     bounds(io*32 + ii, {io: (0, 3), ii: (0, 31)})   ->  (0, 127)
 
 Integer arithmetic wraps in its dtype, as numpy's (the C computes int8, int16
-and uint8 in int32 and truncates): ``may_wrap`` says where that can happen, so that the simplifier
-decides comparisons, min/max, division and modulo from bounds only where it
-cannot. Index arithmetic over loops and sizes never wraps (sizes are far below
-2**62); values read from tensors may.
+and uint8 in int32 and truncates): ``may_wrap`` says where that can happen, so
+that the simplifier decides comparisons, min/max, division and modulo from
+bounds only where it cannot; ``bounds(..., wrapped=True)`` gives the values the
+kernel computes, for code generation. Index arithmetic over loops and sizes
+never wraps (sizes are far below 2**62); values read from tensors may.
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ def may_wrap(e: Expr, ranges: Ranges) -> bool:
 
 
 def leaves_type(e: Expr, ranges: Ranges) -> bool:
-    """Whether the integer ``+ - * <<`` ``e`` (its operands within their bounds) may
-    compute a value outside its dtype's range, which then wraps."""
+    """Whether the integer ``+ - * << //`` ``e`` (its operands within their bounds as
+    computed) may give a value outside its dtype's range, which then wraps
+    (``//``: ``INT8_MIN // -1``)."""
     if not (isinstance(e, Binary) and e.op in _WRAPS and _is_int(e)):
         return False
     lo, hi = _BOUND_RULES[e.op](e, ranges, True)
@@ -109,7 +111,7 @@ def leaves_type(e: Expr, ranges: Ranges) -> bool:
     return lo < vlo or hi > vhi
 
 
-_WRAPS = ("add", "sub", "mul", "shl", "floordiv")  # floordiv: MIN // -1
+_WRAPS = ("add", "sub", "mul", "shl", "floordiv")
 
 
 _NARROW = frozenset(n for n in dtypes.DTYPES if dtypes.is_narrow(n))  # never an index's
