@@ -1,0 +1,190 @@
+"""C text of expressions: the expression printer of ``codegen_c``, with the C forms
+that differ from the readable printer's (literals, wrapping and checked integer
+arithmetic, numpy's shifts, NaN-propagating min/max, numpy's float divmod, casts
+that narrow as numpy's) and the helper functions they call, each emitted once.
+
+    A[i] + 1 (int32, may overflow)   ->  pt_wadd_i32(A[i], 1)
+    I8[i] * 2 (int8)                 ->  ((int8_t)(I8[i] * 2))
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import dtypes, fastmath
+from .arg_checks import index_status
+from .c_helpers import HELPERS
+from .expr import Const
+from .intervals import INF, bounds, leaves_type, may_wrap
+from .loop_ir import Namer
+from .mathfuncs import FUNCS
+from .printer import ATOM, Printer
+
+
+def _ctype(dt: str) -> str:
+    return dtypes.dtype(dt).c_compute
+
+
+# signed + - * on values read from tensors that may overflow: wrapping helpers
+_WRAPPING = {"add": "wadd", "sub": "wsub", "mul": "wmul"}
+
+
+# float forms of an operation whose helper has the integer form's name (pt_mod_float)
+_FLOAT_KINDS = ("fmod", "fmin", "fmax", "ffloordiv")
+
+
+def _nonzero_const(e) -> bool:
+    return isinstance(e, Const) and e.value != 0
+
+
+class CPrinter(Printer):
+    def __init__(self, namer: Namer, ranges: dict, index_notes: tuple = ()):
+        super().__init__()
+        self.namer = namer
+        self.ranges = ranges
+        self.helpers: dict[str, str] = {}
+        self.checks = False  # data-dependent indices are checked at run time
+        self.index_notes = index_notes  # the checked accesses, in status order (arg_checks)
+
+    def helper(self, kind: str, dt: str) -> str:
+        t = _ctype(dt)
+        s = t.replace("_t", "").replace("int", "i")
+        name = f"pt_{kind[1:] if kind in _FLOAT_KINDS else kind}_{s}"
+        u, bits = t if t.startswith("u") else "u" + t, "".join(c for c in t if c.isdigit())
+        f = "f" if t == "float" else ""  # libm's suffix
+        self.helpers.setdefault(name, HELPERS[kind].format(t=t, s=s, u=u, bits=bits, f=f))
+        return name
+
+    def var(self, e):
+        return self.namer(e, e.name), ATOM
+
+    def const(self, e):
+        v, dt = e.value, e.dtype
+        d = dtypes.dtype(dt)
+        if d.is_float:
+            if math.isinf(v):
+                text = "INFINITY" if v > 0 else "-INFINITY"
+            elif math.isnan(v):
+                text = "NAN"
+            else:
+                text = repr(float(v))
+                if "e" not in text and "." not in text:
+                    text += ".0"
+                if _ctype(dt) == "float":
+                    text += "f"
+        else:
+            v = int(v)
+            wide = "INT64_C"  # an unsigned literal keeps its type's width: it wraps there
+            if d.kind == "uint":
+                wide = "UINT32_C" if _ctype(dt) == "uint32_t" else "UINT64_C"
+            text = str(v) if -(2**31) <= v < 2**31 else f"{wide}({v})"
+        return text, (ATOM if not text.startswith("-") else 7)
+
+    def nonneg(self, e) -> bool:
+        return bounds(e, self.ranges, wrapped=True)[0] >= 0
+
+    def binary(self, e):
+        text, prec = self.operation(e)
+        if dtypes.is_narrow(e.dtype) and leaves_type(e, self.ranges):  # wraps, as numpy's
+            return f"(({dtypes.dtype(e.dtype).c_storage})({text}))", ATOM
+        return text, prec
+
+    def operation(self, e):
+        op, dt = e.op, e.dtype
+        is_float = dtypes.dtype(dt).is_float
+        if op in ("min", "max"):
+            kind = "f" + op if is_float else op
+            return f"{self.helper(kind, dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op in ("floordiv", "mod") and not is_float and not _nonzero_const(e.b):
+            self.checks = True  # the status the checked division reports to
+            return f"{self.helper('c' + op, dt)}({self(e.a)}, {self(e.b)}, &status)", ATOM
+        if op == "floordiv":
+            if is_float:
+                return f"{self.helper('ffloordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM
+            if self.nonneg(e.a) and self.nonneg(e.b):
+                return f"{self.wrap(e.a, 6)} / {self.wrap(e.b, 6, True)}", 6
+            return f"{self.helper('floordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op == "mod":
+            if is_float:
+                return f"{self.helper('fmod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+            if self.nonneg(e.a) and self.nonneg(e.b):
+                return f"{self.wrap(e.a, 6)} % {self.wrap(e.b, 6, True)}", 6
+            return f"{self.helper('mod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op in ("shl", "shr"):
+            return self.shift(e)
+        signed = dtypes.dtype(dt).c_storage in ("int32_t", "int64_t")  # int8 & co: truncated
+        if op in _WRAPPING and signed and may_wrap(e, self.ranges):
+            return f"{self.helper(_WRAPPING[op], dt)}({self(e.a)}, {self(e.b)})", ATOM
+        return super().binary(e)
+
+    def shift(self, e):
+        """``a << b``, ``a >> b`` as numpy's: a shift by the type's width or more (or by
+        a negative amount) gives 0 (or the sign), and ``<<`` wraps. The plain C operator
+        where that cannot happen: ``i << 2`` of a loop variable, ``x >> 3``."""
+        a, b, t = e.a, e.b, _ctype(e.dtype)
+        width = dtypes.compute_bits(e.dtype)
+        if isinstance(b, Const) and 0 <= b.value < width:
+            lo, hi = bounds(a, self.ranges, wrapped=True)
+            fits = lo >= 0 and hi * 2**b.value < 2 ** (width - 1)  # no sign bit reached
+            if e.op == "shr" or t.startswith("u") or fits:
+                return f"{self.wrap(a, ATOM)} {'<<' if e.op == 'shl' else '>>'} {self(b)}", 0
+        return f"{self.helper(e.op, e.dtype)}({self(a)}, {self(b)})", ATOM
+
+    def select(self, e):
+        return f"({self(e.cond)} ? {self(e.t)} : {self(e.f)})", ATOM
+
+    def storage(self, dt: str):
+        """The load/store/cast forms of a storage type computed in float (or None)."""
+        forms = dtypes.STORAGE.get(dt)
+        if forms is not None and forms.helpers:
+            self.helpers.setdefault(f"storage {dt}", forms.helpers)
+        return forms
+
+    def cast(self, e):
+        inner = self(e.value)
+        if forms := self.storage(e.dtype):
+            return forms.cast.format(inner), ATOM
+        if e.dtype == "bool":  # numpy's: any nonzero value (NaN too) is true
+            return f"({inner} != 0)", ATOM
+        d, src = dtypes.dtype(e.dtype), dtypes.dtype(e.value.dtype)
+        if dtypes.is_narrow(e.dtype):  # int8 <- int32 wraps; int8 <- float through int32
+            lo, hi = bounds(e.value, self.ranges, True) if src.is_int else (-INF, INF)
+            vlo, vhi = dtypes.value_range(e.dtype)
+            if lo < vlo or hi > vhi:
+                via = "" if src.is_int else f"({d.c_compute})"
+                return f"(({d.c_storage}){via}({inner}))", ATOM
+        return f"(({d.c_compute})({inner}))", ATOM
+
+    def call(self, e):
+        args = [self(a) for a in e.args]
+        if e.name == "checked_index":
+            self.checks = True
+            code = index_status(self.index_notes, e.note)
+            return f"pt_checked_index({args[0]}, {args[1]}, {code}, &status)", ATOM
+        if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
+            d = dtypes.dtype(e.dtype)
+            if d.kind == "uint":
+                return self.p(e.args[0])  # its own text and precedence
+            # wrapping, as numpy's: abs(INT32_MIN) is INT32_MIN (C's abs leaves it
+            # undefined, and the C compiler then takes every result as >= 0)
+            text = f"{self.helper('abs', e.dtype)}({args[0]})"
+            if dtypes.is_narrow(e.dtype):  # abs(-128) is -128 in int8
+                return f"(({d.c_storage}){text})", ATOM
+            return text, ATOM
+        if e.name in fastmath.FORMS:
+            fn, double = fastmath.FORMS[e.name]
+            if _ctype(e.dtype) != "float":
+                return double.format(*args), ATOM
+            self.helpers.setdefault(fn, fastmath.HELPERS[fn])
+            return f"{fn}({args[0]})", ATOM
+        f = FUNCS[e.name]
+        operand = e.args[0].dtype if f.predicate else e.dtype  # isnan: by its operand's type
+        form = f.c_float if _ctype(operand) == "float" else f.c_double
+        return form.format(*args), ATOM
+
+    def load(self, e):
+        name = self.namer(e.buffer, e.buffer.name)
+        text = f"{name}[{self(e.index)}]"
+        if forms := self.storage(e.buffer.dtype):
+            return forms.load.format(text), ATOM
+        return text, ATOM
