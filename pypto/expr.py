@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes
 from .dtypes import INDEX
 from .mathfuncs import FUNCS
-from .printer import expr_str
+from .printer import BITWISE, expr_str
 
 # Expressions and loop nests are trees, walked recursively (rewrites, simplification,
 # printing); a chain of a few hundred inlined or attached stages nests that deep, a few
@@ -267,8 +267,7 @@ def _unify(a, b, comparing: bool = False) -> tuple[Expr, Expr, str]:
     )
 
 
-# the bitwise operators; & | ^ of booleans are the logical ones
-BITWISE = {"bitand": "&", "bitor": "|", "bitxor": "^", "shl": "<<", "shr": ">>"}
+# & | ^ of booleans are the logical operators (BITWISE: the bitwise ones, by symbol)
 _ON_BOOL = {
     "bitand": lambda a, b: Binary("and", a, b, "bool"),
     "bitor": lambda a, b: Binary("or", a, b, "bool"),
