@@ -31,6 +31,8 @@ _WRAPPING = {"add": "wadd", "sub": "wsub", "mul": "wmul"}
 
 # float forms of an operation whose helper has the integer form's name (pt_mod_float)
 _FLOAT_KINDS = ("fmod", "fmin", "fmax", "ffloordiv")
+# integer division by a nonzero constant: op -> (its float helper, C's operator)
+_DIVISION = {"floordiv": ("ffloordiv", "/"), "mod": ("fmod", "%")}
 
 
 def _nonzero_const(e) -> bool:
@@ -98,18 +100,12 @@ class CPrinter(Printer):
         if op in ("floordiv", "mod") and not is_float and not _nonzero_const(e.b):
             self.checks = True  # the status the checked division reports to
             return f"{self.helper('c' + op, dt)}({self(e.a)}, {self(e.b)}, &status)", ATOM
-        if op == "floordiv":
-            if is_float:
-                return f"{self.helper('ffloordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM
-            if self.nonneg(e.a) and self.nonneg(e.b):
-                return f"{self.wrap(e.a, 6)} / {self.wrap(e.b, 6, True)}", 6
-            return f"{self.helper('floordiv', dt)}({self(e.a)}, {self(e.b)})", ATOM
-        if op == "mod":
-            if is_float:
-                return f"{self.helper('fmod', dt)}({self(e.a)}, {self(e.b)})", ATOM
-            if self.nonneg(e.a) and self.nonneg(e.b):
-                return f"{self.wrap(e.a, 6)} % {self.wrap(e.b, 6, True)}", 6
-            return f"{self.helper('mod', dt)}({self(e.a)}, {self(e.b)})", ATOM
+        if op in _DIVISION:  # a float helper; C's / and % where both sides are >= 0
+            float_kind, c_op = _DIVISION[op]
+            if not is_float and self.nonneg(e.a) and self.nonneg(e.b):
+                return f"{self.wrap(e.a, 6)} {c_op} {self.wrap(e.b, 6, True)}", 6
+            kind = float_kind if is_float else op
+            return f"{self.helper(kind, dt)}({self(e.a)}, {self(e.b)})", ATOM
         if op in ("shl", "shr"):
             return self.shift(e)
         signed = dtypes.dtype(dt).c_storage in ("int32_t", "int64_t")  # int8 & co: truncated
