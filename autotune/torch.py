@@ -25,87 +25,12 @@ copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
 
 from __future__ import annotations
 
-import functools
-import math
-import weakref
-from typing import NamedTuple
-
 import torch
 
-import pypto as pt
-from pypto.torch import ModuleCache, as_numpy, dtype_name, empty, from_numpy, run
+from pypto.torch import dtype_name, empty
 
-from . import dispatch
-from .task import get_template, workload_key
-from .templates.moe import DTYPES as MOE_DTYPES
-from .templates.moe import (
-    GEMMS,
-    combine,
-    dot_kernel,
-    expert_ffn,
-    moe_route,
-    nominal_rows,
-    pack_panels,
-    panel_width,
-    routed_rows,
-)
-
-_MODULES = ModuleCache()
-# the row-wise operators' dtypes: 16-bit floats are computed in float32 and rounded once
-ROW_DTYPES = ("float32", "float64", "bfloat16", "float16")
-
-
-@functools.cache
-def _target(name: str) -> pt.Target:
-    return pt.Target(name)  # "host" reads the CPU's description: once
-
-
-def module(name: str, args: tuple, target="host") -> pt.Module:
-    """The built module of template ``name`` for ``args`` (cached): the best recorded
-    config for the target (the caller's ``apply_history_best`` first, then the user's
-    and the shipped records, as ``apply_history_best()`` reads them), else the default
-    config."""
-    t = _target(target) if isinstance(target, str) else target
-
-    def make():
-        tpl = get_template(name)
-        s, tensors = tpl.func(_best_config(tpl, args, t), *args)
-        return pt.build(s, tensors, target=t, name=name)
-
-    return _MODULES.get((name, args, t.key), make)
-
-
-def _best_config(tpl, args: tuple, t: pt.Target):
-    """The config ``module`` builds: the records in scope, else the user's and the
-    shipped ones, else the template's default."""
-    if dispatch.lookup(workload_key(tpl.name, args), tpl.record_keys(args, t)):
-        return tpl.best_config(*args, target=t)
-    with dispatch.apply_history_best():
-        return tpl.best_config(*args, target=t)
-
-
-def _rows(x: torch.Tensor) -> tuple[int, int]:
-    cols = x.shape[-1] if x.dim() else 1
-    return (x.numel() // cols if cols else 0), cols
-
-
-def _vector(w: torch.Tensor, cols: int, dtype: str, name: str):
-    if tuple(w.shape) != (cols,):
-        raise ValueError(f"{name}: shape {tuple(w.shape)}, expected ({cols},) (the last dim of x)")
-    if dtype_name(w, name, allowed=ROW_DTYPES) != dtype:
-        raise TypeError(f"{name}: dtype {w.dtype} differs from x's ({dtype})")
-
-
-def _call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str):
-    outs = [empty(sh, getattr(torch, dtype)) for sh in out_shapes]
-    if all(o.numel() for o in outs):
-        run(module(name, args), inputs, outs)
-    return outs
-
-
-def _flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    return t.contiguous().reshape(rows, cols)
-
+from .torch_call import ROW_DTYPES, call, check_vector, flat, module, rows_cols
+from .torch_moe import moe
 
 # ---------------------------------------------------------------- gelu
 
@@ -114,9 +39,9 @@ def _flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU (``approximate``: ``"none"``, the erf form, or ``"tanh"``), as ``F.gelu``."""
     dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
-    rows, cols = _rows(x)
+    rows, cols = rows_cols(x)
     args = (rows, cols, approximate) if dt == "float32" else (rows, cols, approximate, dt)
-    (y,) = _call("gelu", args, [(_flat(x, rows, cols), "x")], [(rows, cols)], dt)
+    (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt)
     return y.reshape(x.shape)
 
 
@@ -128,9 +53,9 @@ def _(x, approximate="none"):
 @torch.library.custom_op("pypto::gelu_backward", mutates_args=())
 def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     dt = dtype_name(x, "gelu_backward: x", allowed=ROW_DTYPES)
-    rows, cols = _rows(x)
-    ins = [(_flat(x, rows, cols), "x"), (_flat(dy, rows, cols), "dy")]
-    (dx,) = _call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt)
+    rows, cols = rows_cols(x)
+    ins = [(flat(x, rows, cols), "x"), (flat(dy, rows, cols), "dy")]
+    (dx,) = call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt)
     return dx.reshape(x.shape)
 
 
@@ -166,11 +91,11 @@ def _norm_args(tuned: str, generic: str, rows, cols, eps, default_eps, dt):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x * rsqrt(mean(x^2, -1) + eps) * weight`` over the last dim."""
     dt = dtype_name(x, "rms_norm: x", allowed=ROW_DTYPES)
-    rows, cols = _rows(x)
-    _vector(weight, cols, dt, "rms_norm: weight")
+    rows, cols = rows_cols(x)
+    check_vector(weight, cols, dt, "rms_norm: weight")
     name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, 1e-6, dt)
-    ins = [(_flat(x, rows, cols), "x"), (weight, "weight")]
-    (y,) = _call(name, args, ins, [(rows, cols)], dt)
+    ins = [(flat(x, rows, cols), "x"), (weight, "weight")]
+    (y,) = call(name, args, ins, [(rows, cols)], dt)
     return y.reshape(x.shape)
 
 
@@ -184,9 +109,9 @@ def rms_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     dt = dtype_name(x, "rms_norm_backward: x", allowed=ROW_DTYPES)
-    rows, cols = _rows(x)
-    ins = [(_flat(x, rows, cols), "x"), (weight, "weight"), (_flat(dy, rows, cols), "dy")]
-    dx, dw = _call("rmsnorm_backward", (rows, cols, eps, dt), ins, [(rows, cols), (cols,)], dt)
+    rows, cols = rows_cols(x)
+    ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
+    dx, dw = call("rmsnorm_backward", (rows, cols, eps, dt), ins, [(rows, cols), (cols,)], dt)
     return dx.reshape(x.shape), dw
 
 
@@ -217,12 +142,12 @@ def layer_norm(
 ) -> torch.Tensor:
     """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the last dim (biased var)."""
     dt = dtype_name(x, "layer_norm: x", allowed=ROW_DTYPES)
-    rows, cols = _rows(x)
-    _vector(weight, cols, dt, "layer_norm: weight")
-    _vector(bias, cols, dt, "layer_norm: bias")
+    rows, cols = rows_cols(x)
+    check_vector(weight, cols, dt, "layer_norm: weight")
+    check_vector(bias, cols, dt, "layer_norm: bias")
     name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, 1e-5, dt)
-    ins = [(_flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
-    (y,) = _call(name, args, ins, [(rows, cols)], dt)
+    ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
+    (y,) = call(name, args, ins, [(rows, cols)], dt)
     return y.reshape(x.shape)
 
 
@@ -236,10 +161,10 @@ def layer_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dt = dtype_name(x, "layer_norm_backward: x", allowed=ROW_DTYPES)
-    rows, cols = _rows(x)
-    ins = [(_flat(x, rows, cols), "x"), (weight, "weight"), (_flat(dy, rows, cols), "dy")]
+    rows, cols = rows_cols(x)
+    ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     shapes = [(rows, cols), (cols,), (cols,)]
-    dx, dw, db = _call("layernorm_backward", (rows, cols, eps, dt), ins, shapes, dt)
+    dx, dw, db = call("layernorm_backward", (rows, cols, eps, dt), ins, shapes, dt)
     return dx.reshape(x.shape), dw, db
 
 
@@ -271,9 +196,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along ``dim`` (moved last, made contiguous, moved back)."""
     dt = dtype_name(x, "softmax: x", allowed=ROW_DTYPES)
     xl = _last(x, dim)
-    rows, cols = _rows(xl)
+    rows, cols = rows_cols(xl)
     name, args = ("softmax", (rows, cols)) if dt == "float32" else ("softmax_fwd", (rows, cols, dt))
-    (y,) = _call(name, args, [(_flat(xl, rows, cols), "x")], [(rows, cols)], dt)
+    (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt)
     return y.reshape(xl.shape).movedim(-1, dim).contiguous()
 
 
@@ -286,9 +211,9 @@ def _(x, dim=-1):
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
     dt = dtype_name(y, "softmax_backward: y", allowed=ROW_DTYPES)
     yl, dyl = _last(y, dim), _last(dy, dim)
-    rows, cols = _rows(yl)
-    ins = [(_flat(yl, rows, cols), "y"), (_flat(dyl, rows, cols), "dy")]
-    (dx,) = _call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt)
+    rows, cols = rows_cols(yl)
+    ins = [(flat(yl, rows, cols), "y"), (flat(dyl, rows, cols), "dy")]
+    (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt)
     return dx.reshape(yl.shape).movedim(-1, dim).contiguous()
 
 
@@ -318,7 +243,7 @@ def _attention_call(q, k, v, causal: bool, scale, dt: str):
     if k.shape[2] != S:
         args = (B, H, S, D, causal, scale, dt, k.shape[2])
     ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
-    (o,) = _call("attention", args, ins, [tuple(q.shape)], dt)
+    (o,) = call("attention", args, ins, [tuple(q.shape)], dt)
     return o
 
 
@@ -362,126 +287,6 @@ def attention(
 @attention.register_fake
 def _(q, k, v, is_causal=False, scale=None):
     return torch.empty_like(q, memory_format=torch.contiguous_format)
-
-
-# ---------------------------------------------------------------- moe
-
-_PANELS: dict = {}
-
-
-def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
-    """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``);
-    kept while ``w`` is alive and unchanged (its memory, shape, strides and version
-    counter), so inference packs each weight once. The entry holds a weak reference
-    to ``w``: memory freed and reused by another tensor is never mistaken for it."""
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr, group)
-    got = _PANELS.get(key)
-    if got is None or got[0]() is None:
-        if len(_PANELS) >= 16:
-            _PANELS.clear()
-        packed = from_numpy(pack_panels(as_numpy(w, name), nr, group))
-        got = _PANELS[key] = (weakref.ref(w), packed)
-    return got[1]
-
-
-class _MoeModules(NamedTuple):
-    """What a MoE layer shape runs: the expert module (template ``moe``'s best config,
-    built with its rows bound at call time, one module for every segment length, its
-    weights in panels), the panel widths of its three GEMMs and their ``pack_panels``
-    group, the rows each segment is padded to a multiple of, and the combine."""
-
-    expert: pt.Module
-    widths: tuple
-    group: int
-    align: int
-    combine: pt.Module
-
-
-def _moe_modules(args: tuple, dt: str) -> _MoeModules:
-    t = _target("host")
-    T, d, F, E, k = args[:5]
-
-    def expert():
-        cfg = _best_config(get_template("moe"), args, t)
-        rows, nominal = pt.var("rows"), nominal_rows(T, k, E)
-        s, tensors = expert_ffn(cfg, T, d, F, rows, nominal, dt, panels=True)
-        mod = pt.build(s, tensors, target=t, name="moe_expert")
-        isa = dot_kernel(cfg, dt, d, F)
-        if isa is None:
-            return mod, tuple(panel_width(cfg, g) for g in GEMMS), 1, 1
-        # whole register tiles only: the dot kernels' partial tiles run as plain loops
-        align = math.lcm(*(cfg[g + "_tile_i"].size[-1] for g in GEMMS))
-        return mod, tuple(panel_width(cfg, g) for g in GEMMS), isa.group, align
-
-    mod, widths, group, align = _MODULES.get(("moe_expert", args, t.key), expert)
-    R = routed_rows(T, k, E, align)
-
-    def comb():
-        return pt.build(*combine(T, d, k, dt, R), target=t, name="moe_combine")
-
-    comb_mod = _MODULES.get(("moe_combine", (T, d, k, dt, R), t.key), comb)
-    return _MoeModules(mod, widths, group, align, comb_mod)
-
-
-@torch.library.custom_op("pypto::moe", mutates_args=())
-def moe(
-    x: torch.Tensor,
-    w_gate: torch.Tensor,
-    w_up: torch.Tensor,
-    w_down: torch.Tensor,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-) -> torch.Tensor:
-    """Top-k mixture of SwiGLU experts: ``out[t] = sum_j topk_weights[t, j] *
-    (silu(x[t] Wg_e^T) * (x[t] Wu_e^T)) Wd_e^T`` with ``e = topk_ids[t, j]``;
-    x ``[T, d]``, w_gate and w_up ``[E, d_ff, d]``, w_down ``[E, d, d_ff]``."""
-    dt = dtype_name(x, "moe: x", allowed=MOE_DTYPES)
-    if x.dim() != 2:
-        raise ValueError(f"moe: x must be [T, d_model], got shape {tuple(x.shape)}")
-    T, d = x.shape
-    if w_gate.dim() != 3 or w_gate.shape[2] != d:
-        raise ValueError(f"moe: w_gate must be [E, d_ff, {d}], got {tuple(w_gate.shape)}")
-    E, F = w_gate.shape[0], w_gate.shape[1]
-    for t, n, want in ((w_up, "w_up", (E, F, d)), (w_down, "w_down", (E, d, F))):
-        if tuple(t.shape) != want:
-            raise ValueError(f"moe: {n} must be {list(want)}, got {list(t.shape)}")
-    for t, n in ((w_gate, "w_gate"), (w_up, "w_up"), (w_down, "w_down"), (topk_weights, "w")):
-        if dtype_name(t, f"moe: {n}", allowed=MOE_DTYPES) != dt:
-            raise TypeError(f"moe: {n} has dtype {t.dtype}, x has {x.dtype}")
-    if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:
-        raise ValueError(
-            f"moe: topk_ids and topk_weights must both be [{T}, k], got "
-            f"{list(topk_ids.shape)} and {list(topk_weights.shape)}"
-        )
-    dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
-    k = topk_ids.shape[1]
-    out = empty((T, d), getattr(torch, dt))
-    if out.numel() == 0 or k == 0:
-        return out.zero_()
-    ids = as_numpy(topk_ids, "topk_ids")
-    args = (T, d, F, E, k) + (() if dt == "float32" else (dt,))
-    m = _moe_modules(args, dt)
-    tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, m.align)
-    tok, wt = torch.from_numpy(tok), from_numpy(wt)
-    wg, wu, wd = (
-        _panels(w, n, m.group, name)
-        for w, n, name in zip((w_gate, w_up, w_down), m.widths, ("w_gate", "w_up", "w_down"))
-    )
-    y = empty((len(tok), d), getattr(torch, dt))
-    xc = x.contiguous()
-    for e in range(E):
-        a, b = int(offsets[e]), int(offsets[e + 1])
-        if b > a:  # one expert's segment of rows, written in place into y
-            ins = [(xc, "x"), (tok[a:b], "tok"), (wt[a:b], "wt")]
-            ins += [(wg[e], "w_gate"), (wu[e], "w_up"), (wd[e], "w_down")]
-            run(m.expert, ins, [y[a:b]])
-    run(m.combine, [(y, "y"), (torch.from_numpy(pos), "pos")], [out])
-    return out
-
-
-@moe.register_fake
-def _(x, w_gate, w_up, w_down, topk_weights, topk_ids):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 __all__ = ["gelu", "rms_norm", "layer_norm", "softmax", "attention", "moe", "module"]

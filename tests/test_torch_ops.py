@@ -12,6 +12,7 @@ F = torch.nn.functional
 
 import autotune as at  # noqa: E402
 import autotune.torch  # noqa: E402, F401  (registers the operators)
+import autotune.torch_call  # noqa: E402
 import pypto as pt  # noqa: E402
 import pypto.torch as ptt  # noqa: E402
 
@@ -196,12 +197,12 @@ def test_moe_builds_once_whatever_the_routing():
     token's first expert is 0, and expert 3 gets none) builds nothing new."""
     x, wg, wu, wd, tw, ti = _moe_inputs()
     ops.moe(x, wg, wu, wd, tw, ti)
-    n = len(autotune.torch._MODULES)
+    n = len(autotune.torch_call.MODULES)
     ti = ti.clone()
     ti[:, 0] = 0
     ti[:, 1] = torch.where(ti[:, 1] == 0, 1, ti[:, 1]).clamp(max=2)
     _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
-    assert len(autotune.torch._MODULES) == n
+    assert len(autotune.torch_call.MODULES) == n
 
 
 def test_non_contiguous_input_is_copied():
@@ -233,7 +234,7 @@ def test_bad_inputs_are_refused_by_name():
 
 
 def test_module_is_built_once_per_shape():
-    cache = autotune.torch._MODULES
+    cache = autotune.torch_call.MODULES
     n = len(cache)
     ops.gelu(torch.randn(6, 10))
     ops.gelu(torch.randn(6, 10))  # same shape: the cached module

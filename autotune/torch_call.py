@@ -1,0 +1,71 @@
+"""What the PyTorch operators (``autotune.torch``, ``autotune.torch_moe``) share: the
+cache of built modules, the best config of a template for a shape, and the checks and
+reshapes of their tensor arguments."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import pypto as pt
+from pypto.torch import ModuleCache, dtype_name, empty, run
+
+from . import dispatch
+from .task import get_template, workload_key
+
+MODULES = ModuleCache()
+# the row-wise operators' dtypes: 16-bit floats are computed in float32 and rounded once
+ROW_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+@functools.cache
+def target_of(name: str) -> pt.Target:
+    return pt.Target(name)  # "host" reads the CPU's description: once
+
+
+def module(name: str, args: tuple, target="host") -> pt.Module:
+    """The built module of template ``name`` for ``args`` (cached): the best recorded
+    config for the target (the caller's ``apply_history_best`` first, then the user's
+    and the shipped records, as ``apply_history_best()`` reads them), else the default
+    config."""
+    t = target_of(target) if isinstance(target, str) else target
+
+    def make():
+        tpl = get_template(name)
+        s, tensors = tpl.func(best_config(tpl, args, t), *args)
+        return pt.build(s, tensors, target=t, name=name)
+
+    return MODULES.get((name, args, t.key), make)
+
+
+def best_config(tpl, args: tuple, t: pt.Target):
+    """The config ``module`` builds: the records in scope, else the user's and the
+    shipped ones, else the template's default."""
+    if dispatch.lookup(workload_key(tpl.name, args), tpl.record_keys(args, t)):
+        return tpl.best_config(*args, target=t)
+    with dispatch.apply_history_best():
+        return tpl.best_config(*args, target=t)
+
+
+def rows_cols(x: torch.Tensor) -> tuple[int, int]:
+    cols = x.shape[-1] if x.dim() else 1
+    return (x.numel() // cols if cols else 0), cols
+
+
+def check_vector(w: torch.Tensor, cols: int, dtype: str, name: str):
+    if tuple(w.shape) != (cols,):
+        raise ValueError(f"{name}: shape {tuple(w.shape)}, expected ({cols},) (the last dim of x)")
+    if dtype_name(w, name, allowed=ROW_DTYPES) != dtype:
+        raise TypeError(f"{name}: dtype {w.dtype} differs from x's ({dtype})")
+
+
+def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str):
+    outs = [empty(sh, getattr(torch, dtype)) for sh in out_shapes]
+    if all(o.numel() for o in outs):
+        run(module(name, args), inputs, outs)
+    return outs
+
+
+def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    return t.contiguous().reshape(rows, cols)
