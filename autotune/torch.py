@@ -237,13 +237,27 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
+# the attention template's arguments after (B, H, S, D, causal, scale) and their defaults
+_ATTENTION_DEFAULTS = ("float32", None, None, False, None)  # dtype kv_len kv_rows k_t dv
+
+
 def _attention_call(q, k, v, causal: bool, scale, dt: str):
+    """The attention template on contiguous copies of q, k and v. PyTorch's causal mask
+    is aligned to the first key (query i sees keys j <= i), the template's to the last:
+    with more keys than queries only the first S keys count (``kv_len`` S of ``kv_rows``
+    S_kv); with fewer, the queries past the last key see every key (a second call)."""
     B, H, S, D = q.shape
-    args = (B, H, S, D, causal, scale) + (() if dt == "float32" else (dt,))
-    if k.shape[2] != S:
-        args = (B, H, S, D, causal, scale, dt, k.shape[2])
+    Sk, Dv = k.shape[2], v.shape[3]
+    if causal and Sk < S:
+        head = _attention_call(q[:, :, :Sk], k, v, True, scale, dt)
+        return torch.cat((head, _attention_call(q[:, :, Sk:], k, v, False, scale, dt)), dim=2)
+    kv_len = S if causal else Sk
+    tail = [dt, None if kv_len == S else kv_len, None if Sk == kv_len else Sk, False]
+    tail.append(None if Dv == D else Dv)
+    while tail and tail[-1] == _ATTENTION_DEFAULTS[len(tail) - 1]:
+        tail.pop()
     ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
-    (o,) = call("attention", args, ins, [tuple(q.shape)], dt)
+    (o,) = call("attention", (B, H, S, D, causal, scale, *tail), ins, [(B, H, S, Dv)], dt)
     return o
 
 
@@ -256,37 +270,38 @@ def attention(
     scale: float | None = None,
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)``: q
-    ``[B, H, S, D]``, k and v ``[B, H, S_kv, D]`` (``S_kv == S`` when causal); no mask
-    tensor, no dropout. Causal calls skip the key blocks above the diagonal (the
-    template's flash form, its default for them). bfloat16 and float16 are computed
-    in float32 (q, k and v converted, one copy each; the output rounded once)."""
+    ``[B, H, S, D]``, k ``[B, H, S_kv, D]``, v ``[B, H, S_kv, Dv]``, the output ``[B,
+    H, S, Dv]``; the causal mask as PyTorch's (query i sees keys j <= i, whatever
+    S_kv), the scale ``1 / sqrt(D)`` unless given; no mask tensor, no dropout. With no
+    keys the output is zeros, as PyTorch's. Causal calls skip the key blocks above the
+    diagonal (the template's flash form, its default for them). bfloat16 and float16
+    are computed in float32 (q, k and v converted, one copy each; the output rounded
+    once)."""
     dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
     B, H, S, D = q.shape
-    for t, n in ((k, "k"), (v, "v")):
-        if t.dim() != 4 or (t.shape[0], t.shape[1], t.shape[3]) != (B, H, D) or t.shape != k.shape:
+    Sk = k.shape[2] if k.dim() == 4 else None
+    for t, n, want in ((k, "k", (B, H, D)), (v, "v", (B, H, Sk))):
+        if t.dim() != 4 or (t.shape[0], t.shape[1], t.shape[3 if n == "k" else 2]) != want:
             raise ValueError(
-                f"attention: {n} has shape {tuple(t.shape)}, q has {tuple(q.shape)} "
-                "(k and v: [B, H, S_kv, D] with q's B, H and D)"
+                f"attention: {n} has shape {tuple(t.shape)}, q has {tuple(q.shape)} and k "
+                f"{tuple(k.shape)} (k: [B, H, S_kv, D] with q's B, H and D; v: [B, H, S_kv, Dv])"
             )
         if dtype_name(t, f"attention: {n}", allowed=ROW_DTYPES) != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
-    if is_causal and k.shape[2] != S:
-        raise ValueError(
-            f"attention: is_causal needs as many keys as queries, got {k.shape[2]} keys "
-            f"for {S} queries"
-        )
+    if Sk == 0:
+        return empty((B, H, S, v.shape[3]), q.dtype).zero_()
     if dt in ("bfloat16", "float16"):  # copies into pooled buffers: no page faults
         q32, k32, v32 = (empty(t.shape, torch.float32).copy_(t) for t in (q, k, v))
         o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32")
-        return empty(q.shape, q.dtype).copy_(o)
+        return empty(o.shape, q.dtype).copy_(o)
     return _attention_call(q, k, v, bool(is_causal), scale, dt)
 
 
 @attention.register_fake
 def _(q, k, v, is_causal=False, scale=None):
-    return torch.empty_like(q, memory_format=torch.contiguous_format)
+    return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
 __all__ = ["gelu", "rms_norm", "layer_norm", "softmax", "attention", "moe", "module"]

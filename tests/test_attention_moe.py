@@ -94,6 +94,31 @@ def test_attention_with_more_keys_than_queries(S, kv_len, causal):
     np.testing.assert_allclose(o, ref, atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("form", ["two_pass", "flash"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (1, 2, 21, 12, False, None, "float32", None, None, False, 40),  # wider values
+        (2, 1, 19, 24, True, 0.2, "float32", 30, None, False, 5),  # narrower, causal
+        (1, 1, 9, 16, True, None, "float64", None, None, False, 7),
+    ],
+)
+def test_attention_value_dim_differs_from_key_dim(args, form):
+    """``dv``: V ``[B, H, S_kv, dv]`` and O ``[B, H, S, dv]`` (as SDPA's ``Ev``), the
+    scale still from D."""
+    task = at.Task("attention", args)
+    cfg = dict(task.config_space.default_config().values, form=form)
+    s, tensors = task.instantiate(task.config_space.config(cfg))
+    assert [int(x.value) for x in tensors[3].shape][-1] == args[-1]
+    ins = [
+        RNG.standard_normal([int(d.value) for d in t.shape]).astype(t.dtype) for t in tensors[:3]
+    ]
+    o = np.full([int(d.value) for d in tensors[3].shape], np.nan, tensors[3].dtype)
+    pt.build(s, tensors)(*ins, o)
+    tol = 1e-12 if args[6] == "float64" else 2e-6
+    np.testing.assert_allclose(o, _ref(args, *ins), atol=tol, rtol=1e-5)
+
+
 def test_attention_refuses_causal_with_fewer_keys():
     with pytest.raises(ValueError, match="causal needs kv_len >= S .* got kv_len 8 < S 9"):
         at.get_template("attention")(1, 1, 9, 4, True, None, "float32", 8)

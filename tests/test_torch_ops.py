@@ -92,6 +92,36 @@ def test_attention_causal_in_chunks_and_cross_attention():
     _close(ops.attention(q, k, v, False, 0.3), F.scaled_dot_product_attention(q, k, v, scale=0.3))
 
 
+@pytest.mark.parametrize("S,Sk", [(7, 19), (19, 7), (12, 12)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_key_counts_and_value_dims_as_sdpa(S, Sk, causal):
+    """Any number of keys, causal or not (PyTorch's mask: query i sees keys j <= i, so
+    with fewer keys than queries the later queries see them all), and values of their
+    own width (SDPA's Ev): the output is [B, H, S, Dv]."""
+    _seed()
+    q, k = torch.randn(2, 3, S, 16), torch.randn(2, 3, Sk, 16)
+    for dv in (16, 40, 5):
+        v = torch.randn(2, 3, Sk, dv)
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        got = ops.attention(q, k, v, causal, None)
+        assert got.shape == (2, 3, S, dv)
+        _close(got, ref)
+
+
+def test_attention_without_keys_gives_zeros_as_sdpa():
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 0, 4)
+    for causal in (False, True):
+        ref = F.scaled_dot_product_attention(q, k, k, is_causal=causal)
+        assert torch.equal(ops.attention(q, k, k, causal, None), ref)
+
+
+def test_attention_with_its_own_value_dim_compiles_without_graph_breaks():
+    _seed()
+    q, k, v = torch.randn(1, 2, 9, 8), torch.randn(1, 2, 13, 8), torch.randn(1, 2, 13, 3)
+    f = torch.compile(lambda q, k, v: ops.attention(q, k, v, True, None) * 2, fullgraph=True)
+    _close(f(q, k, v), 2 * F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
 def _moe_loop(x, wg, wu, wd, tw, ti):
     out = torch.zeros_like(x)
     for e in range(wg.shape[0]):
@@ -221,9 +251,8 @@ def test_bad_inputs_are_refused_by_name():
     q = torch.randn(1, 2, 8, 4)
     with pytest.raises(ValueError, match=r"attention: k has shape \(1, 2, 8, 5\)"):
         ops.attention(q, torch.randn(1, 2, 8, 5), q, False, None)
-    k9 = torch.randn(1, 2, 9, 4)
-    with pytest.raises(ValueError, match="is_causal needs as many keys as queries, got 9 keys"):
-        ops.attention(q, k9, k9, True, None)
+    with pytest.raises(ValueError, match=r"attention: v has shape \(1, 2, 9, 4\), q has"):
+        ops.attention(q, q, torch.randn(1, 2, 9, 4), False, None)
     args = list(_moe_inputs())
     args[5] = args[5] + 4  # expert ids out of range
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\)"):

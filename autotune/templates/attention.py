@@ -99,7 +99,8 @@ def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
 
 def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: bool):
     """``tile_q`` queries per parallel task; ``mr_s`` x ``key_tile``: the score register
-    tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of D); ``red_lanes``:
+    tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of V's ``D``,
+    the value dim); ``red_lanes``:
     vector partials of the row max and sum. Defaults from the target's vector width
     and registers."""
     regs = cfg.target.vector_registers
@@ -181,13 +182,15 @@ def attention(
     kv_len=None,
     kv_rows=None,
     k_transposed=False,
+    dv=None,
 ):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
     over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S. K and V
     have ``kv_rows`` rows (default ``kv_len``), of which the first ``kv_len`` are read:
     a chunk of queries reads a prefix of the whole K and V without a copy.
     ``k_transposed``: K is given as ``[B, H, D, kv_rows]`` (transposed once for several
-    calls) instead of ``[B, H, kv_rows, D]``."""
+    calls) instead of ``[B, H, kv_rows, D]``. ``dv``: the value dim (V ``[B, H,
+    kv_rows, dv]``, O ``[B, H, S, dv]``) when it differs from the query and key dim D."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
     Sk = S if kv_len is None else int(kv_len)
@@ -199,14 +202,17 @@ def attention(
     rows = Sk if kv_rows is None else int(kv_rows)
     if rows < Sk:
         raise ValueError(f"attention: kv_rows {rows} < kv_len {Sk} (K and V hold the keys)")
+    Dv = D if dv is None else int(dv)
+    if D < 1 or Dv < 1:
+        raise ValueError(f"attention: the query/key dim {D} and value dim {Dv} must be >= 1")
     lanes = cfg.target.vector_lanes(dtype)
-    define_attention_knobs(cfg, S, Sk, D, lanes, causal)
+    define_attention_knobs(cfg, S, Sk, Dv, lanes, causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
-    cfg.add_flop(4.0 * B * H * D * pairs)
+    cfg.add_flop(2.0 * B * H * (D + Dv) * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
-    V = pt.placeholder((B, H, rows, D), dtype, name="V")
+    V = pt.placeholder((B, H, rows, Dv), dtype, name="V")
     if cfg["form"].val == "flash":
         K = pt.placeholder((B, H, D, rows) if k_transposed else (B, H, rows, D), dtype, name="K")
 
@@ -218,11 +224,11 @@ def attention(
                 s, DL, mr_s, DL.op.axis[-1], _tile_intrin(cfg, dtype, mr_s, kt, D, tq, kb)
             )
             dco, dci = cfg["o_cols"].apply(s, PV, PV.op.axis[-1])
-            otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], kb, tq, D)
+            otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], kb, tq, Dv)
             _schedule_tile_gemm(s, PV, mr_o, dci, otile, outer=(dco,))
 
         kt_in = K if k_transposed else None
-        dims = (B, H, S, D, Sk)
+        dims = (B, H, S, D, Sk, Dv)
         s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles)
         return s, [Q, K, V, Out]
     if k_transposed:
@@ -251,9 +257,9 @@ def attention(
     rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
     j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
-        (B, H, S, D), lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, h, j, e], axis=j), name="Acc"
+        (B, H, S, Dv), lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, h, j, e], axis=j), name="Acc"
     )
-    Out = pt.compute((B, H, S, D), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
+    Out = pt.compute((B, H, S, Dv), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
 
     s = pt.create_schedule(Out.op)
     if not k_transposed:
@@ -288,6 +294,6 @@ def attention(
     # P V: mr_o queries x o_cols columns of D per register tile
     dco, dci = cfg["o_cols"].apply(s, AL, AL.op.axis[-1])
     mr_o = cfg["mr_o"].val
-    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, tq, D)
+    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, tq, Dv)
     _schedule_tile_gemm(s, AL, mr_o, dci, otile, outer=(dco,))
     return s, [Q, K, V, Out]

@@ -58,7 +58,7 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
     ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None).
     ``tiles(s, DL, PV, key_block)`` schedules the two register-tiled GEMMs."""
-    B, H, S, D, Sk = dims
+    B, H, S, D, Sk, Dv = dims
     L = cfg.target.vector_lanes(dtype)
     Ls = max(L, 4)  # the state's vectors hold at least the header l, a, b
     kb = cfg["key_block"].val
@@ -81,7 +81,7 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     VP = V
     if Sp != Sk:
         VP = pt.compute(
-            (B, H, Sp, D),
+            (B, H, Sp, Dv),
             lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, last), e], c(0.0)),
             name="VP",
         )
@@ -121,11 +121,11 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     )
     jj = pt.reduce_axis((0, kb), name="jj")
     PV = pt.compute(
-        (B, H, nt, S, D),
+        (B, H, nt, S, Dv),
         lambda b, h, t, i, e: pt.sum(P[b, h, i, t * kb + jj] * VP[b, h, t * kb + jj, e], axis=jj),
         name="PV",
     )
-    NV = -(-D // Ls) + 2
+    NV = -(-Dv // Ls) + 2
     St = pt.compute(
         (B, H, S, NV, Ls),
         lambda b, h, i, v, n: pt.select((v == NV - 1) & (n == 0), c(FLOOR), c(0.0)),
@@ -148,13 +148,13 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
         cur(0, 0) * a + b_ * lb[rb, rh, ri, rt],
         pt.select(rl == 1, a, pt.select(rl == 2, b_, c(0.0))),
     )
-    e = pt.min(pt.max(rv - 1, 0) * Ls + rl, D - 1)
+    e = pt.min(pt.max(rv - 1, 0) * Ls + rl, Dv - 1)
     acc = cur(rv, rl) * cur(0, 1) + cur(0, 2) * PV[rb, rh, rt, ri, e]
     St[rb, rh, ri, rv, rl] = pt.select(
         rv == 0, head, pt.select(rv == NV - 1, pt.select(rl == 0, m_new, c(0.0)), acc)
     )
     Out = pt.compute(
-        (B, H, S, D),
+        (B, H, S, Dv),
         lambda b, h, i, e: St[b, h, i, 1 + e // Ls, e % Ls] / St[b, h, i, 0, 0],
         name="O",
     )
