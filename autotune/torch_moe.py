@@ -33,19 +33,22 @@ from .templates.moe import (
 from .torch_call import MODULES, best_config, target_of
 
 _PANELS: dict = {}
+_DTYPES = (*MOE_DTYPES, "float16")  # the template's, and float16 computed in float32
 
 
 def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
-    """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``);
-    kept while ``w`` is alive and unchanged (its memory, shape, strides and version
-    counter), so inference packs each weight once. The entry holds a weak reference
-    to ``w``: memory freed and reused by another tensor is never mistaken for it."""
+    """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``;
+    float16 widened to float32 on the way); kept while ``w`` is alive and unchanged
+    (its memory, shape, strides and version counter), so inference packs each weight
+    once. The entry holds a weak reference to ``w``: memory freed and reused by
+    another tensor is never mistaken for it."""
     key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr, group)
     got = _PANELS.get(key)
     if got is None or got[0]() is None:
         if len(_PANELS) >= 16:
             _PANELS.clear()
-        packed = from_numpy(pack_panels(as_numpy(w, name), nr, group))
+        wide = w.float() if w.dtype == torch.float16 else w
+        packed = from_numpy(pack_panels(as_numpy(wide, name), nr, group))
         got = _PANELS[key] = (weakref.ref(w), packed)
     return got[1]
 
@@ -100,8 +103,10 @@ def moe(
 ) -> torch.Tensor:
     """Top-k mixture of SwiGLU experts: ``out[t] = sum_j topk_weights[t, j] *
     (silu(x[t] Wg_e^T) * (x[t] Wu_e^T)) Wd_e^T`` with ``e = topk_ids[t, j]``;
-    x ``[T, d]``, w_gate and w_up ``[E, d_ff, d]``, w_down ``[E, d, d_ff]``."""
-    dt = dtype_name(x, "moe: x", allowed=MOE_DTYPES)
+    x ``[T, d]``, w_gate and w_up ``[E, d_ff, d]``, w_down ``[E, d, d_ff]``. float16
+    is computed in float32 (x converted per call, the weights once, as they are
+    packed) and the output rounded once."""
+    dt = dtype_name(x, "moe: x", allowed=_DTYPES)
     if x.dim() != 2:
         raise ValueError(f"moe: x must be [T, d_model], got shape {tuple(x.shape)}")
     T, d = x.shape
@@ -112,7 +117,7 @@ def moe(
         if tuple(t.shape) != want:
             raise ValueError(f"moe: {n} must be {list(want)}, got {list(t.shape)}")
     for t, n in ((w_gate, "w_gate"), (w_up, "w_up"), (w_down, "w_down"), (topk_weights, "w")):
-        if dtype_name(t, f"moe: {n}", allowed=MOE_DTYPES) != dt:
+        if dtype_name(t, f"moe: {n}", allowed=_DTYPES) != dt:
             raise TypeError(f"moe: {n} has dtype {t.dtype}, x has {x.dtype}")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:
         raise ValueError(
@@ -120,7 +125,15 @@ def moe(
             f"{list(topk_ids.shape)} and {list(topk_weights.shape)}"
         )
     dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
-    k = topk_ids.shape[1]
+    if dt == "float16":
+        wide = (x.float(), (w_gate, w_up, w_down), topk_weights.float(), topk_ids, "float32")
+        return empty((T, d), torch.float16).copy_(_experts(*wide))
+    return _experts(x, (w_gate, w_up, w_down), topk_weights, topk_ids, dt)
+
+
+def _experts(x, weights: tuple, topk_weights, topk_ids, dt: str) -> torch.Tensor:
+    """``moe`` on checked arguments: route, run each expert's segment, combine."""
+    (T, d), (E, F, _), k = x.shape, weights[0].shape, topk_ids.shape[1]
     out = empty((T, d), getattr(torch, dt))
     if out.numel() == 0 or k == 0:
         return out.zero_()
@@ -131,7 +144,7 @@ def moe(
     tok, wt = torch.from_numpy(tok), from_numpy(wt)
     wg, wu, wd = (
         _panels(w, n, m.group, name)
-        for w, n, name in zip((w_gate, w_up, w_down), m.widths, ("w_gate", "w_up", "w_down"))
+        for w, n, name in zip(weights, m.widths, ("w_gate", "w_up", "w_down"))
     )
     y = empty((len(tok), d), getattr(torch, dt))
     xc = x.contiguous()

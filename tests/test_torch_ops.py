@@ -198,15 +198,26 @@ def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
 def test_moe_in_bfloat16(T, d, f):
     """bfloat16 experts (the dot kernels where the host's target has them and the
     layer is a tile wide; else products and sums in float) within bfloat16's rounding
-    of the float32 loop on the same bfloat16 values; float16 is refused."""
+    of the float32 loop on the same bfloat16 values."""
     args = [a.bfloat16() for a in _moe_inputs(T, d, f)[:5]]
     ti = _moe_inputs(T, d, f)[5]
     out = ops.moe(*args, ti)
     assert out.dtype == torch.bfloat16
     ref = _moe_loop(*(a.float() for a in args), ti)
     torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
-    with pytest.raises(TypeError, match=r"moe: x: dtype torch.float16 is not supported"):
-        ops.moe(*(a.half() for a in args), ti)
+
+
+def test_moe_in_float16_is_computed_in_float32():
+    """float16 (no dot kernel for it): x and the weights widened, the output rounded
+    once; within float16's rounding of the float32 loop on the same values."""
+    x, wg, wu, wd, tw, ti = _moe_inputs()
+    args = [a.half() for a in (x, wg, wu, wd, tw)]
+    out = ops.moe(*args, ti)
+    assert out.dtype == torch.float16
+    ref = _moe_loop(*(a.float() for a in args), ti)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-3, atol=2e-3 * ref.abs().max().item())
+    with pytest.raises(TypeError, match=r"moe: w_up has dtype torch.float32, x has torch.float16"):
+        ops.moe(args[0], args[1], wu, *args[3:], ti)
 
 
 def test_moe_weights_in_reused_memory_are_packed_again():
