@@ -17,8 +17,9 @@ Tensors: CPU, float32 or float64, and for gelu, rms_norm, layer_norm and softmax
 float32, each result rounded once (float32 runs the tuned float32 templates, the
 other dtypes the dtype-generic ones); attention computes 16-bit inputs in float32
 (one copy each), moe takes bfloat16 (its GEMMs on the BF16 dot kernels where the
-target has them) and float16 (computed in float32, the weights widened once). Tensors are passed zero-copy; non-contiguous inputs are
-copied to contiguous ones first. Other dtypes and devices raise ``TypeError`` /
+target has them) and float16 (computed in float32, the weights widened once).
+Tensors are passed zero-copy; non-contiguous inputs are copied to contiguous ones
+first. Other dtypes and devices raise ``TypeError`` /
 ``ValueError`` naming the argument. Outputs of 1 MiB and more come from
 ``pypto.torch.empty``'s pool of recycled buffers (no page faults per call).
 """

@@ -31,6 +31,7 @@ from .ops import (
     bitwise_or,
     bitwise_xor,
     ceil,
+    clz,
     copysign,
     cos,
     cosh,
@@ -61,6 +62,7 @@ from .ops import (
     min_value,
     nearbyint,
     nextafter,
+    popcount,
     power,
     rsqrt,
     shift_left,
@@ -102,5 +104,5 @@ __all__ = [
     "copysign", "nextafter", "isnan", "isinf", "isfinite", "power", "max_value", "min_value",
     "all", "any", "floordiv", "floormod", "indexdiv", "indexmod", "truncdiv", "truncmod",
     "size_var", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
-    "shift_right", "logical_and", "logical_or", "logical_not",
+    "shift_right", "logical_and", "logical_or", "logical_not", "popcount", "clz",
 ]  # fmt: skip

@@ -174,6 +174,12 @@ class CPrinter(Printer):
             self.helpers.setdefault(fn, fastmath.HELPERS[fn])
             return f"{fn}({args[0]})", ATOM
         f = FUNCS[e.name]
+        if f.c_int:  # the operand's bits: as the unsigned type of its storage width
+            d = dtypes.dtype(e.args[0].dtype)
+            if f.helper:
+                self.helpers.setdefault(f"pt_{f.helper}", HELPERS[f.helper])
+            u = d.c_storage if d.kind == "uint" else "u" + d.c_storage
+            return f.c_int.format(args[0], u=u, bits=d.bits), ATOM
         operand = e.args[0].dtype if f.predicate else e.dtype  # isnan: by its operand's type
         form = f.c_float if _ctype(operand) == "float" else f.c_double
         return form.format(*args), ATOM

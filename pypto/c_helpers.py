@@ -43,6 +43,10 @@ HELPERS = {
         "static inline {t} pt_max_{s}({t} a, {t} b) {{\n"
         "  {t} m = b > a ? b : a;\n  return b != b ? b : m;\n}}"
     ),
+    "clz": (
+        "static inline int32_t pt_clz(uint64_t a, int32_t bits) {\n"
+        "  return a == 0 ? bits : __builtin_clzll(a) - (64 - bits);\n}"
+    ),
     "abs": "static inline {t} pt_abs_{s}({t} a) {{ return a < 0 ? ({t})(0 - ({u})a) : a; }}",
     "min": "static inline {t} pt_min_{s}({t} a, {t} b) {{ return a < b ? a : b; }}",
     "max": "static inline {t} pt_max_{s}({t} a, {t} b) {{ return a > b ? a : b; }}",

@@ -357,7 +357,9 @@ def call(name: str, *args) -> Call:
         dt = ops[0].dtype
     if needs_float and not dtypes.dtype(dt).is_float:
         raise TypeError(f"pt.{name} needs a float operand, got {dt}; use pt.cast")
-    return Call(name, ops, "bool" if f.predicate else dt)
+    if f.c_int and not dtypes.dtype(dt).is_int:
+        raise TypeError(f"pt.{name} needs an integer operand, got {dt}")
+    return Call(name, ops, f.returns or ("bool" if f.predicate else dt))
 
 
 # ---------------------------------------------------------------- traversal

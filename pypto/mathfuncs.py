@@ -2,9 +2,11 @@
 
 A row says how many operands the function takes, whether they must be floats,
 whether it answers a question (``isnan``: a ``bool``), and its C for float32 and
-float64 operands (``{0}``, ``{1}``: the operands). float16 and bfloat16 compute
-in float32. The expression builder (``pypto.expr.call``) and the C generator read
-the same row, so a new function is one line here:
+float64 operands (``{0}``, ``{1}``: the operands), or for integer operands (bit
+counts: ``{u}`` the unsigned type of the operand's width, ``{bits}`` that width).
+float16 and bfloat16 compute in float32. The expression builder
+(``pypto.expr.call``) and the C generator read the same row, so a new function is
+one line here:
 
     pt.sin(A[i])   ->   Call("sin", (A[i],), "float32")   ->   sinf(A[i])
 
@@ -25,6 +27,9 @@ class MathFunc:
     c_float: str
     c_double: str
     predicate: bool = False  # a bool result
+    c_int: str = ""  # integer operands only, this C
+    returns: str = ""  # the result's dtype when it is not the operand's
+    helper: str = ""  # a C helper (pypto.c_helpers.HELPERS) the form calls
 
 
 def _unary(c: str) -> MathFunc:
@@ -52,6 +57,12 @@ FUNCS: dict[str, MathFunc] = {
     "sigmoid": MathFunc(1, True, "(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     "round": MathFunc(1, True, "rintf({0})", "rint({0})"),  # to nearest, ties to even
     "abs": MathFunc(1, False, "fabsf({0})", "fabs({0})"),  # integers: pt_abs_i32 (wrapping)
+    # bits of an integer, as TVM's: popcount in the operand's dtype, clz an int32 (of a
+    # zero, the width); the operand taken as its unsigned bits
+    "popcount": MathFunc(1, False, "", "", c_int="__builtin_popcountll(({u})({0}))"),
+    "clz": MathFunc(
+        1, False, "", "", c_int="pt_clz(({u})({0}), {bits})", returns="int32", helper="clz"
+    ),
     # vectorizable float32 forms (pypto.fastmath); float64 uses libm
     "fast_exp": MathFunc(1, True, "", "exp({0})"),
     "fast_erf": MathFunc(1, True, "", "erf({0})"),

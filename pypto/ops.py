@@ -16,7 +16,7 @@ under their TVM names, for code written against TE.
 - ``pt.bitwise_and bitwise_or bitwise_xor bitwise_not shift_left shift_right``:
   ``& | ^ ~ << >>`` on integers (numpy's results: a shift by the type's width or
   more gives 0, or the sign); ``pt.logical_and logical_or logical_not``: ``& | ~``
-  on booleans;
+  on booleans; ``pt.popcount clz``: set bits, leading zero bits (TVM's);
 - ``pt.size_var(name)``: ``pt.var(name)``, a size.
 
     pt.compute((n,), lambda i: pt.select(pt.all(i >= 1, i < n - 1), A[i], 0.0))
@@ -69,6 +69,16 @@ fast_erf.__doc__ = (
         "atan2", "fmod", "hypot", "copysign", "nextafter", "isnan", "isinf", "isfinite", "pow",
     )
 )  # fmt: skip
+popcount, clz = math_function("popcount"), math_function("clz")
+popcount.__doc__ = (
+    "TVM's ``tir.popcount``: the number of set bits of an integer (as its unsigned bits: "
+    "8 for an int8 -1; numpy's ``bitwise_count`` counts the absolute value's), in the "
+    "operand's dtype."
+)
+clz.__doc__ = (
+    "TVM's ``tir.clz``: the leading zero bits of an integer (as its unsigned bits), an "
+    "int32; of 0, the dtype's width (TVM leaves that undefined)."
+)
 
 # the largest finite value of each float dtype numpy has no finfo for
 _FLOAT_MAX = {"bfloat16": 3.3895313892515355e38}

@@ -161,3 +161,40 @@ def test_a_shape_with_shifts_survives_export(tmp_path):
     mod.export_library(path)
     a = np.arange(7, dtype=np.float32)
     np.testing.assert_array_equal(pt.load_module(path)(a), [1, 5, 9])
+
+
+def _unsigned_bits(a):
+    return a.view("u" + a.dtype.name.removeprefix("u")).astype(object)
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES)
+def test_popcount_and_clz_count_the_bits_as_tvm(dtype):
+    """``pt.popcount`` (in the operand's dtype) and ``pt.clz`` (an int32; of 0, the
+    width) of an integer's bits as unsigned: 8 set bits and no leading zero for an
+    int8 -1 (numpy's bitwise_count counts |x|). Vectorized and scalar, and of a sum
+    that wraps."""
+    info = np.iinfo(dtype)
+    a = np.random.default_rng(5).integers(info.min, info.max, 40, dtype=dtype, endpoint=True)
+    a[:6] = [0, 1, info.max, info.min, info.max // 2, 2 if info.min == 0 else -1]
+    A = pt.placeholder((40,), dtype, name="A")
+    P = pt.compute((40,), lambda i: pt.popcount(A[i]), name="P")
+    Z = pt.compute((40,), lambda i: pt.clz(A[i]), name="Z")
+    W = pt.compute((40,), lambda i: pt.popcount(A[i] + A[i]), name="W")
+    s = pt.create_schedule([P.op, Z.op, W.op])
+    for T in (P, Z):
+        s[T].vectorize(s[T].split(T.op.axis[0], 8)[1])
+    p, w, z = np.zeros(40, dtype), np.zeros(40, dtype), np.zeros(40, "int32")
+    pt.build(s, [A, P, Z, W])(a, p, z, w)
+    assert (P.dtype, Z.dtype) == (dtype, "int32")
+    assert p.tolist() == [bin(x).count("1") for x in _unsigned_bits(a)]
+    assert z.tolist() == [info.bits - x.bit_length() for x in _unsigned_bits(a)]
+    with np.errstate(over="ignore"):
+        assert w.tolist() == [bin(x).count("1") for x in _unsigned_bits(a + a)]
+
+
+def test_bit_counts_refuse_floats_and_booleans():
+    F, Bo = pt.placeholder((4,), "float32", name="F"), pt.placeholder((4,), "bool", name="Bo")
+    with pytest.raises(TypeError, match="pt.popcount needs an integer operand, got float32"):
+        pt.popcount(F[0])
+    with pytest.raises(TypeError, match="pt.clz needs an integer operand, got bool"):
+        pt.clz(Bo[0])
