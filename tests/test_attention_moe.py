@@ -184,9 +184,9 @@ def test_moe_matches_per_token_loop(T, d, F, E, k):
 
 
 def test_moe_expert_reads_weights_packed_in_panels():
-    """``panels``: the weights come as ``pack_panels`` made them (N = 40 is no multiple
+    """``panels``: the weights come as ``pack_panels`` made them (N = 37 is no multiple
     of the panel width: the last panel's extra columns are 0 and never read back)."""
-    T, d, F, E, k = 11, 24, 40, 3, 2
+    T, d, F, E, k = 11, 24, 37, 3, 2
     x, wg, wu, wd, ids, w = _moe_case(T, d, F, E, k)
     cfg = at.Task("moe", (T, d, F, E, k)).config_space.default_config()
     widths = [panel_width(cfg, g) for g in ("gate", "up", "down")]
