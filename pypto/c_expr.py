@@ -31,7 +31,7 @@ _WRAPPING = {"add": "wadd", "sub": "wsub", "mul": "wmul"}
 
 # float forms of an operation whose helper has the integer form's name (pt_mod_float)
 _FLOAT_KINDS = ("fmod", "fmin", "fmax", "ffloordiv")
-# integer division by a nonzero constant: op -> (its float helper, C's operator)
+# floor division and modulo: op -> (the float helper, C's operator for two integers >= 0)
 _DIVISION = {"floordiv": ("ffloordiv", "/"), "mod": ("fmod", "%")}
 
 
