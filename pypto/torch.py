@@ -33,7 +33,9 @@ import numpy as np
 import torch
 
 from .dtypes import numpy_dtype
+from .expr import Const, Var, substitute
 from .runtime import build as _build
+from .simplify import simplify
 from .target import as_target
 
 TORCH_DTYPES = {
@@ -180,6 +182,27 @@ def run(mod, inputs: list, outputs: list) -> None:
     mod(*arrays, *[_numpy_view(o) for o in outputs])
 
 
+def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> list:
+    """The outputs' shapes, their size variables bound from the inputs' shapes (the
+    first input that has one as a dimension binds it, as a module call does)."""
+    bound: dict = {}
+    for t, shape in zip(inputs, shapes):
+        for want, got in zip(t.shape, shape):
+            if isinstance(want, Var):
+                bound.setdefault(want, Const(int(got), "int64"))
+    out = []
+    for t in outputs:
+        dims = [simplify(substitute(d, bound)) for d in t.shape]
+        unknown = [str(d) for d in dims if not isinstance(d, Const)]
+        if unknown:
+            raise ValueError(
+                f"{name}: the shape of output {t.name} depends on {', '.join(unknown)}, "
+                "which no input's shape binds"
+            )
+        out.append([int(d.value) for d in dims])
+    return out
+
+
 def custom_op(
     name: str,
     build: Callable,
@@ -192,7 +215,8 @@ def custom_op(
 
     ``build(*shapes)`` gets the input tensors' shapes (tuples) and returns
     ``(schedule, tensors)``: the first ``n_inputs`` tensors are the inputs, the rest
-    the outputs (``n_outputs`` of them), all of constant shape. One module is built
+    the outputs (``n_outputs`` of them), of constant shapes or of sizes (``pt.var``)
+    that the inputs' shapes bind. One module is built
     (for ``target``) and cached per combination of input shapes; a fake kernel (the
     outputs' shapes and dtypes from ``build``, nothing compiled) lets
     ``torch.compile(fullgraph=True)``
@@ -216,8 +240,10 @@ def custom_op(
         return graphs[shapes]
 
     def outputs(args, new):
-        _, tensors = graph(tuple(tuple(a.shape) for a in args))
-        return [new([int(d.value) for d in t.shape], _BY_NAME[t.dtype]) for t in tensors[n_inputs:]]
+        shapes = tuple(tuple(a.shape) for a in args)
+        _, tensors = graph(shapes)
+        sizes = _output_shapes(name, tensors[:n_inputs], shapes, tensors[n_inputs:])
+        return [new(sh, _BY_NAME[t.dtype]) for sh, t in zip(sizes, tensors[n_inputs:])]
 
     def impl(*args):
         shapes = tuple(tuple(a.shape) for a in args)

@@ -332,6 +332,35 @@ def test_user_custom_op():
         ptt.custom_op("sq2", build, n_inputs=1)
 
 
+def test_user_custom_op_with_sizes_bound_by_its_inputs():
+    """A kernel over ``pt.var`` sizes: the outputs' shapes come from the inputs' (also
+    in the fake kernel); an output size that no input binds is refused by name."""
+
+    def build(*shapes):
+        n, m = pt.var("n"), pt.var("m")
+        X = pt.placeholder((n, m), "float32", name="X")
+        Y = pt.compute((m, n), lambda j, i: X[i, j] * 2.0, name="Y")  # the transpose
+        return pt.create_schedule(Y.op), [X, Y]
+
+    op = ptt.custom_op("pypto_test::t2", build, n_inputs=1)
+    for shape in ((3, 5), (6, 2)):
+        x = torch.randn(*shape)
+        _close(op(x), x.T * 2)
+    compiled = torch.compile(lambda t: op(t) + 1, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 7)
+    _close(compiled(x), x.T * 2 + 1)
+
+    def unbound(shape):
+        k = pt.var("k")
+        X = pt.placeholder((4,), "float32", name="X")
+        Y = pt.compute((k,), lambda i: X[0] + pt.cast("float32", i), name="Y")
+        return pt.create_schedule(Y.op), [X, Y]
+
+    op = ptt.custom_op("pypto_test::unbound", unbound, n_inputs=1)
+    with pytest.raises(ValueError, match=r"the shape of output Y depends on k, which no input"):
+        op(torch.randn(4))
+
+
 def test_transformer_block_example_agrees():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "examples/transformer_block.py", "--seq", "24", "--dim", "32"]
