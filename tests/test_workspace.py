@@ -62,3 +62,28 @@ def test_released_blocks_come_back_at_the_next_call():
         mod(a, out)
         np.testing.assert_allclose(out, want, rtol=1e-5)
         assert mod.release_workspace() is True
+
+
+def test_a_parallel_loops_heap_scratch_is_allocated_once_per_thread():
+    """A row buffer past the stack limit inside a parallel loop (here 16 KiB, computed
+    at the row) is one block per thread around the loop, not a malloc and a free per
+    iteration; every thread's rows still come out right."""
+    n, m = 37, 4096
+    A = pt.placeholder((n, m), "float32", name="A")
+    T = pt.compute((n, m), lambda i, j: A[i, j] * 3.0, name="T")
+    k = pt.reduce_axis((0, m), name="k")
+    B = pt.compute((n,), lambda i: pt.sum(T[i, k] * T[i, k], axis=k), name="B")
+    s = pt.create_schedule(B.op)
+    s[B].parallel(B.op.axis[0])
+    s[T].compute_at(s[B], B.op.axis[0])
+    mod = pt.build(s, [A, B])
+    src = mod.source
+    head = "  #pragma omp parallel\n  {\n    float* restrict T = (float*)pt_alloc_or_die(16384);"
+    assert head in src and "    #pragma omp for schedule(static)" in src
+    assert src.count("pt_alloc_or_die(16384)") == 1 and src.count("free(T);") == 1
+    a = np.random.default_rng(0).standard_normal((n, m)).astype(np.float32)
+    b = np.full(n, np.nan, np.float32)
+    for threads in (1, 2):  # as test_runtime's threads test, the last setting stays 2
+        pt.set_num_threads(threads)
+        mod(a, b)
+        np.testing.assert_allclose(b, ((3 * a.astype(np.float64)) ** 2).sum(1), rtol=1e-4)
