@@ -238,8 +238,9 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
-# the attention template's arguments after (B, H, S, D, causal, scale) and their defaults
-_ATTENTION_DEFAULTS = ("float32", None, None, False, None)  # dtype kv_len kv_rows k_t dv
+# the defaults of the attention template's arguments after (B, H, S, D, causal, scale):
+# dtype, kv_len, kv_rows, k_transposed, dv, kv_heads
+_ATTENTION_DEFAULTS = ("float32", None, None, False, None, None)
 
 
 def _attention_call(q, k, v, causal: bool, scale, dt: str):
@@ -248,13 +249,13 @@ def _attention_call(q, k, v, causal: bool, scale, dt: str):
     with more keys than queries only the first S keys count (``kv_len`` S of ``kv_rows``
     S_kv); with fewer, the queries past the last key see every key (a second call)."""
     B, H, S, D = q.shape
-    Sk, Dv = k.shape[2], v.shape[3]
+    Hk, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
     if causal and Sk < S:
         head = _attention_call(q[:, :, :Sk], k, v, True, scale, dt)
         return torch.cat((head, _attention_call(q[:, :, Sk:], k, v, False, scale, dt)), dim=2)
     kv_len = S if causal else Sk
     tail = [dt, None if kv_len == S else kv_len, None if Sk == kv_len else Sk, False]
-    tail.append(None if Dv == D else Dv)
+    tail += [None if Dv == D else Dv, None if Hk == H else Hk]
     while tail and tail[-1] == _ATTENTION_DEFAULTS[len(tail) - 1]:
         tail.pop()
     ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
@@ -269,10 +270,13 @@ def attention(
     v: torch.Tensor,
     is_causal: bool = False,
     scale: float | None = None,
+    enable_gqa: bool = False,
 ) -> torch.Tensor:
-    """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...)``: q
-    ``[B, H, S, D]``, k ``[B, H, S_kv, D]``, v ``[B, H, S_kv, Dv]``, the output ``[B,
-    H, S, Dv]``; the causal mask as PyTorch's (query i sees keys j <= i, whatever
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...,
+    enable_gqa=...)``: q ``[B, H, S, D]``, k ``[B, Hkv, S_kv, D]``, v ``[B, Hkv, S_kv,
+    Dv]``, the output ``[B, H, S, Dv]``; Hkv = H unless ``enable_gqa`` (grouped-query
+    attention: Hkv divides H, query head h reads key/value head h // (H / Hkv),
+    without copies); the causal mask as PyTorch's (query i sees keys j <= i, whatever
     S_kv), the scale ``1 / sqrt(D)`` unless given; no mask tensor, no dropout. With no
     keys the output is zeros, as PyTorch's. Causal calls skip the key blocks above the
     diagonal (the template's flash form, its default for them). bfloat16 and float16
@@ -282,12 +286,15 @@ def attention(
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
     B, H, S, D = q.shape
-    Sk = k.shape[2] if k.dim() == 4 else None
-    for t, n, want in ((k, "k", (B, H, D)), (v, "v", (B, H, Sk))):
+    Hk, Sk = (k.shape[1], k.shape[2]) if k.dim() == 4 else (None, None)
+    heads = Hk if enable_gqa and Hk and H % Hk == 0 else H
+    for t, n, want in ((k, "k", (B, heads, D)), (v, "v", (B, heads, Sk))):
         if t.dim() != 4 or (t.shape[0], t.shape[1], t.shape[3 if n == "k" else 2]) != want:
+            also = f" and k {tuple(k.shape)}" if n == "v" else ""
             raise ValueError(
-                f"attention: {n} has shape {tuple(t.shape)}, q has {tuple(q.shape)} and k "
-                f"{tuple(k.shape)} (k: [B, H, S_kv, D] with q's B, H and D; v: [B, H, S_kv, Dv])"
+                f"attention: {n} has shape {tuple(t.shape)}, q has {tuple(q.shape)}{also} "
+                "(k: [B, Hkv, S_kv, D] with q's B and D; v: [B, Hkv, S_kv, Dv]; Hkv is q's "
+                "H, or with enable_gqa a divisor of it)"
             )
         if dtype_name(t, f"attention: {n}", allowed=ROW_DTYPES) != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
@@ -301,7 +308,7 @@ def attention(
 
 
 @attention.register_fake
-def _(q, k, v, is_causal=False, scale=None):
+def _(q, k, v, is_causal=False, scale=None, enable_gqa=False):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 

@@ -119,6 +119,35 @@ def test_attention_value_dim_differs_from_key_dim(args, form):
     np.testing.assert_allclose(o, _ref(args, *ins), atol=tol, rtol=1e-5)
 
 
+@pytest.mark.parametrize("form", ["two_pass", "flash"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (2, 6, 21, 16, False, None, "float32", None, None, False, None, 2),  # 3 per group
+        (1, 4, 19, 8, True, 0.3, "float32", 33, None, False, 12, 1),  # one K/V head
+        (1, 4, 17, 16, True, None, "float32", 40, 50, True, None, 2),  # prefix, K^T
+    ],
+)
+def test_attention_grouped_query_heads(args, form):
+    """``kv_heads``: K and V with fewer heads than Q, query head h reading key/value
+    head h // (H / kv_heads), as SDPA's ``enable_gqa``."""
+    task = at.Task("attention", args)
+    cfg = dict(task.config_space.default_config().values, form=form)
+    s, tensors = task.instantiate(task.config_space.config(cfg))
+    assert [int(x.value) for x in tensors[1].shape][1] == args[-1]
+    ins = [
+        RNG.standard_normal([int(d.value) for d in t.shape]).astype(t.dtype) for t in tensors[:3]
+    ]
+    o = np.full([int(d.value) for d in tensors[3].shape], np.nan, tensors[3].dtype)
+    pt.build(s, tensors)(*ins, o)
+    np.testing.assert_allclose(o, _ref(args, *ins), atol=2e-6, rtol=1e-5)
+
+
+def test_attention_refuses_heads_that_do_not_group():
+    with pytest.raises(ValueError, match="6 query heads must be a whole number per key/value"):
+        at.get_template("attention")(1, 6, 8, 4, False, None, "float32", None, None, False, None, 4)
+
+
 def test_attention_refuses_causal_with_fewer_keys():
     with pytest.raises(ValueError, match="causal needs kv_len >= S .* got kv_len 8 < S 9"):
         at.get_template("attention")(1, 1, 9, 4, True, None, "float32", 8)

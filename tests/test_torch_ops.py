@@ -108,6 +108,22 @@ def test_attention_key_counts_and_value_dims_as_sdpa(S, Sk, causal):
         _close(got, ref)
 
 
+@pytest.mark.parametrize("H,Hk,S,Sk", [(8, 2, 17, 17), (6, 3, 9, 21), (4, 1, 23, 7)])
+def test_attention_grouped_query_as_sdpa(H, Hk, S, Sk):
+    """``enable_gqa``: k and v with fewer heads, each serving H / Hkv query heads (no
+    copies); without it their heads must be q's."""
+    _seed()
+    q, k, v = torch.randn(2, H, S, 16), torch.randn(2, Hk, Sk, 16), torch.randn(2, Hk, Sk, 24)
+    for causal in (False, True):
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        _close(ops.attention(q, k, v, causal, None, True), ref)
+    with pytest.raises(ValueError, match=r"attention: k has shape .* Hkv is q's H, or with"):
+        ops.attention(q, k, v, False, None)
+    bad = torch.randn(2, 5, Sk, 16)  # 5 heads do not divide H
+    with pytest.raises(ValueError, match=r"attention: k has shape \(2, 5,"):
+        ops.attention(q, bad, bad, False, None, True)
+
+
 def test_attention_without_keys_gives_zeros_as_sdpa():
     q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 0, 4)
     for causal in (False, True):

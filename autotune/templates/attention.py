@@ -50,7 +50,7 @@ import pypto as pt
 
 from ..task import template
 from . import ukernels
-from .attention_flash import flash_attention, flash_knobs
+from .attention_flash import flash_attention, flash_knobs, kv_head
 from .knobs import inner_tile
 
 
@@ -58,6 +58,8 @@ def _attention_ref(q, k, v, *, causal, scale, kv_len=None, k_transposed=False):
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if k_transposed:
         k = np.swapaxes(k, 2, 3)
+    g = q.shape[1] // k.shape[1]  # query heads per key/value head (grouped-query)
+    k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
     sq = q.shape[2]
     sk = k.shape[2] if kv_len is None else int(kv_len)
     k, v = k[:, :, :sk], v[:, :, :sk]
@@ -183,6 +185,7 @@ def attention(
     kv_rows=None,
     k_transposed=False,
     dv=None,
+    kv_heads=None,
 ):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
     over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S. K and V
@@ -190,7 +193,10 @@ def attention(
     a chunk of queries reads a prefix of the whole K and V without a copy.
     ``k_transposed``: K is given as ``[B, H, D, kv_rows]`` (transposed once for several
     calls) instead of ``[B, H, kv_rows, D]``. ``dv``: the value dim (V ``[B, H,
-    kv_rows, dv]``, O ``[B, H, S, dv]``) when it differs from the query and key dim D."""
+    kv_rows, dv]``, O ``[B, H, S, dv]``) when it differs from the query and key dim D.
+    ``kv_heads``: grouped-query attention, K and V with ``kv_heads`` heads (dividing
+    H), query head h reading key/value head ``h // (H / kv_heads)`` (as SDPA's
+    ``enable_gqa``)."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
     Sk = S if kv_len is None else int(kv_len)
@@ -205,6 +211,13 @@ def attention(
     Dv = D if dv is None else int(dv)
     if D < 1 or Dv < 1:
         raise ValueError(f"attention: the query/key dim {D} and value dim {Dv} must be >= 1")
+    Hk = H if kv_heads is None else int(kv_heads)
+    if Hk < 1 or H % Hk:
+        raise ValueError(
+            f"attention: the {H} query heads must be a whole number per key/value head, "
+            f"got kv_heads {Hk}"
+        )
+    kvh = kv_head(H, Hk)
     lanes = cfg.target.vector_lanes(dtype)
     define_attention_knobs(cfg, S, Sk, Dv, lanes, causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
@@ -212,9 +225,9 @@ def attention(
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
-    V = pt.placeholder((B, H, rows, Dv), dtype, name="V")
+    V = pt.placeholder((B, Hk, rows, Dv), dtype, name="V")
     if cfg["form"].val == "flash":
-        K = pt.placeholder((B, H, D, rows) if k_transposed else (B, H, rows, D), dtype, name="K")
+        K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
 
         def tiles(s, DL, PV, kb):
             tq = min(S, cfg["tile_q"].size[-1])
@@ -228,17 +241,19 @@ def attention(
             _schedule_tile_gemm(s, PV, mr_o, dci, otile, outer=(dco,))
 
         kt_in = K if k_transposed else None
-        dims = (B, H, S, D, Sk, Dv)
+        dims = (B, H, S, D, Sk, Dv, Hk)
         s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles)
         return s, [Q, K, V, Out]
     if k_transposed:
-        K = KT = pt.placeholder((B, H, D, rows), dtype, name="K")
+        K = KT = pt.placeholder((B, Hk, D, rows), dtype, name="K")
     else:
-        K = pt.placeholder((B, H, rows, D), dtype, name="K")
-        KT = pt.compute((B, H, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
+        K = pt.placeholder((B, Hk, rows, D), dtype, name="K")
+        KT = pt.compute((B, Hk, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
-        (B, H, S, Sk), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
+        (B, H, S, Sk),
+        lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, kvh(h), d, j], axis=d),
+        name="Dot",
     )
     if causal:
         Sc = pt.compute(
@@ -257,7 +272,9 @@ def attention(
     rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
     j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
-        (B, H, S, Dv), lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, h, j, e], axis=j), name="Acc"
+        (B, H, S, Dv),
+        lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, kvh(h), j, e], axis=j),
+        name="Acc",
     )
     Out = pt.compute((B, H, S, Dv), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
 

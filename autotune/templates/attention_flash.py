@@ -54,11 +54,19 @@ def flash_knobs(cfg, Sk: int, lanes: int):
     cfg.define_knob("key_block", sizes, default=max([b for b in sizes if b <= room] or sizes[:1]))
 
 
+def kv_head(H: int, Hk: int):
+    """The key/value head a query head reads: ``h // (H / Hk)`` (grouped-query
+    attention), ``h`` itself when there are as many."""
+    g = H // Hk
+    return (lambda h: h) if g == 1 else (lambda h: h // g)
+
+
 def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, tiles):
     """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
     ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None).
     ``tiles(s, DL, PV, key_block)`` schedules the two register-tiled GEMMs."""
-    B, H, S, D, Sk, Dv = dims
+    B, H, S, D, Sk, Dv, Hk = dims
+    kvh = kv_head(H, Hk)
     L = cfg.target.vector_lanes(dtype)
     Ls = max(L, 4)  # the state's vectors hold at least the header l, a, b
     kb = cfg["key_block"].val
@@ -74,20 +82,22 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
             else (lambda b, h, d, j: K[b, h, j, d])
         )
         KT = pt.compute(
-            (B, H, D, Sp),
+            (B, Hk, D, Sp),
             lambda b, h, d, j: pt.select(j < Sk, src(b, h, d, pt.min(j, last)), c(0.0)),
             name="KT",
         )
     VP = V
     if Sp != Sk:
         VP = pt.compute(
-            (B, H, Sp, Dv),
+            (B, Hk, Sp, Dv),
             lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, last), e], c(0.0)),
             name="VP",
         )
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
-        (B, H, S, Sp), lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, h, d, j], axis=d), name="Dot"
+        (B, H, S, Sp),
+        lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, kvh(h), d, j], axis=d),
+        name="Dot",
     )
     lim = (lambda i: pt.min(i + (Sk - S), last)) if causal else (lambda i: last)  # noqa: E731
     Sc = pt.compute(
@@ -122,7 +132,9 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     jj = pt.reduce_axis((0, kb), name="jj")
     PV = pt.compute(
         (B, H, nt, S, Dv),
-        lambda b, h, t, i, e: pt.sum(P[b, h, i, t * kb + jj] * VP[b, h, t * kb + jj, e], axis=jj),
+        lambda b, h, t, i, e: pt.sum(
+            P[b, h, i, t * kb + jj] * VP[b, kvh(h), t * kb + jj, e], axis=jj
+        ),
         name="PV",
     )
     NV = -(-Dv // Ls) + 2
