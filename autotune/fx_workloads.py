@@ -29,6 +29,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from pypto.target import as_target
 
+from .templates.attention import sdpa_parts
 from .templates.winograd import winograd_pays
 from .workloads import Workload, merge_duplicates
 
@@ -121,11 +122,17 @@ def _sdpa(node) -> tuple:
     extra.update(node.kwargs)
     if extra.get("attn_mask") is not None or extra.get("dropout_p", 0.0):
         raise _NotCovered("mask or dropout")
-    sq, sk = _shape(q), _shape(k)
-    if len(sq) != 4 or sq != sk or sq != _shape(v):
-        raise _NotCovered(f"shapes {sq}, {sk}")
+    sq, sk, sv = _shape(q), _shape(k), _shape(v)
+    if len(sq) != 4 or len(sk) != 4 or len(sv) != 4 or sk[:3] != sv[:3] or sq[3] != sk[3]:
+        raise _NotCovered(f"shapes {sq}, {sk}, {sv}")
+    if sk[1] != sq[1] and not (extra.get("enable_gqa") and sq[1] % sk[1] == 0):
+        raise _NotCovered(f"{sk[1]} key heads for {sq[1]} query heads")
     b, h, s, d = sq
-    return "attention", (b, h, s, d, True) if extra.get("is_causal") else (b, h, s, d)
+    causal = bool(extra.get("is_causal"))
+    parts = sdpa_parts(b, h, s, d, sk[1], sk[2], sv[3], causal, extra.get("scale"), "float32")
+    if len(parts) > 1:
+        raise _NotCovered("causal with fewer keys than queries (two calls)")
+    return "attention", parts[0][2]
 
 
 def _arg(node, i, name, default=None):

@@ -30,6 +30,7 @@ import torch
 
 from pypto.torch import dtype_name, empty
 
+from .templates.attention import sdpa_parts
 from .torch_call import ROW_DTYPES, call, check_vector, flat, module, rows_cols
 from .torch_moe import moe
 
@@ -238,29 +239,17 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
-# the defaults of the attention template's arguments after (B, H, S, D, causal, scale):
-# dtype, kv_len, kv_rows, k_transposed, dv, kv_heads
-_ATTENTION_DEFAULTS = ("float32", None, None, False, None, None)
-
-
 def _attention_call(q, k, v, causal: bool, scale, dt: str):
-    """The attention template on contiguous copies of q, k and v. PyTorch's causal mask
-    is aligned to the first key (query i sees keys j <= i), the template's to the last:
-    with more keys than queries only the first S keys count (``kv_len`` S of ``kv_rows``
-    S_kv); with fewer, the queries past the last key see every key (a second call)."""
+    """The attention template on contiguous copies of q, k and v (``sdpa_parts``: one
+    call, or two when a causal call has fewer keys than queries)."""
     B, H, S, D = q.shape
-    Hk, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
-    if causal and Sk < S:
-        head = _attention_call(q[:, :, :Sk], k, v, True, scale, dt)
-        return torch.cat((head, _attention_call(q[:, :, Sk:], k, v, False, scale, dt)), dim=2)
-    kv_len = S if causal else Sk
-    tail = [dt, None if kv_len == S else kv_len, None if Sk == kv_len else Sk, False]
-    tail += [None if Dv == D else Dv, None if Hk == H else Hk]
-    while tail and tail[-1] == _ATTENTION_DEFAULTS[len(tail) - 1]:
-        tail.pop()
-    ins = [(q.contiguous(), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
-    (o,) = call("attention", (B, H, S, D, causal, scale, *tail), ins, [(B, H, S, Dv)], dt)
-    return o
+    parts = sdpa_parts(B, H, S, D, k.shape[1], k.shape[2], v.shape[3], causal, scale, dt)
+    kc, vc, outs = k.contiguous(), v.contiguous(), []
+    for lo, hi, args in parts:
+        qc = (q if (lo, hi) == (0, S) else q[:, :, lo:hi]).contiguous()
+        ins = [(qc, "q"), (kc, "k"), (vc, "v")]
+        outs += call("attention", args, ins, [(B, H, hi - lo, v.shape[3])], dt)
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
 @torch.library.custom_op("pypto::attention", mutates_args=())

@@ -288,6 +288,26 @@ def test_from_torch_module_of_a_bert_layer_is_the_builtin_network():
     assert missing == {"view": 3, "transpose": 4, "reshape": 1, "add": 2}
 
 
+def test_from_torch_module_maps_grouped_query_attention_as_the_operator_calls_it():
+    """SDPA with fewer key/value heads (``enable_gqa``), more keys than queries and a
+    value dim of its own: the attention workload ``torch.ops.pypto.attention`` runs."""
+    torch = pytest.importorskip("torch")
+    from autotune.fx_workloads import from_torch_module
+    from autotune.templates.attention import sdpa_parts
+
+    F = torch.nn.functional
+
+    class Gqa(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    q, k, v = torch.randn(1, 8, 6, 16), torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 4)
+    ws, _ = from_torch_module(Gqa(), (q, k, v))
+    (part,) = sdpa_parts(1, 8, 6, 16, 2, 10, 4, True, None, "float32")
+    assert [(w.template, w.args) for w in ws] == [("attention", part[2])]
+    assert part[2] == (1, 8, 6, 16, True, None, "float32", None, 10, False, 4, 2)
+
+
 def test_gelu_fuses_only_after_a_linear_with_bias():
     torch = pytest.importorskip("torch")
     from autotune.fx_workloads import from_torch_module

@@ -124,6 +124,27 @@ def test_attention_grouped_query_as_sdpa(H, Hk, S, Sk):
         ops.attention(q, bad, bad, False, None, True)
 
 
+def test_attention_runs_the_record_of_the_workload_pypto_tune_names():
+    """The operator's workload is the template's arguments without trailing defaults,
+    as ``pypto-tune attention --args 1,2,24,8,True`` and the standard workloads name
+    it: a record of that workload is the config the operator builds."""
+    _seed()
+    task = at.Task("attention", (1, 2, 24, 8, True))
+    default = task.config_space.default_config().values
+    assert default["form"] == "flash"
+    rec = at.Record(task.workload_key, task.target.name, {**default, "form": "two_pass"}, [1e-4])
+    want = pt.build(*task.instantiate(task.config_space.config(rec.config)), name="attention")
+    want = want.source
+    q, k, v = (torch.randn(1, 2, 24, 8) for _ in range(3))
+    cache = autotune.torch_call.MODULES
+    with at.apply_history_best([rec]):
+        got = ops.attention(q, k, v, True, None)
+        n = len(cache)  # the module the call built is the one of that workload:
+        assert autotune.torch.module("attention", (1, 2, 24, 8, True)).source == want
+        assert len(cache) == n  # not built again
+    _close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
 def test_attention_without_keys_gives_zeros_as_sdpa():
     q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 0, 4)
     for causal in (False, True):
