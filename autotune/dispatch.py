@@ -30,26 +30,30 @@ def record_keys(target, args) -> tuple:
     return target.record_keys(tuple(a for a in args if isinstance(a, str)))
 
 
-def lookup(workload: str, targets) -> list:
-    """The recorded knob values for ``workload`` on the first of ``targets`` (a name or
-    a tuple of names, as ``record_keys`` gives) that has any, in the innermost context
-    that has any, fastest first (the caller takes the first that fits the template);
-    or []."""
-    for target in (targets,) if isinstance(targets, str) else targets:
+def _names(x) -> tuple:
+    return (x,) if isinstance(x, str) else tuple(x)
+
+
+def lookup(workload, targets) -> list:
+    """The recorded knob values for ``workload`` (a workload key, or the keys of its
+    spellings, ``Template.spellings``) on the first of ``targets`` (a name or a tuple of
+    names, as ``record_keys`` gives) that has any, in the innermost context that has
+    any, under the first spelling that has any, fastest first (the caller takes the
+    first that fits the template); or []."""
+    for target in _names(targets):
         for ranked in reversed(_stack()):
-            values = ranked.get((workload, target))
-            if values:
-                return values
+            for w in _names(workload):
+                values = ranked.get((w, target))
+                if values:
+                    return values
     return []
 
 
-def other_targets(workload: str, targets) -> list[str]:
+def other_targets(workload, targets) -> list[str]:
     """The targets other than ``targets`` (a name or a tuple of names) that the active
-    contexts have records of ``workload`` for."""
-    mine = {targets} if isinstance(targets, str) else set(targets)
-    return sorted(
-        {t for ranked in _stack() for (w, t) in ranked if w == workload and t not in mine}
-    )
+    contexts have records of ``workload`` (a key, or the keys of its spellings) for."""
+    mine, ws = set(_names(targets)), set(_names(workload))
+    return sorted({t for ranked in _stack() for (w, t) in ranked if w in ws and t not in mine})
 
 
 def _ranked(records) -> dict:

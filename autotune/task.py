@@ -55,6 +55,28 @@ class Template:
     def __repr__(self):
         return f"Template({self.name!r})"
 
+    def short_args(self, args) -> tuple:
+        """``args`` without the trailing ones that equal their parameter's default (of
+        the same type: ``0`` is not ``False``): the workload as the standard workloads
+        and ``pypto-tune`` name it, ``(4096, 4096)`` for ``gelu(4096, 4096, "none")``."""
+        params = list(inspect.signature(self.func).parameters.values())[1:]  # not cfg
+        out = list(args)
+        while 0 < len(out) <= len(params):
+            d = params[len(out) - 1].default
+            if d is inspect.Parameter.empty or type(out[-1]) is not type(d) or out[-1] != d:
+                break
+            out.pop()
+        return tuple(out)
+
+    def spellings(self, args) -> list[str]:
+        """The workload keys of every spelling of ``args`` (the same workload with more
+        or fewer of its trailing defaults written out), ``args``' own first: a record of
+        ``gelu(9, 70, "none")`` serves a call ``gelu(9, 70)`` and the other way round."""
+        short, full = self.short_args(args), tuple(self.named_args(args).values())
+        keys = [workload_key(self.name, args)]
+        keys += [workload_key(self.name, full[:n]) for n in range(len(short), len(full) + 1)]
+        return list(dict.fromkeys(keys))
+
     def named_args(self, args) -> dict:
         """The template's arguments by parameter name, defaults filled in:
         ``{"rows": 64, "cols": 128, "eps": 1e-6}`` for ``rmsnorm(cfg, rows, cols, eps=1e-6)``."""
@@ -112,7 +134,7 @@ class Template:
         space = self.space(*args, target=t)
         key = workload_key(self.name, args)
         keys = self.record_keys(args, t)
-        ranked = dispatch.lookup(key, keys)
+        ranked = dispatch.lookup(self.spellings(args), keys)
         cfg, stale = None, 0
         for values in ranked:
             try:
@@ -121,7 +143,7 @@ class Template:
             except SpaceError:
                 stale += 1  # a record from another version of the template
         if not ranked:
-            _warn_other_targets(self.name, key, keys)
+            _warn_other_targets(self.name, key, keys, self.spellings(args))
         if stale:
             use = "the best one that does" if cfg is not None else "the default config"
             warnings.warn(
@@ -135,11 +157,11 @@ class Template:
 _WARNED_TARGETS: set = set()
 
 
-def _warn_other_targets(name: str, workload: str, targets: tuple) -> None:
+def _warn_other_targets(name: str, workload: str, targets: tuple, spellings: list) -> None:
     """Once per workload and target: records exist, but for other targets only (a base
     target whose records serve this one is not another target)."""
     target = targets[0]
-    others = dispatch.other_targets(workload, targets)
+    others = dispatch.other_targets(spellings, targets)
     if others and (workload, target) not in _WARNED_TARGETS:
         _WARNED_TARGETS.add((workload, target))
         warnings.warn(

@@ -42,7 +42,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU (``approximate``: ``"none"``, the erf form, or ``"tanh"``), as ``F.gelu``."""
     dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
     rows, cols = rows_cols(x)
-    args = (rows, cols, approximate) if dt == "float32" else (rows, cols, approximate, dt)
+    args = (rows, cols, approximate, dt)
     (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt)
     return y.reshape(x.shape)
 
@@ -81,12 +81,10 @@ gelu.register_autograd(_gelu_bwd, setup_context=_gelu_setup)
 # ---------------------------------------------------------------- rms_norm
 
 
-def _norm_args(tuned: str, generic: str, rows, cols, eps, default_eps, dt):
-    """float32: the tuned template (eps in the workload only when not its default, as
-    in the shipped records); float64: the dtype-generic one."""
-    if dt == "float32":
-        return tuned, (rows, cols) if eps == default_eps else (rows, cols, eps)
-    return generic, (rows, cols, eps, dt)
+def _norm_args(tuned: str, generic: str, rows, cols, eps, dt):
+    """float32: the tuned template; the other dtypes: the dtype-generic one (``module``
+    names the workload without its trailing defaults, as the shipped records do)."""
+    return (tuned, (rows, cols, eps)) if dt == "float32" else (generic, (rows, cols, eps, dt))
 
 
 @torch.library.custom_op("pypto::rms_norm", mutates_args=())
@@ -95,7 +93,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     dt = dtype_name(x, "rms_norm: x", allowed=ROW_DTYPES)
     rows, cols = rows_cols(x)
     check_vector(weight, cols, dt, "rms_norm: weight")
-    name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, 1e-6, dt)
+    name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight")]
     (y,) = call(name, args, ins, [(rows, cols)], dt)
     return y.reshape(x.shape)
@@ -147,7 +145,7 @@ def layer_norm(
     rows, cols = rows_cols(x)
     check_vector(weight, cols, dt, "layer_norm: weight")
     check_vector(bias, cols, dt, "layer_norm: bias")
-    name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, 1e-5, dt)
+    name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, dt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
     (y,) = call(name, args, ins, [(rows, cols)], dt)
     return y.reshape(x.shape)

@@ -12,7 +12,7 @@ import pypto as pt
 from pypto.torch import ModuleCache, dtype_name, empty, run
 
 from . import dispatch
-from .task import get_template, workload_key
+from .task import get_template
 
 MODULES = ModuleCache()
 # the row-wise operators' dtypes: 16-bit floats are computed in float32 and rounded once
@@ -28,11 +28,13 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
     """The built module of template ``name`` for ``args`` (cached): the best recorded
     config for the target (the caller's ``apply_history_best`` first, then the user's
     and the shipped records, as ``apply_history_best()`` reads them), else the default
-    config."""
+    config. A record of any spelling of the workload serves (``Template.spellings``:
+    ``gelu(9, 70)`` and ``gelu(9, 70, "none")`` are one workload, built once)."""
     t = target_of(target) if isinstance(target, str) else target
+    tpl = get_template(name)
+    args = tpl.short_args(args)
 
     def make():
-        tpl = get_template(name)
         s, tensors = tpl.func(best_config(tpl, args, t), *args)
         return pt.build(s, tensors, target=t, name=name)
 
@@ -42,7 +44,7 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
 def best_config(tpl, args: tuple, t: pt.Target):
     """The config ``module`` builds: the records in scope, else the user's and the
     shipped ones, else the template's default."""
-    if dispatch.lookup(workload_key(tpl.name, args), tpl.record_keys(args, t)):
+    if dispatch.lookup(tpl.spellings(args), tpl.record_keys(args, t)):
         return tpl.best_config(*args, target=t)
     with dispatch.apply_history_best():
         return tpl.best_config(*args, target=t)

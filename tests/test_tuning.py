@@ -514,3 +514,22 @@ def test_task_featurize_is_the_features_of_the_checked_lowering():
     assert np.array_equal(task.featurize(dict(cfg.values)), want)  # knob values work too
     with pytest.raises(at.SpaceError, match="tile_i"):
         task.featurize({**cfg.values, "tile_i": [3, 5]})
+
+
+def test_a_record_serves_every_spelling_of_its_workload():
+    """``gelu(9, 70)``, ``gelu(9, 70, "none")`` and ``gelu(9, 70, "none", "float32")`` are
+    one workload: a record under any spelling serves a call under any other (as
+    ``pypto-tune gelu --args 9,70,none`` records and the operator calls); another
+    value of the argument is another workload."""
+    tmpl = at.get_template("gelu")
+    task = at.Task("gelu", (9, 70, "none"))
+    default = task.config_space.default_config().values
+    other = {**default, "unroll_j": 4 if default["unroll_j"] != 4 else 1}
+    for written in ((9, 70, "none"), (9, 70), (9, 70, "none", "float32")):
+        rec = at.Record(at.workload_key("gelu", written), task.target.name, other, [1e-6])
+        with at.apply_history_best([rec]):
+            for called in ((9, 70), (9, 70, "none"), (9, 70, "none", "float32")):
+                assert tmpl.best_config(*called).values == other, (written, called)
+            assert tmpl.best_config(9, 70, "tanh").values != other
+    assert tmpl.short_args((9, 70, "none", "float32")) == (9, 70)
+    assert tmpl.short_args((9, 70, "tanh", "float32")) == (9, 70, "tanh")

@@ -71,35 +71,22 @@ def _attention_ref(q, k, v, *, causal, scale, kv_len=None, k_transposed=False):
     return np.einsum("bhij,bhjd->bhid", p, v.astype(np.float64)).astype(q.dtype)
 
 
-# the defaults of the template's arguments after (B, H, S, D): causal, scale, dtype,
-# kv_len, kv_rows, k_transposed, dv, kv_heads
-_DEFAULTS = (False, None, "float32", None, None, False, None, None)
-
-
-def _same(value, default) -> bool:
-    """``value`` is the default itself (``0`` is not ``False``, nor ``0.0`` ``None``)."""
-    return type(value) is type(default) and value == default
-
-
 def sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal: bool, scale, dtype: str) -> list:
     """PyTorch's ``scaled_dot_product_attention`` of q ``[B, H, S, D]``, k ``[B, Hk, Sk,
     D]`` and v ``[B, Hk, Sk, Dv]`` as calls of this template: ``[(first query, end
-    query, template arguments)]``, the arguments without their trailing defaults (the
-    workloads ``pypto-tune`` and the standard workloads name: ``(1, 8, 1024, 64)``,
-    ``(1, 8, 1024, 64, True)``). PyTorch's causal mask is aligned to the first
-    key (query i sees keys j <= i), this template's to the last: with more keys than
-    queries only the first S count (``kv_len`` S of ``kv_rows`` Sk); with fewer, the
-    queries past the last key see every key (a second call)."""
+    query, template arguments)]``, the arguments without their trailing defaults
+    (``Template.short_args``: the workloads ``pypto-tune`` and the standard workloads
+    name, ``(1, 8, 1024, 64)``, ``(1, 8, 1024, 64, True)``). PyTorch's causal mask is
+    aligned to the first key (query i sees keys j <= i), this template's to the last:
+    with more keys than queries only the first S count (``kv_len`` S of ``kv_rows``
+    Sk); with fewer, the queries past the last key see every key (a second call)."""
     if causal and Sk < S:
         head = sdpa_parts(B, H, Sk, D, Hk, Sk, Dv, True, scale, dtype)
         return head + [(Sk, S, sdpa_parts(B, H, S - Sk, D, Hk, Sk, Dv, False, scale, dtype)[0][2])]
     kv_len = S if causal else Sk
-    tail = [bool(causal), scale, dtype, None if kv_len == S else kv_len]
-    tail += [None if Sk == kv_len else Sk, False, None if Dv == D else Dv]
-    tail.append(None if Hk == H else Hk)
-    while tail and _same(tail[-1], _DEFAULTS[len(tail) - 1]):
-        tail.pop()
-    return [(0, S, (B, H, S, D, *tail))]
+    args = (B, H, S, D, bool(causal), scale, dtype, None if kv_len == S else kv_len)
+    args += (None if Sk == kv_len else Sk, False, None if Dv == D else Dv)
+    return [(0, S, attention.short_args((*args, None if Hk == H else Hk)))]
 
 
 def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
