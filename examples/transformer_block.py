@@ -27,15 +27,25 @@ ops = torch.ops.pypto
 
 
 def make_params(
-    dim: int, heads: int, ff: int, experts: int, seed: int = 0, dtype=torch.float32
+    dim: int,
+    heads: int,
+    ff: int,
+    experts: int,
+    seed: int = 0,
+    dtype=torch.float32,
+    kv_heads: int | None = None,
 ) -> dict:
+    """The block's weights; ``kv_heads`` (a divisor of ``heads``) key/value heads make
+    its attention grouped-query, as LLaMA's larger models."""
     g = torch.Generator().manual_seed(seed)
     r = lambda *s, scale: (torch.randn(*s, generator=g) * scale).to(dtype)  # noqa: E731
+    kv = heads if kv_heads is None else kv_heads
     return {
         "heads": heads,
+        "kv_heads": kv,
         "n1": 1 + r(dim, scale=0.1),
         "n2": 1 + r(dim, scale=0.1),
-        "wqkv": r(3 * dim, dim, scale=dim**-0.5),
+        "wqkv": r(dim + 2 * kv * (dim // heads), dim, scale=dim**-0.5),
         "wo": r(dim, dim, scale=dim**-0.5),
         "router": r(experts, dim, scale=dim**-0.5),
         "w_gate": r(experts, ff, dim, scale=dim**-0.5),
@@ -53,12 +63,21 @@ def _route(h, p, k=2):
     return tw / tw.sum(-1, keepdim=True), ti
 
 
+def _heads(qkv: torch.Tensor, p: dict):
+    """q ``[H, S, dh]``, k and v ``[Hkv, S, dh]`` from the projected rows."""
+    S, H, kv = qkv.shape[0], p["heads"], p["kv_heads"]
+    dh = qkv.shape[1] // (H + 2 * kv)
+    q, k, v = qkv.split([H * dh, kv * dh, kv * dh], dim=1)
+    return (t.reshape(S, -1, dh).transpose(0, 1) for t in (q, k, v))
+
+
 def block_torch(x: torch.Tensor, p: dict) -> torch.Tensor:
     """Plain PyTorch: the MoE as a loop over experts (gather, SwiGLU, scatter-add)."""
     S, d = x.shape
-    H = p["heads"]
-    q, k, v = (_rms(x, p["n1"]) @ p["wqkv"].T).view(S, 3, H, d // H).permute(1, 2, 0, 3)
-    a = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
+    q, k, v = _heads(_rms(x, p["n1"]) @ p["wqkv"].T, p)
+    gqa = p["kv_heads"] != p["heads"]
+    a = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True, enable_gqa=gqa)
+    a = a[0]
     x = x + a.transpose(0, 1).reshape(S, d) @ p["wo"].T
     h = _rms(x, p["n2"])
     tw, ti = _route(h, p)
@@ -73,10 +92,9 @@ def block_torch(x: torch.Tensor, p: dict) -> torch.Tensor:
 def block_pypto(x: torch.Tensor, p: dict) -> torch.Tensor:
     """The same block with the pypto operators for norms, attention and the MoE."""
     S, d = x.shape
-    H = p["heads"]
-    qkv = ops.rms_norm(x, p["n1"], 1e-6) @ p["wqkv"].T
-    q, k, v = qkv.view(S, 3, H, d // H).permute(1, 2, 0, 3).contiguous()
-    a = ops.attention(q[None], k[None], v[None], True, None)[0]
+    q, k, v = _heads(ops.rms_norm(x, p["n1"], 1e-6) @ p["wqkv"].T, p)
+    gqa = p["kv_heads"] != p["heads"]
+    a = ops.attention(q[None], k[None], v[None], True, None, gqa)[0]
     x = x + a.transpose(0, 1).reshape(S, d) @ p["wo"].T
     h = ops.rms_norm(x, p["n2"], 1e-6)
     tw, ti = _route(h, p)
@@ -98,6 +116,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--dim", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument(
+        "--kv-heads", type=int, default=None,
+        help="key/value heads, a divisor of --heads: grouped-query attention (default: as many)",
+    )  # fmt: skip
     ap.add_argument("--ff", type=int, default=1408)
     ap.add_argument("--experts", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
@@ -108,7 +130,7 @@ def main(argv=None) -> dict:
     )  # fmt: skip
     a = ap.parse_args(argv)
     dt = getattr(torch, a.dtype)
-    p = make_params(a.dim, a.heads, a.ff, a.experts, dtype=dt)
+    p = make_params(a.dim, a.heads, a.ff, a.experts, dtype=dt, kv_heads=a.kv_heads)
     x = torch.randn(a.seq, a.dim, generator=torch.Generator().manual_seed(1)).to(dt)
     runs = {"eager": lambda t: block_torch(t, p)}
     if not a.no_compile:
@@ -118,7 +140,8 @@ def main(argv=None) -> dict:
         ref = block_torch(x, p)
         result = {}
         print(
-            f"block: S={a.seq} d={a.dim} heads={a.heads} d_ff={a.ff} experts={a.experts} "
+            f"block: S={a.seq} d={a.dim} heads={a.heads} (key/value: {p['kv_heads']}) "
+            f"d_ff={a.ff} experts={a.experts} "
             f"top-2, {a.dtype}"
         )
         print(f"{'implementation':<16}{'ms/block':>10}{'max |diff|':>14}")

@@ -401,7 +401,8 @@ def test_user_custom_op_with_sizes_bound_by_its_inputs():
 def test_transformer_block_example_agrees():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cmd = [sys.executable, "examples/transformer_block.py", "--seq", "24", "--dim", "32"]
-    cmd += ["--ff", "48", "--heads", "2", "--experts", "4", "--repeat", "1", "--no-compile"]
+    cmd += ["--ff", "48", "--heads", "4", "--kv-heads", "2", "--experts", "4", "--repeat", "1"]
+    cmd += ["--no-compile"]  # grouped-query attention: 2 query heads per key/value head
     env = {**os.environ, "PYTHONPATH": root}
     out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
