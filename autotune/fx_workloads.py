@@ -30,6 +30,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 from pypto.target import as_target
 
 from .templates.attention import sdpa_parts
+from .templates.attention_mask import spec_of
 from .templates.winograd import winograd_pays
 from .workloads import Workload, merge_duplicates
 
@@ -120,8 +121,8 @@ def _sdpa(node) -> tuple:
     q, k, v = node.args[:3]
     extra = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), node.args[3:]))
     extra.update(node.kwargs)
-    if extra.get("attn_mask") is not None or extra.get("dropout_p", 0.0):
-        raise _NotCovered("mask or dropout")
+    if extra.get("dropout_p", 0.0):
+        raise _NotCovered("dropout")
     sq, sk, sv = _shape(q), _shape(k), _shape(v)
     if len(sq) != 4 or len(sk) != 4 or len(sv) != 4 or sk[:3] != sv[:3] or sq[3] != sk[3]:
         raise _NotCovered(f"shapes {sq}, {sk}, {sv}")
@@ -129,10 +130,26 @@ def _sdpa(node) -> tuple:
         raise _NotCovered(f"{sk[1]} key heads for {sq[1]} query heads")
     b, h, s, d = sq
     causal = bool(extra.get("is_causal"))
-    parts = sdpa_parts(b, h, s, d, sk[1], sk[2], sv[3], causal, extra.get("scale"), "float32")
+    mask = _mask_spec(extra.get("attn_mask"), (b, h, s, sk[2]), causal)
+    parts = sdpa_parts(b, h, s, d, sk[1], sk[2], sv[3], causal, extra.get("scale"), "float32", mask)
     if len(parts) > 1:
         raise _NotCovered("causal with fewer keys than queries (two calls)")
     return "attention", parts[0][2]
+
+
+def _mask_spec(mask, scores: tuple, causal: bool):
+    """The attention template's ``mask`` argument for SDPA's ``attn_mask`` node (bool or
+    float32, broadcast to the scores' shape), or None without one."""
+    if mask is None:
+        return None
+    meta = mask.meta.get("tensor_meta") if isinstance(mask, fx.Node) else None
+    if causal or meta is None or meta.dtype not in (torch.bool, torch.float32):
+        raise _NotCovered("this mask (unknown, of another dtype, or with is_causal)")
+    shape = tuple(int(x) for x in meta.shape)
+    shape = (1,) * (4 - len(shape)) + shape
+    if len(shape) != 4 or any(n not in (1, m) for n, m in zip(shape, scores)):
+        raise _NotCovered(f"a mask of shape {shape} for scores {scores}")
+    return spec_of(shape, scores, "bool" if meta.dtype == torch.bool else "float")
 
 
 def _arg(node, i, name, default=None):

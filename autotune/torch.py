@@ -31,6 +31,7 @@ import torch
 from pypto.torch import dtype_name, empty
 
 from .templates.attention import sdpa_parts
+from .templates.attention_mask import spec_of
 from .torch_call import ROW_DTYPES, call, check_vector, flat, module, rows_cols
 from .torch_moe import moe
 
@@ -237,15 +238,22 @@ softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
 # ---------------------------------------------------------------- attention
 
 
-def _attention_call(q, k, v, causal: bool, scale, dt: str):
-    """The attention template on contiguous copies of q, k and v (``sdpa_parts``: one
-    call, or two when a causal call has fewer keys than queries)."""
+def _attention_call(q, k, v, causal: bool, scale, dt: str, mask=None):
+    """The attention template on contiguous copies of q, k, v and the 4-d ``mask``
+    (``sdpa_parts``: one call, or two when a causal call has fewer keys than queries)."""
     B, H, S, D = q.shape
-    parts = sdpa_parts(B, H, S, D, k.shape[1], k.shape[2], v.shape[3], causal, scale, dt)
+    Hk, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    spec = None
+    if mask is not None:
+        spec = spec_of(
+            tuple(mask.shape), (B, H, S, Sk), "bool" if mask.dtype == torch.bool else "float"
+        )
+    parts = sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal, scale, dt, spec)
     kc, vc, outs = k.contiguous(), v.contiguous(), []
     for lo, hi, args in parts:
         qc = (q if (lo, hi) == (0, S) else q[:, :, lo:hi]).contiguous()
         ins = [(qc, "q"), (kc, "k"), (vc, "v")]
+        ins += [] if mask is None else [(mask.contiguous(), "attn_mask")]
         outs += call("attention", args, ins, [(B, H, hi - lo, v.shape[3])], dt)
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
@@ -258,14 +266,17 @@ def attention(
     is_causal: bool = False,
     scale: float | None = None,
     enable_gqa: bool = False,
+    attn_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``F.scaled_dot_product_attention(q, k, v, is_causal=..., scale=...,
     enable_gqa=...)``: q ``[B, H, S, D]``, k ``[B, Hkv, S_kv, D]``, v ``[B, Hkv, S_kv,
     Dv]``, the output ``[B, H, S, Dv]``; Hkv = H unless ``enable_gqa`` (grouped-query
     attention: Hkv divides H, query head h reads key/value head h // (H / Hkv),
     without copies); the causal mask as PyTorch's (query i sees keys j <= i, whatever
-    S_kv), the scale ``1 / sqrt(D)`` unless given; no mask tensor, no dropout. With no
-    keys the output is zeros, as PyTorch's. Causal calls skip the key blocks above the
+    S_kv), the scale ``1 / sqrt(D)`` unless given; ``attn_mask`` as SDPA's (bool: the
+    keys that take part; of q's dtype: added to the scores; broadcast to [B, H, S,
+    S_kv]; not with ``is_causal``), a query with no key left gets zeros; no dropout.
+    With no keys the output is zeros, as PyTorch's. Causal calls skip the key blocks above the
     diagonal (the template's flash form, its default for them). bfloat16 and float16
     are computed in float32 (q, k and v converted, one copy each; the output rounded
     once)."""
@@ -285,17 +296,38 @@ def attention(
             )
         if dtype_name(t, f"attention: {n}", allowed=ROW_DTYPES) != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
+    mask = None if attn_mask is None else _mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
     if dt in ("bfloat16", "float16"):  # copies into pooled buffers: no page faults
         q32, k32, v32 = (empty(t.shape, torch.float32).copy_(t) for t in (q, k, v))
-        o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32")
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.float()
+        o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32", mask)
         return empty(o.shape, q.dtype).copy_(o)
-    return _attention_call(q, k, v, bool(is_causal), scale, dt)
+    return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)
+
+
+def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:
+    """``attn_mask`` as a 4-d view (leading dims of 1 added), checked against the
+    scores' shape ``[B, H, S, S_kv]``: each dim 1 or the scores'."""
+    if causal:
+        raise ValueError("attention: attn_mask and is_causal at once (as SDPA, refused)")
+    if m.dtype != torch.bool:
+        dtype_name(m, "attention: attn_mask", allowed=ROW_DTYPES)
+        if m.dtype != q.dtype:
+            raise TypeError(f"attention: attn_mask has dtype {m.dtype}, q has {q.dtype}")
+    m4 = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)) if m.dim() <= 4 else m
+    if m4.dim() != 4 or any(n not in (1, d) for n, d in zip(m4.shape, scores)):
+        raise ValueError(
+            f"attention: attn_mask has shape {tuple(m.shape)}, which does not broadcast "
+            f"to the scores' {scores} ([B, H, S, S_kv])"
+        )
+    return m4
 
 
 @attention.register_fake
-def _(q, k, v, is_causal=False, scale=None, enable_gqa=False):
+def _(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 

@@ -148,6 +148,47 @@ def test_attention_refuses_heads_that_do_not_group():
         at.get_template("attention")(1, 6, 8, 4, False, None, "float32", None, None, False, None, 4)
 
 
+@pytest.mark.parametrize("form", ["two_pass", "flash"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (2, 3, 13, 8, False, None, "float32", None, None, False, None, None, "bool:b11k"),
+        (1, 4, 21, 16, False, 0.2, "float32", 37, None, False, 12, 2, "float:1hsk"),
+        (2, 2, 9, 8, False, None, "float64", None, None, False, None, None, "bool:bhsk"),
+    ],
+)
+def test_attention_with_a_mask(args, form):
+    """``mask``: SDPA's ``attn_mask`` (bool: the keys that take part; float: added to
+    the scores), broadcast over the dims it lacks; a row masked out gives zeros."""
+    task = at.Task("attention", args)
+    cfg = dict(task.config_space.default_config().values, form=form)
+    s, tensors = task.instantiate(task.config_space.config(cfg))
+    ins = [
+        RNG.standard_normal([int(d.value) for d in t.shape]).astype(t.dtype) for t in tensors[:3]
+    ]
+    mshape = [int(d.value) for d in tensors[3].shape]
+    if args[-1].startswith("bool"):
+        m = RNG.random(mshape) < 0.6
+        m[0, ..., 0, :] = False  # the first query (or all of them) of batch 0: no key
+    else:
+        m = (RNG.standard_normal(mshape) * 2).astype(args[6])
+        m[..., 1, :] = -np.inf  # query 1 masked out in every head
+    o = np.full([int(d.value) for d in tensors[4].shape], np.nan, tensors[4].dtype)
+    pt.build(s, tensors)(*ins, m, o)
+    want = _ref(args, *ins, m)
+    assert not np.isnan(want).any() and (want == 0).all(axis=-1).any()
+    tol = 1e-12 if args[6] == "float64" else 2e-6
+    np.testing.assert_allclose(o, want, atol=tol, rtol=1e-5)
+
+
+def test_attention_refuses_a_bad_mask():
+    tpl = at.get_template("attention")
+    with pytest.raises(ValueError, match="mask must be 'bool:' or 'float:' and, per dim"):
+        tpl(1, 2, 8, 4, False, None, "float32", None, None, False, None, None, "bool:x11k")
+    with pytest.raises(ValueError, match="a mask and causal at once"):
+        tpl(1, 2, 8, 4, True, None, "float32", None, None, False, None, None, "bool:b11k")
+
+
 def test_attention_refuses_causal_with_fewer_keys():
     with pytest.raises(ValueError, match="causal needs kv_len >= S .* got kv_len 8 < S 9"):
         at.get_template("attention")(1, 1, 9, 4, True, None, "float32", 8)

@@ -307,6 +307,15 @@ def test_from_torch_module_maps_grouped_query_attention_as_the_operator_calls_it
     assert [(w.template, w.args) for w in ws] == [("attention", part[2])]
     assert part[2] == (1, 8, 6, 16, True, None, "float32", None, 10, False, 4, 2)
 
+    class Padded(torch.nn.Module):  # a padding mask over the keys, as BERT's
+        def forward(self, q, k, v, m):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+
+    m = torch.rand(1, 1, 1, 10) < 0.5
+    ws, _ = from_torch_module(Padded(), (q, k, v, m))
+    assert [w.args for w in ws] == [(1, 8, 6, 16, False, None, "float32", 10, None, False, 4, 2,
+                                     "bool:b11k")]  # fmt: skip
+
 
 def test_gelu_fuses_only_after_a_linear_with_bias():
     torch = pytest.importorskip("torch")

@@ -145,6 +145,34 @@ def test_attention_runs_the_record_of_the_workload_pypto_tune_names():
     _close(got, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
+def test_attention_with_a_mask_as_sdpa():
+    """``attn_mask``: bool (the keys that take part) or float (added), of any shape
+    that broadcasts to the scores; a query left without keys gets zeros, as SDPA's;
+    under torch.compile too; a mask that does not broadcast, of another dtype, or
+    with is_causal is refused."""
+    _seed()
+    B, H, S, Sk = 2, 4, 9, 13
+    q, k, v = torch.randn(B, H, S, 8), torch.randn(B, 2, Sk, 8), torch.randn(B, 2, Sk, 5)
+    none = torch.ones(B, H, S, Sk, dtype=torch.bool)
+    none[0, 1, 3] = False  # one query of one head sees no key
+    for m in (torch.rand(B, 1, 1, Sk) < 0.7, torch.randn(S, Sk), torch.rand(H, S, Sk) < 0.5, none):
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+        _close(ops.attention(q, k, v, False, None, True, attn_mask=m), ref)
+    m = torch.rand(B, 1, 1, Sk) < 0.7
+    f = torch.compile(
+        lambda q, k, v, m: ops.attention(q, k, v, enable_gqa=True, attn_mask=m) * 2,
+        fullgraph=True,
+    )
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+    _close(f(q, k, v, m), 2 * ref)
+    with pytest.raises(ValueError, match=r"attn_mask has shape \(3, 1, 1, 13\), which does"):
+        ops.attention(q, k, v, False, None, True, attn_mask=torch.rand(3, 1, 1, Sk) < 0.5)
+    with pytest.raises(TypeError, match="attn_mask has dtype torch.float64, q has"):
+        ops.attention(q, k, v, False, None, True, attn_mask=torch.randn(S, Sk).double())
+    with pytest.raises(ValueError, match="attn_mask and is_causal at once"):
+        ops.attention(q, k, v, True, None, True, attn_mask=m)
+
+
 def test_attention_without_keys_gives_zeros_as_sdpa():
     q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 0, 4)
     for causal in (False, True):

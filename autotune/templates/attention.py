@@ -49,12 +49,12 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import ukernels
-from .attention_flash import flash_attention, flash_knobs, kv_head
+from . import attention_mask, ukernels
+from .attention_flash import FLOOR, flash_attention, flash_knobs, kv_head
 from .knobs import inner_tile
 
 
-def _attention_ref(q, k, v, *, causal, scale, kv_len=None, k_transposed=False):
+def _attention_ref(q, k, v, m=None, *, causal, scale, kv_len=None, k_transposed=False):
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     if k_transposed:
         k = np.swapaxes(k, 2, 3)
@@ -66,12 +66,16 @@ def _attention_ref(q, k, v, *, causal, scale, kv_len=None, k_transposed=False):
     s = np.einsum("bhid,bhjd->bhij", q.astype(np.float64), k.astype(np.float64)) * scale
     if causal:
         s = np.where(np.tril(np.ones((sq, sk), bool), k=sk - sq), s, -np.inf)
-    p = np.exp(s - s.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    if m is not None:  # a mask: bool (where true) or added
+        s = np.where(m, s, -np.inf) if m.dtype == bool else s + m.astype(np.float64)
+    mx = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isneginf(mx), 0.0, mx))  # a row masked out: zeros
+    den = p.sum(axis=-1, keepdims=True)
+    p = np.divide(p, den, out=np.zeros_like(p), where=den > 0)
     return np.einsum("bhij,bhjd->bhid", p, v.astype(np.float64)).astype(q.dtype)
 
 
-def sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal: bool, scale, dtype: str) -> list:
+def sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal: bool, scale, dtype: str, mask=None) -> list:
     """PyTorch's ``scaled_dot_product_attention`` of q ``[B, H, S, D]``, k ``[B, Hk, Sk,
     D]`` and v ``[B, Hk, Sk, Dv]`` as calls of this template: ``[(first query, end
     query, template arguments)]``, the arguments without their trailing defaults
@@ -79,14 +83,15 @@ def sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal: bool, scale, dtype: str) -> list:
     name, ``(1, 8, 1024, 64)``, ``(1, 8, 1024, 64, True)``). PyTorch's causal mask is
     aligned to the first key (query i sees keys j <= i), this template's to the last:
     with more keys than queries only the first S count (``kv_len`` S of ``kv_rows``
-    Sk); with fewer, the queries past the last key see every key (a second call)."""
+    Sk); with fewer, the queries past the last key see every key (a second call).
+    ``mask``: the template's (``attention_mask``; not with ``causal``)."""
     if causal and Sk < S:
         head = sdpa_parts(B, H, Sk, D, Hk, Sk, Dv, True, scale, dtype)
         return head + [(Sk, S, sdpa_parts(B, H, S - Sk, D, Hk, Sk, Dv, False, scale, dtype)[0][2])]
     kv_len = S if causal else Sk
     args = (B, H, S, D, bool(causal), scale, dtype, None if kv_len == S else kv_len)
     args += (None if Sk == kv_len else Sk, False, None if Dv == D else Dv)
-    return [(0, S, attention.short_args((*args, None if Hk == H else Hk)))]
+    return [(0, S, attention.short_args((*args, None if Hk == H else Hk, mask)))]
 
 
 def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
@@ -204,6 +209,7 @@ def attention(
     k_transposed=False,
     dv=None,
     kv_heads=None,
+    mask=None,
 ):
     """O[b, h, i, :] = sum_j softmax_j(scale * Q[b, h, i, :] . K[b, h, j, :]) V[b, h, j, :]
     over ``kv_len`` keys (default S); ``causal``: only keys j <= i + kv_len - S. K and V
@@ -214,7 +220,8 @@ def attention(
     kv_rows, dv]``, O ``[B, H, S, dv]``) when it differs from the query and key dim D.
     ``kv_heads``: grouped-query attention, K and V with ``kv_heads`` heads (dividing
     H), query head h reading key/value head ``h // (H / kv_heads)`` (as SDPA's
-    ``enable_gqa``)."""
+    ``enable_gqa``). ``mask``: SDPA's ``attn_mask``, an input M after V (``"bool:b11k"``
+    and the like, see ``attention_mask``), not with ``causal``."""
     if dtype not in ("float32", "float64"):
         raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
     Sk = S if kv_len is None else int(kv_len)
@@ -236,6 +243,9 @@ def attention(
             f"got kv_heads {Hk}"
         )
     kvh = kv_head(H, Hk)
+    msk = attention_mask.parse(mask, (B, H, S, Sk), dtype)
+    if msk is not None and causal:
+        raise ValueError("attention: a mask and causal at once (SDPA refuses them too)")
     lanes = cfg.target.vector_lanes(dtype)
     define_attention_knobs(cfg, S, Sk, Dv, lanes, causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
@@ -260,8 +270,8 @@ def attention(
 
         kt_in = K if k_transposed else None
         dims = (B, H, S, D, Sk, Dv, Hk)
-        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles)
-        return s, [Q, K, V, Out]
+        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles, msk)
+        return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     if k_transposed:
         K = KT = pt.placeholder((B, Hk, D, rows), dtype, name="K")
     else:
@@ -279,15 +289,32 @@ def attention(
             lambda b, h, i, j: pt.select(j <= i + (Sk - S), Dot[b, h, i, j] * c(sc), c(-math.inf)),
             name="Sc",
         )
+    elif msk is not None:
+        Sc = pt.compute(
+            (B, H, S, Sk),
+            lambda b, h, i, j: msk.score(Dot[b, h, i, j] * c(sc), b, h, i, j),
+            name="Sc",
+        )
     else:
         Sc = pt.compute((B, H, S, Sk), lambda b, h, i, j: Dot[b, h, i, j] * c(sc), name="Sc")
     L = cfg["red_lanes"].val
     lead = (B, H, S)
     mx, mx_p = _row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, Sk, L, "mx")
     exp = pt.fast_exp if dtype == "float32" else pt.exp
-    P = pt.compute((B, H, S, Sk), lambda b, h, i, j: exp(Sc[b, h, i, j] - mx[b, h, i]), name="P")
+    if msk is None:
+        top = lambda b, h, i: mx[b, h, i]  # noqa: E731
+    else:  # a row masked out: exp(-inf - floor) is 0, not NaN
+        top = lambda b, h, i: pt.max(mx[b, h, i], c(FLOOR))  # noqa: E731
+    P = pt.compute((B, H, S, Sk), lambda b, h, i, j: exp(Sc[b, h, i, j] - top(b, h, i)), name="P")
     sm, sm_p = _row_reduce4("sum", lambda b, h, i, j: P[b, h, i, j], lead, Sk, L, "sm")
-    rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
+    if msk is None:
+        rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
+    else:  # and its output 0
+        rs = pt.compute(
+            lead,
+            lambda b, h, i: pt.select(sm[b, h, i] > c(0.0), c(1.0) / sm[b, h, i], c(0.0)),
+            name="rs",
+        )
     j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
         (B, H, S, Dv),
@@ -331,4 +358,4 @@ def attention(
     mr_o = cfg["mr_o"].val
     otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, tq, Dv)
     _schedule_tile_gemm(s, AL, mr_o, dci, otile, outer=(dco,))
-    return s, [Q, K, V, Out]
+    return s, [Q, K, V, *([msk.tensor] if msk else []), Out]

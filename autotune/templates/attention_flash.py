@@ -61,10 +61,13 @@ def kv_head(H: int, Hk: int):
     return (lambda h: h) if g == 1 else (lambda h: h // g)
 
 
-def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, tiles):
+def flash_attention(
+    cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, tiles, mask=None
+):
     """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
     ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None).
-    ``tiles(s, DL, PV, key_block)`` schedules the two register-tiled GEMMs."""
+    ``tiles(s, DL, PV, key_block)`` schedules the two register-tiled GEMMs. ``mask``:
+    an ``attention_mask.Mask`` (a row masked out gives zeros)."""
     B, H, S, D, Sk, Dv, Hk = dims
     kvh = kv_head(H, Hk)
     L = cfg.target.vector_lanes(dtype)
@@ -100,9 +103,14 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
         name="Dot",
     )
     lim = (lambda i: pt.min(i + (Sk - S), last)) if causal else (lambda i: last)  # noqa: E731
+
+    def score(b, h, i, j):
+        s = Dot[b, h, i, j] * c(sc)
+        return s if mask is None else mask.score(s, b, h, i, pt.min(j, last))
+
     Sc = pt.compute(
         (B, H, S, Sp),
-        lambda b, h, i, j: pt.select(j <= lim(i), Dot[b, h, i, j] * c(sc), c(-math.inf)),
+        lambda b, h, i, j: pt.select(j <= lim(i), score(b, h, i, j), c(-math.inf)),
         name="Sc",
     )
     nk = kb // L
@@ -165,11 +173,12 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     St[rb, rh, ri, rv, rl] = pt.select(
         rv == 0, head, pt.select(rv == NV - 1, pt.select(rl == 0, m_new, c(0.0)), acc)
     )
-    Out = pt.compute(
-        (B, H, S, Dv),
-        lambda b, h, i, e: St[b, h, i, 1 + e // Ls, e % Ls] / St[b, h, i, 0, 0],
-        name="O",
-    )
+
+    def out(b, h, i, e):
+        o = St[b, h, i, 1 + e // Ls, e % Ls] / St[b, h, i, 0, 0]
+        return o if mask is None else pt.select(St[b, h, i, 0, 0] > c(0.0), o, c(0.0))
+
+    Out = pt.compute((B, H, S, Dv), out, name="O")
 
     s = pt.create_schedule(Out.op)
     for T in {KT, VP} - {K, V}:  # the padded or transposed copies, once per call

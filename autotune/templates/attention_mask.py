@@ -1,0 +1,62 @@
+"""Attention masks (SDPA's ``attn_mask``): a tensor broadcast against the scores.
+
+The template's ``mask`` argument names the mask's kind and which of the scores' dims
+``[B, H, S, S_kv]`` it has (a letter) or broadcasts (``1``):
+
+    "bool:b11k"   M[B, 1, 1, S_kv], bool: a key takes part where M is true
+    "float:1hsk"  M[1, H, S, S_kv], of the scores' dtype: added to the scaled scores
+
+    for b, h, i, j:                      for b, h, i, j:
+      s[b, h, i, j] = scale * q.k   ->     s[b, h, i, j] = scale * q.k + M[b, 0, 0, j]
+                                           (bool: M[b, 0, 0, j] ? scale * q.k : -inf)
+
+A row whose keys are all masked out gets zeros, as PyTorch's: the row max is
+clamped to a finite floor (``exp`` gives 0, not NaN) and a zero sum leaves the
+output 0.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import pypto as pt
+
+LETTERS = "bhsk"  # the scores' dims, in order
+
+
+class Mask(NamedTuple):
+    tensor: pt.Tensor  # the placeholder, broadcast dims of extent 1
+    kind: str  # "bool" or "float"
+    dims: str  # per dim of the scores: its letter (the mask has it) or "1"
+
+    def score(self, s, b, h, i, j):
+        """The masked score ``s`` of query ``i`` and key ``j`` (head ``h``, batch ``b``)."""
+        index = tuple(x if d != "1" else 0 for x, d in zip((b, h, i, j), self.dims))
+        m = self.tensor[index]
+        if self.kind == "bool":
+            return pt.select(m, s, pt.const(-math.inf, s.dtype))
+        return s + m
+
+
+def parse(spec, dims: tuple, dtype: str) -> Mask | None:
+    """The mask that ``spec`` (``"bool:b11k"``, or None) names for scores of ``dims``
+    ``(B, H, S, S_kv)`` and ``dtype``; a clear error for anything else."""
+    if spec is None:
+        return None
+    kind, _, which = str(spec).partition(":")
+    ok = kind in ("bool", "float") and len(which) == 4
+    if not ok or any(w not in (d, "1") for w, d in zip(which, LETTERS)):
+        raise ValueError(
+            f"attention: mask must be 'bool:' or 'float:' and, per dim of the scores "
+            f"[B, H, S, S_kv], its letter (b, h, s, k) or 1 (broadcast), got {spec!r}"
+        )
+    shape = tuple(n if w != "1" else 1 for n, w in zip(dims, which))
+    return Mask(pt.placeholder(shape, "bool" if kind == "bool" else dtype, name="M"), kind, which)
+
+
+def spec_of(shape: tuple, dims: tuple, kind: str) -> str:
+    """The ``mask`` argument of a mask of ``shape`` (4 dims, each 1 or the scores') over
+    scores of ``dims``: ``"bool:b11k"``."""
+    which = "".join(w if n == d else "1" for n, d, w in zip(shape, dims, LETTERS))
+    return f"{kind}:{which}"
