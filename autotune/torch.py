@@ -276,10 +276,10 @@ def attention(
     S_kv), the scale ``1 / sqrt(D)`` unless given; ``attn_mask`` as SDPA's (bool: the
     keys that take part; of q's dtype: added to the scores; broadcast to [B, H, S,
     S_kv]; not with ``is_causal``), a query with no key left gets zeros; no dropout.
-    With no keys the output is zeros, as PyTorch's. Causal calls skip the key blocks above the
-    diagonal (the template's flash form, its default for them). bfloat16 and float16
-    are computed in float32 (q, k and v converted, one copy each; the output rounded
-    once)."""
+    With no keys the output is zeros, as PyTorch's. Causal calls skip the key blocks
+    above the diagonal (the template's flash form, its default for them). bfloat16 and
+    float16 are computed in float32 (q, k and v converted, one copy each; the output
+    rounded once)."""
     dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")

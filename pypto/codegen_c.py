@@ -145,7 +145,7 @@ class CodeGen:
         ``(C name, C type, bytes)``: allocated once per thread around the loop instead of
         once per iteration (a thread runs its iterations one after another, and a fresh
         block holds nothing an iteration may read). Softmax's 16 KiB row of exponentials
-        cost a malloc and a free per row, 5% of its time."""
+        cost a malloc and a free per row, 2-5% of its time on a Zen 4."""
         out = {}
         for a in walk_stmts(body):
             if isinstance(a, Allocate):
