@@ -145,11 +145,10 @@ def _mask_spec(mask, scores: tuple, causal: bool):
     meta = mask.meta.get("tensor_meta") if isinstance(mask, fx.Node) else None
     if causal or meta is None or meta.dtype not in (torch.bool, torch.float32):
         raise _NotCovered("this mask (unknown, of another dtype, or with is_causal)")
-    shape = tuple(int(x) for x in meta.shape)
-    shape = (1,) * (4 - len(shape)) + shape
-    if len(shape) != 4 or any(n not in (1, m) for n, m in zip(shape, scores)):
-        raise _NotCovered(f"a mask of shape {shape} for scores {scores}")
-    return spec_of(shape, scores, "bool" if meta.dtype == torch.bool else "float")
+    spec = spec_of(tuple(meta.shape), scores, "bool" if meta.dtype == torch.bool else "float")
+    if spec is None:
+        raise _NotCovered(f"a mask of shape {tuple(meta.shape)} for scores {scores}")
+    return spec
 
 
 def _arg(node, i, name, default=None):

@@ -317,13 +317,12 @@ def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torc
         dtype_name(m, "attention: attn_mask", allowed=ROW_DTYPES)
         if m.dtype != q.dtype:
             raise TypeError(f"attention: attn_mask has dtype {m.dtype}, q has {q.dtype}")
-    m4 = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)) if m.dim() <= 4 else m
-    if m4.dim() != 4 or any(n not in (1, d) for n, d in zip(m4.shape, scores)):
+    if spec_of(tuple(m.shape), scores, "bool") is None:
         raise ValueError(
             f"attention: attn_mask has shape {tuple(m.shape)}, which does not broadcast "
             f"to the scores' {scores} ([B, H, S, S_kv])"
         )
-    return m4
+    return m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
 
 
 @attention.register_fake

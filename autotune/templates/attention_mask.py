@@ -55,8 +55,12 @@ def parse(spec, dims: tuple, dtype: str) -> Mask | None:
     return Mask(pt.placeholder(shape, "bool" if kind == "bool" else dtype, name="M"), kind, which)
 
 
-def spec_of(shape: tuple, dims: tuple, kind: str) -> str:
-    """The ``mask`` argument of a mask of ``shape`` (4 dims, each 1 or the scores') over
-    scores of ``dims``: ``"bool:b11k"``."""
+def spec_of(shape: tuple, dims: tuple, kind: str) -> str | None:
+    """The ``mask`` argument of a mask of ``shape`` over scores of ``dims`` ``(B, H, S,
+    S_kv)``, as PyTorch broadcasts it (leading dims of 1 added, each dim 1 or the
+    scores'): ``"bool:b11k"``; None when it does not broadcast."""
+    shape = (1,) * (4 - len(shape)) + tuple(int(n) for n in shape)
+    if len(shape) != 4 or any(n not in (1, d) for n, d in zip(shape, dims)):
+        return None
     which = "".join(w if n == d else "1" for n, d, w in zip(shape, dims, LETTERS))
     return f"{kind}:{which}"
