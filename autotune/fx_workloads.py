@@ -8,9 +8,11 @@
 every value for the example inputs. Each operator a rule of ``_MODULE_RULES``,
 ``_FUNCTION_RULES`` or ``_METHOD_RULES`` knows becomes a template with its
 arguments (conv2d with groups 1 or depthwise, linear and matmul, layer norm,
-rms norm, GELU, softmax over the last axis, scaled dot-product attention; a
-linear layer with bias whose only consumer is an exact GELU becomes one
-``dense_bias_gelu``); equal workloads merge, their weights summed. Every
+rms norm, GELU, softmax over the last axis, scaled dot-product attention as
+``torch.ops.pypto.attention`` calls the template, in two calls when causal with
+fewer keys than queries; a linear layer with bias whose only consumer is an
+exact GELU becomes one ``dense_bias_gelu``); equal workloads merge, their
+weights summed. Every
 other call is counted in ``not_covered`` under its name, with the reason when
 a known operator has an unsupported form (``Conv2d (dilation 2)``). Float32
 only: other dtypes are not covered.
@@ -132,9 +134,7 @@ def _sdpa(node) -> tuple:
     causal = bool(extra.get("is_causal"))
     mask = _mask_spec(extra.get("attn_mask"), (b, h, s, sk[2]), causal)
     parts = sdpa_parts(b, h, s, d, sk[1], sk[2], sv[3], causal, extra.get("scale"), "float32", mask)
-    if len(parts) > 1:
-        raise _NotCovered("causal with fewer keys than queries (two calls)")
-    return "attention", parts[0][2]
+    return [("attention", args) for _, _, args in parts]  # causal, fewer keys: two calls
 
 
 def _mask_spec(mask, scores: tuple, causal: bool):
@@ -165,7 +165,8 @@ _MODULE_RULES = {
     nn.GELU: lambda node, m: _gelu(node.args[0], m.approximate),
 }
 
-# function -> node -> (template, args)
+# function -> node -> (template, args), or a list of them for an operator that runs as
+# several calls (SDPA, causal with fewer keys than queries: two)
 _FUNCTION_RULES = {
     F.conv2d: lambda n: _conv(
         n.args[0],
@@ -266,15 +267,16 @@ def from_torch_module(
             missing[name] += 1
             continue
         try:
-            template, args = rule(node)
+            calls = rule(node)
         except _NotCovered as e:
             missing[f"{name} ({e})"] += 1
             continue
-        gelu = _fused_gelu(node, gm, template, args)
-        if gelu is not None:  # X W^T + b, then GELU: one kernel
-            fused.add(gelu)
-            template = "dense_bias_gelu"
-        if template == "conv2d_nchw" and winograd_pays(tuple(args), lanes):
-            template = "conv2d_nchw_winograd"
-        found.append(Workload(template, tuple(args)))
+        for template, args in calls if isinstance(calls, list) else [calls]:
+            gelu = _fused_gelu(node, gm, template, args)
+            if gelu is not None:  # X W^T + b, then GELU: one kernel
+                fused.add(gelu)
+                template = "dense_bias_gelu"
+            if template == "conv2d_nchw" and winograd_pays(tuple(args), lanes):
+                template = "conv2d_nchw_winograd"
+            found.append(Workload(template, tuple(args)))
     return merge_duplicates(found), dict(missing)

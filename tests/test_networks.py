@@ -316,6 +316,12 @@ def test_from_torch_module_maps_grouped_query_attention_as_the_operator_calls_it
     assert [w.args for w in ws] == [(1, 8, 6, 16, False, None, "float32", 10, None, False, 4, 2,
                                      "bool:b11k")]  # fmt: skip
 
+    # causal with fewer keys than queries: the operator's two calls, two workloads
+    ws, missing = from_torch_module(Gqa(), (torch.randn(1, 8, 12, 16), k, v))
+    parts = sdpa_parts(1, 8, 12, 16, 2, 10, 4, True, None, "float32")
+    assert [(w.template, w.args) for w in ws] == [("attention", p[2]) for p in parts]
+    assert [p[:2] for p in parts] == [(0, 10), (10, 12)] and missing == {}
+
 
 def test_gelu_fuses_only_after_a_linear_with_bias():
     torch = pytest.importorskip("torch")
