@@ -301,7 +301,7 @@ class Bounds(_Reads):
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
-            inner = [iv for iv, _ in cctx[len(prefix_ids) :]]
+            inner = cctx[len(prefix_ids) :]
             exact |= cn.tightened  # a consumer whose loops are not a box
             for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:

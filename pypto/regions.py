@@ -25,7 +25,23 @@ from .simplify import Lin, simplify
 
 
 def relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
-    """Symbolic (lo, hi) of ``e`` as the ``relaxed`` variables sweep ``[0, extent)``."""
+    """Symbolic (lo, hi) of ``e`` as the ``relaxed`` variables sweep ``[0, extent)``.
+
+    An extent may name relaxed variables further out (a stage attached inside another
+    attached stage's loops: its loops' extents name the loops it is attached in); the
+    bounds are then relaxed again, the low one down and the high one up, until they
+    name none."""
+    out = _relax_once(e, relaxed, ranges)
+    for _ in range(len(relaxed)):  # extents name only loops further out: this ends
+        if out is None or not any(v in relaxed for b in out for v in vars_of(b)):
+            return out
+        lo, hi = _relax_once(out[0], relaxed, ranges), _relax_once(out[1], relaxed, ranges)
+        out = None if lo is None or hi is None else (lo[0], hi[1])
+    return None if out is None or any(v in relaxed for b in out for v in vars_of(b)) else out
+
+
+def _relax_once(e: Expr, relaxed: dict, ranges) -> tuple | None:
+    """(lo, hi) of ``e`` with each relaxed variable replaced by 0 or its extent - 1."""
     if not any(v in relaxed for v in vars_of(e)):
         return (e, e)
     if isinstance(e, (Load, TensorRead)):
@@ -39,8 +55,8 @@ def relax(e: Expr, relaxed: dict, ranges) -> tuple | None:
         elif isinstance(atom, Var):
             a = (Const(0, "int64"), Binary("sub", relaxed[atom], Const(1, "int64"), "int64"))
         elif isinstance(atom, Binary) and atom.op in ("floordiv", "min", "max"):
-            ra = relax(atom.a, relaxed, ranges)
-            rb = relax(atom.b, relaxed, ranges)
+            ra = _relax_once(atom.a, relaxed, ranges)
+            rb = _relax_once(atom.b, relaxed, ranges)
             if ra is None or rb is None:
                 return None
             if atom.op == "floordiv":
@@ -83,24 +99,26 @@ def read_region(shape, accesses: list, prefix: list) -> list | None:
     """Per dimension ``(min, extent)`` of the elements read, in the attach loop's
     enclosing leaves and the sizes; None when an index or bound is not affine.
 
-    ``accesses``: ``(nest, inner_leaves, indices)`` per read, the indices in the leaf
-    variables of the consumer's nest; ``prefix``: ``[(leaf, box_extent)]`` of the loops
-    enclosing the attach point (parameters here)."""
+    ``accesses``: ``(nest, inner, indices)`` per read, the indices in the leaf
+    variables of the consumer's nest, ``inner`` the ``[(leaf, box_extent)]`` of its loops
+    inside the attach point (the consumer's own, and those of the stages it is attached
+    in); ``prefix``: ``[(leaf, box_extent)]`` of the loops enclosing the attach point
+    (parameters here)."""
     top = IslSpace([])
     images = None
     try:
         for n, inner, indices in accesses:
-            sp = IslSpace([iv.var for iv in inner], top)
+            sp = IslSpace([iv.var for iv, _ in inner], top)
             to_leaves = {iv.var: v for iv, v in n.root_value.items()}
             bounds = [
                 (n.root_value[iv], substitute(lo, to_leaves), substitute(ext, to_leaves))
                 for iv, (lo, ext) in n.true_dom.items()
             ]
             exprs = [e for b in bounds for e in b] + list(indices)
-            exprs += [n.box_ext[iv] for iv in inner]
+            exprs += [ext for _, ext in inner]
             pr = sp.printer(exprs)
             cons = [f"{pr(lo)} <= {pr(v)} < {pr(lo)} + {pr(ext)}" for v, lo, ext in bounds]
-            cons += [f"0 <= {sp.names[iv.var]} < {pr(n.box_ext[iv])}" for iv in inner]
+            cons += [f"0 <= {sp.names[iv.var]} < {pr(ext)}" for iv, ext in inner]
             idx = ", ".join(pr(i) for i in indices)
             rel = isl.Map(
                 f"[{', '.join(sp.params.values())}] -> {{ [{', '.join(sp.dims)}] -> [{idx}] : "

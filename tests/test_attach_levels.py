@@ -1,0 +1,65 @@
+"""Chains of attached stages at different levels of one consumer's loops.
+
+B feeds C feeds D; C is attached deep in D's loops and B further out, so B's region
+per iteration covers what C reads in every iteration of the loops between them, and
+C's own loop extents name those loops:
+
+    for io:                              (B at io)
+      B[io*4 .. io*4 + 5) = A * 2
+      for iio: for iii:                  (C at iio, D's split of the inner part)
+        C[..] = B[..] + 1
+        D[..] = C[..] + 1
+"""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+
+def _chain(n, shape=None):
+    shape = shape or (n,)
+    A = pt.placeholder(shape, "float32", name="A")
+    B = pt.compute(shape, lambda *i: A[i] * 2.0, name="B")
+    C = pt.compute(shape, lambda *i: B[i] + 1.0, name="C")
+    D = pt.compute(shape, lambda *i: C[i] + 1.0, name="D")
+    return A, B, C, D
+
+
+def _run(s, A, D, shape):
+    mod = pt.build(s, [A, D])
+    a = np.random.default_rng(0).random(shape, dtype=np.float32)
+    d = np.full(shape, np.nan, np.float32)
+    mod(a, d)
+    np.testing.assert_allclose(d, 2 * a + 2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [11, 12, 1])
+def test_a_producer_attached_outside_its_consumers_attach_loop(n):
+    A, B, C, D = _chain(n)
+    s = pt.create_schedule(D.op)
+    io, ii = s[D].split(D.op.axis[0], 4)
+    iio, _ = s[D].split(ii, 2)
+    s[C].compute_at(s[D], iio)
+    s[B].compute_at(s[D], io)
+    _run(s, A, D, (n,))
+
+
+def test_a_fused_consumer_attached_inside_a_split_with_its_producer_outside():
+    A, B, C, D = _chain(None, (6, 7))
+    s = pt.create_schedule(D.op)
+    jo, ji = s[D].split(D.op.axis[1], factor=4)
+    s[C].fuse(*C.op.axis)
+    s[C].compute_at(s[D], ji)
+    s[B].compute_at(s[D], jo)
+    _run(s, A, D, (6, 7))
+
+
+def test_loops_of_one_iteration_between_the_attach_points():
+    A, B, C, D = _chain(None, (4, 4))
+    s = pt.create_schedule(D.op)
+    jo, ji = s[D].split(D.op.axis[1], factor=1)
+    _, jii = s[D].split(ji, factor=2)
+    s[C].compute_at(s[D], jii)
+    s[B].compute_at(s[D], jo)
+    _run(s, A, D, (4, 4))
