@@ -35,7 +35,7 @@ from __future__ import annotations
 import islpy as isl
 
 from .errors import ScheduleError
-from .expr import Binary, Cmp, Const, Expr, Select, Var, substitute, vars_of
+from .expr import Binary, Cmp, Const, Expr, Select, Var, map_children, substitute, vars_of
 from .isl_expr import IslPrinter, NonAffine, isl_condition
 from .loop_ir import Namer
 from .relations import root_sources
@@ -79,6 +79,7 @@ class IslSpace:
         self.params: dict = parent.params if parent else {}
         self.dims = [self.namer(v, f"d_{v.name}") for v in dims]
         self.names = {**self.params, **dict(zip(dims, self.dims))}
+        self.signed: set = parent.signed if parent else set()  # params of any sign
 
     def printer(self, exprs) -> IslPrinter:
         for e in exprs:
@@ -88,7 +89,7 @@ class IslSpace:
         return IslPrinter(self.names)
 
     def set(self, cons: list[str]) -> isl.Set:
-        cons = cons + [f"{p} >= 0" for p in self.params.values()]  # sizes and counters
+        cons = cons + [f"{p} >= 0" for v, p in self.params.items() if v not in self.signed]
         ps = ", ".join(self.params.values())
         return isl.Set(f"[{ps}] -> {{ [{', '.join(self.dims)}] : {' and '.join(cons)} }}")
 
@@ -106,7 +107,9 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list, shared:
     other stages by ``compute_with``) take the range their own bounds and the outer
     roots' give, whatever the inner loops: the same in every stage sharing them."""
     sp = IslSpace([iv.var for iv in roots])
+    dom, atoms = opaque_atoms(dom, {iv.var for iv in roots})
     pr = sp.printer([e for iv in roots for e in dom[iv]])
+    sp.signed.update(atoms)
     try:
         cons = [_range(pr, sp.names[iv.var], *dom[iv]) for iv in roots]
     except NonAffine as e:
@@ -129,8 +132,42 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list, shared:
         line = line.project_out(isl.dim_type.set, 0, d)
         lo, hi = line.dim_min(0).coalesce(), line.dim_max(0).coalesce()
         ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
-        out[iv] = (_expr(lo, sp), _expr(ext, sp))
+        out[iv] = tuple(substitute(_expr(x, sp), atoms) for x in (lo, ext))
     return out
+
+
+def opaque_atoms(dom: dict, dims: set) -> tuple:
+    """``dom`` (``{root: (min, extent)}``) with each largest sub-expression that isl
+    cannot represent but that names none of ``dims`` replaced by a fresh variable, a
+    parameter for isl, and ``{variable: sub-expression}``. A stage attached inside a
+    fused loop has its region start at ``f // n``: its loop ``k`` in ``[0, i + 1)`` then
+    ranges over ``[0, q + 1)`` with ``q = f // n`` fixed per attach iteration."""
+    atoms, seen = {}, {}
+    check = IslPrinter(_Everything())
+
+    def go(e: Expr) -> Expr:
+        if not any(v in dims for v in vars_of(e)):
+            try:
+                check(e)
+                return e
+            except NonAffine:
+                if id(e) not in seen:  # the same object, the same parameter
+                    seen[id(e)] = Var(f"q{len(seen)}", "int64")
+                    atoms[seen[id(e)]] = e
+                return seen[id(e)]
+        return map_children(e, go)
+
+    return {iv: (go(lo), go(ext)) for iv, (lo, ext) in dom.items()}, atoms
+
+
+class _Everything(dict):
+    """Every variable has an isl name (only whether the expression is affine matters)."""
+
+    def __contains__(self, v):
+        return True
+
+    def __getitem__(self, v):
+        return "x"
 
 
 def _leaf_constraints(leaves: list, box_ext: dict, root_value: dict, dom: dict, guards: list):

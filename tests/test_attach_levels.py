@@ -63,3 +63,26 @@ def test_loops_of_one_iteration_between_the_attach_points():
     s[C].compute_at(s[D], jii)
     s[B].compute_at(s[D], jo)
     _run(s, A, D, (4, 4))
+
+
+@pytest.mark.parametrize("size", [5, 1])
+def test_a_triangular_producer_attached_in_a_fused_loop_of_symbolic_extent(size):
+    """S's loop k runs [0, i + 1) and its row i is ``f // n`` in D's fused loop f: not
+    affine, so isl takes it as a parameter of the attach iteration."""
+    n = pt.var("n")
+    A = pt.placeholder((n, n), "float32", name="A")
+
+    def row(i):
+        k = pt.reduce_axis((0, i + 1), name="k")
+        return pt.sum(A[i, k], axis=k)
+
+    S = pt.compute((n,), row, name="S")
+    D = pt.compute((n, n), lambda i, j: S[i] * 2.0, name="D")
+    s = pt.create_schedule(D.op)
+    s[S].compute_at(s[D], s[D].fuse(*D.op.axis))
+    mod = pt.build(s, [A, D])
+    a = np.random.default_rng(1).random((size, size), dtype=np.float32)
+    d = np.full((size, size), np.nan, np.float32)
+    mod(a, d)
+    want = 2 * np.tril(a).sum(1)
+    np.testing.assert_allclose(d, np.repeat(want[:, None], size, 1), rtol=1e-5)
