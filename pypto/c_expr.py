@@ -13,7 +13,7 @@ import math
 
 from . import dtypes, fastmath
 from .arg_checks import index_status
-from .c_helpers import HELPERS
+from .c_helpers import FLOAT_TO_INT, HELPERS
 from .expr import Const
 from .intervals import INF, bounds, leaves_type, may_wrap
 from .loop_ir import Namer
@@ -69,7 +69,7 @@ class CPrinter(Printer):
             elif math.isnan(v):
                 text = "NAN"
             else:
-                text = repr(float(v))
+                text = dtypes.float_text(v, dt)
                 if "e" not in text and "." not in text:
                     text += ".0"
                 if _ctype(dt) == "float":
@@ -143,13 +143,28 @@ class CPrinter(Printer):
         if e.dtype == "bool":  # numpy's: any nonzero value (NaN too) is true
             return f"({inner} != 0)", ATOM
         d, src = dtypes.dtype(e.dtype), dtypes.dtype(e.value.dtype)
-        if dtypes.is_narrow(e.dtype):  # int8 <- int32 wraps; int8 <- float through int32
+        if src.is_float and d.is_int and _ctype(e.dtype) != "uint64_t":
+            return self.float_to_int(inner, _ctype(e.value.dtype), d), ATOM
+        if dtypes.is_narrow(e.dtype):  # int8 <- int32 wraps
             lo, hi = bounds(e.value, self.ranges, True) if src.is_int else (-INF, INF)
             vlo, vhi = dtypes.value_range(e.dtype)
             if lo < vlo or hi > vhi:
-                via = "" if src.is_int else f"({d.c_compute})"
-                return f"(({d.c_storage}){via}({inner}))", ATOM
+                return f"(({d.c_storage})({inner}))", ATOM
         return f"(({d.c_compute})({inner}))", ATOM
+
+    def float_to_int(self, inner: str, src: str, d) -> str:
+        """A float converted to an integer type as x86 converts it (``FLOAT_TO_INT``):
+        to int32 or int64 directly, to a narrower type through int32, to uint32 through
+        int64, wrapping (numpy's on x86)."""
+        bits = 64 if d.bits >= 32 and (d.bits == 64 or d.kind == "uint") else 32
+        via = f"int{bits}_t"
+        s = "f" if src == "float" else "d"
+        name = f"pt_{s}2i{bits}"
+        low = f"-{2 ** (bits - 1)}.0{'f' if s == 'f' else ''}"
+        self.helpers.setdefault(name, FLOAT_TO_INT.format(
+            i=via, s=s, n=f"i{bits}", t=src, lo=low, hi=low[1:], min=f"INT{bits}_MIN"))  # fmt: skip
+        text = f"{name}({inner})"
+        return text if via == d.c_storage else f"(({d.c_storage}){text})"
 
     def call(self, e):
         args = [self(a) for a in e.args]

@@ -59,17 +59,18 @@ HELPERS = {
         "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
     ),
     # a divisor known only at run time: 0 stops the kernel (status -4) instead of trapping,
-    # and -1 negates without the INT_MIN / -1 trap
+    # and -1 negates without the INT_MIN / -1 trap (signed types: an unsigned type's
+    # largest value is no -1)
     "cfloordiv": (
         "static inline {t} pt_cfloordiv_{s}({t} a, {t} b, int32_t* status) {{\n"
         "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
-        "  if (b == -1) return ({t})(0 - (uint64_t)a);\n"
+        "  if (({t})-1 < 0 && b == ({t})-1) return ({t})(0 - (uint64_t)a);\n"
         "  {t} q = a / b;\n  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;\n}}"
     ),
     "cmod": (
         "static inline {t} pt_cmod_{s}({t} a, {t} b, int32_t* status) {{\n"
         "  if (b == 0) {{ __atomic_store_n(status, -4, __ATOMIC_RELAXED); return 0; }}\n"
-        "  if (b == -1) return 0;\n"
+        "  if (({t})-1 < 0 && b == ({t})-1) return 0;\n"
         "  {t} r = a % b;\n  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;\n}}"
     ),
     # float // and % as numpy's (and Python's) divmod: the remainder from fmod takes the
@@ -92,6 +93,13 @@ HELPERS = {
         "  return q - f > 0.5 ? f + 1 : f;\n}}"
     ),
 }
+
+# float -> int32/int64 as x86's conversion (and numpy's there): a value outside the
+# type (NaN, infinities) gives its minimum. C leaves it undefined, and gcc would fold
+# (float)(int)x into truncf(x); narrower types and uint32 convert through these and wrap
+FLOAT_TO_INT = (
+    "static inline {i} pt_{s}2{n}({t} x) {{\n  return x >= {lo} && x < {hi} ? ({i})x : {min};\n}}"
+)
 
 ALLOC = """static void* pt_alloc(size_t bytes) {
   void* p = NULL;

@@ -104,6 +104,23 @@ def wrap(value: int, name: str) -> int:
     return (value - lo) % (hi - lo + 1) + lo
 
 
+def as_computed(value, name: str) -> float:
+    """A float constant as the C computes with it: float64, or rounded once to float32
+    (float32, and the 16-bit floats computed in float32), an integer directly (through
+    float64 it would round twice)."""
+    if name == "float64":
+        return float(value)
+    if isinstance(value, int):
+        return float(np.array(value, np.uint64 if value >= 2**63 else np.int64).astype(np.float32))
+    return float(np.float32(value))
+
+
+def float_text(value: float, name: str) -> str:
+    """The shortest decimal text that reads back as the constant (``as_computed``): 0.1,
+    not 0.10000000149011612, for a float32."""
+    return repr(float(value)) if name == "float64" else str(np.float32(value))
+
+
 # Which dtype holds every value of another (the implicit conversions; README "Casting
 # rules"): an integer kind widens within its kind, and an unsigned integer into any wider
 # signed one. Nothing else converts without pt.cast: not float <-> int, not between float

@@ -63,6 +63,8 @@ class ExprOp:
 
     def __neg__(self):
         e = as_expr(self)
+        if dtypes.dtype(e.dtype).is_float:  # -0.0 is not 0.0 - 0.0
+            return binary("mul", Const(-1.0, e.dtype), e)
         return binary("sub", Const(0, e.dtype), e)
 
     def __lt__(self, o):
@@ -213,7 +215,7 @@ def const(value, dtype: str = None) -> Const:
         dtype = "float32" if isinstance(value, float) else "int32"
     d = dtypes.dtype(dtype)
     if d.is_float:
-        value = float(value)
+        value = dtypes.as_computed(value, d.name)  # 0.1 in float32 is 0.1f
     elif isinstance(value, float) and not value.is_integer():
         raise TypeError(f"constant {value} is not an integer but dtype is {dtype}")
     else:

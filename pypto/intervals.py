@@ -114,18 +114,21 @@ def leaves_type(e: Expr, ranges: Ranges) -> bool:
 _WRAPS = ("add", "sub", "mul", "shl", "floordiv")
 
 
-_NARROW = frozenset(n for n in dtypes.DTYPES if dtypes.is_narrow(n))  # never an index's
+# integer dtypes that are never an index's (int64): their arithmetic is on values, and
+# wraps, even where no tensor is read (``pt.cast("int32", i) + 2147483600``)
+_VALUES = frozenset(n for n in dtypes.DTYPES if dtypes.dtype(n).is_int and n != dtypes.INDEX)
 
 
 def reads_data(e: Expr) -> bool:
     """Whether values, not index arithmetic, take part in ``e``: one read from a tensor
-    (not as an index), or anything of a narrow integer type (``abs(int8(-128))``).
+    (not as an index), or anything of an integer type other than the index's int64
+    (``abs(int8(-128))``, ``pt.cast("uint32", i) - 3``).
     Asked of every integer operation the simplifier meets, so a plain loop."""
     stack = [e]
     while stack:
         x = stack.pop()
         t = type(x)
-        if t is TensorRead or t is Load or x.dtype in _NARROW:
+        if t is TensorRead or t is Load or x.dtype in _VALUES:
             return True
         if t is Var or t is Const or (t is Call and x.name == "checked_index"):
             continue

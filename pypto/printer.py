@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+from . import dtypes
+
 # precedence: higher binds tighter
 INFIX = {
     "or": ("||", 1),
@@ -71,7 +73,7 @@ class Printer:
         if isinstance(v, float):
             if math.isinf(v):
                 return ("inf" if v > 0 else "-inf"), ATOM
-            return repr(v), ATOM
+            return dtypes.float_text(v, e.dtype), ATOM
         return str(v), ATOM
 
     def binary(self, e):
@@ -83,8 +85,17 @@ class Printer:
                 return f"~{self.wrap(e.a, ATOM)}", LOOSEST
             sym = BITWISE[e.op]
             return f"{self.wrap(e.a, ATOM)} {sym} {self.wrap(b, ATOM)}", LOOSEST
+        a = e.a
+        if (
+            e.op == "mul"
+            and type(a).__name__ == "Const"
+            and isinstance(a.value, float)
+            and a.value == -1
+        ):
+            x = self.wrap(e.b, ATOM)  # a float's -x (-1.0 * x, not 0 - x): binds tightest
+            return (f"-({x})" if x.startswith("-") else f"-{x}"), 7
         sym, prec = INFIX[e.op]
-        return f"{self.wrap(e.a, prec)} {sym} {self.wrap(e.b, prec, right=True)}", prec
+        return f"{self.wrap(a, prec)} {sym} {self.wrap(e.b, prec, right=True)}", prec
 
     def not_(self, e):
         return f"!{self.wrap(e.a, ATOM)}", ATOM

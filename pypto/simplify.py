@@ -134,8 +134,8 @@ _FOLD = {
     "add": operator.add,
     "sub": operator.sub,
     "mul": operator.mul,
-    "min": min,
-    "max": max,
+    "min": lambda a, b: _nan_or(a, b, min),  # NaN propagates, as pt.min's C helper
+    "max": lambda a, b: _nan_or(a, b, max),
     "lt": operator.lt,
     "le": operator.le,
     "gt": operator.gt,
@@ -146,6 +146,10 @@ _FOLD = {
     "bitor": operator.or_,
     "bitxor": operator.xor,
 }
+
+
+def _nan_or(a, b, pick):
+    return a if a != a else b if b != b else pick(a, b)
 
 
 def _fold_binary(op, a, b, dt):
@@ -172,7 +176,7 @@ def _fold_binary(op, a, b, dt):
 
 def _const(v, dt):
     if dtypes.dtype(dt).is_float:
-        return Const(float(v), dt)
+        return Const(dtypes.as_computed(v, dt), dt)
     return Const(dtypes.wrap(int(v), dt) if dtypes.dtype(dt).is_int else int(v), dt)
 
 

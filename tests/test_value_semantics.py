@@ -1,0 +1,119 @@
+"""Values as numpy computes them, whatever folds them: unsigned division by the largest
+value, wrapping on loop indices cast to narrower types, float32 constants, NaN in
+folded min/max, -0.0, and float -> int conversions out of range."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+
+def _run(outs, ins=(), *arrays):
+    return pt.build(pt.create_schedule([t.op for t in outs]), [*ins, *outs])(*arrays)
+
+
+@pytest.mark.parametrize("dt", ["uint32", "uint64"])
+def test_unsigned_division_by_the_largest_value_is_no_division_by_minus_one(dt):
+    A = pt.placeholder((3,), dt, name="A")
+    B = pt.placeholder((3,), dt, name="B")
+    Q = pt.compute((3,), lambda i: A[i] // B[i], name="Q")
+    R = pt.compute((3,), lambda i: A[i] % B[i], name="R")
+    top = np.iinfo(dt).max
+    a = np.array([1, 7, top - 1], dt)
+    b = np.full(3, top, dt)
+    q, r = _run([Q, R], [A, B], a, b)
+    np.testing.assert_array_equal(q, a // b)
+    np.testing.assert_array_equal(r, a % b)
+
+
+def test_loop_indices_cast_to_narrower_types_wrap_as_numpy():
+    n = 64
+    one, zero = pt.const(1, "int32"), pt.const(0, "int32")
+    Z = pt.compute(
+        (n,), lambda i: pt.select(pt.cast("int32", i) + 2147483600 > 0, one, zero), name="Z"
+    )
+    M = pt.compute(
+        (n,), lambda i: pt.max(pt.cast("uint32", i % 3) - 4, pt.const(0, "uint32")), name="M"
+    )
+    Q = pt.compute((n,), lambda i: (pt.cast("uint32", i) - 3) // 5, name="Q")
+    z, m, q = _run([Z, M, Q])
+    i = np.arange(n)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(
+            z, np.where(i.astype(np.int32) + np.int32(2147483600) > 0, 1, 0)
+        )
+        np.testing.assert_array_equal(m, (i % 3).astype(np.uint32) - np.uint32(4))
+        np.testing.assert_array_equal(q, (i.astype(np.uint32) - np.uint32(3)) // np.uint32(5))
+
+
+def test_constants_fold_as_the_code_computes():
+    """float32 constants round to float32 at each step; NaN propagates through a folded
+    max or min in either position, as at run time."""
+    f32 = lambda v: pt.const(v, "float32")  # noqa: E731
+    nan = float("nan")
+    K = pt.compute((1,), lambda i: f32(1e8) + f32(1.0) - f32(1e8), name="K")
+    E = pt.compute(
+        (1,), lambda i: pt.select(f32(16777217.0) == f32(16777216.0), f32(1.0), f32(0.0)), name="E"
+    )
+    N = pt.compute(
+        (4,),
+        lambda i: pt.select(
+            i == 0, pt.max(f32(1.0), f32(nan)),
+            pt.select(i == 1, pt.min(f32(1.0), f32(nan)),
+                      pt.select(i == 2, pt.max(f32(nan), f32(1.0)), pt.min(f32(nan), f32(1.0)))),
+        ),
+        name="N",
+    )  # fmt: skip
+    v = 2**60 + 2**36 + 1
+    C = pt.compute((1,), lambda i: pt.cast("float32", pt.const(v, "uint64")), name="C")
+    k, e, nn, c = _run([K, E, N, C])
+    assert k[0] == np.float32(1e8) + np.float32(1) - np.float32(1e8) == 0.0
+    assert e[0] == 1.0  # 16777217 is 16777216 in float32
+    assert np.isnan(nn).all()
+    assert c[0] == np.uint64(v).astype(np.float32)  # rounded once, not through float64
+
+
+def test_negation_keeps_the_sign_of_zero():
+    X = pt.placeholder((2,), "float32", name="X")
+    Ng = pt.compute((2,), lambda i: -X[i], name="N")
+    Q = pt.compute((2,), lambda i: 1.0 / -X[i], name="Q")
+    mod = pt.build(pt.create_schedule([Ng.op, Q.op]), [X, Ng, Q])
+    x = np.array([0.0, 2.0], np.float32)
+    n, q = mod(x)
+    assert np.signbit(n[0]) and n[1] == -2.0
+    assert q[0] == -np.inf and q[1] == -0.5
+    assert "N[i] = -X[i];" in mod.source  # not 0.0f - X[i]
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_float_to_int_out_of_range_is_the_same_folded_vectorized_or_round_tripped(vectorize):
+    """int32/int64: the type's minimum (x86's conversion, numpy's there); narrower types
+    through int32, wrapping. Not what the C compiler makes of C's undefined conversion
+    (gcc folds a constant NaN to 0 and (float)(int)x to truncf(x))."""
+    vals = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, -0.0, -2.7, 1e10], np.float32)
+    n = len(vals)
+    X = pt.placeholder((n,), "float32", name="X")
+    outs = {
+        "I": pt.compute((n,), lambda i: pt.cast("int32", X[i]), name="I"),
+        "L": pt.compute((n,), lambda i: pt.cast("int64", X[i]), name="L"),
+        "R": pt.compute((n,), lambda i: pt.cast("float32", pt.cast("int32", X[i])), name="R"),
+        "B": pt.compute((n,), lambda i: pt.cast("int8", X[i]), name="B"),
+        "K": pt.compute((2,), lambda i: pt.cast("int32", pt.select(
+            i == 0, pt.const(float("nan"), "float32"), pt.const(3e9, "float32"))), name="K"),
+    }  # fmt: skip
+    s = pt.create_schedule([t.op for t in outs.values()])
+    if vectorize:
+        for t in outs.values():
+            s[t].vectorize(t.op.axis[0])
+    got = dict(zip(outs, pt.build(s, [X, *outs.values()])(vals)))
+    i32_min, i64_min = np.iinfo(np.int32).min, np.iinfo(np.int64).min
+    fits32 = (vals >= -(2.0**31)) & (vals < 2.0**31)
+    fits64 = (vals >= -(2.0**63)) & (vals < 2.0**63)
+    with np.errstate(invalid="ignore"):
+        i32 = np.where(fits32, np.trunc(np.where(fits32, vals, 0)), i32_min).astype(np.int32)
+        i64 = np.where(fits64, np.trunc(np.where(fits64, vals, 0)), i64_min).astype(np.int64)
+    np.testing.assert_array_equal(got["I"], i32)
+    np.testing.assert_array_equal(got["L"], i64)
+    np.testing.assert_array_equal(got["R"], i32.astype(np.float32))
+    np.testing.assert_array_equal(got["B"], i32.astype(np.int8))
+    np.testing.assert_array_equal(got["K"], [i32_min, i32_min])
