@@ -277,6 +277,9 @@ _ON_BOOL = {
 }
 
 
+_ARITH_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%"}
+
+
 def binary(op: str, a, b) -> Expr:
     a, b, dt = _unify(a, b)
     kind = dtypes.dtype(dt).kind
@@ -287,6 +290,11 @@ def binary(op: str, a, b) -> Expr:
             return _ON_BOOL[op](a, b)
         also = " or boolean" if op in _ON_BOOL else ""
         raise TypeError(f"'{BITWISE[op]}' needs integer{also} operands, got {dt} in ({a}, {b})")
+    if kind == "bool" and op in _ARITH_SYMBOL:  # numpy's bool + bool is an or: say which
+        raise TypeError(
+            f"'{_ARITH_SYMBOL[op]}' on booleans ({a}, {b}); use '|', '&' or '^' for logic, or "
+            "pt.cast them to an integer type to count"
+        )
     if op in ("and", "or"):
         if a.dtype != "bool" or b.dtype != "bool":
             raise TypeError(f"'&' and '|' need boolean operands, got {a.dtype} and {b.dtype}")

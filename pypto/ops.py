@@ -142,8 +142,21 @@ def floormod(a, b):
 indexdiv, indexmod = floordiv, floormod
 
 
+def _typed(a, b) -> tuple:
+    """Both operands as expressions, a Python number taking the other's dtype, as with the
+    operators (``pt.shift_left(A_int8, 1)`` is int8, as ``A << 1``)."""
+    number = (int, float)
+    if isinstance(a, number) and not isinstance(b, number):
+        b = as_expr(b)
+        return as_expr(a, b.dtype), b
+    if isinstance(b, number) and not isinstance(a, number):
+        a = as_expr(a)
+        return a, as_expr(b, a.dtype)
+    return as_expr(a), as_expr(b)
+
+
 def _integers(name: str, a, b):
-    a, b = as_expr(a), as_expr(b)
+    a, b = _typed(a, b)
     for x in (a, b):
         if dtypes.dtype(x.dtype).is_float:
             raise TypeError(
@@ -175,7 +188,7 @@ def size_var(name: str = "n", dtype: str = "int64"):
 
 def _binary(op: str, name: str, kinds: tuple):
     def fn(a, b):
-        a, b = as_expr(a), as_expr(b)
+        a, b = _typed(a, b)
         for x in (a, b):
             if dtypes.dtype(x.dtype).kind not in kinds:
                 want = " or ".join(kinds)

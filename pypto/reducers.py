@@ -71,6 +71,17 @@ class CommReducer:
             return (builtin_reducer, (self.name,))
         return (CommReducer, (self.fcombine, self.fidentity, self.name))
 
+    def _check_dtype(self, dtype: str) -> None:
+        """The identity and ``fcombine``'s result have the reduction's dtype (no implicit
+        conversion on each step: an int32 combine of float32 values would truncate)."""
+        x, y = Var("x", dtype), Var("y", dtype)
+        for what, e in (("identity", self.identity(dtype)), ("fcombine", self.combine(x, y))):
+            if e.dtype != dtype:
+                raise TypeError(
+                    f"{self.name}: its {what} is {e.dtype}, the reduction {dtype} ({e}); "
+                    "use pt.cast or pt.const(value, dtype)"
+                )
+
     def __call__(self, expr, axis, where=None, init=None) -> Reduce:
         """``red(expr, axis=k, where=cond, init=value)``, as TVM's reducers.
 
@@ -87,6 +98,7 @@ class CommReducer:
         if isinstance(expr, (tuple, list)):
             return self._tuple(tuple(as_expr(e) for e in expr), axes, where, init)
         expr = as_expr(expr)
+        self._check_dtype(expr.dtype)
         if where is not None:
             cond = as_expr(where)
             if cond.dtype != "bool":
@@ -169,6 +181,7 @@ def max(a, b=None, axis=None, where=None, init=None) -> Expr:  # noqa: A001
         axis, b = b, None
     if axis is not None:
         return _max(a, axis, where, init)
+    _two_operands("max", b)
     return binary("max", a, b)
 
 
@@ -178,4 +191,13 @@ def min(a, b=None, axis=None, where=None, init=None) -> Expr:  # noqa: A001
         axis, b = b, None
     if axis is not None:
         return _min(a, axis, where, init)
+    _two_operands("min", b)
     return binary("min", a, b)
+
+
+def _two_operands(name: str, b) -> None:
+    if b is None:
+        raise TypeError(
+            f"pt.{name}(a) needs a second operand (pt.{name}(a, b), elementwise) or a reduce "
+            f"axis (pt.{name}(a, axis=k))"
+        )

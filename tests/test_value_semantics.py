@@ -117,3 +117,40 @@ def test_float_to_int_out_of_range_is_the_same_folded_vectorized_or_round_trippe
     np.testing.assert_array_equal(got["R"], i32.astype(np.float32))
     np.testing.assert_array_equal(got["B"], i32.astype(np.int8))
     np.testing.assert_array_equal(got["K"], [i32_min, i32_min])
+
+
+def test_tvm_named_integer_functions_type_a_literal_as_the_operators_do():
+    A = pt.placeholder((3,), "int8", name="A")
+    a = np.array([-128, 100, -7], np.int8)
+    fns = {
+        "truncdiv": (lambda i: pt.truncdiv(A[i], -1), -a.astype(np.int32)),
+        "shift_left": (lambda i: pt.shift_left(A[i], 1), a.astype(np.int32) << 1),
+        "bitwise_and": (lambda i: pt.bitwise_and(A[i], 3), a & 3),
+        "truncmod": (lambda i: pt.truncmod(A[i], 3), np.fmod(a, 3)),
+    }
+    for name, (f, want) in fns.items():
+        T = pt.compute((3,), f, name="T")
+        assert T.dtype == "int8", name
+        got = pt.build(pt.create_schedule(T.op), [A, T])(a)
+        np.testing.assert_array_equal(got, want.astype(np.int8), err_msg=name)  # wraps
+
+
+def test_arithmetic_on_booleans_is_refused_naming_the_logic_operators():
+    A = pt.placeholder((2,), "int32", name="A")
+    with pytest.raises(TypeError, match=r"'\+' on booleans .* use '\|'"):
+        (A[0] > 0) + (A[0] > 1)
+    with pytest.raises(TypeError, match="'-' on booleans"):
+        -(A[0] > 0)
+
+
+def test_a_reducer_whose_identity_or_combine_changes_the_dtype_is_refused():
+    A = pt.placeholder((4,), "float32", name="A")
+    k = pt.reduce_axis((0, 4), name="k")
+    r = pt.comm_reducer(lambda x, y: x + y, lambda t: pt.const(1000, "int32"), name="r")
+    with pytest.raises(TypeError, match="r: its identity is int32, the reduction float32"):
+        r(A[k], axis=k)
+    c = pt.comm_reducer(lambda x, y: pt.cast("int32", x + y), lambda t: pt.const(0, t), name="c")
+    with pytest.raises(TypeError, match="c: its fcombine is int32, the reduction float32"):
+        c(A[k], axis=k)
+    with pytest.raises(TypeError, match=r"pt.max\(a\) needs a second operand"):
+        pt.max(A[0])
