@@ -310,7 +310,9 @@ class Bounds(_Reads):
                 accesses.append((cn, inner, indices))
                 for d, idx in enumerate(indices):
                     exact |= regions.needs_exact(idx, relaxed)
-                    r = regions.relax(idx, relaxed, self.ranges)
+                    # an index read from data (a gather) bounds nothing the loops can use
+                    # before the read: the whole dimension
+                    r = None if tensor_reads(idx) else regions.relax(idx, relaxed, self.ranges)
                     if r is None:  # not analysable: the whole dimension
                         r = (Const(0, INDEX), Binary("sub", shape[d], Const(1, INDEX), INDEX))
                     lo[d] = r[0] if lo[d] is None else Binary("min", lo[d], r[0], INDEX)

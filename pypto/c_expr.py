@@ -199,6 +199,11 @@ class CPrinter(Printer):
         form = f.c_float if _ctype(operand) == "float" else f.c_double
         return form.format(*args), ATOM
 
+    def tensor_read(self, e):
+        """Lowering turns every read into a ``Load`` of a buffer; a read that reaches the C
+        (in a bound) would print as C it is not (``Idx[i, 1]`` is a comma expression)."""
+        raise AssertionError(f"internal: the tensor read {e} reached the C code unlowered")
+
     def load(self, e):
         name = self.namer(e.buffer, e.buffer.name)
         text = f"{name}[{self(e.index)}]"

@@ -86,3 +86,55 @@ def test_a_triangular_producer_attached_in_a_fused_loop_of_symbolic_extent(size)
     mod(a, d)
     want = 2 * np.tril(a).sum(1)
     np.testing.assert_allclose(d, np.repeat(want[:, None], size, 1), rtol=1e-5)
+
+
+def test_a_clamped_stencil_with_its_producers_attached_at_two_levels():
+    A = pt.placeholder((4, 12), "float32", name="A")
+    B = pt.compute((4, 12), lambda i, j: A[i, j] + 1.0, name="B")
+    C = pt.compute((4, 12), lambda i, j: B[i, j] * 2.0, name="C")
+    D = pt.compute((4, 12), lambda i, j: C[i, j] + C[i, pt.min(j + 1, 11)], name="D")
+    s = pt.create_schedule(D.op)
+    s[C].compute_at(s[D], D.op.axis[1])  # one or two columns of C per j
+    s[B].compute_at(s[D], D.op.axis[0])  # a row of B per i
+    a = np.random.default_rng(2).random((4, 12), dtype=np.float32)
+    c = (a + 1) * 2
+    got = pt.build(s, [A, D])(a)
+    np.testing.assert_allclose(got, c + c[:, np.minimum(np.arange(12) + 1, 11)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("index_name", ["Idx", "I", None])
+def test_a_producer_attached_at_a_gather_computes_what_the_gather_reads(index_name):
+    """B[Idx[i, 1]] bounds nothing before the read: B's region is its whole extent (the
+    region's bound was printed as C text, where Idx[i, 1] is a comma expression and a
+    renamed or default-named tensor another buffer)."""
+    n = 7
+    A = pt.placeholder((n,), "float32", name="A") if index_name else pt.placeholder((n,))
+    Idx = pt.placeholder((n, 2), "int32", **({"name": index_name} if index_name else {}))
+    B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = pt.compute((n,), lambda i: B[Idx[i, 1]], name="C")
+    s = pt.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[0])
+    a = np.arange(n, dtype=np.float32) + 1
+    idx = np.zeros((n, 2), np.int32)
+    idx[:, 1] = [0, 3, 5, 2, 6, 1, 4]
+    c = np.full(n, np.nan, np.float32)
+    pt.build(s, [A, Idx, C])(a, idx, c)
+    np.testing.assert_array_equal(c, 2 * a[idx[:, 1]])
+
+
+def test_a_gather_through_a_computed_index_attached_at_the_same_loop():
+    n = 7
+    A = pt.placeholder((n,), "float32", name="A")
+    Idx = pt.placeholder((n,), "int32", name="Idx")
+    K = pt.compute((n,), lambda i: Idx[i] + 0, name="K")
+    B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = pt.compute((n,), lambda i: B[K[i]] + B[i], name="C")
+    s = pt.create_schedule(C.op)
+    io, ii = s[C].split(C.op.axis[0], 4)
+    s[K].compute_at(s[C], io)
+    s[B].compute_at(s[C], ii)
+    a = np.arange(n, dtype=np.float32) + 1
+    idx = np.array([6, 0, 3, 3, 1, 6, 2], np.int32)
+    c = np.full(n, np.nan, np.float32)
+    pt.build(s, [A, Idx, C])(a, idx, c)
+    np.testing.assert_array_equal(c, 2 * a[idx] + 2 * a)
