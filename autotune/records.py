@@ -1,9 +1,13 @@
 """Tuning records: JSON Lines, one measurement per line, versioned.
 
-    {"v": 1, "pypto": "0.1.0", "workload": ["matmul", [1024, 1024, 1024]],
+    {"version": 1, "pypto": "0.1.0", "workload": ["matmul", [1024, 1024, 1024]],
      "target": "x86-avx2", "config": {"tile_i": [-1, 6], ...}, "costs": [0.0123, ...],
      "error": null, "error_msg": "", "flop": 2147483648.0, "build_s": 0.21, "run_s": 0.4,
-     "ts": 1795000000.0}
+     "timestamp": 1795000000.0}
+
+``error`` is the kind (``"COMPILE_ERROR"``, ...) or null, ``error_msg`` the message.
+Readers also take the short names of earlier logs (``v``, ``ts``) and an error given as
+``{"kind": ..., "message": ...}``.
 
 A writer appends each line with one ``write`` under an exclusive ``flock``,
 so two tuners can share a file and a killed one leaves at most a partial
@@ -94,7 +98,7 @@ class Record(Measured):
 
     def to_json(self) -> str:
         d = {
-            "v": FORMAT_VERSION,
+            "version": FORMAT_VERSION,
             "pypto": self.pypto,
             "workload": json.loads(self.workload),
             "target": self.target,
@@ -105,7 +109,7 @@ class Record(Measured):
             "flop": self.flop,
             "build_s": round(self.build_s, 6),
             "run_s": round(self.run_s, 6),
-            "ts": self.ts,
+            "timestamp": self.ts,
             **({"tuner": self.tuner} if self.tuner else {}),
         }
         return json.dumps(d, separators=(",", ":"))
@@ -121,8 +125,11 @@ class Record(Measured):
             d = json.loads(line)
         except RecursionError:
             raise ValueError("nested too deeply") from None
-        if not isinstance(d, dict) or d.get("v") != FORMAT_VERSION:
+        if not isinstance(d, dict) or d.get("version", d.get("v")) != FORMAT_VERSION:
             raise ValueError("unknown format version")
+        error, error_msg = d.get("error"), d.get("error_msg", "")
+        if isinstance(error, dict) and set(error) <= {"kind", "message"}:
+            error, error_msg = error.get("kind"), error.get("message", error_msg)
         w = d.get("workload")
         if not (
             isinstance(w, list) and len(w) == 2 and isinstance(w[0], str) and isinstance(w[1], list)
@@ -131,23 +138,24 @@ class Record(Measured):
         costs = d.get("costs") or []
         if not isinstance(costs, list) or not isinstance(d.get("config"), dict):
             raise ValueError("bad config or costs")
-        error = d.get("error")
         if not (error is None or isinstance(error, str)) or (error is None and not costs):
             raise ValueError("bad error")
-        for key in ("target", "error_msg", "pypto", "tuner"):
+        for key in ("target", "pypto", "tuner"):
             if not isinstance(d.get(key, ""), str):
                 raise ValueError(f"bad {key}")
+        if not isinstance(error_msg, str):
+            raise ValueError("bad error_msg")
         return Record(
             workload=json.dumps(w, separators=(",", ":")),
             target=d["target"],
             config=d["config"],
             costs=[_number(c, "cost", positive=True) for c in costs],
             error=error,
-            error_msg=d.get("error_msg", ""),
+            error_msg=error_msg,
             flop=_number(d.get("flop") or 0.0, "flop"),
             build_s=_number(d.get("build_s") or 0.0, "build_s"),
             run_s=_number(d.get("run_s") or 0.0, "run_s"),
-            ts=_number(d.get("ts") or 0.0, "ts"),
+            ts=_number(d.get("timestamp", d.get("ts")) or 0.0, "timestamp"),
             pypto=d.get("pypto", ""),
             tuner=d.get("tuner", ""),
         )

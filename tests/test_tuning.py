@@ -306,7 +306,7 @@ def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
         flop=1.0,
     )
     other = json.loads(good.to_json())
-    other["v"] = 99
+    other["version"] = 99
     lines = [
         good.to_json(),
         "{not json",
@@ -533,3 +533,24 @@ def test_a_record_serves_every_spelling_of_its_workload():
             assert tmpl.best_config(9, 70, "tanh").values != other
     assert tmpl.short_args((9, 70, "none", "float32")) == (9, 70)
     assert tmpl.short_args((9, 70, "tanh", "float32")) == (9, 70, "tanh")
+
+
+def test_records_carry_the_api_field_names_and_read_the_short_ones_of_earlier_logs():
+    """``version`` and ``timestamp`` (API.md §4); logs written with ``v`` and ``ts``, and
+    an error given as ``{"kind", "message"}``, read the same."""
+    rec = at.Record(
+        workload=at.workload_key("toy_matmul", [32, 32, 16]),
+        target="x86-avx2",
+        config={"tile_i": [-1, 2]},
+        costs=[1e-4],
+        flop=1.0,
+        ts=1795000000.0,
+    )
+    d = json.loads(rec.to_json())
+    assert d["version"] == 1 and d["timestamp"] == 1795000000.0 and "v" not in d
+    old = {k: v for k, v in d.items() if k not in ("version", "timestamp")}
+    back = at.Record.from_json(json.dumps({**old, "v": 1, "ts": 5.0}))
+    assert back.ts == 5.0 and back.costs == rec.costs and back.config == rec.config
+    err = {**d, "costs": [], "error": {"kind": "COMPILE_ERROR", "message": "gcc: no"}}
+    back = at.Record.from_json(json.dumps(err))
+    assert (back.error, back.error_msg) == ("COMPILE_ERROR", "gcc: no")
