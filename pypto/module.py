@@ -18,8 +18,6 @@ import hashlib
 import json
 import operator
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 
@@ -35,6 +33,7 @@ from .arg_checks import (
     raise_status,
 )
 from .bounds_check import SizeCheck, check_sizes
+from .cache import atomic_write, cache_dir
 from .expr import Const, Expr, Var, binary, substitute
 from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
 from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
@@ -425,21 +424,17 @@ class Module:
         and C source beside it in ``path + ".json"``; ``pt.load_module(path)`` loads them
         (in any process, without a compiler). Returns ``path``."""
         path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
-        os.close(fd)
-        shutil.copyfile(self.lib_path, tmp)
-        os.replace(tmp, path)
+        with open(self.lib_path, "rb") as f:
+            data = f.read()
+        atomic_write(path, data, 0o644)
         meta = {
             "format": SIGNATURE_FORMAT,
-            "sha256": _sha256(path),
+            "sha256": hashlib.sha256(data).hexdigest(),
             "target": self.target.name,
             "signature": self.signature.to_json(),
             "source": self.source,
         }
-        with open(path + ".json.tmp", "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(path + ".json.tmp", path + ".json")
+        atomic_write(path + ".json", json.dumps(meta, indent=1).encode(), 0o644)
         return path
 
 
@@ -485,14 +480,15 @@ def load_module(path: str) -> Module:
         meta = json.load(f)
     if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
         raise ValueError(f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}")
-    if _sha256(path) != meta["sha256"]:
+    with open(path, "rb") as f:
+        data = f.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != meta["sha256"]:
         raise ValueError(f"{path} is not the object {side} describes (its sha256 differs)")
     sig = Signature.from_json(meta["signature"])
-    return Module(
-        None, meta["source"], sig.cname, os.path.abspath(path), Target(meta["target"]), sig
-    )
-
-
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    # the loader keeps one object per path: a module exported again to the same path would
+    # run the first one's code. Each content is loaded from its own copy, the bytes checked
+    loaded = os.path.join(cache_dir(), f"loaded-{digest}.so")
+    if not os.path.isfile(loaded):
+        atomic_write(loaded, data, 0o700)
+    return Module(None, meta["source"], sig.cname, loaded, Target(meta["target"]), sig)

@@ -187,6 +187,17 @@ def test_load_module_refuses_a_missing_or_mismatched_signature(tmp_path):
         pt.load_module(path)
 
 
+def test_a_module_exported_again_to_the_same_path_loads_its_new_code(tmp_path):
+    """The dynamic loader keeps one object per path; each content loads from its own
+    copy, so the second load runs the second kernel (it ran the first)."""
+    X = pt.placeholder((4,), "float32", name="X")
+    path, x = str(tmp_path / "k.so"), np.ones(4, np.float32)
+    for c in (5.0, 7.0):
+        Z = pt.compute((4,), lambda i: X[i] * c, name="Z")  # noqa: B023 - used at once
+        pt.build(pt.create_schedule(Z.op), [X, Z], name="k").export_library(path)
+        np.testing.assert_array_equal(pt.load_module(path)(x), x * c)
+
+
 # ---------------------------------------------------------------- calls
 
 
