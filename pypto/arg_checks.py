@@ -79,6 +79,12 @@ def as_array(a, name: str) -> np.ndarray:
     if isinstance(a, np.ndarray):
         return a
     if hasattr(a, "__dlpack__"):
+        if callable(getattr(a, "is_neg", None)) and a.is_neg():
+            # PyTorch's lazy negation (z.conj().imag): DLPack exports the values unnegated
+            raise TypeError(
+                f"argument {name}: a tensor with its negative bit set (a lazy negation, as "
+                "z.conj().imag gives); pass t.resolve_neg()"
+            )
         try:
             return np.from_dlpack(a)
         except Exception as e:  # noqa: BLE001 - report any exporter failure the same way

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import autotune.torch  # noqa: E402, F401  (registers the operators)
+import pypto as pt  # noqa: E402
 import pypto.torch as ptt  # noqa: E402
 
 ops = torch.ops.pypto
@@ -78,3 +79,26 @@ def test_the_pool_stays_under_its_limit():
     pool = ptt.BufferPool(max_bytes=4 << 20)
     held = [pool.take(3 << 20) for _ in range(3)]
     assert pool.nbytes == 3 << 20 and all(b.nbytes == 3 << 20 for b in held)
+
+
+def test_norm_gradients_over_no_rows_are_zeros():
+    """The weight and bias gradients sum over the rows: with none they are 0, as
+    PyTorch's (they were left as the pool's old bytes)."""
+    torch.full((1 << 12,), 12345.0)  # a freed buffer of garbage for the pool to hand out
+    x = torch.randn(0, 4, requires_grad=True)
+    w, b = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+    torch.ops.pypto.layer_norm(x, w, b).sum().backward()
+    w2 = torch.randn(4, requires_grad=True)
+    torch.ops.pypto.rms_norm(torch.randn(0, 4), w2).sum().backward()
+    for g in (w.grad, b.grad, w2.grad):
+        assert torch.equal(g, torch.zeros(4))
+
+
+def test_a_tensor_with_its_negative_bit_is_refused_not_read_unnegated():
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute((4,), lambda i: A[i] * 1.0, name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    lazy = torch._neg_view(torch.arange(1.0, 5.0))
+    with pytest.raises(TypeError, match="argument A: a tensor with its negative bit set"):
+        mod(lazy)
+    np.testing.assert_array_equal(mod(lazy.resolve_neg()), -np.arange(1.0, 5.0))
