@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 
 from pypto.errors import TargetError
@@ -79,9 +80,30 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken as Ctrl-C is: what finished is logged, then a one-line message."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated
+
+
 def main(argv=None) -> int:
     """``pypto-tune``: parse ``argv`` (default ``sys.argv[1:]``), run the subcommand, and
-    return the exit status (2 for a bad command line, with a one-line reason)."""
+    return the exit status (2 for a bad command line, with a one-line reason; 130 after
+    Ctrl-C, 143 after SIGTERM, the log holding every finished trial)."""
+    try:
+        before = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: leave signals alone
+        before = None
+    try:
+        return _main(argv)
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _main(argv) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         argv.insert(0, "tune")  # pypto-tune TEMPLATE ... is short for pypto-tune tune ...
@@ -102,12 +124,11 @@ def main(argv=None) -> int:
     except EnvironmentFault as e:  # not the candidates': nothing was recorded against them
         print(f"pypto-tune: the build or run environment failed: {e}", file=sys.stderr)
         return 3
-    except KeyboardInterrupt:
-        print(
-            "pypto-tune: interrupted; the log holds every finished trial (use --resume)",
-            file=sys.stderr,
-        )
-        return 130
+    except KeyboardInterrupt as e:
+        how = "terminated" if isinstance(e, _Terminated) else "interrupted"
+        print(f"pypto-tune: {how}; the log holds every finished trial (use --resume)",
+              file=sys.stderr)  # fmt: skip
+        return 143 if isinstance(e, _Terminated) else 130
     except Exception as e:  # noqa: BLE001 - one line, not a traceback
         if os.environ.get("PYPTO_DEBUG"):
             raise

@@ -319,7 +319,7 @@ class Measurer:
                 continue
             try:
                 r = self.run(spec)
-            except EnvironmentFault as e:
+            except (EnvironmentFault, KeyboardInterrupt) as e:  # Ctrl-C: log what finished
                 e.done = results
                 raise
             if "error" in r:

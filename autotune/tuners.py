@@ -180,9 +180,10 @@ class Tuner:
                     break
                 try:
                     results = m.measure(self.task, configs)
-                except EnvironmentFault as e:  # keep what was measured, then stop
-                    if e.done:
-                        self._took(configs[: len(e.done)], e.done, callbacks)
+                except (EnvironmentFault, KeyboardInterrupt) as e:  # keep what was measured
+                    finished = getattr(e, "done", None)
+                    if finished:
+                        self._took(configs[: len(finished)], finished, callbacks)
                     raise
                 done += self._took(configs, results, callbacks)
                 if (

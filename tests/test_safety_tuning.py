@@ -4,6 +4,7 @@ records that cannot poison a log, cost models that cannot break the tuner, and
 tuning processes that leave no orphans."""
 
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -705,3 +706,31 @@ def test_sigkill_at_random_moments_and_resume_keeps_every_record(tmp_path):
         for pid in _marked(mark):
             os.kill(pid, signal.SIGKILL)
     assert len(seen) == trials and all(r.ok for r in recs)
+
+
+@pytest.mark.parametrize("how", ["interrupt", "terminate"])
+def test_an_interrupted_run_logs_the_trials_that_finished(tmp_path, monkeypatch, capsys, how):
+    """Ctrl-C or SIGTERM in the third measurement of a batch of 8: the two before it
+    are in the log (records were written per batch, so all were lost), and pypto-tune
+    says so in one line with 130 or 143."""
+    measure = importlib.import_module("autotune.measure")
+    run, calls = measure.Measurer.run, []
+
+    def stopping(self, spec):
+        calls.append(spec)
+        if len(calls) == 3:
+            if how == "terminate":
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises here
+            raise KeyboardInterrupt
+        return run(self, spec)
+
+    monkeypatch.setattr(measure.Measurer, "run", stopping)
+    log = tmp_path / "stopped.jsonl"
+    argv = ["toy_matmul", "--args", "32,32,16", "--trials", "8", "--tuner", "random",
+            "--log", str(log)]  # fmt: skip
+    code = cli_main(argv)
+    assert code == (143 if how == "terminate" else 130)
+    said = "terminated" if how == "terminate" else "interrupted"
+    assert f"pypto-tune: {said}; the log holds every finished trial" in capsys.readouterr().err
+    assert len(at.load_records(str(log))) == 2
