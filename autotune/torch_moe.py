@@ -41,15 +41,19 @@ def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     float16 widened to float32 on the way); kept while ``w`` is alive and unchanged
     (its memory, shape, strides and version counter), so inference packs each weight
     once. The entry holds a weak reference to ``w``: memory freed and reused by
-    another tensor is never mistaken for it."""
+    another tensor is never mistaken for it. Writes the version counter does not see
+    (through ``.data`` or a numpy view) are caught where they change one of 64
+    weights sampled across ``w``, compared on every call."""
     key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr, group)
     got = _PANELS.get(key)
-    if got is None or got[0]() is None:
+    flat = w.detach() if w.is_contiguous() else w.detach()[..., 0]  # no copy of all of w
+    sample = flat.reshape(-1)[:: max(1, flat.numel() // 64)][:64]
+    if got is None or got[0]() is None or not torch.equal(got[2], sample):
         if len(_PANELS) >= 16:
             _PANELS.clear()
         wide = w.float() if w.dtype == torch.float16 else w
         packed = from_numpy(pack_panels(as_numpy(wide, name), nr, group))
-        got = _PANELS[key] = (weakref.ref(w), packed)
+        got = _PANELS[key] = (weakref.ref(w), packed, sample.clone())
     return got[1]
 
 

@@ -25,6 +25,7 @@ no tensor or view of it is alive; ``empty_cache()`` releases the idle ones.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from collections.abc import Callable
@@ -203,6 +204,9 @@ def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> lis
     return out
 
 
+_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*")
+
+
 def custom_op(
     name: str,
     build: Callable,
@@ -222,8 +226,14 @@ def custom_op(
     ``torch.compile(fullgraph=True)``
     trace it. Returns the operator (also ``torch.ops.lib.op``).
     """
-    if "::" not in name:
-        raise ValueError(f"custom_op: name must be 'namespace::op', got {name!r}")
+    if not isinstance(name, str) or not _OP_NAME.fullmatch(name):
+        raise ValueError(
+            f"custom_op: name must be 'namespace::op', each an identifier of ASCII letters, "
+            f"digits and _, got {name!r}"
+        )
+    ns, op_name = name.split("::")
+    if hasattr(getattr(torch.ops, ns), op_name):  # PyTorch would replace it without a word
+        raise ValueError(f"custom_op: {name} is already a PyTorch operator; choose another name")
     tgt = as_target(target)
     graphs: dict = {}
     mods = ModuleCache()

@@ -298,6 +298,17 @@ def test_moe_weights_in_reused_memory_are_packed_again():
     _close(ops.moe(x, again, wu, wd, tw, ti), _moe_loop(x, again, wu, wd, tw, ti))
 
 
+def test_moe_weights_written_behind_the_version_counter_are_packed_again():
+    """``.data`` writes and numpy views do not bump ``_version``: the sampled weights
+    show the change (the packed panels of the old weights ran)."""
+    x, wg, wu, wd, tw, ti = _moe_inputs()
+    _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+    wg.data.mul_(2.0)
+    _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+    wu.numpy()[:] *= -0.5
+    _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+
+
 def test_moe_builds_once_whatever_the_routing():
     """Segments of any length run the same expert module: a new routing (here every
     token's first expert is 0, and expert 3 gets none) builds nothing new."""
@@ -393,8 +404,13 @@ def test_user_custom_op():
     _close(compiled(x), (x * x + 1) * 2)
     with pytest.raises(TypeError, match=r"pypto_test::sq1 input 0: dtype float64"):
         op(x.double())
-    with pytest.raises(ValueError, match=r"name must be 'namespace::op', got 'sq2'"):
-        ptt.custom_op("sq2", build, n_inputs=1)
+    for bad in ("sq2", "a::b::c", "lib::\u00fc", "lib::"):
+        with pytest.raises(ValueError, match=r"name must be 'namespace::op', each an identifier"):
+            ptt.custom_op(bad, build, n_inputs=1)
+    for taken in ("pypto_test::sq1", "pypto::gelu"):  # PyTorch would replace them silently
+        with pytest.raises(ValueError, match=f"{taken} is already a PyTorch operator"):
+            ptt.custom_op(taken, build, n_inputs=1)
+    _close(torch.ops.pypto.gelu(x), torch.nn.functional.gelu(x))
 
 
 def test_user_custom_op_with_sizes_bound_by_its_inputs():
