@@ -20,6 +20,7 @@ import importlib
 import inspect
 import json
 import math
+import re
 import warnings
 
 import numpy as np
@@ -172,12 +173,21 @@ def _warn_other_targets(name: str, workload: str, targets: tuple, spellings: lis
         )
 
 
+_TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}")
+
+
 def template(name: str, reference=None, atol_scale: float | dict = 0.0):
     """Register ``f(cfg, *args)`` as template ``name`` (``reference``: numpy inputs->outputs).
     ``atol_scale`` (a number, or one per output dtype): the tuner's correctness check
     allows an absolute error of that times the largest reference magnitude (chains of
     long reductions on random inputs give large outputs, and elements that cancel to
-    near 0 keep the large ones' rounding)."""
+    near 0 keep the large ones' rounding). ``name`` names its default log file too:
+    letters, digits, ``_``, ``-`` and ``.``, not starting with ``.``."""
+    if not isinstance(name, str) or not _TEMPLATE_NAME.fullmatch(name):
+        raise ValueError(
+            f"template name {name!r}: use letters, digits, _, - and . (not first); it names "
+            "the template's log file"
+        )
 
     def deco(func):
         t = Template(name, func, reference, atol_scale)

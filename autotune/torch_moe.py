@@ -120,7 +120,12 @@ def moe(
     for t, n, want in ((w_up, "w_up", (E, F, d)), (w_down, "w_down", (E, d, F))):
         if tuple(t.shape) != want:
             raise ValueError(f"moe: {n} must be {list(want)}, got {list(t.shape)}")
-    for t, n in ((w_gate, "w_gate"), (w_up, "w_up"), (w_down, "w_down"), (topk_weights, "w")):
+    for t, n in (
+        (w_gate, "w_gate"),
+        (w_up, "w_up"),
+        (w_down, "w_down"),
+        (topk_weights, "topk_weights"),
+    ):
         if dtype_name(t, f"moe: {n}", allowed=_DTYPES) != dt:
             raise TypeError(f"moe: {n} has dtype {t.dtype}, x has {x.dtype}")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:

@@ -280,6 +280,14 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = True) -> 
             "argument's shape, so no call can bind them; pass a tensor whose shape has "
             "them, or use constants"
         )
+    whole = {id(d) for b in func.params for d in b.shape if isinstance(d, Var)}
+    inside = [v.name for v in func.size_vars if id(v) not in whole]
+    if inside:  # a call binds a size from a dimension that is the variable itself
+        raise ScheduleError(
+            f"{func.name}: the size variable(s) {', '.join(inside)} appear in argument shapes "
+            "only inside expressions (such as m * 4), so no call can bind them; give an "
+            "argument a dimension that is the variable itself"
+        )
     if report.size_checks:  # sizes that must hold at call time (pypto.runtime checks them)
         func = replace(func, attrs={**func.attrs, "size_checks": report.size_checks})
     return func

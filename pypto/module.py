@@ -327,9 +327,12 @@ class Module:
         bound = self._bind(arrays, self._specs)
         for arr, (name, _, _), out in zip(arrays, self._specs, self._written):
             if not arr.flags.c_contiguous:
-                raise ValueError(
-                    f"argument {name} is not C-contiguous; pass np.ascontiguousarray(...)"
+                fix = (
+                    "np.ascontiguousarray(x) (or t.contiguous())"
+                    if not out
+                    else "a C-contiguous array it can write (a copy would take the results)"
                 )
+                raise ValueError(f"argument {name} is not C-contiguous; pass {fix}")
             if out and not arr.flags.writeable:
                 raise ValueError(f"argument {name} is written but the array is read-only")
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}

@@ -97,7 +97,13 @@ def c_value(p: ScalarParam, value) -> float:
             f"argument {p.name}: expected a number (a {p.dtype} scalar), "
             f"got {type(value).__name__} {value!r}"
         )
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond every float
+        digits = len(str(abs(int(value))))
+        raise ValueError(
+            f"argument {p.name}: an integer of {digits} digits is too large for a {p.dtype}"
+        ) from None
 
 
 class ScalarSlots:

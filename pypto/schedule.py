@@ -190,6 +190,11 @@ class Schedule:
         if not isinstance(tensor, Tensor):
             raise ScheduleError(f"cache_read: expected a Tensor, got {tensor!r}")
         rstages = [self[r] for r in readers]
+        if not rstages:
+            raise ScheduleError(
+                f"cache_read: no readers given; pass the stages that should read the copy of "
+                f"{tensor.name}"
+            )
         for st in rstages:
             if tensor not in {t for t in st.op.input_tensors}:
                 raise ScheduleError(f"cache_read: stage '{st.name}' does not read {tensor.name}")

@@ -554,3 +554,10 @@ def test_records_carry_the_api_field_names_and_read_the_short_ones_of_earlier_lo
     err = {**d, "costs": [], "error": {"kind": "COMPILE_ERROR", "message": "gcc: no"}}
     back = at.Record.from_json(json.dumps(err))
     assert (back.error, back.error_msg) == ("COMPILE_ERROR", "gcc: no")
+
+
+def test_a_template_name_that_is_no_file_name_is_refused():
+    """It names the default log file: ../x wrote outside the logs directory."""
+    for bad in ("../../escape", ".hidden", "a/b", ""):
+        with pytest.raises(ValueError, match="template name .*: use letters, digits"):
+            at.template(bad)

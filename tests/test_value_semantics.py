@@ -154,3 +154,31 @@ def test_a_reducer_whose_identity_or_combine_changes_the_dtype_is_refused():
         c(A[k], axis=k)
     with pytest.raises(TypeError, match=r"pt.max\(a\) needs a second operand"):
         pt.max(A[0])
+
+
+def test_clear_refusals_at_the_boundary():
+    """A size only inside an expression, a cache_read without readers, a float scalar
+    beyond every float, an output that is not C-contiguous: each refused naming what to
+    do (they built and then failed every call, raised a bare ValueError from min(), a
+    bare OverflowError, or pointed to a copy that would take the results)."""
+    m = pt.var("m")
+    A = pt.placeholder((m * 4,), "float32", name="A")
+    B = pt.compute((m * 4,), lambda i: A[i] + 1.0, name="B")
+    with pytest.raises(pt.ScheduleError, match="size variable.* m appear in argument shapes only"):
+        pt.build(pt.create_schedule(B.op), [A, B])
+    X = pt.placeholder((8,), "float32", name="X")
+    Y = pt.compute((8,), lambda i: X[i] + 1.0, name="Y")
+    with pytest.raises(pt.ScheduleError, match="cache_read: no readers given"):
+        pt.create_schedule(Y.op).cache_read(X, "local", [])
+    alpha = pt.var("alpha", "float64")
+    Z = pt.compute((8,), lambda i: X[i] * pt.cast("float32", alpha), name="Z")
+    mod = pt.build(pt.create_schedule(Z.op), [X, alpha, Z])
+    with pytest.raises(ValueError, match="argument alpha: an integer of 401 digits is too large"):
+        mod(np.ones(8, np.float32), 10**400)
+    P = pt.placeholder((4, 4), "float32", name="P")
+    Q = pt.compute((4, 4), lambda i, j: P[i, j] + 1.0, name="Q")
+    mod = pt.build(pt.create_schedule(Q.op), [P, Q])
+    with pytest.raises(
+        ValueError, match="argument Q is not C-contiguous; pass a C-contiguous array it"
+    ):
+        mod(np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32, order="F"))
