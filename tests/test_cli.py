@@ -83,7 +83,7 @@ def test_show_knobs_default_and_best(capsys):
 
 def test_best_json(tmp_path, capsys):
     log = tmp_path / "b.jsonl"
-    w = at.workload_key("matmul", [8, 8, 8])
+    w = at.workload_key("not_registered_here", [8, 8, 8])  # knobs not checked
     at.append_records(
         str(log),
         [
@@ -93,7 +93,7 @@ def test_best_json(tmp_path, capsys):
     )
     assert cli_main(["best", str(log), "--json"]) == 0
     (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert row["workload"] == ["matmul", [8, 8, 8]] and row["config"] == {"a": 2}
+    assert row["workload"] == ["not_registered_here", [8, 8, 8]] and row["config"] == {"a": 2}
     assert row["seconds"] == pytest.approx(1e-3) and row["gflops"] == pytest.approx(1.0)
     assert row["records"] == 2 and row["target"] == "x86-avx2"
 
@@ -227,6 +227,30 @@ def test_train_model_writes_to_the_users_store(home, tmp_path, capsys):
     assert {p: os.path.getmtime(p) for p in store.shipped_logs()} == before
     assert cli_main(["train-model", str(home / "none.jsonl")]) == 2
     _one_line_error(capsys, "no tuning log at")
+
+
+def test_best_skips_configs_that_do_not_fit_the_template_as_apply_history_best(tmp_path, capsys):
+    """A faster record from another version of the template (knobs it no longer has)
+    is not reported as the best: apply_history_best would not use it."""
+    log = tmp_path / "v.jsonl"
+    w = at.workload_key("matmul", [8, 8, 8])
+    good = at.get_template("matmul").space(8, 8, 8, target="x86-avx2").default_config()
+    stale = dict(good.values, par="nope")
+    at.append_records(
+        str(log),
+        [
+            at.Record(w, "x86-avx2", stale, costs=[1e-9], flop=1e6),
+            at.Record(w, "x86-avx2", good.values, costs=[1e-3], flop=1e6),
+        ],
+    )
+    assert cli_main(["best", str(log), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["config"] == good.values
+    assert "skipped 1 faster record(s) whose configs do not fit" in out.err
+    with at.apply_history_best(str(log)), pytest.warns(UserWarning, match="do not fit the knobs"):
+        assert (
+            at.get_template("matmul").best_config(8, 8, 8, target="x86-avx2").values == good.values
+        )
 
 
 def test_plot_writes_a_png_of_best_so_far(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import autotune as at
 
@@ -19,14 +20,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per workload and target")
 
 
+def _fits(r) -> bool:
+    """Whether a record's config is a point of its template's space (as
+    ``apply_history_best`` takes it); True for a template not registered here."""
+    try:
+        t = at.get_template(r.template)
+    except KeyError:
+        return True
+    try:
+        t.space(*r.args, target=r.target).config(r.config)
+    except Exception:  # noqa: BLE001 - any refusal: not a config of this template
+        return False
+    return True
+
+
+def _best(recs) -> tuple[dict, dict]:
+    """(workload, target) -> the fastest record whose config fits its template, and how
+    many faster ones did not (made with another version of the template)."""
+    best, stale = {}, {}
+    for key, ranked in at.ranked_configs(recs).items():
+        for k, r in enumerate(ranked):
+            if _fits(r):
+                best[key], stale[key] = r, k
+                break
+    return best, stale
+
+
 def run(a: argparse.Namespace) -> int:
     """Run the subcommand on parsed arguments; returns the exit status."""
     recs = load_logs(a.logs)
-    best = at.best_by_workload(recs)
+    best, stale = _best(recs)
     if not best:
         print(f"{', '.join(a.logs)}: {len(recs)} record(s), none valid")
         return 1
     for (workload, target), r in sorted(best.items()):
+        if stale[workload, target]:
+            print(f"{workload} on {target}: skipped {stale[workload, target]} faster record(s) "
+                  "whose configs do not fit the template's knobs (another version of it)",
+                  file=sys.stderr)  # fmt: skip
         n = sum(1 for x in recs if x.workload == workload and x.target == target)
         if a.json:
             row = {"workload": json.loads(workload), "target": target, "config": r.config}
