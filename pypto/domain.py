@@ -214,7 +214,9 @@ def leaf_bounds(
         return None
     sp, cons, box_cons = found
     domain, box = sp.set(cons + box_cons), sp.set(box_cons)
-    reach = box.params()  # the values of sizes and outer leaves the loops reach
+    # the outermost loop runs for every value of the sizes and enclosing loops (its bound
+    # must be right where the box is empty too: not positive); inner ones where outer run
+    reach = sp.set([]).params()
     out = {}
     for k, iv in enumerate(leaves):
         if iv in tighten:
@@ -274,10 +276,19 @@ def shared_bounds(sets: list, level: int, outer: list, params: dict):
         return None
     where = line.params()
     lo, hi = line.dim_min(0), line.dim_max(0).add_constant_val(isl.Val.one(line.get_ctx()))
+    # the loop is reached for every size and outer value (all >= 0), also where no
+    # member has a point (symbolic sizes too small): it must run nothing there
+    reach = isl.Set.universe(where.get_space())
+    for d in range(reach.dim(isl.dim_type.param)):
+        reach = reach.lower_bound_val(isl.dim_type.param, d, 0)
+    outside = reach.subtract(where)
+    if not outside.is_empty():
+        zero = isl.PwAff.val_on_domain(outside, isl.Val.zero(line.get_ctx()))
+        lo, hi = lo.union_add(zero), hi.union_add(zero)
     names = {**params, **{f"s{d}": e for d, e in enumerate(outer)}}
-    build = isl.AstBuild.from_context(where)
+    build = isl.AstBuild.from_context(reach)
     return tuple(
-        _from_ast(build.expr_from_pw_aff(pa.gist(where).coalesce()), names.__getitem__)
+        _from_ast(build.expr_from_pw_aff(pa.gist(reach).coalesce()), names.__getitem__)
         for pa in (lo, hi)
     )
 

@@ -112,7 +112,11 @@ class Fuse:
         return (self.outer, self.inner)
 
     def extents(self, ext: dict) -> dict:
-        return {self.fused: Binary("mul", ext[self.outer], ext[self.inner], INDEX)}
+        # a loop of no iterations may have a negative extent ([2, n) at n = 1): the
+        # product of two must not turn positive (simplified away where sizes allow)
+        zero = Const(0, INDEX)
+        outer, inner = (Binary("max", ext[x], zero, INDEX) for x in (self.outer, self.inner))
+        return {self.fused: Binary("mul", outer, inner, INDEX)}
 
     def values(self, val: dict, ext: dict, simp) -> tuple[dict, list]:
         f, inner_ext = val[self.fused], ext[self.inner]
