@@ -48,8 +48,8 @@ def update_store(low, n, buf: Buffer, idx: Expr, body: Expr) -> Stmt:
 
 
 def _reduction(low, n, red: Reduce, acc: Buffer) -> list:
-    """``acc[0] = identity; for k...: acc[0] = combine(acc[0], source)``, the loops'
-    counters from 0 and each axis' value ``min + counter`` (mins may name earlier axes)."""
+    """``acc[0] = identity (or init=); for k...: acc[0] = combine(acc[0], source)``, the
+    loops' counters from 0 and each axis' value ``min + counter`` (mins may name earlier axes)."""
     zero = Const(0, INDEX)
     src = red.source if acc.dtype == red.dtype else Cast(red.source, acc.dtype)
     value = {}
@@ -71,7 +71,12 @@ def _reduction(low, n, red: Reduce, acc: Buffer) -> list:
     body = Store(acc, zero, low.lower_expr(n, step.value))
     for counter, ext in reversed(loops):
         body = For(counter, simplify(low.lower_expr(n, ext), low.ranges), "serial", body)
-    return [Store(acc, zero, red.combiner.identity(acc.dtype)), body]
+    if red.init:  # init=: the value the reduction starts from (over the update's axes)
+        start = red.init[0] if acc.dtype == red.dtype else Cast(red.init[0], acc.dtype)
+        start = low.lower_expr(n, start)
+    else:
+        start = red.combiner.identity(acc.dtype)
+    return [Store(acc, zero, start), body]
 
 
 def _is_zero(e: Expr) -> bool:

@@ -108,3 +108,23 @@ def test_bad_reductions_in_updates_are_refused():
         Y[i] = pt.sum(pt.sum(A[k2, k], axis=k2), axis=k)
     with pytest.raises(TypeError, match=r"k is reduced over inside the update and also an axis"):
         Y[k] = pt.sum(A[i, k], axis=k)
+
+
+def test_init_of_a_reduction_inside_an_update_is_where_it_starts():
+    """``init=`` in an update was dropped: the accumulator started from 0."""
+    n = 5
+    A = pt.placeholder((n, n), "float64", name="A")
+    X = pt.placeholder((n,), "float64", name="X")
+    Y = pt.compute((n,), lambda i: X[i], name="Y")
+    r = pt.reduce_axis((1, n), name="r")
+    k = pt.reduce_axis((0, r), name="k")
+    Y[r] = pt.sum(A[r, k] * Y[k], axis=k, init=X[r] * 3.0 + Y[r - 1])
+    mod = pt.build(pt.create_schedule(Y.op), [A, X, Y])
+    a = np.random.default_rng(3).random((n, n))
+    x = np.arange(1.0, n + 1)
+    y = np.full(n, np.nan)
+    mod(a, x, y)
+    want = x.copy()
+    for i in range(1, n):
+        want[i] = x[i] * 3.0 + want[i - 1] + sum(a[i, j] * want[j] for j in range(i))
+    np.testing.assert_allclose(y, want, rtol=1e-12)
