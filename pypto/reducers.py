@@ -10,6 +10,8 @@ combinations (split, reorder, rfactor).
 
 from __future__ import annotations
 
+import inspect
+
 from collections.abc import Callable
 
 from .expr import Const, Expr, Reduce, Select, Var, as_expr, binary, identity_value, walk
@@ -34,6 +36,17 @@ class CommReducer:
 
     def identity(self, dtype: str) -> Expr:
         return as_expr(self.fidentity(dtype), dtype)
+
+    @property
+    def takes_tuples(self) -> bool:
+        """Whether it reduces tuples (argmax): its identity takes a dtype per element."""
+        try:
+            params = inspect.signature(self.fidentity).parameters.values()
+        except (TypeError, ValueError):  # a builtin: one dtype
+            return False
+        return (
+            len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) > 1
+        )
 
     def combine_tuple(self, xs: tuple, ys: tuple) -> tuple:
         """A tuple reducer's combination of two tuples (an argmax's (index, value))."""

@@ -314,6 +314,13 @@ class Tensor:
             raise TypeError(
                 f"update of {self.name}: value is {val.dtype}, tensor is {self.dtype}; use pt.cast"
             )
+        for x in walk(val):
+            if isinstance(x, Reduce) and x.combiner.takes_tuples:
+                raise TypeError(
+                    f"update of {self.name}: a tuple reduction ({x.combiner.name}) inside an "
+                    "update definition is not supported; compute it in a multi-output "
+                    "pt.compute and read that"
+                )
         inner = _reduction_axes(self.name, lhs, val)
         groups = {}
         for e in (*lhs, val):

@@ -128,3 +128,22 @@ def test_init_of_a_reduction_inside_an_update_is_where_it_starts():
     for i in range(1, n):
         want[i] = x[i] * 3.0 + want[i - 1] + sum(a[i, j] * want[j] for j in range(i))
     np.testing.assert_allclose(y, want, rtol=1e-12)
+
+
+def test_a_tuple_reduction_inside_an_update_is_refused_when_defined():
+    """It lost the reads of its other elements (build: 'A is not part of this
+    schedule'; lower: an internal TypeError)."""
+
+    def combine(x, y):
+        keep = x[1] > y[1]
+        return pt.select(keep, x[0], y[0]), pt.select(keep, x[1], y[1])
+
+    argmax = pt.comm_reducer(
+        combine, lambda it, vt: (pt.const(-1, it), pt.const(-np.inf, vt)), name="argmax"
+    )
+    A = pt.placeholder((6, 6), "float64", name="A")
+    Z = pt.compute((6,), lambda i: pt.const(0, "int32"), name="Z")
+    r = pt.reduce_axis((1, 6), name="r")
+    k = pt.reduce_axis((0, r), name="k")
+    with pytest.raises(TypeError, match=r"update of Z: a tuple reduction \(argmax\) inside"):
+        Z[r] = argmax((k.astype("int32"), A[r, k]), axis=k)[0]
