@@ -11,7 +11,6 @@ combinations (split, reorder, rfactor).
 from __future__ import annotations
 
 import inspect
-
 from collections.abc import Callable
 
 from .expr import Const, Expr, Reduce, Select, Var, as_expr, binary, identity_value, walk
