@@ -212,7 +212,24 @@ def leaf_bounds(
     found = _leaf_constraints(leaves, box_ext, root_value, dom, guards)
     if found is None:
         return None
-    sp, cons, box_cons = found
+    ctx = isl.DEFAULT_CONTEXT  # a budget: symbolic sizes under min() can take isl minutes
+    before = ctx.get_max_operations()
+    ctx.reset_operations()
+    ctx.set_max_operations(LEAF_BOUNDS_OPERATIONS)
+    try:
+        return _leaf_bounds(leaves, tighten, *found)
+    except isl.Error:  # over budget: the box and guards stay (right, a little slower)
+        return None
+    finally:
+        ctx.set_max_operations(before)
+
+
+# isl operations for one stage's tightened bounds (about a second); every PolyBench
+# kernel and template needs far fewer
+LEAF_BOUNDS_OPERATIONS = 2_000_000
+
+
+def _leaf_bounds(leaves: list, tighten: set, sp, cons: list, box_cons: list):
     domain, box = sp.set(cons + box_cons), sp.set(box_cons)
     # the outermost loop runs for every value of the sizes and enclosing loops (its bound
     # must be right where the box is empty too: not positive); inner ones where outer run

@@ -118,3 +118,20 @@ def test_compute_with_of_two_updates_over_a_band_empty_at_small_sizes():
         mod(x, ga, gb)
         np.testing.assert_array_equal(gb, b, err_msg=f"n={size}")
         np.testing.assert_array_equal(ga, a, err_msg=f"n={size}")
+
+
+def test_tightened_bounds_have_a_budget_and_fall_back_to_the_box():
+    """A 3-deep triangle under min() with a symbolic size kept isl busy for more than 15
+    minutes in one reorder; over its budget a stage keeps the box and guards, and the
+    illegal reorder is refused at once, as for a constant size."""
+    n = pt.var("n")
+    X = pt.placeholder((n, n), "float64", name="X")
+    Y = pt.compute((n, n), lambda i, j: X[i, j], name="Y")
+    a = pt.reduce_axis((1, n), name="a")
+    b = pt.reduce_axis((a, pt.min(a + a + 1, n)), name="b")
+    c = pt.reduce_axis((0, pt.min(a + b + 1, n)), name="c")
+    Y[a, n - 1 - b] = Y[a, n - 1 - b] * 0.5 + Y[a - 1, b - 1] * 0.25 + X[c, a]
+    u = pt.create_schedule(Y.op)[Y].update(0)
+    ao, ai = u.split(a, factor=2)
+    with pytest.raises(pt.ScheduleError, match="would break a dependence"):
+        u.reorder(c, b, ai, ao)
