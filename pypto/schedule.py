@@ -17,7 +17,17 @@ from . import attach, legality, steps
 from .dtypes import INDEX, STORAGE
 from .errors import ScheduleError
 from .explain import explain
-from .expr import Const, Reduce, Select, TensorRead, cast, conjunction, map_children, substitute
+from .expr import (
+    Const,
+    Reduce,
+    Select,
+    TensorRead,
+    cast,
+    conjunction,
+    map_children,
+    substitute,
+    tensor_reads,
+)
 from .extern import extern_of, refuse_extern
 from .group import create_group
 from .relayout import relayout
@@ -198,6 +208,11 @@ class Schedule:
         for st in rstages:
             if tensor not in {t for t in st.op.input_tensors}:
                 raise ScheduleError(f"cache_read: stage '{st.name}' does not read {tensor.name}")
+            if not any(r.tensor is tensor for b in st.op.bodies for r in tensor_reads(b)):
+                raise ScheduleError(
+                    f"cache_read: '{st.name}' reads {tensor.name} only in its update "
+                    "definitions, and a copy serves the pure definition's reads"
+                )
         name = f"{tensor.name}.{scope}"
         if any(st.name == name for st in self.stages):
             name = f"{name}{len(self.stages)}"

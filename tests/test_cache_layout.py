@@ -112,3 +112,15 @@ def test_cache_write_layout_refusals():
     s[C].skew(i, j, factor=1)
     with pytest.raises(pt.ScheduleError, match="a skew of its loops cannot be laid out"):
         s.cache_write(C, "local")
+
+
+def test_cache_read_for_a_stage_that_reads_only_in_its_updates_is_refused():
+    """The copy serves the pure definition's reads: for reads in updates only, it was
+    made, never read, and compute_at of it then said 'nothing reads it'."""
+    P = pt.placeholder((8,), "float32", name="P")
+    Y = pt.compute((8,), lambda i: pt.const(0.0, "float32"), name="Y")
+    r = pt.reduce_axis((1, 8), name="r")
+    Y[r] = Y[r - 1] + P[r]
+    s = pt.create_schedule(Y.op)
+    with pytest.raises(pt.ScheduleError, match="'Y' reads P only in its update definitions"):
+        s.cache_read(P, "local", [Y])
