@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Const
+from .expr import Binary, Const, vars_of
+from .intervals import INF, Ranges
 from .relations import Fuse, Split
 from .simplify import simplify
 from .tensor import make_iter_var
@@ -59,8 +60,9 @@ def relayout(st, op):
     if st.leaf_iter_vars != leaves + reduce_leaves:
         raise err("call it before moving reduce loops among the spatial ones")
     ext = {iv: iv.extent for iv in op.axis}
+    sizes = Ranges({v: (0, INF) for iv in op.axis for v in vars_of(iv.extent)})  # >= 0
     for r in st.relations:
-        ext.update({k: simplify(v) for k, v in r.extents(ext).items()})
+        ext.update({k: simplify(v, sizes) for k, v in r.extents(ext).items()})
     axis = tuple(make_iter_var(f"{iv.name}.c", Const(0, INDEX), ext[iv], "spatial")
                  for iv in leaves)  # fmt: skip
     val = {iv: new.var for iv, new in zip(leaves, axis)}
