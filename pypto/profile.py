@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import dtypes
+from .arg_checks import raise_status
 from .codegen_c import codegen
 from .expr import BITWISE, Binary, Call, Const, Expr, Reduce, TensorRead, children, substitute
 from .intervals import bounds
@@ -349,7 +350,9 @@ class Profiler:
             v: Const(x, "int64")
             for v, x in zip(mod.signature.size_vars, cargs[len(mod.signature.params) :])
         }
-        prof._invoke(cargs, keep)  # warm-up
+        status = prof._invoke(cargs, keep)  # warm-up: fails as a call of the module would
+        if status != 0:
+            raise_status(mod.name, status, prof.signature.index_checks)
         ctypes.memset(slots, 0, ctypes.sizeof(slots))
         total = 0.0
         for _ in range(repeat):
@@ -357,7 +360,7 @@ class Profiler:
             status = prof._invoke(cargs, keep)
             total += time.perf_counter() - t0
             if status != 0:
-                raise RuntimeError(f"{mod.name}: the profiled kernel failed with status {status}")
+                raise_status(mod.name, status, prof.signature.index_checks)
         del keep
         threads = _omp_threads()
         peaks = {1: measure_peaks(mod.target, self.compile, 1)}

@@ -198,3 +198,17 @@ def test_cached_peaks_without_the_dot_roofs_are_measured_again(tmp_path, monkeyp
     p = peak.measure_peaks(t, compile_source, 1)
     assert p.gflops > 1 and dict(p.dot)["int8"] > 0
     assert json.loads((tmp_path / "peaks.json").read_text())["x86-avx2/1"]["dot"]["int8"] > 0
+
+
+def test_a_profiled_kernel_fails_as_a_call_does():
+    """An index read from data out of range: IndexError naming it, as a call raises
+    (was: RuntimeError 'failed with status -16')."""
+    A = pt.placeholder((8,), "float32", name="A")
+    Idx = pt.placeholder((4,), "int32", name="Idx")
+    B = pt.compute((4,), lambda i: A[Idx[i]], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, Idx, B], name="g")
+    a, idx = np.zeros(8, np.float32), np.array([0, 1, 2, 99], np.int32)
+    with pytest.raises(IndexError, match="g: an index into A computed from data"):
+        mod(a, idx)
+    with pytest.raises(IndexError, match="g: an index into A computed from data"):
+        mod.profile(a, idx)
