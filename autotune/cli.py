@@ -132,7 +132,8 @@ def _main(argv) -> int:
     except Exception as e:  # noqa: BLE001 - one line, not a traceback
         if os.environ.get("PYPTO_DEBUG"):
             raise
-        print(f"pypto-tune: error: {type(e).__name__}: {e}", file=sys.stderr)
+        first = (str(e).strip().splitlines() or [""])[0]  # one line (a C++ backtrace follows)
+        print(f"pypto-tune: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 1
 
 

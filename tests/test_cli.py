@@ -305,3 +305,11 @@ def test_flush_cache_measures_each_call_cold(tmp_path, capsys):
     assert cli_main(args) == 0
     recs = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(recs) == 2 and all(len(r["costs"]) == 2 and not r["error"] for r in recs)
+
+
+def test_a_workload_larger_than_the_machine_is_refused_in_one_line(capsys):
+    """Was: an XGBoostError with a C++ backtrace, or numpy's MemoryError mid-tuning."""
+    code = cli_main(["matmul", "--args", "100000,100000,100000", "--trials", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "--args 100000,100000,100000: the workload's arrays take 112 GiB" in err

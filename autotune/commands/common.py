@@ -12,6 +12,7 @@ import sys
 import warnings
 
 import autotune as at
+from pypto.dtypes import dtype as dtype_info
 from pypto.errors import PyptoError
 from pypto.target import Target, can_run
 from pypto.tensor import PlaceholderOp
@@ -205,7 +206,24 @@ def task_of(ns, must_run: bool = True) -> at.Task:
                 f"--args {ns.args}: an empty workload ({kind} {t.name} has shape "
                 f"{tuple(shape)}); every size must be at least 1"
             )
+    _check_memory(ns.args, tensors)
     return task
+
+
+def _check_memory(args: str, tensors) -> None:
+    """Refuse a workload whose arrays, with the copies and the reference a measurement
+    makes (about three times them), do not fit this machine's memory."""
+    need = 0
+    for t in tensors:
+        dims = [getattr(d, "value", None) for d in t.shape]
+        if all(isinstance(d, int) for d in dims):
+            need += math.prod(dims) * dtype_info(t.dtype).bits // 8
+    have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if 3 * need > have:
+        raise UsageError(
+            f"--args {args}: the workload's arrays take {need / 2**30:.3g} GiB, about three "
+            f"times that to measure, and this machine has {have / 2**30:.3g} GiB"
+        )
 
 
 def with_dtype(template: str, args: list, dtype: str) -> list:
