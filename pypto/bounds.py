@@ -138,13 +138,32 @@ class _Reads:
         """Express ``e`` (over the stage's root variables) in its leaf loop variables."""
         return substitute(e, {iv.var: v for iv, v in n.root_value.items()})
 
+    def parallel_prefix(self, n: StageNest) -> list:
+        """The positions of the parallel loops among those enclosing nest ``n``."""
+        owner = {iv: s for s in self.sch.stages for iv in s.leaf_iter_vars}
+        return [k for k, (iv, _) in enumerate(n.prefix) if owner[iv].attrs.get(iv) == "parallel"]
+
     def local_shape(self, st: Stage):
-        """The constant shape of an attached stage's region (its own small buffer), or None
-        when the region is not bounded and the stage writes a shared, full-size buffer."""
+        """The shape of an attached stage's region (its own small buffer): constant, or,
+        inside a parallel loop whose iterations compute common elements, in the sizes
+        (each iteration's buffer sized at run time, as TVM's); None when the stage writes
+        a shared, full-size buffer."""
         if st.attach is None or st in {self.stage_of(t) for t in self.args}:
             return None
-        sizes = [upper_bound(e, self.ranges) for _, e in self.nest(st).region]
-        return None if any(x == INF for x in sizes) else sizes
+        n = self.nest(st)
+        sizes = [upper_bound(e, self.ranges) for _, e in n.region]
+        if not any(x == INF for x in sizes):
+            return sizes
+        if regions.racing_loop(n, self.parallel_prefix(n)) is None:
+            return None  # a shared buffer: no two threads compute one element
+        relaxed = {iv.var: ext for iv, ext in n.prefix}  # the most any iteration needs
+        out = []
+        for _, e in n.region:
+            r = regions.relax(e, relaxed, self.ranges)
+            if r is None or tensor_reads(r[1]):
+                return None
+            out.append(simplify(r[1], self.ranges))
+        return out
 
 
 @dataclass(frozen=True, eq=False)

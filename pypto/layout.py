@@ -20,6 +20,7 @@ from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import Binary, Call, Cast, Const, Expr, Load, TensorRead, walk
 from .loop_ir import Buffer
+from .simplify import simplify
 from .stage import Stage
 
 
@@ -81,7 +82,12 @@ def plan(nests: Nests) -> Layout:
         if buf is None or len(extra) + 1 != st.op.num_outputs:
             sizes = nests.local_shape(st)
             if sizes is not None:
-                shape = tuple(Const(max(int(s), 1), INDEX) for s in sizes)
+                shape = tuple(
+                    Const(max(int(s), 1), INDEX)
+                    if isinstance(s, (int, float))
+                    else simplify(Binary("max", s, Const(1, INDEX), INDEX))  # at run time
+                    for s in sizes
+                )
                 local, offsets = True, tuple(m for m, _ in nests.nest(st).region)
             else:
                 shape = tuple(st.op.shape)

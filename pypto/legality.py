@@ -21,12 +21,10 @@ from typing import TYPE_CHECKING
 
 import islpy as isl
 
+from . import regions
 from .bounds import Bounds, Nests
 from .compute_with import cluster_map, clusters, node_order
 from .errors import ScheduleError
-from .expr import Var, walk
-from .isl_expr import IslPrinter, NonAffine
-from .loop_ir import Namer
 from .poly import Dependence, GroupModel, witness
 from .poly_cluster import ClusterModel
 from .relations import root_sources
@@ -181,49 +179,22 @@ def check_schedule(sch: Schedule, nests: Nests) -> None:
 
 def check_shared_regions(sch: Schedule, st: Stage, nests: Nests) -> None:
     """A stage attached inside a parallel loop, into a shared full-size buffer, must not
-    have two iterations of that loop compute the same element (a write-write race)."""
+    have two iterations of that loop compute the same element (a write-write race); such
+    a stage gets a private buffer per iteration where its region is bounded in the sizes
+    (``Nests.local_shape``), so what remains are regions bounded by nothing."""
     if st.attach is None or nests.local_shape(st) is not None:
         return
     n = nests.nest(st)
-    owner = {iv: s for s in sch.stages for iv in s.leaf_iter_vars}
-    par = [k for k, (iv, _) in enumerate(n.prefix) if owner[iv].attrs.get(iv) == "parallel"]
-    if not par:
-        return
-    names = Namer()
-    pvars = [names(iv.var, "l_" + iv.name) for iv, _ in n.prefix]
-    printer_names = {iv.var: nm for (iv, _), nm in zip(n.prefix, pvars)}
-    params = {}
-    exprs = [e for lo_ext in n.region for e in lo_ext] + [ext for _, ext in n.prefix]
-    for v in (x for e in exprs for x in walk(e)):
-        if isinstance(v, Var) and v not in printer_names:
-            params[v] = printer_names[v] = names(v, "p_" + v.name)
-    pr = IslPrinter(printer_names)
-    try:
-        cons = [f"0 <= {p} < {pr(ext)}" for p, (_, ext) in zip(pvars, n.prefix)]
-        outs = [f"e{d}" for d in range(len(n.region))]
-        cons += [f"{pr(lo)} <= e{d} < {pr(lo)} + {pr(ext)}" for d, (lo, ext) in enumerate(n.region)]
-    except NonAffine:
-        return  # not analysable: the region is recomputed per iteration anyway
-    ps = "[" + ", ".join(params.values()) + "]"
-    region = isl.Map(
-        f"{ps} -> {{ [{', '.join(pvars)}] -> [{', '.join(outs)}] : {' and '.join(cons)} }}"
-    )
-    same = region.apply_range(region.reverse())  # iterations computing a common element
-    for k in par:
-        eq = ", ".join(f"{p} = {q}" for p, q in zip(pvars[:k], [v + "'" for v in pvars[:k]]))
-        prime = ", ".join(v + "'" for v in pvars)
-        cond = (eq + " and " if eq else "") + f"{pvars[k]} != {pvars[k]}'"
-        other = isl.Map(f"{ps} -> {{ [{', '.join(pvars)}] -> [{prime}] : {cond} }}")
-        clash = same.intersect(other)
-        if not clash.is_empty():
-            loop = n.prefix[k][0]
-            q, L = st.attach
-            raise ScheduleError(
-                f"compute_at({st.name}, {q.name}.{L.name}) inside parallel loop {loop.name} "
-                f"would race: different iterations of {loop.name} compute overlapping parts of "
-                f"{st.name} into one shared buffer; attach it where its region has a constant "
-                "size (it then gets a private buffer) or do not parallelize that loop"
-            )
+    k = regions.racing_loop(n, nests.parallel_prefix(n))
+    if k is not None:
+        loop = n.prefix[k][0]
+        q, L = st.attach
+        raise ScheduleError(
+            f"compute_at({st.name}, {q.name}.{L.name}) inside parallel loop {loop.name} "
+            f"would race: different iterations of {loop.name} compute overlapping parts of "
+            f"{st.name} into one shared buffer, and its region is bounded by no size; attach "
+            "it where its region is bounded, or do not parallelize that loop"
+        )
 
 
 def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:

@@ -20,7 +20,8 @@ import islpy as isl
 
 from .domain import IslSpace, slice_bounds
 from .expr import Binary, Const, Expr, Load, Select, TensorRead, Var, substitute, vars_of, walk
-from .isl_expr import NonAffine
+from .isl_expr import IslPrinter, NonAffine
+from .loop_ir import Namer
 from .simplify import Lin, simplify
 
 
@@ -147,3 +148,39 @@ def read_region(shape, accesses: list, prefix: list) -> list | None:
         line = line.project_out(isl.dim_type.set, 0, d)
         region.append(slice_bounds(line.intersect_params(reach), reach, out))
     return region
+
+
+def racing_loop(n, parallel: list) -> int | None:
+    """The position in ``n.prefix`` (``n``: an attached stage's nest) of the first of
+    the ``parallel`` loops whose different iterations compute a common element of the
+    stage's region (a shared buffer would be written by two threads), or None."""
+    if not parallel:
+        return None
+    names = Namer()
+    pvars = [names(iv.var, "l_" + iv.name) for iv, _ in n.prefix]
+    printer_names = {iv.var: nm for (iv, _), nm in zip(n.prefix, pvars)}
+    params = {}
+    exprs = [e for lo_ext in n.region for e in lo_ext] + [ext for _, ext in n.prefix]
+    for v in (x for e in exprs for x in walk(e)):
+        if isinstance(v, Var) and v not in printer_names:
+            params[v] = printer_names[v] = names(v, "p_" + v.name)
+    pr = IslPrinter(printer_names)
+    try:
+        cons = [f"0 <= {p} < {pr(ext)}" for p, (_, ext) in zip(pvars, n.prefix)]
+        outs = [f"e{d}" for d in range(len(n.region))]
+        cons += [f"{pr(lo)} <= e{d} < {pr(lo)} + {pr(ext)}" for d, (lo, ext) in enumerate(n.region)]
+    except NonAffine:
+        return None  # not analysable: the region is recomputed per iteration anyway
+    ps = "[" + ", ".join(params.values()) + "]"
+    region = isl.Map(
+        f"{ps} -> {{ [{', '.join(pvars)}] -> [{', '.join(outs)}] : {' and '.join(cons)} }}"
+    )
+    same = region.apply_range(region.reverse())  # iterations computing a common element
+    for k in parallel:
+        eq = ", ".join(f"{p} = {q}" for p, q in zip(pvars[:k], [v + "'" for v in pvars[:k]]))
+        prime = ", ".join(v + "'" for v in pvars)
+        cond = (eq + " and " if eq else "") + f"{pvars[k]} != {pvars[k]}'"
+        other = isl.Map(f"{ps} -> {{ [{', '.join(pvars)}] -> [{prime}] : {cond} }}")
+        if not same.intersect(other).is_empty():
+            return k
+    return None

@@ -138,3 +138,23 @@ def test_a_gather_through_a_computed_index_attached_at_the_same_loop():
     c = np.full(n, np.nan, np.float32)
     pt.build(s, [A, Idx, C])(a, idx, c)
     np.testing.assert_array_equal(c, 2 * a[idx] + 2 * a)
+
+
+@pytest.mark.parametrize("size", [(9, 10), (4, 1), (1, 3), (12, 7)])
+def test_overlapping_regions_in_a_parallel_loop_get_a_buffer_per_iteration(size):
+    """B's rows per io are 5 x n (one overlapping the next tile's): a shared buffer would
+    race, so each iteration gets its own, sized at run time (was refused for symbolic n;
+    TVM allocates it the same way)."""
+    m, n = pt.var("m"), pt.var("n")
+    A = pt.placeholder((m, n), "float32", name="A")
+    B = pt.compute((m, n), lambda i, j: A[i, j] * 2.0, name="B")
+    C = pt.compute((m - 1, n), lambda i, j: B[i, j] + B[i + 1, j], name="C")
+    s = pt.create_schedule(C.op)
+    io, _ = s[C].split(C.op.axis[0], 4)
+    s[B].compute_at(s[C], io)
+    s[C].parallel(io)
+    mod = pt.build(s, [A, C])
+    a = np.random.default_rng(4).random(size, dtype=np.float32)
+    c = np.full((size[0] - 1, size[1]), np.nan, np.float32)
+    mod(a, c)
+    np.testing.assert_allclose(c, 2 * a[:-1] + 2 * a[1:], rtol=1e-6)
