@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes
 from .dtypes import INDEX
 from .mathfuncs import FUNCS
-from .printer import BITWISE, expr_str
+from .printer import BITWISE, INFIX, expr_str
 
 # Expressions and loop nests are trees, walked recursively (rewrites, simplification,
 # printing); a chain of a few hundred inlined or attached stages nests that deep, a few
@@ -277,9 +277,6 @@ _ON_BOOL = {
 }
 
 
-_ARITH_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%"}
-
-
 def binary(op: str, a, b) -> Expr:
     a, b, dt = _unify(a, b)
     kind = dtypes.dtype(dt).kind
@@ -290,9 +287,9 @@ def binary(op: str, a, b) -> Expr:
             return _ON_BOOL[op](a, b)
         also = " or boolean" if op in _ON_BOOL else ""
         raise TypeError(f"'{BITWISE[op]}' needs integer{also} operands, got {dt} in ({a}, {b})")
-    if kind == "bool" and op in _ARITH_SYMBOL:  # numpy's bool + bool is an or: say which
+    if kind == "bool" and op in ("add", "sub", "mul", "div", "floordiv", "mod"):  # numpy: or
         raise TypeError(
-            f"'{_ARITH_SYMBOL[op]}' on booleans ({a}, {b}); use '|', '&' or '^' for logic, or "
+            f"'{INFIX[op][0]}' on booleans ({a}, {b}); use '|', '&' or '^' for logic, or "
             "pt.cast them to an integer type to count"
         )
     if op in ("and", "or"):

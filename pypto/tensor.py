@@ -29,9 +29,9 @@ from .expr import (
     Var,
     as_expr,
     binary,
-    map_children,
     walk,
 )
+from .update_def import bound_rdoms, reduction_axes
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -314,14 +314,7 @@ class Tensor:
             raise TypeError(
                 f"update of {self.name}: value is {val.dtype}, tensor is {self.dtype}; use pt.cast"
             )
-        for x in walk(val):
-            if isinstance(x, Reduce) and x.combiner.takes_tuples:
-                raise TypeError(
-                    f"update of {self.name}: a tuple reduction ({x.combiner.name}) inside an "
-                    "update definition is not supported; compute it in a multi-output "
-                    "pt.compute and read that"
-                )
-        inner = _reduction_axes(self.name, lhs, val)
+        inner = reduction_axes(self.name, lhs, val)
         groups = {}
         for e in (*lhs, val):
             for x in walk(e):
@@ -337,7 +330,7 @@ class Tensor:
                 f"update of {self.name}: it needs at least one reduce axis "
                 "(pt.reduce_axis or pt.rdom) to range over"
             )
-        _bound_rdoms(groups)
+        bound_rdoms(groups)
         axes = tuple(a for g in sorted(groups.values(), key=lambda g: g.order) for a in g.axes)
         op.updates.append((lhs, val, axes))
 
@@ -355,48 +348,6 @@ class Tensor:
 # whole-tensor arithmetic with numpy broadcasting (A + B, 2 * A, A >> 4), as TVM's topi
 for (_op, _py), _r in ((x, r) for x in PY_OPERATORS.items() for r in ("", "r")):
     setattr(Tensor, f"__{_r}{_py}__", _elementwise_op(_op, reflected=bool(_r)))
-
-
-def _bound_rdoms(groups: dict):
-    """Add to ``groups`` the rdoms whose axes the bounds of its axes name (an update over
-    ``i`` in ``[0, k)`` runs for every ``k``), transitively."""
-    todo = list(groups.values())
-    while todo:
-        for a in todo.pop().axes:
-            for e in a.dom:
-                for x in walk(e):
-                    if isinstance(x, Var) and x.axis is not None and x.axis.kind == "reduce":
-                        r = x.axis.rdom
-                        if id(r) not in groups:
-                            groups[id(r)] = r
-                            todo.append(r)
-
-
-def _reduction_axes(name: str, lhs: tuple, val: Expr) -> set:
-    """The axes of the reductions in an update's value (each instance reduces over them:
-    they are not axes of the update); refuses reductions in indices or nested ones."""
-    for e in lhs:
-        if any(isinstance(x, Reduce) for x in walk(e)):
-            raise TypeError(f"update of {name}: a reduction in an index of the left side")
-    reds = [x for x in walk(val) if isinstance(x, Reduce)]
-    inner = {a for r in reds for a in r.axes}
-    for r in reds:
-        if any(isinstance(x, Reduce) for x in walk(r.source)):
-            raise TypeError(f"update of {name}: a reduction inside a reduction")
-    outside = set()
-    for e in (*lhs, _without_reductions(val)):
-        outside.update(x.axis for x in walk(e) if isinstance(x, Var) and x.axis is not None)
-    both = inner & outside
-    if both:
-        raise TypeError(
-            f"update of {name}: {', '.join(sorted(a.name for a in both))} is reduced over "
-            "inside the update and also an axis of the update; use another reduce_axis"
-        )
-    return inner
-
-
-def _without_reductions(e: Expr) -> Expr:
-    return Const(0, e.dtype) if isinstance(e, Reduce) else map_children(e, _without_reductions)
 
 
 def _shape(shape) -> tuple:
