@@ -146,8 +146,8 @@ class _Reads:
     def local_shape(self, st: Stage):
         """The shape of an attached stage's region (its own small buffer): constant, or,
         inside a parallel loop whose iterations compute common elements, in the sizes
-        (each iteration's buffer sized at run time, as TVM's); None when the stage writes
-        a shared, full-size buffer."""
+        (each iteration's buffer sized at run time, as TVM's; the tensor's where the region
+        is not affine); None when the stage writes a shared, full-size buffer."""
         if st.attach is None or st in {self.stage_of(t) for t in self.args}:
             return None
         n = self.nest(st)
@@ -158,11 +158,10 @@ class _Reads:
             return None  # a shared buffer: no two threads compute one element
         relaxed = {iv.var: ext for iv, ext in n.prefix}  # the most any iteration needs
         out = []
-        for _, e in n.region:
+        for (_, e), whole in zip(n.region, st.op.shape):
             r = regions.relax(e, relaxed, self.ranges)
-            if r is None or tensor_reads(r[1]):
-                return None
-            out.append(simplify(r[1], self.ranges))
+            ok = r is not None and not tensor_reads(r[1])  # else the region's dimension
+            out.append(simplify(r[1], self.ranges) if ok else whole)  # is within the tensor's
         return out
 
 

@@ -179,9 +179,9 @@ def check_schedule(sch: Schedule, nests: Nests) -> None:
 
 def check_shared_regions(sch: Schedule, st: Stage, nests: Nests) -> None:
     """A stage attached inside a parallel loop, into a shared full-size buffer, must not
-    have two iterations of that loop compute the same element (a write-write race); such
-    a stage gets a private buffer per iteration where its region is bounded in the sizes
-    (``Nests.local_shape``), so what remains are regions bounded by nothing."""
+    have two iterations of that loop compute the same element (a write-write race). Such
+    a stage gets a buffer per iteration (``Nests.local_shape``) unless it is an argument
+    of the kernel: its buffer is then the caller's."""
     if st.attach is None or nests.local_shape(st) is not None:
         return
     n = nests.nest(st)
@@ -192,8 +192,8 @@ def check_shared_regions(sch: Schedule, st: Stage, nests: Nests) -> None:
         raise ScheduleError(
             f"compute_at({st.name}, {q.name}.{L.name}) inside parallel loop {loop.name} "
             f"would race: different iterations of {loop.name} compute overlapping parts of "
-            f"{st.name} into one shared buffer, and its region is bounded by no size; attach "
-            "it where its region is bounded, or do not parallelize that loop"
+            f"{st.name} into the caller's buffer (it is an argument); attach it where the "
+            "iterations' parts do not overlap, or do not parallelize that loop"
         )
 
 

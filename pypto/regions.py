@@ -153,7 +153,8 @@ def read_region(shape, accesses: list, prefix: list) -> list | None:
 def racing_loop(n, parallel: list) -> int | None:
     """The position in ``n.prefix`` (``n``: an attached stage's nest) of the first of
     the ``parallel`` loops whose different iterations compute a common element of the
-    stage's region (a shared buffer would be written by two threads), or None."""
+    stage's region (a shared buffer would be written by two threads), or None; the
+    first parallel loop when isl cannot tell (the region is not affine)."""
     if not parallel:
         return None
     names = Namer()
@@ -169,8 +170,8 @@ def racing_loop(n, parallel: list) -> int | None:
         cons = [f"0 <= {p} < {pr(ext)}" for p, (_, ext) in zip(pvars, n.prefix)]
         outs = [f"e{d}" for d in range(len(n.region))]
         cons += [f"{pr(lo)} <= e{d} < {pr(lo)} + {pr(ext)}" for d, (lo, ext) in enumerate(n.region)]
-    except NonAffine:
-        return None  # not analysable: the region is recomputed per iteration anyway
+    except NonAffine:  # not analysable (a split by nparts of a symbolic size): may race
+        return parallel[0]
     ps = "[" + ", ".join(params.values()) + "]"
     region = isl.Map(
         f"{ps} -> {{ [{', '.join(pvars)}] -> [{', '.join(outs)}] : {' and '.join(cons)} }}"
