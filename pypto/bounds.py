@@ -36,10 +36,12 @@ from .expr import (
     Expr,
     Reduce,
     TensorRead,
+    Var,
     map_children,
     substitute,
     tensor_reads,
     vars_of,
+    walk,
 )
 from .intervals import INF, Ranges, bounds
 from .simplify import simplify, upper_bound
@@ -308,6 +310,7 @@ class Bounds(_Reads):
         hi = [None] * len(shape)
         consumers = self.consumers[st]
         accesses, exact = [], False  # exact: intervals may be too wide, ask isl
+        boxed = False  # a read inside an update's reduction: intervals only
         if not consumers:
             raise ScheduleError(f"compute_at on stage '{st.name}': nothing reads it")
         for c in consumers:
@@ -321,10 +324,15 @@ class Bounds(_Reads):
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
             inner = cctx[len(prefix_ids) :]
             exact |= cn.tightened  # a consumer whose loops are not a box
+            within = self._inner_reductions(c, cn, relaxed)
+            boxed |= bool(within)
             for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:
                     continue
-                indices = [simplify(self.in_leaves(cn, i), self.ranges) for i in read.indices]
+                indices = [
+                    simplify(substitute(self.in_leaves(cn, i), within), self.ranges)
+                    for i in read.indices
+                ]
                 accesses.append((cn, inner, indices))
                 for d, idx in enumerate(indices):
                     exact |= regions.needs_exact(idx, relaxed)
@@ -351,9 +359,24 @@ class Bounds(_Reads):
                     ),
                 )
             )
-        if exact:
+        if exact and not boxed:
             region = self._exact_region(st, region, accesses, n.prefix)
         n.region = region
+
+    def _inner_reductions(self, c: Stage, cn: StageNest, relaxed: dict) -> dict:
+        """The axes of the reductions inside update ``c``'s value (``update_reduce``: no
+        loops of its schedule) as counters from 0 that ``relaxed`` sweeps: ``{axis var:
+        counter + minimum}``, bounds in ``c``'s leaves."""
+        within: dict = {}
+        if not c.is_update:
+            return within
+        for red in (x for x in walk(self.bodies[c]) if isinstance(x, Reduce)):
+            for iv in red.axes:
+                k = Var(f"{iv.name}.all", INDEX)
+                lo, ext = (self.in_leaves(cn, substitute(e, within)) for e in iv.dom)
+                relaxed[k] = simplify(ext, self.ranges)
+                within[iv.var] = Binary("add", k, lo, INDEX)
+        return within
 
     def _exact_region(self, st: Stage, region: list, accesses: list, prefix: list) -> list:
         """Per dimension, the exact hull (``regions.read_region``) where it is smaller."""

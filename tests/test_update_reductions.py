@@ -147,3 +147,26 @@ def test_a_tuple_reduction_inside_an_update_is_refused_when_defined():
     k = pt.reduce_axis((0, r), name="k")
     with pytest.raises(TypeError, match=r"update of Z: a tuple reduction \(argmax\) inside"):
         Z[r] = argmax((k.astype("int32"), A[r, k]), axis=k)[0]
+
+
+@pytest.mark.parametrize("triangular", [False, True])
+def test_a_producer_read_in_an_updates_reduction_attached_at_its_loop(triangular):
+    """X2's region per r spans the reduction's axis k, which is no loop of the update's
+    schedule (k leaked into X2's bounds: 'size variable k appears in no argument')."""
+    n, m = pt.var("n"), pt.var("m")
+    A = pt.placeholder((n, m), "float64", name="A")
+    x = pt.placeholder((m,), "float64", name="x")
+    X2 = pt.compute((m,), lambda j: x[j] * 2.0, name="X2")
+    Y = pt.compute((n,), lambda i: pt.const(1.0, "float64"), name="Y")
+    r = pt.reduce_axis((0, n), name="r")
+    k = pt.reduce_axis((0, pt.min(r + 1, m)) if triangular else (0, m), name="k")
+    Y[r] = Y[r] + pt.sum(A[r, k] * X2[k], axis=k)
+    s = pt.create_schedule(Y.op)
+    s[X2].compute_at(s[Y].update(0), r)
+    mod = pt.build(s, [A, x, Y])
+    rng = np.random.default_rng(6)
+    a, xx = rng.random((4, 7)), rng.random(7)
+    y = np.full(4, np.nan)
+    mod(a, xx, y)
+    mask = np.tril(np.ones((4, 7))) if triangular else np.ones((4, 7))
+    np.testing.assert_allclose(y, 1 + (a * mask) @ (2 * xx), rtol=1e-12)
