@@ -32,6 +32,7 @@ import pypto as pt
 from pypto import dtypes
 from pypto.codegen_c import codegen
 from pypto.dtypes import numpy_dtype
+from pypto.expr import tensor_reads
 from pypto.runtime import compile_source, kill_compilers
 from pypto.target import Target
 from pypto.tensor import PlaceholderOp
@@ -131,8 +132,30 @@ def build_worker(spec: dict) -> dict:
 # ---------------------------------------------------------------- running (the runner child)
 
 
+def _index_bounds(tensors) -> dict:
+    """Input tensor -> the smallest dimension its values index (``X[tok[s], c]``: tok
+    indexes X's rows), over every definition the outputs are computed from."""
+    out, seen = {}, set()
+    todo = [t.op for t in tensors if not isinstance(t.op, PlaceholderOp)]
+    while todo:
+        op = todo.pop()
+        if id(op) in seen or isinstance(op, PlaceholderOp):
+            continue
+        seen.add(id(op))
+        todo += [t.op for t in op.input_tensors]
+        updates = getattr(op, "updates", ())
+        exprs = [*getattr(op, "bodies", ()), *(e for lhs, val, _ in updates for e in (*lhs, val))]
+        for read in (r for e in exprs for r in tensor_reads(e)):
+            for d, idx in zip(read.tensor.shape, read.indices):
+                for inner in tensor_reads(idx):
+                    key = id(inner.tensor)
+                    out[key] = min(out.get(key, 1 << 62), int(getattr(d, "value", 1 << 62)))
+    return out
+
+
 def _random_inputs(tensors, rng):
     arrays, outputs = [], []
+    bounds = _index_bounds(tensors)
     for t in tensors:
         shape = tuple(int(d.value) for d in t.shape)
         dt = numpy_dtype(t.dtype)
@@ -140,8 +163,10 @@ def _random_inputs(tensors, rng):
         if isinstance(t.op, PlaceholderOp):
             if floating:
                 arrays.append(rng.uniform(-1, 1, shape).astype(dt))
-            elif dt.kind in "iu":
-                arrays.append(rng.integers(0, 8, shape).astype(dt))
+            elif dt.kind in "iu":  # indices within what they index
+                arrays.append(
+                    rng.integers(0, max(1, min(8, bounds.get(id(t), 8))), shape).astype(dt)
+                )
             else:
                 arrays.append(np.zeros(shape, dt))
         else:

@@ -15,7 +15,9 @@ import pytest
 import autotune as at
 import pypto as pt
 from autotune.templates.dense import requantize_reference
+from autotune.workers import Runner, _random_inputs
 from pypto.dtypes import numpy_dtype
+from pypto.target import as_target, can_run
 
 try:
     import ml_dtypes
@@ -191,3 +193,49 @@ def test_a_16_bit_copy_keeps_every_bit(dtype):
     raw = np.array([0x8000, 0x7F80, 0xFF80, 0x7FC1, 0x7F81, 0x0001, 0x3F80, 0x7E01], np.uint16)
     out = mod(raw.view(numpy_dtype(dtype)))
     np.testing.assert_array_equal(out.view(np.uint16), raw)
+
+
+def _default_matches_reference(name, args, target="host", seeds=3):
+    """Build the default config and compare with the template's reference, as the
+    tuner's own check does (its inputs and tolerances)."""
+    task = at.Task(name, args, target=target)
+    s, ts = task.instantiate(task.config_space.default_config())
+    mod = pt.build(s, ts, target=task.target)
+    for seed in range(seeds):
+        arrays, outs = _random_inputs(ts, np.random.default_rng(seed))
+        mod(*arrays)
+        ref = task.template.reference_output([arrays[i] for i in range(len(ts)) if i not in outs],
+                                             task.args)  # fmt: skip
+        assert (
+            Runner._compare(arrays, outs, ref, [t.name for t in ts], {"rtol": 1e-3, "atol": 1e-3})
+            is None
+        )
+    return task
+
+
+@pytest.mark.parametrize("target", ["host", "x86-avx2", "generic"])
+def test_defaults_build_and_match_at_shapes_smaller_than_their_tiles(target):
+    """int8/bfloat16 GEMMs whose default register tile is larger than M or N (a GEMV)
+    turn the dot-product kernel off (it failed to tensorize); float64 convolutions whose
+    K holds whole float64 vectors but not float32 ones (IndexError)."""
+    if not can_run(as_target(target)):
+        pytest.skip(f"this CPU cannot run {target}")
+    for name, args in [("matmul", (1, 16, 64, "int8")), ("matmul", (5, 3, 64, "int8")),
+                       ("dense_requant", (2, 16, 64, "int8")), ("matmul", (1, 16, 64, "bfloat16")),
+                       ("conv2d_nchw", (1, 4, 5, 5, 8, 5, 5, 3, 2, "float64"))]:  # fmt: skip
+        _default_matches_reference(name, args, target)
+
+
+def test_dense_bias_gelu_in_bfloat16_rounds_once_at_the_output():
+    """The sum went to bfloat16 before the bias and GELU: where the bias nearly cancels
+    it, the output was off by several percent (the tuner's check failed every config)."""
+    _default_matches_reference("dense_bias_gelu", (33, 63, 65, "bfloat16"), seeds=6)
+
+
+def test_moe_with_fewer_tokens_than_the_index_range_is_measured():
+    """The tuner's inputs put token ids up to 8 whatever the tokens: with 5 the
+    reference raised and tuning stopped as an environment fault."""
+    task = at.Task("moe", (5, 3, 7, 2, 1), target="host")
+    (r,) = at.measure(task, [task.config_space.default_config()],
+                      at.MeasureOption(number=1, repeat=1, n_parallel=1))  # fmt: skip
+    assert r.error is None, r.error_msg

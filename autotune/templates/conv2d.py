@@ -66,7 +66,7 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
         conv_dot.define_knobs(cfg, isa, K, OH, OW)
         return conv_dot.conv(cfg, isa, data, weight, (N, C, H, W, K, R, S), stride, padding)
     if K % lanes == 0:  # whole vectors of output channels
-        _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, [rc, rr, rs], p)
+        _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, [rc, rr, rs], p)
         # pixels are broadcast one at a time: no column phases to split for a stride
         P, read = input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
         return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride, p)
@@ -117,11 +117,12 @@ def _schedule_packed(s, WP):
         s[WP].vectorize(WP.op.axis[-1])
 
 
-def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes, p):
+def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes, p):
     """Knobs of the ``vec_k`` schedule: ``vk_k`` output channels per tile (whole
     vectors dividing K), ``vk_w`` / ``vk_h`` output columns / rows per tile (at most
     8 x 2: the accumulators must fit the vector registers), the reduction order,
-    the padded input at the root or inlined, and (where the target has one) the
+    the padded input at the root or inlined (``lanes``: of the computed dtype, float64's
+    half of float32's), and (where the target has one) the
     hand-written micro-kernel for whole tiles, on by default: at the default tile it
     measured 1.1-1.5x gcc's code for the plain schedule with one AVX-512 thread.
 
@@ -129,7 +130,6 @@ def _define_vec_k_knobs(cfg, K, OH, OW, stride, padding, red_axes, p):
     (two vectors of channels x 4 columns x ``vk_h`` rows: 8 on AVX2's 16 registers,
     16 on AVX-512's 32), leaving the rest for weights and broadcast pixels.
     """
-    lanes = cfg.target.vector_lanes("float32")
     define_channel_tile_knobs(cfg, K, OH, OW, lanes, cfg.target.vector_registers // 2)
     define_red_pad_knobs(cfg, red_axes, stride, padding)
     if ukernels.simd_isa(cfg.target) is not None and p.name == "float32":

@@ -101,13 +101,13 @@ def _gemm_knobs(cfg, p, M, N, K):
     # (two orders of magnitude slower), so the weights are always packed
     V = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, p.name, K)
-    define_gemm_knobs(
+    tile = define_gemm_knobs(
         cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K,
         tile_default=dot_ukernels.default_tile(isa, V),
     )  # fmt: skip
     cfg.add_flop(2.0 * M * N * K)
     if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=1)
+        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
 
 
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
@@ -125,7 +125,10 @@ def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     bias = pt.placeholder((N,), dtype, name="bias")
-    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
+    # the sum stays float32 into the epilogue (16-bit floats: products of the widened
+    # operands, exact, as the hardware's), rounded once, at the output
+    wide = precision.Precision(p.name, F32, None if p.name == F32 else F32)
+    D, packed, dot = _dense_product(cfg, X, W, wide, M, N, K)
     impl = cfg["erf_impl"].val
 
     def epilogue(i, j):

@@ -198,6 +198,12 @@ def default_tile(isa: DotISA | None, lanes: int) -> tuple | None:
     return (isa.rows, 2 * lanes) if isa is not None and isa.rows else None
 
 
+def fits(tile: tuple, M: int, N: int) -> int:
+    """1 when the default register tile ``(mr, nr)`` has whole tiles in an M x N GEMM
+    (the kernel computes whole tiles: the ``ukernel`` knob's default), else 0."""
+    return int(M >= tile[0] and N >= tile[1])
+
+
 def usable(target, dtype: str, K: int) -> DotISA | None:
     """The dot kernel for a ``dtype`` GEMM with reduction ``K`` on ``target``, or None
     (no kernel, or K not a whole number of groups)."""

@@ -61,6 +61,7 @@ def define_gemm_knobs(
     ``wide`` (float32 matmul) sizes the default tile by ``_wide_tile``, else it is two
     vectors wide; a tile wider than two vectors is not row-blocked by default.
     ``tile_default`` (``(mr, nr)``) and ``pack_default`` replace those defaults.
+    Returns the default tile ``(mr, nr)``.
     """
     mrs = [2, 4, 6, 8]
     nrs = [lanes, 2 * lanes, 3 * lanes, 4 * lanes]
@@ -97,6 +98,7 @@ def define_gemm_knobs(
     cfg.define_knob(prefix + "pack_b", list(pack_options), default=pack_default)
     cfg.define_knob(prefix + "unroll_k", [1, 2, 4, 8], default=1)
     cfg.define_knob(prefix + "par", ["panel", "rows"], default="panel")
+    return mr_d, nr_d
 
 
 def _wide_tile(registers: int, lanes: int, mrs: list, M: int, N: int) -> tuple:
@@ -235,12 +237,12 @@ def matmul(cfg, M, N, K, dtype="float32"):
     a_bytes = M * K * precision.elem_bytes(p)
     wide = dtype == "float32"
     block = None if isa is None else dot_ukernels.row_block(cfg.target, isa, M, K)
-    define_gemm_knobs(
+    tile = define_gemm_knobs(
         cfg, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide,
         tile_default=dot_ukernels.default_tile(isa, lanes),
     )  # fmt: skip
     if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=1)
+        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
     if isa is None or not cfg["ukernel"].val:
         k = pt.reduce_axis((0, K), name="k")
         C = pt.compute(
@@ -275,12 +277,12 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     lanes = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, dtype, K)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
-    define_gemm_knobs(
+    tile = define_gemm_knobs(
         cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack,
         tile_default=dot_ukernels.default_tile(isa, lanes),
     )  # fmt: skip
     if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=1)
+        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
     if isa is None or not cfg["ukernel"].val:
         k = pt.reduce_axis((0, K), name="k")
         C = pt.compute(
