@@ -157,12 +157,11 @@ class CPrinter(Printer):
         to int32 or int64 directly, to a narrower type through int32, to uint32 through
         int64, wrapping (numpy's on x86)."""
         bits = 64 if d.bits >= 32 and (d.bits == 64 or d.kind == "uint") else 32
-        via = f"int{bits}_t"
-        s = "f" if src == "float" else "d"
-        name = f"pt_{s}2i{bits}"
-        low = f"-{2 ** (bits - 1)}.0{'f' if s == 'f' else ''}"
+        via, f = f"int{bits}_t", "f" if src == "float" else ""
+        name = f"pt_{f or 'd'}2i{bits}"
+        low = f"-{2 ** (bits - 1)}.0{f}"
         self.helpers.setdefault(name, FLOAT_TO_INT.format(
-            i=via, s=s, n=f"i{bits}", t=src, lo=low, hi=low[1:], min=f"INT{bits}_MIN"))  # fmt: skip
+            i=via, name=name, t=src, lo=low, hi=low[1:], min=f"INT{bits}_MIN"))  # fmt: skip
         text = f"{name}({inner})"
         return text if via == d.c_storage else f"(({d.c_storage}){text})"
 

@@ -98,7 +98,7 @@ HELPERS = {
 # type (NaN, infinities) gives its minimum. C leaves it undefined, and gcc would fold
 # (float)(int)x into truncf(x); narrower types and uint32 convert through these and wrap
 FLOAT_TO_INT = (
-    "static inline {i} pt_{s}2{n}({t} x) {{\n  return x >= {lo} && x < {hi} ? ({i})x : {min};\n}}"
+    "static inline {i} {name}({t} x) {{\n  return x >= {lo} && x < {hi} ? ({i})x : {min};\n}}"
 )
 
 ALLOC = """static void* pt_alloc(size_t bytes) {

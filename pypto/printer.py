@@ -85,17 +85,11 @@ class Printer:
                 return f"~{self.wrap(e.a, ATOM)}", LOOSEST
             sym = BITWISE[e.op]
             return f"{self.wrap(e.a, ATOM)} {sym} {self.wrap(b, ATOM)}", LOOSEST
-        a = e.a
-        if (
-            e.op == "mul"
-            and type(a).__name__ == "Const"
-            and isinstance(a.value, float)
-            and a.value == -1
-        ):
-            x = self.wrap(e.b, ATOM)  # a float's -x (-1.0 * x, not 0 - x): binds tightest
-            return (f"-({x})" if x.startswith("-") else f"-{x}"), 7
+        if e.op == "mul" and _is_minus_one(e.a):  # a float's -x: -1.0 * x, never 0 - x
+            x = self.wrap(e.b, ATOM)
+            return (f"-({x})" if x.startswith("-") else f"-{x}"), 7  # binds tightest
         sym, prec = INFIX[e.op]
-        return f"{self.wrap(a, prec)} {sym} {self.wrap(e.b, prec, right=True)}", prec
+        return f"{self.wrap(e.a, prec)} {sym} {self.wrap(e.b, prec, right=True)}", prec
 
     def not_(self, e):
         return f"!{self.wrap(e.a, ATOM)}", ATOM
@@ -126,3 +120,7 @@ _default = Printer()
 
 def expr_str(e) -> str:
     return _default(e)
+
+
+def _is_minus_one(e) -> bool:
+    return type(e).__name__ == "Const" and isinstance(e.value, float) and e.value == -1
