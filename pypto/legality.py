@@ -223,9 +223,13 @@ def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:
     d, pairs = found
     st = d.dst.stage
     what = call or f"the loop order ({', '.join(iv.name for iv in st.leaf_iter_vars)})"
+    hint = ""
+    if call and ".compute_with(" in call:  # loops that start apart pair iterations by count
+        hint = ("; shared loops pair their iterations in order, each from its own first "
+                "value: shift(loop, k) offsets one")  # fmt: skip
     raise ScheduleError(
         f"{what} on '{st.name}' would break a dependence: {describe(d)}; the source "
-        f"would no longer run first (witness: {witness(pairs, d, m.params)})"
+        f"would no longer run first (witness: {witness(pairs, d, m.params)}){hint}"
     )
 
 

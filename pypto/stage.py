@@ -441,7 +441,7 @@ class Stage:
         other, loop, order = step.parent, step.loop, step.order
         check_compute_with(self, other, loop, order)
         self.fused_with = FusedWith(other, loop, order)
-        self._check(f"compute_with({other.name}, {loop.name})")
+        self._check(f"{self.name}.compute_with({other.name}, {loop.name})")
 
     def compute_at(self, parent: Stage, ivar: IterVar):
         """Compute this stage inside ``parent``'s loop ``ivar``, only the region needed there.

@@ -339,3 +339,18 @@ def test_a_cycle_through_a_fused_group_is_refused():
         match=r"tensors 'C', 'B' and 'A' read each other \('C' reads A, 'B.update\(0\)' reads C\)",
     ):
         pt.lower(s, [A0, A, B])
+
+
+def test_a_compute_with_refusal_names_the_calling_stage_and_shift():
+    """Two updates of one tensor whose loops start at 1 and 0 pair iterations by count:
+    the refusal names the call's stage and the primitive that aligns them."""
+    X = pt.placeholder((6,), "float64", name="X")
+    Y = pt.compute((6,), lambda i: X[i], name="Y")
+    r = pt.reduce_axis((1, 6), name="r")
+    Y[r] = Y[r - 1] + X[r]
+    r2 = pt.reduce_axis((0, 6), name="r2")
+    Y[r2] = Y[r2] * 2.0
+    s = pt.create_schedule(Y.op)
+    with pytest.raises(pt.ScheduleError, match=r"Y.update\(1\).compute_with\(Y.update\(0\), r\) "
+                       r"on .* would break a dependence.*shift\(loop, k\) offsets one"):  # fmt: skip
+        s[Y].update(1).compute_with(s[Y].update(0), r)
