@@ -351,6 +351,6 @@ def test_a_compute_with_refusal_names_the_calling_stage_and_shift():
     r2 = pt.reduce_axis((0, 6), name="r2")
     Y[r2] = Y[r2] * 2.0
     s = pt.create_schedule(Y.op)
-    with pytest.raises(pt.ScheduleError, match=r"Y.update\(1\).compute_with\(Y.update\(0\), r\) "
-                       r"on .* would break a dependence.*shift\(loop, k\) offsets one"):  # fmt: skip
+    want = r"Y.update\(1\).compute_with\(Y.update\(0\), r\) on .* would break a dependence"
+    with pytest.raises(pt.ScheduleError, match=want + r".*shift\(loop, k\) offsets one"):
         s[Y].update(1).compute_with(s[Y].update(0), r)
