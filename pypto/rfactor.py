@@ -14,6 +14,12 @@ parallelizes where the single accumulator of ``C`` could not:
                                             for i:
                                               C[i] = init;  for v in 0..4: C[i] += C.rf[v, i]
 
+The factored loop may be made of several reduce axes (``rfactor(C, fuse(k1, k2))``)
+or of a split of a fused loop: every loop made from the same reduce axes (TVM's touch
+map) becomes a reduce loop of ``C.rf``, and the reduce axes' values come back up from
+the loops (``relations``' ``values``). Splits and fuses of ``C``'s spatial loops stay
+with ``C``; a reduce axis transformed but not part of the factored loop is refused.
+
 This reassociates the reduction, which its reducer (``pt.sum``, ``pt.max``,
 ``pt.comm_reducer``: commutative and associative by contract) allows; ``init=``
 stays with the final reduction. A tuple reduction (argmax) factors the same way:
@@ -26,8 +32,7 @@ from __future__ import annotations
 
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Cmp, Const, Reduce, Select, substitute, vars_of
-from .relations import Split
+from .expr import Binary, Const, Reduce, Select, conjunction, substitute, vars_of
 from .simplify import simplify
 from .tensor import ComputeOp, IterVar, make_iter_var
 
@@ -36,33 +41,59 @@ def _err(op, msg: str) -> ScheduleError:
     return ScheduleError(f"rfactor on stage '{op.name}': {msg}")
 
 
-def _factored(op: ComputeOp, relations: list, axis: IterVar):
-    """(root reduce axis, factor extent, rest extent, value of the root from (factor,
-    rest), whether the two may overrun the root's extent), or ScheduleError."""
-    split = next((r for r in relations if axis in r.created), None)
-    others = [r for r in relations if r is not split]
-    if others:
-        made = ", ".join(v.name for r in others for v in r.created)
-        raise _err(op, f"the stage's other loops were transformed already (into {made}); "
-                       "rfactor first, then schedule the two stages")  # fmt: skip
-    if axis in op.reduce_axis and split is None:
-        return axis, axis.extent, None, lambda f, r: f, False
-    if not isinstance(split, Split) or split.parent not in op.reduce_axis:
-        raise _err(op, f"loop {axis.name} is not a reduce axis of the stage or a loop of "
-                       "one split of a reduce axis")  # fmt: skip
-    ext = split.parent.extent
-    parts = split.extents({split.parent: ext})  # the relation's own extents (one home)
-    inner, outer = simplify(parts[split.inner]), simplify(parts[split.outer])
-    value = lambda o, i: Binary("add", Binary("mul", o, inner, INDEX), i, INDEX)  # noqa: E731
-    rem = simplify(Binary("mod", ext, inner, INDEX))
-    overrun = not (isinstance(rem, Const) and rem.value == 0)
-    if axis is split.inner:
-        return split.parent, inner, outer, (lambda f, r: value(r, f)), overrun
-    return split.parent, outer, inner, value, overrun
+def _touched(op: ComputeOp, relations: list, axis: IterVar):
+    """(reduce roots, relations, loops) that ``axis`` shares: the loops it is made from,
+    the loops made from those, up and down until stable (TVM's touch map)."""
+    loops, size = {axis}, 0
+    while len(loops) != size:
+        size = len(loops)
+        for r in reversed(relations):
+            if any(c in loops for c in r.created):
+                loops.update(r.parents)
+        for r in relations:
+            if any(p in loops for p in r.parents):
+                loops.update(r.created)
+    roots = [iv for iv in op.reduce_axis if iv in loops]
+    if not roots or any(iv.kind != "reduce" for iv in loops):
+        raise _err(op, f"loop {axis.name} is not a reduce axis of the stage or a loop made "
+                       "from reduce axes only")  # fmt: skip
+    return roots, [r for r in relations if any(p in loops for p in r.parents)], loops
 
 
-def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int):
-    """The partial reduction ``C.rf`` and the new operation of ``C`` (see the module)."""
+def _factored(op: ComputeOp, relations: list, leaves: list, axis: IterVar):
+    """(touched reduce roots, their 0-based values from the loops that replace them, the
+    guards where those loops overrun them, extent of ``axis``, the other loops made from
+    the roots (leaf order) with their extents), or ScheduleError."""
+    roots, rels, loops = _touched(op, relations, axis)
+    for r in relations:
+        if r in rels:
+            continue
+        bad = [iv for iv in (*r.parents, *r.created) if iv.kind == "reduce"]
+        if bad:
+            raise _err(op, f"reduce loop {bad[0].name} was split or fused, and factoring "
+                           f"{axis.name} leaves it to C.rf; rfactor first, then schedule "
+                           "the two stages")  # fmt: skip
+    ext = {iv: iv.extent for iv in roots}
+    for r in rels:
+        ext.update({k: simplify(v) for k, v in r.extents(ext).items()})
+    made = [iv for iv in leaves if iv in loops and iv is not axis]
+    return roots, rels, ext, made
+
+
+def _root_values(rels: list, ext: dict, val: dict):
+    """Values of the roots from the values of the loops made from them, and the guards
+    (relations' ``values`` flowing up)."""
+    val, conds = dict(val), []
+    for r in reversed(rels):
+        up, cs = r.values(val, ext, simplify)
+        val.update(up)
+        conds += [c for c, _ in cs]
+    return val, conds
+
+
+def rfactor_ops(op: ComputeOp, relations: list, leaves: list, axis: IterVar, factor_axis: int):
+    """The partial reduction ``C.rf``, the new operation of ``C`` and the relations of
+    ``C``'s spatial loops it keeps (see the module)."""
     body = op.body
     if not isinstance(body, Reduce):
         raise _err(op, "the stage is not a reduction")
@@ -70,44 +101,54 @@ def rfactor_ops(op: ComputeOp, relations: list, axis: IterVar, factor_axis: int)
         raise _err(op, "the tensor has update definitions")
     if not 0 <= factor_axis <= len(op.axis):
         raise _err(op, f"factor_axis={factor_axis} is not in 0..{len(op.axis)}")
-    root, f_ext, r_ext, value, overrun = _factored(op, relations, axis)
+    roots, rels, ext, made = _factored(op, relations, leaves, axis)
     own = {iv.var for iv in (*op.axis, *op.reduce_axis)}
     for iv in op.reduce_axis:
         named = [v for v in vars_of(iv.dom_min) + vars_of(iv.extent) if v in own]
-        if named and (iv is root or root.var in named):
+        if named and (iv in roots or any(r.var in named for r in roots)):
             raise _err(op, f"the bounds of reduce axis {iv.name} name {named[0].name}; "
                            "rfactor needs the factored axis to range over a box")  # fmt: skip
     axes = [make_iter_var(iv.name, Const(0, INDEX), iv.extent, "spatial") for iv in op.axis]
     mapping = {old.var: new.var for old, new in zip(op.axis, axes)}
-    fiv = make_iter_var(f"{axis.name}.rf", Const(0, INDEX), f_ext, "spatial")
+    fiv = make_iter_var(f"{axis.name}.rf", Const(0, INDEX), ext[axis], "spatial")
     axes.insert(factor_axis, fiv)
+    # the other loops made from the roots stand where the first root stood
+    rest = [make_iter_var(_rest_name(iv, roots, made), Const(0, INDEX), ext[iv], "reduce")
+            for iv in made]  # fmt: skip
     raxes = []
     for iv in op.reduce_axis:
-        if iv is root:
-            if r_ext is not None:
-                raxes.append(make_iter_var(f"{root.name}.r", Const(0, INDEX), r_ext, "reduce"))
+        if iv in roots:
+            raxes += rest if iv is roots[0] else []
             continue
-        lo, ext = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
-        raxes.append(make_iter_var(iv.name, lo, ext, "reduce"))
+        lo, e = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
+        raxes.append(make_iter_var(iv.name, lo, e, "reduce"))
         mapping[iv.var] = raxes[-1].var
-    rest = next((v for v in raxes if v.name == f"{root.name}.r"), None)
-    k = value(fiv.var, rest.var if rest is not None else None)
-    mapping[root.var] = simplify(Binary("add", root.dom_min, k, INDEX))
+    val = {axis: fiv.var, **{old: new.var for old, new in zip(made, rest)}}
+    val, conds = _root_values(rels, ext, val)
+    for iv in roots:
+        mapping[iv.var] = simplify(Binary("add", iv.dom_min, val[iv], INDEX))
     red = body.combiner
     dts = tuple(b.dtype for b in op.bodies)
     srcs = [substitute(b.source, mapping) for b in op.bodies]
-    if overrun:  # the points past the end contribute the identity
+    if conds:  # the points past the end contribute the identity
         ident = red.identity_tuple(dts) if len(dts) > 1 else (red.identity(dts[0]),)
-        inside = Cmp("lt", k, root.extent)
+        inside = conjunction(conds)
         srcs = [Select(inside, s, z, s.dtype) for s, z in zip(srcs, ident)]
     if raxes:
         parts = [Reduce(red, s, tuple(raxes), s.dtype) for s in srcs]
     else:
         parts = srcs
     rf = ComputeOp(f"{op.name}.rf", axes, parts[0], dts[0], tuple(raxes), tuple(parts[1:]))
-    v = make_iter_var(f"{axis.name}.v", Const(0, INDEX), f_ext, "reduce")
+    v = make_iter_var(f"{axis.name}.v", Const(0, INDEX), ext[axis], "reduce")
     idx = [iv.var for iv in op.axis]
     idx.insert(factor_axis, v.var)
     finals = [Reduce(red, t[tuple(idx)], (v,), b.dtype, b.init)
               for t, b in zip(rf.outputs, op.bodies)]  # fmt: skip
-    return rf, ComputeOp(op.name, op.axis, finals[0], op.dtype, (v,), tuple(finals[1:]))
+    new = ComputeOp(op.name, op.axis, finals[0], op.dtype, (v,), tuple(finals[1:]))
+    kept = [r for r in relations if r not in rels]
+    return rf, new, kept, [iv for iv in leaves if iv.kind != "reduce"] + [v]
+
+
+def _rest_name(iv: IterVar, roots: list, made: list) -> str:
+    """``k.r`` for the one other loop of one split root; else the loop's own name."""
+    return f"{roots[0].name}.r" if len(roots) == 1 and len(made) == 1 else iv.name

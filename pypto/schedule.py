@@ -318,10 +318,10 @@ class Schedule:
         fa = step.factor_axis
         if not isinstance(fa, int) or isinstance(fa, bool):
             raise TypeError(f"rfactor: factor_axis must be an int, got {fa!r}")
-        rf, new = rfactor_ops(st.op, st.relations, step.loop, fa)
+        rf, new, kept, leaves = rfactor_ops(st.op, st.relations, st.leaf_iter_vars, step.loop, fa)
         st.op = new
-        st.relations = []
         st.reset_leaves()
+        st.relations, st.leaf_iter_vars = kept, leaves
         self.stage_map[new] = st
         self._insert_before(Stage(self, rf), [st])
         return rf.output(0)

@@ -78,9 +78,16 @@ def test_rfactor_refusals():
     s = pt.create_schedule(C.op)
     with pytest.raises(pt.ScheduleError, match="rfactor on stage 'C': loop i is not a reduce"):
         s.rfactor(C, C.op.axis[0])
+    A3 = pt.placeholder((4, 6, 8), "float32", name="A3")
+    k1, k2 = pt.reduce_axis((0, 6), name="k1"), pt.reduce_axis((0, 8), name="k2")
+    C3 = pt.compute((4,), lambda i: pt.sum(A3[i, k1, k2], axis=[k1, k2]), name="C3")
+    s3 = pt.create_schedule(C3.op)
+    s3[C3].split(k1, factor=4)
+    with pytest.raises(pt.ScheduleError, match="reduce loop k1 was split or fused, and factor"):
+        s3.rfactor(C3, k2)
     io, ii = s[C].split(C.op.axis[0], factor=2)
-    with pytest.raises(pt.ScheduleError, match=r"other loops were transformed already \(into i"):
-        s.rfactor(C, k)
+    with pytest.raises(pt.ScheduleError, match="loop i.outer is not a reduce axis of the stage"):
+        s.rfactor(C, io)
     D = pt.compute((3,), lambda i: A[i, 0] * 2, name="D")
     with pytest.raises(pt.ScheduleError, match="rfactor on stage 'D': the stage is not a red"):
         pt.create_schedule(D.op).rfactor(D, k)
@@ -212,3 +219,57 @@ def test_stage_rfactor_is_the_schedule_primitive():
         s[CF].rfactor(s[CF].op.reduce_axis[0], factor_axis=ki)
     a = RNG.random((3, 12), "float32")
     np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+
+
+def three_d(n=16):
+    A = pt.placeholder((n, n, n), "float32", name="A")
+    k1, k2 = pt.reduce_axis((0, n), name="k1"), pt.reduce_axis((0, n), name="k2")
+    B = pt.compute((n,), lambda i: pt.sum(A[i, k1, k2], axis=[k1, k2]), name="B")
+    return A, B, k1, k2
+
+
+def test_rfactor_after_a_spatial_split_keeps_it():
+    """TVM's test_rfactor: split the reduce and the spatial axis, then rfactor; the
+    spatial split stays with B (its loops stay usable)."""
+    A, B, k1, k2 = three_d()
+    s = pt.create_schedule(B.op)
+    ko, ki = s[B].split(k1, factor=4)
+    xo, xi = s[B].split(B.op.axis[0], factor=8)
+    BF = s.rfactor(B, ki)
+    assert [str(d) for d in BF.shape] == ["4", "16"]
+    assert [iv.name for iv in s[BF].op.reduce_axis] == ["k1.r", "k2"]
+    assert [iv.name for iv in s[B].leaf_iter_vars] == ["i.outer", "i.inner", "k1.inner.v"]
+    s[B].parallel(xo)
+    a = RNG.random((16, 16, 16), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, B])(a), a.sum((1, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("then_split", [None, 5, 64])
+def test_rfactor_of_fused_reduce_loops(then_split):
+    """``rfactor(B, fuse(k1, k2))`` (TVM's), and of a loop split from the fused one
+    (past the end at 5: those points add the identity)."""
+    A, B, k1, k2 = three_d()
+    s = pt.create_schedule(B.op)
+    kf = s[B].fuse(k1, k2)
+    if then_split:
+        _, kf = s[B].split(kf, factor=then_split)
+    BF = s.rfactor(B, kf)
+    assert BF.shape[0].value == (then_split or 256)
+    s[BF].parallel(s[BF].op.axis[0])
+    a = RNG.random((16, 16, 16), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, B])(a), a.sum((1, 2)), rtol=1e-4)
+
+
+def test_rfactor_of_split_fused_loops_over_symbolic_extents():
+    n = pt.var("n")
+    A = pt.placeholder((3, n, 5), "float32", name="A")
+    k1, k2 = pt.reduce_axis((0, n), name="k1"), pt.reduce_axis((1, 5), name="k2")
+    B = pt.compute((3,), lambda i: pt.max(A[i, k1, k2], axis=[k1, k2]), name="B")
+    s = pt.create_schedule(B.op)
+    k1o, k1i = s[B].split(k1, nparts=3)
+    s[B].fuse(k1i, k2)
+    s.rfactor(B, k1o, factor_axis=1)
+    mod = pt.build(s, [A, B])
+    for nv in (1, 2, 7, 12):
+        a = RNG.random((3, nv, 5), "float32")
+        np.testing.assert_array_equal(mod(a), a[:, :, 1:].max((1, 2)))
