@@ -75,20 +75,19 @@ class Split:
         coordinates here (a reduce axis split, seen from the init statement)."""
         if self.parent not in coords:
             return None
-        f = ext[self.inner]
-        if len(coords[self.parent]) != 1:
-            raise NonAffine(f"split of {self.parent.name}")
-        p = coords[self.parent][0]
-        if not isinstance(f, Const):
-            # a symbolic factor is not affine, but while outer and inner stay
-            # adjacent loops they order exactly like the parent: one dim for both
+        f, pc = ext[self.inner], coords[self.parent]
+        if len(pc) != 1 or not isinstance(f, Const):
+            # a symbolic factor, or a parent of several coordinates (a fused loop of
+            # symbolic extents), is not affine; but while outer and inner stay adjacent
+            # loops they order exactly like the parent: its coordinates for both
             if (
                 self.outer in leaves
                 and self.inner in leaves
                 and leaves.index(self.inner) == leaves.index(self.outer) + 1
             ):
-                return {self.outer: [p], self.inner: []}, {self.inner: self.outer}
+                return {self.outer: list(pc), self.inner: []}, {self.inner: self.outer}
             raise NonAffine(f"split of {self.parent.name} by {f}")
+        p = pc[0]
         return {
             self.outer: [f"floor(({p})/{f.value})"],
             self.inner: [f"(({p}) mod {f.value})"],

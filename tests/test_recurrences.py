@@ -160,6 +160,22 @@ def test_dp_parallel_without_skew_refused(loop):
         s[T].update(0).parallel(iv)
 
 
+def test_dp_fused_symbolic_loops_split_unrolled_and_parallel_refused():
+    """fuse(ri, rj) of symbolic extents, then split by 8: not affine, but the two parts
+    stay adjacent and run in the fused loop's order, so it is verified (as the fuse)."""
+    S, T, ri, rj = dp()
+    s = pt.create_schedule(T.op)
+    u = s[T].update(0)
+    fo, fi = u.split(u.fuse(ri, rj), factor=8)
+    with pytest.raises(pt.ScheduleError, match=r"parallel\(ri.rj.fused.outer\) on 'T.upd"):
+        u.parallel(fo)
+    with pytest.raises(pt.ScheduleError, match=r"vectorize\(ri.rj.fused.inner\) on 'T.upd"):
+        u.vectorize(fi)
+    u.unroll(fi)
+    for shape in [(9, 13), (2, 2), (1, 5)]:
+        check_dp(s, S, T, shape)
+
+
 def test_dp_skewed_wavefront_is_parallel():
     S, T, ri, rj = dp()
     s = pt.create_schedule(T.op)
