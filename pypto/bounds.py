@@ -150,7 +150,7 @@ class _Reads:
         inside a parallel loop whose iterations compute common elements, in the sizes
         (each iteration's buffer sized at run time, as TVM's; the tensor's where the region
         is not affine); None when the stage writes a shared, full-size buffer."""
-        if st.attach is None or st in {self.stage_of(t) for t in self.args}:
+        if st.attach is None or st in {self.sch.stage_map.get(t.op) for t in self.args}:
             return None
         n = self.nest(st)
         sizes = [upper_bound(e, self.ranges) for _, e in n.region]

@@ -65,9 +65,11 @@ def plan(nests: Nests) -> Layout:
     """The buffers of the inferred nests ``nests``."""
     params, placeholders, given, more = [], {}, {}, {}
     for t in nests.args:
-        st = nests.stage_of(t)
+        st = nests.sch.stage_map.get(t.op)
         b = Buffer(t.name, t.dtype, tuple(t.shape), "param")
         params.append(b)
+        if st is None:  # an unused placeholder argument
+            continue
         if st.is_placeholder:
             placeholders[st] = b
         elif t.value_index:

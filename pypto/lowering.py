@@ -45,7 +45,7 @@ from .prefetch import prefetch_stmts
 from .scalar_args import check_scalar_var, is_scalar_var, scalar_params
 from .schedule import Schedule, Stage
 from .simplify import simplify
-from .tensor import IterVar, Tensor
+from .tensor import IterVar, PlaceholderOp, Tensor
 from .tensorize import bind
 from .update_reduce import update_store
 
@@ -71,10 +71,10 @@ def check_args(sch: Schedule, args) -> tuple[list, tuple, tuple]:
                     "arrays' shapes, not an argument; pass tensors and float scalars"
                 )
             raise TypeError(f"args must be tensors, got {a!r}")
-        if a.op not in sch.stage_map:
+        if a.op not in sch.stage_map and not isinstance(a.op, PlaceholderOp):
             raise ScheduleError(f"argument {a.name} is not part of this schedule")
-        st = sch.stage_map[a.op]
-        if st.inline:
+        st = sch.stage_map.get(a.op, a.op)  # a placeholder nothing reads: passed, unused
+        if getattr(st, "inline", False):
             raise ScheduleError(
                 f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
             )

@@ -87,6 +87,24 @@ def test_not_an_array(add_one):
         add_one([[0.0] * 4], np.zeros((1, 4), np.float32))
 
 
+def test_unused_placeholder_argument_is_passed_and_checked():
+    """As TVM: an input no stage reads may be among the arguments (a template's bias it
+    does not use); it is checked like any other, and binds its own sizes."""
+    s, A, B = _add_one()
+    m = pt.var("m")
+    Z = pt.placeholder((m, 2), "float32", name="Z")
+    mod = pt.build(s, [A, Z, B])
+    a = np.random.rand(3, 4).astype(np.float32)
+    np.testing.assert_allclose(mod(a, np.zeros((5, 2), np.float32)), a + 1)
+    with pytest.raises(TypeError, match="argument Z: dtype float64, expected float32"):
+        mod(a, np.zeros((5, 2)))
+    with pytest.raises(pt.ScheduleError, match="argument Z is passed twice"):
+        pt.build(s, [A, Z, Z, B])
+    other = pt.compute((4,), lambda i: Z[i, 0], name="other")
+    with pytest.raises(pt.ScheduleError, match="argument other is not part of this schedule"):
+        pt.build(s, [A, other, B])
+
+
 def test_dlpack_objects(add_one):
     class Wrapped:
         def __init__(self, arr):
