@@ -276,6 +276,15 @@ class ConfigSpace:
         self.index_of(values)  # validates
         return Config(self, {n: _canon(values[n]) for n in self.knobs})
 
+    def fits(self, values: dict) -> bool:
+        """Whether ``values`` is a point of this space (a record made with another version
+        of the template is not)."""
+        try:
+            self.config(values)
+        except SpaceError:
+            return False
+        return True
+
     def default_config(self) -> Config:
         """Each knob's default (or its middle value): the schedule used without records."""
         return Config(

@@ -28,10 +28,10 @@ def _fits(r) -> bool:
     except KeyError:
         return True
     try:
-        t.space(*r.args, target=r.target).config(r.config)
-    except Exception:  # noqa: BLE001 - any refusal: not a config of this template
+        space = t.space(*r.args, target=r.target)
+    except Exception:  # noqa: BLE001 - arguments the template refuses: not its record
         return False
-    return True
+    return space.fits(r.config)
 
 
 def _best(recs) -> tuple[dict, dict]:

@@ -32,7 +32,7 @@ def run(a: argparse.Namespace) -> int:
     with at.apply_history_best():
         found = [(k, at.dispatch.lookup(task.workload_key, k)) for k in task.record_keys]
     source, best = next(((k, v) for k, v in found if v), (None, []))
-    fits = [v for v in best if _fits(space, v)]
+    fits = [v for v in best if space.fits(v)]
     default = space.default_config().to_json()
     if a.json:
         print(json.dumps({
@@ -54,10 +54,3 @@ def run(a: argparse.Namespace) -> int:
         print(f"best recorded  {fits[0]} (a record of {source}, the base of {task.target.key})")
     return 0
 
-
-def _fits(space, values) -> bool:
-    try:
-        space.config(values)
-    except at.SpaceError:
-        return False
-    return True
