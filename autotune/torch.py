@@ -187,7 +187,7 @@ layer_norm.register_autograd(_ln_bwd, setup_context=_save_x_w)
 
 
 def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
-    if not -x.dim() <= dim < max(x.dim(), 1):
+    if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):  # a 0-d tensor takes -1 and 0
         raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor")
     return x.movedim(dim, -1) if x.dim() else x
 
@@ -200,7 +200,11 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     rows, cols = rows_cols(xl)
     name, args = ("softmax", (rows, cols)) if dt == "float32" else ("softmax_fwd", (rows, cols, dt))
     (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt)
-    return y.reshape(xl.shape).movedim(-1, dim).contiguous()
+    return _back(y.reshape(xl.shape), dim)
+
+
+def _back(y: torch.Tensor, dim: int) -> torch.Tensor:
+    return y.movedim(-1, dim).contiguous() if y.dim() else y
 
 
 @softmax.register_fake
@@ -215,7 +219,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
     rows, cols = rows_cols(yl)
     ins = [(flat(yl, rows, cols), "y"), (flat(dyl, rows, cols), "dy")]
     (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt)
-    return dx.reshape(yl.shape).movedim(-1, dim).contiguous()
+    return _back(dx.reshape(yl.shape), dim)
 
 
 @softmax_backward.register_fake

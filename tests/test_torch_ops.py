@@ -329,6 +329,16 @@ def test_non_contiguous_input_is_copied():
     _close(ops.gelu(x), F.gelu(x))
 
 
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_softmax_of_a_0d_tensor_is_one_as_torch(dim):
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    y = ops.softmax(x, dim)
+    _close(y, torch.softmax(x, dim))
+    assert torch.autograd.gradcheck(lambda t: ops.softmax(t, dim), (x,))
+    with pytest.raises(IndexError, match="softmax: dim 1 is out of range for a 0-d tensor"):
+        ops.softmax(x, 1)
+
+
 def test_bad_inputs_are_refused_by_name():
     x = torch.randn(4, 8)
     with pytest.raises(TypeError, match=r"gelu: x: dtype torch.int32 is not supported"):

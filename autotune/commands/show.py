@@ -53,4 +53,3 @@ def run(a: argparse.Namespace) -> int:
     else:  # a base target's record: the same code
         print(f"best recorded  {fits[0]} (a record of {source}, the base of {task.target.key})")
     return 0
-
