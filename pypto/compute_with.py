@@ -212,8 +212,8 @@ def node_order(sch, low) -> list:
         return st.target_stage or st
 
     nodes, edges = [], {}
-    for st in sch.stages:
-        if st.is_placeholder or st.inline:
+    for st in sch.stages:  # an inlined stage is a node too: it reads its definition's inputs
+        if st.is_placeholder:
             continue
         n = node(st)
         if n not in edges:
@@ -223,13 +223,15 @@ def node_order(sch, low) -> list:
         k = group.index(st)
         if k > 0 and node(group[k - 1]) is not n:  # updates run in sequence
             edges[n].setdefault(node(group[k - 1]), (st, None))
-        for read in low.reads(st):
+        for read in st.definition_reads():
             p = low.stage_of(read.tensor)
             if p.is_placeholder or pure(p) is pure(st):
                 continue
             for q in (pure(p), *pure(p).update_stages):
-                if not q.inline and node(q) is not n:
+                if node(q) is not n:
                     edges[n].setdefault(node(q), (st, read.tensor))
+                elif isinstance(n, Cluster) and st not in n.members and q in n.members:
+                    raise _attached_read_error(st, q, read.tensor)
     order, done = [], set()
     while len(order) < len(nodes):
         ready = [n for n in nodes if n not in done and all(p in done for p in edges[n])]
@@ -238,6 +240,15 @@ def node_order(sch, low) -> list:
         order.append(ready[0])
         done.add(ready[0])
     return order
+
+
+def _attached_read_error(st, member, tensor) -> ScheduleError:
+    return ScheduleError(
+        f"stage '{st.name}' is computed inside the loops '{member.name}' shares with "
+        f"compute_with, but reads {tensor.name}, which those loops are still computing "
+        f"('{st.name}' reads its final values); read {tensor.name} in the statement "
+        "itself instead (isl then checks which elements are final)"
+    )
 
 
 def _cycle_error(left: list, edges: dict) -> ScheduleError:

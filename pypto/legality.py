@@ -103,10 +103,10 @@ def check_acyclic(sch: Schedule, nests: Nests) -> None:
         node_order(sch, nests)
         return
     edges: dict = {}  # pure stage -> {producer pure stage: the stage that reads it}
-    for st in sch.stages:
-        if st.is_placeholder or st.inline:
+    for st in sch.stages:  # the definitions' reads: an inlined stage still reads its inputs
+        if st.is_placeholder:
             continue
-        for read in nests.reads(st):
+        for read in st.definition_reads():
             p = _pure(nests.stage_of(read.tensor))
             if p is not _pure(st) and not p.is_placeholder:
                 edges.setdefault(_pure(st), {}).setdefault(p, (st, read.tensor))

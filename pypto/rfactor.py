@@ -19,6 +19,9 @@ or of a split of a fused loop: every loop made from the same reduce axes (TVM's 
 map) becomes a reduce loop of ``C.rf``, and the reduce axes' values come back up from
 the loops (``relations``' ``values``). Splits and fuses of ``C``'s spatial loops stay
 with ``C``; a reduce axis transformed but not part of the factored loop is refused.
+Bounds may name spatial axes (a triangle ``k < i + 1``, split by 4: ``k.inner`` is a box
+and factors, ``C.rf``'s ``k.outer`` loop keeps the triangle) and the factored reduce
+axes (``k2 < k1 + 1``); the factored loop's own extent must be the same everywhere.
 
 This reassociates the reduction, which its reducer (``pt.sum``, ``pt.max``,
 ``pt.comm_reducer``: commutative and associative by contract) allows; ``init=``
@@ -103,18 +106,32 @@ def rfactor_ops(op: ComputeOp, relations: list, leaves: list, axis: IterVar, fac
         raise _err(op, f"factor_axis={factor_axis} is not in 0..{len(op.axis)}")
     roots, rels, ext, made = _factored(op, relations, leaves, axis)
     own = {iv.var for iv in (*op.axis, *op.reduce_axis)}
-    for iv in op.reduce_axis:
-        named = [v for v in vars_of(iv.dom_min) + vars_of(iv.extent) if v in own]
-        if named and (iv in roots or any(r.var in named for r in roots)):
+    reduce_vars = {iv.var for iv in op.reduce_axis}
+    for iv in roots:  # bounds may name the spatial axes (a triangle), not other reductions
+        named = [v for v in vars_of(iv.dom_min) + vars_of(iv.extent) if v in reduce_vars]
+        if named:
             raise _err(op, f"the bounds of reduce axis {iv.name} name {named[0].name}; "
-                           "rfactor needs the factored axis to range over a box")  # fmt: skip
+                           "rfactor needs the factored loop's axes to range independently "
+                           "of the other reduce axes")  # fmt: skip
+    named = [v for v in vars_of(simplify(ext[axis])) if v in own]
+    if named:
+        raise _err(op, f"the extent of loop {axis.name} depends on {named[0].name}; rfactor "
+                       "needs the factored loop to have the same extent everywhere (split "
+                       "it by a factor and factor the inner loop)")  # fmt: skip
     axes = [make_iter_var(iv.name, Const(0, INDEX), iv.extent, "spatial") for iv in op.axis]
     mapping = {old.var: new.var for old, new in zip(op.axis, axes)}
     fiv = make_iter_var(f"{axis.name}.rf", Const(0, INDEX), ext[axis], "spatial")
     axes.insert(factor_axis, fiv)
     # the other loops made from the roots stand where the first root stood
-    rest = [make_iter_var(_rest_name(iv, roots, made), Const(0, INDEX), ext[iv], "reduce")
+    rest = [make_iter_var(_rest_name(iv, roots, made), Const(0, INDEX),
+                          substitute(ext[iv], mapping), "reduce")
             for iv in made]  # fmt: skip
+    val = {axis: fiv.var, **{old: new.var for old, new in zip(made, rest)}}
+    val, conds = _root_values(rels, ext, val)
+    conds = [substitute(c, mapping) for c in conds]
+    for iv in roots:
+        start = substitute(iv.dom_min, mapping)
+        mapping[iv.var] = simplify(Binary("add", start, substitute(val[iv], mapping), INDEX))
     raxes = []
     for iv in op.reduce_axis:
         if iv in roots:
@@ -123,10 +140,6 @@ def rfactor_ops(op: ComputeOp, relations: list, leaves: list, axis: IterVar, fac
         lo, e = substitute(iv.dom_min, mapping), substitute(iv.extent, mapping)
         raxes.append(make_iter_var(iv.name, lo, e, "reduce"))
         mapping[iv.var] = raxes[-1].var
-    val = {axis: fiv.var, **{old: new.var for old, new in zip(made, rest)}}
-    val, conds = _root_values(rels, ext, val)
-    for iv in roots:
-        mapping[iv.var] = simplify(Binary("add", iv.dom_min, val[iv], INDEX))
     red = body.combiner
     dts = tuple(b.dtype for b in op.bodies)
     srcs = [substitute(b.source, mapping) for b in op.bodies]

@@ -20,7 +20,7 @@ from . import steps
 from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Const, as_expr
+from .expr import Const, as_expr, tensor_reads
 from .extern import refuse_extern
 from .intrin import TensorIntrin
 from .prefetch import check_prefetch
@@ -98,6 +98,15 @@ class Stage:
     @property
     def name(self) -> str:
         return self.op.name
+
+    def definition_reads(self) -> list:
+        """The tensor reads of the stage's own definition (an update's indices included),
+        not expanded through inlined producers: what it reads, whatever the schedule."""
+        op = self.op
+        if isinstance(op, PlaceholderOp):
+            return []
+        exprs = [*op.lhs, op.body] if self.is_update else list(op.bodies)
+        return [r for e in exprs for r in tensor_reads(e)]
 
     def update(self, k: int) -> Stage:
         """The stage of update definition ``k`` (its loops: ``.op.axis``)."""

@@ -354,3 +354,41 @@ def test_a_compute_with_refusal_names_the_calling_stage_and_shift():
     want = r"Y.update\(1\).compute_with\(Y.update\(0\), r\) on .* would break a dependence"
     with pytest.raises(pt.ScheduleError, match=want + r".*shift\(loop, k\) offsets one"):
         s[Y].update(1).compute_with(s[Y].update(0), r)
+
+
+def _final_value_reader(n=7):
+    """Z's update reads P, and P reads the final values of Y (a prefix sum)."""
+    X = pt.placeholder((n,), "float64", name="X")
+    Y = pt.compute((n,), lambda i: X[i], name="Y")
+    r = pt.reduce_axis((1, n), name="r")
+    Y[r] = Y[r - 1] + X[r]
+    P = pt.compute((n,), lambda i: Y[pt.min(i + 1, n - 1)] * 2.0, name="P")
+    Z = pt.compute((n,), lambda i: pt.const(0.0, "float64"), name="Z")
+    q = pt.reduce_axis((1, n), name="q")
+    Z[q] = P[q] + 1.0
+    s = pt.create_schedule([Y.op, Z.op])
+    return s, X, Y, Z, P, q, r
+
+
+@pytest.mark.parametrize("place", ["inline", "compute_at"])
+def test_a_producer_of_final_values_inside_shared_loops_is_refused(place):
+    """P reads Y's final values; inlined into (or attached inside) Z's update, which
+    shares Y's update loop, it would read Y while the loop still updates it."""
+    s, X, Y, Z, P, q, r = _final_value_reader()
+    if place == "inline":
+        s[P].compute_inline()
+    else:
+        s[P].compute_at(s[Z].update(0), q)
+    s[Z].update(0).compute_with(s[Y].update(0), r)
+    match = {
+        "inline": r"tensors 'Y', 'Z' and 'P' read each other \('Z.update\(0\)' reads P, 'P' r",
+        "compute_at": r"stage 'P' is computed inside the loops 'Y.update\(0\)' shares with co",
+    }[place]
+    with pytest.raises(pt.ScheduleError, match=match):
+        pt.build(s, [X, Y, Z])
+    s, X, Y, Z, P, q, r = _final_value_reader()
+    s[P].compute_inline()  # without compute_with: Z after all of Y, as defined
+    x = np.arange(1.0, 8.0)
+    want = np.zeros(7)
+    want[1:] = 2 * np.cumsum(x)[np.minimum(np.arange(2, 8), 6)] + 1
+    np.testing.assert_array_equal(pt.build(s, [X, Y, Z])(x)[1], want)

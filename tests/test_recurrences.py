@@ -374,6 +374,22 @@ def test_update_definition_errors():
         s[Y].update(1)
 
 
+@pytest.mark.parametrize("inline", [False, True])
+def test_an_update_reading_a_producer_of_its_own_final_values_is_refused(inline):
+    """P reads Y's final values and Y's update reads P: a cycle in the definitions,
+    inlining P does not make it an in-place recurrence (that would read Y mid-update)."""
+    X = pt.placeholder((16,), "float64", name="X")
+    Y = pt.compute((16,), lambda i: X[i], name="Y")
+    P = pt.compute((16,), lambda i: Y[pt.max(i - 1, 0)], name="P")
+    r = pt.reduce_axis((1, 16), name="r")
+    Y[r] = P[r] + X[r]
+    s = pt.create_schedule(Y.op)
+    if inline:
+        s[P].compute_inline()
+    with pytest.raises(pt.ScheduleError, match=r"tensors 'P' and 'Y' read each other \('P' r"):
+        pt.build(s, [X, Y])
+
+
 def test_compute_at_of_updated_tensor_refused():
     X, Y, r = prefix_sum()
     Z = pt.compute(Y.shape, lambda i: Y[i] + 1.0, name="Z")

@@ -102,7 +102,7 @@ def test_rfactor_refusals():
     tri = pt.reduce_axis((0, j + 1), name="tri")
     S = pt.compute((n,), lambda i: pt.sum(T[i, tri] + T[i, j], axis=[j, tri]), name="S")
     with pytest.raises(pt.ScheduleError, match="bounds of reduce axis tri name j; rfactor needs"):
-        pt.create_schedule(S.op).rfactor(S, j)
+        pt.create_schedule(S.op).rfactor(S, tri)
 
 
 def test_parallel_final_reduction_of_rfactor_is_refused():
@@ -273,3 +273,40 @@ def test_rfactor_of_split_fused_loops_over_symbolic_extents():
     for nv in (1, 2, 7, 12):
         a = RNG.random((3, nv, 5), "float32")
         np.testing.assert_array_equal(mod(a), a[:, :, 1:].max((1, 2)))
+
+
+@pytest.mark.parametrize("factor", [None, 4])
+def test_rfactor_of_triangular_reductions(factor):
+    """A reduce axis bounded by a spatial axis (k < i + 1), split by a factor: the inner
+    loop is a box and factors; and a reduction whose second axis is bounded by the
+    first (k2 < k1 + 1) factors the first, or the inner loop of its split."""
+    n = pt.var("n")
+    A = pt.placeholder((n, n), "float64", name="A")
+
+    def body(i):
+        k = pt.reduce_axis((1, i + 1), name="k")
+        return pt.sum(A[i, k], axis=k)
+
+    C = pt.compute((n,), body, name="C")
+    s = pt.create_schedule(C.op)
+    _, ki = s[C].split(C.op.reduce_axis[0], factor=factor or 3)
+    CF = s.rfactor(C, ki)
+    s[CF].parallel(s[CF].op.axis[0])
+    mod = pt.build(s, [A, C])
+    for nv in (1, 2, 9):
+        a = RNG.random((nv, nv))
+        np.testing.assert_allclose(mod(a), [a[i, 1 : i + 1].sum() for i in range(nv)])
+    s = pt.create_schedule(C.op)
+    _, ki = s[C].split(C.op.reduce_axis[0], nparts=2)
+    with pytest.raises(pt.ScheduleError, match="the extent of loop k.inner depends on i; rfac"):
+        s.rfactor(C, ki)
+    B = pt.placeholder((3, 6, 6), "float64", name="B")
+    k1 = pt.reduce_axis((0, 6), name="k1")
+    k2 = pt.reduce_axis((0, k1 + 1), name="k2")
+    D = pt.compute((3,), lambda i: pt.sum(B[i, k1, k2], axis=[k1, k2]), name="D")
+    s = pt.create_schedule(D.op)
+    loop = s[D].split(k1, factor=factor)[1] if factor else k1
+    DF = s.rfactor(D, loop)
+    s[DF].vectorize(s[DF].op.axis[0])
+    b = RNG.random((3, 6, 6))
+    np.testing.assert_allclose(pt.build(s, [B, D])(b), np.tril(b).sum((1, 2)))
