@@ -133,16 +133,17 @@ class Tuner:
                 out.append(c)
         return out
 
-    def _unvisited_sample(self, tries: int = 64) -> Config | None:
+    def _unvisited_sample(self, tries: int = 64, exclude=frozenset()) -> Config | None:
+        """A random config neither visited nor in ``exclude`` (this batch's), or None."""
         n = len(self.space)
-        if len(self.visited) >= n:
+        if len(self.visited) + sum(i not in self.visited for i in exclude) >= n:
             return None
         for _ in range(tries):
             i = self.rng.randrange(n)
-            if i not in self.visited:
+            if i not in self.visited and i not in exclude:
                 return self.space.get(i)
         for i in range(n):  # nearly exhausted: scan
-            if i not in self.visited:
+            if i not in self.visited and i not in exclude:
                 return self.space.get(i)
         return None
 
@@ -253,12 +254,12 @@ class GATuner(Tuner):
         for inp, res in zip(inputs, results):
             self.scores[inp.config.index] = 1.0 / res.cost if res.ok else 0.0
 
-    def _offspring(self) -> list[Config]:
+    def _offspring(self, picked=frozenset()) -> list[Config]:
         ranked = sorted(self.scores.items(), key=lambda kv: -kv[1])
         parents = [self.space.get(i) for i, _ in ranked[: self.pop_size]]
         weights = [max(s, 1e-12) for _, s in ranked[: self.pop_size]]
         out, tries = [], 0
-        seen = set(self.visited)
+        seen = set(self.visited) | set(picked)
         while len(out) < self.pop_size and tries < 20 * self.pop_size:
             tries += 1
             a, b = self.rng.choices(parents, weights=weights, k=2)
@@ -276,21 +277,20 @@ class GATuner(Tuner):
         return out
 
     def next_batch(self, n):
-        out = []
+        out, picked = [], set()
         while len(out) < n:
             if not self.queue:
                 if len(self.scores) < self.pop_size or not any(self.scores.values()):
-                    c = self._unvisited_sample()
+                    self.queue = []
+                else:
+                    self.queue = self._offspring(picked)
+                if not self.queue:  # a random one nobody visited or picked, if any is left
+                    c = self._unvisited_sample(exclude=picked)
                     if c is None:
                         break
                     self.queue = [c]
-                else:
-                    self.queue = self._offspring() or [
-                        c for c in [self._unvisited_sample()] if c is not None
-                    ]
-                    if not self.queue:
-                        break
             c = self.queue.pop(0)
-            if c.index not in self.visited and all(c.index != o.index for o in out):
+            if c.index not in self.visited and c.index not in picked:
                 out.append(c)
+                picked.add(c.index)
         return out

@@ -189,6 +189,22 @@ class _SteadyMeasurer:
         return [at.MeasureResult(costs=[self.costs.get(c.index, 1.1e-3)]) for c in configs]
 
 
+@pytest.mark.parametrize("tuner_cls", [at.RandomTuner, at.GridSearchTuner, at.GATuner,
+                                       at.XGBTuner])  # fmt: skip
+def test_tuner_asked_for_more_trials_than_configs_measures_each_once(tuner_cls):
+    """The space has fewer configs than the trials asked for (and than one batch of the
+    genetic algorithm): every config is measured once, and tuning stops."""
+    task = at.Task("toy_matmul", (4, 8, 2))
+    m = _SteadyMeasurer({i: (1 + i) * 1e-4 for i in range(len(task.config_space))})
+    tuner_cls(task, seed=1).tune(len(task.config_space) + 20, measurer=m)
+    seen = [i for batch in m.seen for i in batch]
+    assert sorted(seen) == list(range(len(task.config_space)))
+    batch = [c.index for c in tuner_cls(task, seed=2).next_batch(len(task.config_space) + 5)]
+    assert len(set(batch)) == len(batch) <= len(task.config_space)
+    if tuner_cls is not at.XGBTuner:  # (the model-guided one plans a batch of its own size)
+        assert sorted(batch) == list(range(len(task.config_space)))
+
+
 def test_confirm_measures_the_default_beside_the_fastest(tmp_path):
     """A config that looked fastest on one lucky draw, against a default measured in a
     busy minute: measured side by side, the default wins and becomes the best record."""
