@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+
+from tqdm.auto import tqdm
+
 from .records import append_records
 from .tuners import to_record
 
@@ -9,7 +13,9 @@ from .tuners import to_record
 class log_to_file:  # noqa: N801 - a callback named like AutoTVM's
     """Append every measurement to a JSON Lines log (whole lines, safe to share)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, protocol: str = "json"):
+        if protocol != "json":  # AutoTVM's other protocol, "pickle", is not a log format here
+            raise ValueError(f"log_to_file: protocol {protocol!r}: records are JSON Lines ('json')")
         self.path = str(path)
 
     def __call__(self, tuner, inputs, results):
@@ -21,17 +27,24 @@ class progress_bar:  # noqa: N801
     """A tqdm bar: trials done of the total (by default the trials ``tune`` plans), best
     GFLOP/s so far, errors."""
 
-    def __init__(self, total: int | None = None, desc: str | None = None, **tqdm_kw):
-        self.total, self.desc, self.kw = total, desc, tqdm_kw
+    def __init__(
+        self, total: int | None = None, desc: str | None = None, prefix: str = "",
+        si_prefix: str = "G", **tqdm_kw,
+    ):  # fmt: skip
+        """``prefix`` and ``si_prefix`` as AutoTVM's (the prefix leads the description;
+        rates are always GFLOP/s); other keywords go to tqdm."""
+        known = inspect.signature(tqdm.__init__).parameters
+        unknown = sorted(k for k in tqdm_kw if k not in known)
+        if unknown:
+            raise TypeError(f"progress_bar: unknown argument(s) {', '.join(unknown)}")
+        self.total, self.desc, self.prefix, self.kw = total, desc, prefix, tqdm_kw
         self.bar = None
         self.errors = 0
 
     def start(self, tuner):
-        from tqdm.auto import tqdm
-
         self.bar = tqdm(
             total=self.total if self.total is not None else getattr(tuner, "planned_trials", None),
-            desc=self.desc or tuner.task.name,
+            desc=self.prefix + (self.desc or tuner.task.name),
             unit="trial",
             dynamic_ncols=True,
             **self.kw,

@@ -20,6 +20,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+import pypto as pt
+from pypto.expr import Const
 from pypto.target import as_target
 
 
@@ -79,15 +81,26 @@ ANNOTATIONS = ("none", "unroll", "vec", "parallel")
 class AnnotateEntity:
     anns: tuple
 
-    def apply(self, s, op, axes):
+    def apply(self, s, op, axes, axis_lens=None, max_unroll=None, vec_size=None, **_):
+        """Annotate ``axes``; as AutoTVM's, with ``axis_lens`` an axis longer than
+        ``max_unroll`` is not unrolled and one whose length is not in ``vec_size`` is not
+        vectorized (AutoTVM's ``cfg``/``source`` arguments are accepted and unused)."""
         stage = s[op] if not hasattr(op, "leaf_iter_vars") else op
-        for ax, ann in zip(axes, self.anns):
+        for k, (ax, ann) in enumerate(zip(axes, self.anns)):
+            n = axis_lens[k] if axis_lens is not None else None
+            if ann == "unroll" and None not in (n, max_unroll) and n > max_unroll:
+                continue
+            if ann == "vec" and None not in (n, vec_size):
+                sizes = vec_size if isinstance(vec_size, (list, tuple)) else [vec_size]
+                if n not in sizes:
+                    continue
             {
                 "none": lambda a: None,
                 "unroll": stage.unroll,
                 "vec": stage.vectorize,
                 "parallel": stage.parallel,
             }[ann](ax)
+        return list(axes)
 
     @property
     def val(self):
@@ -137,17 +150,40 @@ def _canon(v):
     return v
 
 
-def _split_values(extent: int, n: int, policy: str, max_factor, candidate) -> list:
+def _candidates(name, n: int, candidate) -> list:
+    """TVM's ``policy="candidate"`` values, checked: ``n`` sizes each, positive, a ``-1``
+    (the derived size) only first."""
+    if not candidate:
+        raise SpaceError(f"define_split {name!r}: policy='candidate' needs candidate=[...]")
+    out = []
+    for c in candidate:
+        c = _canon(list(c))
+        ok = len(c) == n and all(isinstance(x, int) and x > 0 for x in c[1:])
+        if not ok or not (c[0] == -1 or (isinstance(c[0], int) and c[0] > 0)):
+            raise SpaceError(
+                f"define_split {name!r}: candidate {c} is not {n} positive sizes "
+                "(the first may be -1, derived from the extent)"
+            )
+        out.append(c)
+    return out
+
+
+_FACTORS = {  # TVM's policies: divisors, powers of two, or both ("verbose")
+    "factors": lambda e: [f for f in range(1, e + 1) if e % f == 0],
+    "power2": lambda e: [2**k for k in range(0, max(1, e).bit_length() + 1) if 2**k <= e],
+    "verbose": lambda e: sorted(set(_FACTORS["factors"](e)) | set(_FACTORS["power2"](e))),
+}
+
+
+def _split_values(name, extent: int, n: int, policy: str, max_factor, candidate) -> list:
     if policy == "candidate":
-        if not candidate:
-            raise SpaceError("define_split(policy='candidate') needs candidate=[...]")
-        return [_canon(list(c)) for c in candidate]
-    if policy == "factors":
-        factors = [f for f in range(1, extent + 1) if extent % f == 0]
-    elif policy == "power2":
-        factors = [2**k for k in range(0, max(1, extent).bit_length() + 1) if 2**k <= extent]
-    else:
-        raise SpaceError(f"define_split: unknown policy {policy!r} (factors, power2, candidate)")
+        return _candidates(name, n, candidate)
+    if policy not in _FACTORS:
+        raise SpaceError(
+            f"define_split {name!r}: unknown policy {policy!r} "
+            "(factors, power2, verbose, candidate)"
+        )
+    factors = _FACTORS[policy](extent)
     if max_factor is not None:
         factors = [f for f in factors if f <= max_factor]
     out = []
@@ -179,12 +215,17 @@ class ConfigSpace:
         max_factor=None,
         candidate=None,
         default=None,
+        filter=None,  # noqa: A002 - AutoTVM's name
     ):
-        """Ways to split a loop of ``extent`` into ``num_outputs`` loops (``[-1, f1, ...]``)."""
+        """Ways to split a loop of ``extent`` (an int, or the loop itself) into
+        ``num_outputs`` loops (``[-1, f1, ...]``); ``filter(entity)`` keeps those it
+        accepts (``entity.size``), as AutoTVM's."""
         extent = _int_extent(name, extent)
         if num_outputs < 2:
             raise SpaceError(f"define_split {name!r}: num_outputs must be at least 2")
-        values = _split_values(extent, num_outputs, policy, max_factor, candidate)
+        values = _split_values(name, extent, num_outputs, policy, max_factor, candidate)
+        if filter is not None:
+            values = [v for v in values if filter(SplitEntity(tuple(v)))]
         return self._add(
             Knob(name, "split", values, _canon(default), {"extent": extent, "policy": policy})
         )
@@ -193,6 +234,10 @@ class ConfigSpace:
         """A free choice among JSON values."""
         if not candidates:
             raise SpaceError(f"define_knob {name!r}: no candidates")
+        values = [_canon(c) for c in candidates]
+        again = next((v for k, v in enumerate(values) if v in values[:k]), None)
+        if again is not None:
+            raise SpaceError(f"define_knob {name!r}: candidate {again!r} is given twice")
         return self._add(Knob(name, "knob", [_canon(c) for c in candidates], _canon(default)))
 
     def define_reorder(self, name, axes, policy="all", candidate=None, default=None):
@@ -200,10 +245,14 @@ class ConfigSpace:
         n = len(axes)
         if policy == "all":
             values = [list(p) for p in itertools.permutations(range(n))]
+        elif policy == "identity":
+            values = [list(range(n))]
         elif policy == "candidate":
             values = [_canon(list(c)) for c in (candidate or [])]
         else:
-            raise SpaceError(f"define_reorder: unknown policy {policy!r} (all, candidate)")
+            raise SpaceError(
+                f"define_reorder: unknown policy {policy!r} (all, identity, candidate)"
+            )
         return self._add(Knob(name, "reorder", values, _canon(default)))
 
     def define_annotate(self, name, axes, policy="try_unroll_vec", default=None):
@@ -376,9 +425,19 @@ class Config:
 
 
 def _int_extent(name, extent) -> int:
+    """An extent given as an int, a constant expression, or a loop (TVM's
+    ``define_split("tile_y", y)``): the loop's constant extent."""
+    given = extent
+    if isinstance(extent, pt.IterVar):
+        extent = extent.extent
+    if isinstance(extent, Const):
+        extent = extent.value
     try:
+        if isinstance(extent, (bool, float)) or int(extent) != extent or int(extent) < 0:
+            raise ValueError
         return int(extent)
     except (TypeError, ValueError):
         raise SpaceError(
-            f"define_split {name!r}: the extent must be a constant integer to tune, got {extent!r}"
+            f"define_split {name!r}: the extent must be a constant integer to tune, got "
+            f"{given!r}" + (f" (extent {extent})" if given is not extent else "")
         ) from None

@@ -126,6 +126,7 @@ class Template:
 
     def __call__(self, *args, target="host"):
         """The schedule with the best recorded config for ``target``, else the default config."""
+        args = plain_args(args)
         return self.func(self.best_config(*args, target=target), *args)
 
     def best_config(self, *args, target="host") -> Config:
@@ -222,7 +223,21 @@ def list_templates() -> list[str]:
 
 def workload_key(name: str, args) -> str:
     """The string that identifies a workload in records: ``["matmul", [1024, 1024, 1024]]``."""
-    return json.dumps([name, list(args)], separators=(",", ":"))
+    return json.dumps([name, list(plain_args(args))], separators=(",", ":"))
+
+
+def plain_args(args) -> tuple:
+    """Workload arguments as plain Python values: numpy scalars (``np.int64(32)``) become
+    the ints, floats and strings they hold, so keys and records are the same either way."""
+
+    def plain(a):
+        if isinstance(a, np.generic):
+            return a.item()
+        if isinstance(a, (list, tuple)):
+            return type(a)(plain(x) for x in a)
+        return a
+
+    return tuple(plain(a) for a in args)
 
 
 def count_flop(tensors) -> float:
@@ -255,7 +270,7 @@ class Task:
     def __init__(self, name: str, args, target="host"):
         self.template = get_template(name) if isinstance(name, str) else name
         self.name = self.template.name
-        self.args = tuple(args)
+        self.args = plain_args(args)
         self.target = as_target(target)
         self.workload_key = workload_key(self.name, self.args)
         self.config_space = self.template.space(*self.args, target=self.target)

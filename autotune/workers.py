@@ -56,11 +56,24 @@ def _fault(e: pt.BuildEnvironmentError) -> dict:
     return {"fault": e.args[0] + (f"; the compiler said: {said[:300]}" if said else "")}
 
 
+class TemplateNotHere(Exception):
+    """The worker process cannot find the template: a broken set-up, not a candidate's
+    failure (every config would fail the same way)."""
+
+
 def _load_template(spec):
     mod = spec["module"]
     if mod not in ("__main__", "__mp_main__"):
         importlib.import_module(mod)  # registers the template in this process
-    return get_template(spec["template"])
+    try:
+        return get_template(spec["template"])
+    except KeyError:
+        raise TemplateNotHere(
+            f"template {spec['template']!r} is not registered in the worker processes, "
+            f"which import module {mod!r} afresh: define it at the top level of a module "
+            "(or of the script), not inside a function or under "
+            "`if __name__ == '__main__':`"
+        ) from None
 
 
 # ---------------------------------------------------------------- ending with the parent
@@ -114,6 +127,8 @@ def build_worker(spec: dict) -> dict:
         tpl = _load_template(spec)
         s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
         func = pt.lower(s, tensors, name="candidate")
+    except TemplateNotHere as e:
+        return {"fault": str(e)}
     except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
         return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
     try:
@@ -198,10 +213,9 @@ class Runner:
             inputs = [a for i, a in enumerate(arrays) if i not in outs]
             if tpl.reference is not None:
                 ref = tpl.reference_output([a.copy() for a in inputs], spec["args"])
-            else:  # the default config is the reference
-                space = tpl.space(*spec["args"], target=spec["target"])
-                s, ts = tpl.instantiate(space.default_config(), *spec["args"])
-                mod = pt.build(s, ts, target=spec["target"])
+            else:  # the definition itself, unscheduled, is the reference
+                plain = pt.create_schedule([tensors[i].op for i in outs])
+                mod = pt.build(plain, tensors, target=spec["target"], name="reference")
                 scratch = [a.copy() for a in arrays]
                 mod(*scratch)
                 ref = [scratch[i] for i in outs]
@@ -269,6 +283,8 @@ class Runner:
             mod = pt.build(s, tensors, target=spec["target"], name="candidate")
         except pt.BuildEnvironmentError as e:
             return _fault(e)
+        except TemplateNotHere as e:
+            return {"fault": str(e)}
         except pt.BuildError as e:
             return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)}
         except Exception as e:  # noqa: BLE001
@@ -317,6 +333,8 @@ def runner_main(conn, parent_pid: int):
             out = runner.run(spec, opt) if kind == "run" else runner.prepare(spec, opt)
         except pt.BuildEnvironmentError as e:
             out = _fault(e)
+        except TemplateNotHere as e:
+            out = {"fault": str(e)}
         except Exception:  # noqa: BLE001 - never let the loop die on a bug
             out = {"error": ErrorKind.UNKNOWN.value, "msg": traceback.format_exc()[-2000:]}
         conn.send(("done", out))

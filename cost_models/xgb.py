@@ -9,10 +9,13 @@ feature schema and refuse a model trained on another one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
 import numpy as np
+
+from pypto.target import as_target
 
 from .features import N_FEATURES, SCHEMA
 
@@ -23,6 +26,17 @@ class SchemaError(ValueError):
     """A saved model or a feature array of another feature schema."""
 
 
+class _class_or_instance:
+    """A method called on the class or on an instance: ``f(cls, instance or None, ...)``."""
+
+    def __init__(self, f):
+        self.f = f
+        self.__doc__ = f.__doc__
+
+    def __get__(self, obj, cls):
+        return functools.partial(self.f, cls, obj)
+
+
 class XGBoostCostModel:
     """``fit(X, y)`` / ``predict(X)`` on feature arrays, per hardware target."""
 
@@ -31,7 +45,8 @@ class XGBoostCostModel:
     ):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {sorted(OBJECTIVES)}, got {objective!r}")
-        self.target = getattr(target, "key", str(target))
+        # "host" is recorded as the concrete target it resolves to, as records are
+        self.target = getattr(as_target(target) if target == "host" else target, "key", str(target))
         self.objective = objective
         self.num_rounds = num_rounds
         # rank: compare many random pairs per sample ("mean"), not only the top ones, so
@@ -73,6 +88,9 @@ class XGBoostCostModel:
         y = np.asarray(y, dtype=np.float64)
         if len(X) != len(y) or len(y) == 0:
             raise ValueError(f"fit needs as many labels as rows, got {len(X)} and {len(y)}")
+        if not np.all(np.isfinite(y)):
+            bad = int(np.flatnonzero(~np.isfinite(y))[0])
+            raise ValueError(f"fit: label {bad} is {y[bad]}; labels must be finite throughputs")
         group = list(group) if group is not None else [len(y)]
         if sum(group) != len(y):
             raise ValueError(f"group sizes add up to {sum(group)}, not {len(y)} rows")
@@ -122,22 +140,30 @@ class XGBoostCostModel:
             json.dump(meta, f)
         os.replace(tmp, path)
 
-    @classmethod
-    def load(cls, path: str) -> XGBoostCostModel:
+    @_class_or_instance
+    def load(cls, model, path: str) -> XGBoostCostModel:
+        """``XGBoostCostModel.load(path)`` returns the saved model; ``model.load(path)``
+        (AutoTVM's form) loads it into ``model`` and returns it."""
         import xgboost as xgb
 
         with open(path) as f:
             try:
                 meta = json.load(f)
             except ValueError:
-                raise SchemaError(f"{path} is not a saved pypto cost model") from None
+                meta = None
+        if not isinstance(meta, dict):
+            raise SchemaError(f"{path} is not a saved pypto cost model")
         if meta.get("schema") != SCHEMA or meta.get("n_features") != N_FEATURES:
             raise SchemaError(
                 f"{path} was trained on features {meta.get('schema')!r} "
                 f"({meta.get('n_features')} values); this pypto computes {SCHEMA!r} "
                 f"({N_FEATURES} values): retrain it from the tuning logs"
             )
-        m = cls(meta["target"], objective=meta["objective"], num_rounds=meta["num_rounds"])
+        fresh = cls(meta["target"], objective=meta["objective"], num_rounds=meta["num_rounds"])
+        m = fresh if model is None else model
+        if model is not None:
+            m.target, m.objective, m.num_rounds = fresh.target, fresh.objective, fresh.num_rounds
+            m.params = fresh.params
         m.booster = xgb.Booster()
         m.booster.load_model(bytearray(meta["booster"].encode()))
         m.n_train = meta.get("n_train", 0)

@@ -100,6 +100,24 @@ def test_save_load_round_trip_and_schema_refusal(tmp_path):
         model.predict(X[:, :10])
 
 
+def test_load_into_a_model_as_autotvm_and_bad_files_and_labels(tmp_path):
+    """``model.load(path)`` (AutoTVM's instance form) fills that model; a file that is
+    JSON but not a model, and labels that are not finite, are refused by name."""
+    X, y = _synthetic()
+    path = str(tmp_path / "m.json")
+    cm.XGBoostCostModel(TARGET).fit(X, y).save(path)
+    model = cm.XGBoostCostModel("host")
+    assert model.target == pt.Target("host").key
+    assert model.load(path) is model and model.trained and model.target == TARGET.key
+    np.testing.assert_allclose(model.predict(X), cm.XGBoostCostModel.load(path).predict(X))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(cm.SchemaError, match="list.json is not a saved pypto cost model"):
+        cm.XGBoostCostModel.load(str(tmp_path / "list.json"))
+    y[3] = np.nan
+    with pytest.raises(ValueError, match="fit: label 3 is nan; labels must be finite"):
+        model.fit(X, y)
+
+
 def test_grouped_fit_ranks_within_each_workload():
     X, y = _synthetic(300, seed=1)
     y[100:] *= 1000.0  # a second workload on another scale

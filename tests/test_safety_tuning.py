@@ -734,3 +734,35 @@ def test_an_interrupted_run_logs_the_trials_that_finished(tmp_path, monkeypatch,
     said = "terminated" if how == "terminate" else "interrupted"
     assert f"pypto-tune: {said}; the log holds every finished trial" in capsys.readouterr().err
     assert len(at.load_records(str(log))) == 2
+
+
+def test_a_template_the_workers_cannot_find_is_a_clear_fault_not_failed_configs(tmp_path):
+    """A template defined inside main() is not registered in the spawned workers:
+    tuning stops with a message saying where to define it, and records nothing."""
+    script = tmp_path / "inner.py"
+    log = tmp_path / "inner.jsonl"
+    script.write_text(
+        textwrap.dedent(f"""
+        import pypto as pt, autotune as at
+
+        def main():
+            @at.template("defined_in_main")
+            def t(cfg, N):
+                A = pt.placeholder((N,), "float32", name="A")
+                C = pt.compute((N,), lambda i: A[i] * 2, name="C")
+                s = pt.create_schedule(C.op)
+                cfg.define_split("t", N)
+                cfg["t"].apply(s, C, C.op.axis[0])
+                return s, [A, C]
+            at.RandomTuner(at.Task("defined_in_main", (16,))).tune(
+                2, callbacks=[at.log_to_file({str(log)!r})])
+
+        if __name__ == "__main__":
+            main()
+    """)
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode != 0
+    assert "template 'defined_in_main' is not registered in the worker processes" in (done.stderr)
+    assert not log.exists() or not log.read_text().strip()

@@ -48,6 +48,42 @@ def test_space_indexing_sampling_and_neighbours():
         space.config({**default.values, "bogus": 1})
 
 
+def test_autotvm_forms_of_knob_definitions():
+    """define_split of a loop (its constant extent), policy "verbose" (divisors and
+    powers of two), filter=, reorder "identity", annotate with axis_lens/max_unroll,
+    numpy integers as workload arguments, the callbacks' AutoTVM arguments."""
+    A = pt.placeholder((12, 12), "float32", name="A")
+    C = pt.compute((12, 12), lambda i, j: A[i, j] * 2, name="C")
+    y, x = C.op.axis
+    sp = at.ConfigSpace()
+    sp.define_split("v", y, policy="verbose")
+    sp.define_split("f", x, num_outputs=3, filter=lambda e: e.size[-1] <= 2)
+    sp.define_reorder("r", [y, x], policy="identity")
+    assert [v[1] for v in sp.knobs["v"].values] == [1, 2, 3, 4, 6, 8, 12]
+    assert all(v[-1] <= 2 for v in sp.knobs["f"].values) and [-1, 6, 2] in sp.knobs["f"].values
+    assert sp.knobs["r"].values == [[0, 1]]
+    with pytest.raises(at.SpaceError, match="'n': the extent must be a constant integer"):
+        sp.define_split("n", pt.var("m"))
+    with pytest.raises(at.SpaceError, match=r"candidate \[4, 4, 4\] is not 2 positive sizes"):
+        sp.define_split("c", 16, policy="candidate", candidate=[[4, 4, 4]])
+    with pytest.raises(at.SpaceError, match=r"candidate \[4, -1\] is not 2 positive sizes"):
+        sp.define_split("c", 16, policy="candidate", candidate=[[4, -1]])
+    with pytest.raises(at.SpaceError, match="define_knob 'u': candidate 1 is given twice"):
+        sp.define_knob("u", [1, 1, 2])
+    s = pt.create_schedule(C.op)
+    xo, xi = s[C].split(x, factor=4)
+    at.space.AnnotateEntity(("unroll", "unroll")).apply(s, C, [xo, xi], axis_lens=[3, 4],
+                                                          max_unroll=3)  # fmt: skip
+    assert s[C].attrs == {xo: "unrolled"}  # xi (4 > max_unroll) stays a loop
+    task = at.Task("toy_matmul", (np.int64(32), 32, np.int32(16)))
+    assert task.args == (32, 32, 16) and task.workload_key == '["toy_matmul",[32,32,16]]'
+    assert at.get_template("toy_matmul")(np.int64(32), 32, 16)[1][0].shape[0].value == 32
+    with pytest.raises(TypeError, match="progress_bar: unknown argument"):
+        at.progress_bar(10, prefix="[Task 1] ", bogus=1)
+    with pytest.raises(ValueError, match="protocol 'pickle': records are JSON Lines"):
+        at.log_to_file("x.jsonl", protocol="pickle")
+
+
 def test_split_policies():
     sp = at.ConfigSpace()
     sp.define_split("f", 12, num_outputs=2)
@@ -281,7 +317,9 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     opt = at.MeasureOption(number=1, repeat=1, timeout=3)
     best = tuner.tune(len(task.config_space), measure=opt, callbacks=[at.log_to_file(log)])
     by_mode = {r.config["mode"]: r for r in at.load_records(log)}
-    assert set(by_mode) == {"ok", "segfault", "hang", "wrong", "illegal", "ok_tiled"}
+    assert set(by_mode) == {"ok", "segfault", "hang", "wrong", "illegal", "ok_tiled", "assert"}
+    assert by_mode["assert"].error == "INSTANTIATION_ERROR"
+    assert "the template's own check fails" in by_mode["assert"].error_msg
     assert by_mode["segfault"].error == "RUNTIME_ERROR"
     assert "SIGSEGV" in by_mode["segfault"].error_msg
     assert by_mode["hang"].error == "TIMEOUT"
@@ -290,6 +328,17 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     assert "would race" in by_mode["illegal"].error_msg
     assert by_mode["ok"].ok and by_mode["ok_tiled"].ok
     assert best.values["mode"] in ("ok", "ok_tiled")
+
+
+def test_xgb_tuner_passes_over_a_config_its_template_fails_on():
+    """Featurizing lowers the candidate: a template's own exception (an assert) leaves
+    the config without features (the builder records its error), not the tuner dead."""
+    task = at.Task("misbehaving", (16, 16, 8))
+    tuner = at.XGBTuner(task, seed=0, use_pretrained=False)
+    assert tuner.feature(task.config_space.config({"mode": "assert"})) is None
+    assert tuner.feature(task.config_space.config({"mode": "ok"})) is not None
+    batch = [c.index for c in tuner.next_batch(len(task.config_space))]
+    assert batch and len(set(batch)) == len(batch)
 
 
 def test_confirm_drops_a_config_that_crashes_when_measured_again(tmp_path):

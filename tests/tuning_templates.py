@@ -35,12 +35,14 @@ def toy_matmul(cfg, M, N, K):
 
 @template("misbehaving", reference=lambda a, b: a @ b)
 def misbehaving(cfg, M, N, K):
-    """Candidates that segfault, hang, compute wrong values or are illegal, and good ones."""
+    """Candidates that segfault, hang, compute wrong values, are illegal or that the
+    template itself fails on, and good ones."""
     A, B, C, k = _mm(M, N, K)
     cfg.define_knob(
-        "mode", ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled"], default="ok"
+        "mode", ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled", "assert"], default="ok"
     )
     mode = cfg["mode"].val
+    assert mode != "assert", "the template's own check fails"
     measuring = os.environ.get("PYPTO_MEASURING") == "1"
     if mode == "segfault" and measuring:
         ctypes.string_at(0)  # a real SIGSEGV in the measurement process
