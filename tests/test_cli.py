@@ -227,6 +227,15 @@ def test_train_model_writes_to_the_users_store(home, tmp_path, capsys):
     assert {p: os.path.getmtime(p) for p in store.shipped_logs()} == before
     assert cli_main(["train-model", str(home / "none.jsonl")]) == 2
     _one_line_error(capsys, "no tuning log at")
+    strange = str(tmp_path / "strange.jsonl")  # records of a template not registered here
+    at.append_records(strange, [
+        at.Record(r.workload.replace('"softmax"', '"not_here"'), r.target, r.config, r.costs)
+        for r in at.load_records(log)
+    ])  # fmt: skip
+    assert cli_main(["train-model", strange, "--import", "json"]) == 1
+    assert "templates not registered here were skipped: not_here; --import the module" in (
+        capsys.readouterr().out
+    )
 
 
 def test_best_skips_configs_that_do_not_fit_the_template_as_apply_history_best(tmp_path, capsys):

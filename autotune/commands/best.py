@@ -50,8 +50,8 @@ def run(a: argparse.Namespace) -> int:
     """Run the subcommand on parsed arguments; returns the exit status."""
     recs = load_logs(a.logs)
     best, stale = _best(recs)
-    if not best:
-        print(f"{', '.join(a.logs)}: {len(recs)} record(s), none valid")
+    if not best:  # (on stderr: with --json, stdout holds JSON only)
+        print(f"{', '.join(a.logs)}: {len(recs)} record(s), none valid", file=sys.stderr)
         return 1
     for (workload, target), r in sorted(best.items()):
         if stale[workload, target]:

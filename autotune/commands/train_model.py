@@ -9,7 +9,8 @@ import os
 
 from .. import store
 from ..pretrain import train
-from .common import UsageError, load_logs
+from ..task import get_template
+from .common import UsageError, add_import_argument, import_modules, load_logs
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,6 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--out", metavar="DIR", default=None,
         help="where <target>.json is written (default: $PYPTO_HOME/models)",
     )  # fmt: skip
+    add_import_argument(p)
 
 
 def run(a: argparse.Namespace) -> int:
@@ -30,14 +32,27 @@ def run(a: argparse.Namespace) -> int:
     logs = a.logs or store.default_logs()
     if not logs:
         raise UsageError("no tuning logs given, and none in the user's store or shipped")
-    load_logs(logs)  # every log exists and reads (warnings for corrupt lines)
+    import_modules(a.imports)
+    recs = load_logs(logs)  # every log exists and reads (warnings for corrupt lines)
     out = a.out or store.models_dir()
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"--out {out} is not a directory")
     done = train(logs, out_dir=out)
     if not done:
-        print("no target had enough valid records to train a model")
+        unknown = sorted({r.template for r in recs if not _registered(r.template)})
+        why = (f" (records of templates not registered here were skipped: "
+               f"{', '.join(unknown)}; --import the module that defines them)"
+               if unknown else "")  # fmt: skip
+        print(f"no target had enough valid records to train a model{why}")
         return 1
     for target, rows in done.items():
         print(f"{target}: trained on {rows} configs -> {os.path.join(out, target + '.json')}")
     return 0
+
+
+def _registered(name: str) -> bool:
+    try:
+        get_template(name)
+    except KeyError:
+        return False
+    return True
