@@ -17,6 +17,7 @@ SIGINT, SIGTERM nor SIGKILL of ``pypto-tune`` leaves workers or compilers behind
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
@@ -119,22 +120,51 @@ def probe_worker() -> int:
 # ---------------------------------------------------------------- building (pool workers)
 
 
+class _OverTime(Exception):
+    """A build's Python part outlived its time limit."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise ``_OverTime`` in this (main) thread after ``seconds``; elsewhere (a thread of
+    a Ray worker) no limit, the driver's deadline still holds."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(*_):
+        raise _OverTime
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def build_worker(spec: dict) -> dict:
     """Instantiate and compile one candidate; returns a dict of plain data (with the
     path of the object in this machine's cache)."""
     t0 = time.perf_counter()
+    limit = spec["build_timeout"]
     try:
-        tpl = _load_template(spec)
-        s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
-        func = pt.lower(s, tensors, name="candidate")
+        with _time_limit(limit):  # the template's own Python and the lowering count too
+            tpl = _load_template(spec)
+            s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
+            func = pt.lower(s, tensors, name="candidate")
     except TemplateNotHere as e:
         return {"fault": str(e)}
+    except _OverTime:
+        return {"error": ErrorKind.TIMEOUT.value, "msg": f"build took longer than {limit:.0f} s"}
     except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
         return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
     try:
         target = Target(spec["target"])
         src, _ = codegen(func, target)
-        so = compile_source(src, target.cflags, timeout=spec["build_timeout"])
+        left = max(1.0, limit - (time.perf_counter() - t0))
+        so = compile_source(src, target.cflags, timeout=left)
     except pt.BuildEnvironmentError as e:
         return _fault(e)
     except pt.BuildError as e:

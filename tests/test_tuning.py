@@ -341,6 +341,20 @@ def test_xgb_tuner_passes_over_a_config_its_template_fails_on():
     assert batch and len(set(batch)) == len(batch)
 
 
+def test_a_template_stuck_in_its_own_python_is_a_build_timeout(tmp_path):
+    """build_timeout bounds the template's Python and the lowering, not only the C
+    compiler: the stuck config is recorded as a TIMEOUT when it runs out."""
+    log = tmp_path / "slow.jsonl"
+    task = at.Task("slow_builder", (16,))
+    t0 = time.monotonic()
+    opt = at.MeasureOption(number=1, repeat=1, build_timeout=2)
+    at.GridSearchTuner(task).tune(2, measure=opt, callbacks=[at.log_to_file(log)])
+    by_stuck = {r.config["stuck"]: r for r in at.load_records(log)}
+    assert by_stuck[0].ok and by_stuck[1].error == "TIMEOUT"
+    assert by_stuck[1].error_msg == "build took longer than 2 s"
+    assert time.monotonic() - t0 < 30
+
+
 def test_confirm_drops_a_config_that_crashes_when_measured_again(tmp_path):
     """A record claims the segfaulting config is the fastest (a measurement from a
     build that since changed, say): measured again it crashes, is not used, and the

@@ -1,6 +1,7 @@
 """Templates for the tuning tests (importable by the measurement processes)."""
 
 import ctypes
+import multiprocessing as mp
 import os
 import time
 
@@ -59,3 +60,15 @@ def misbehaving(cfg, M, N, K):
         io, ii = s[C].split(C.op.axis[1], factor=8)
         s[C].vectorize(ii)
     return s, [A, B, C]
+
+
+@template("slow_builder", reference=lambda a: a * 2)
+def slow_builder(cfg, N):
+    """One config whose Python never finishes in a build worker (a template stuck in a
+    loop of its own): the build's time limit must cover it."""
+    cfg.define_knob("stuck", [0, 1], default=0)
+    if cfg["stuck"].val and mp.parent_process() is not None:
+        time.sleep(3600)
+    A = pt.placeholder((N,), "float32", name="A")
+    C = pt.compute((N,), lambda i: A[i] * 2, name="C")
+    return pt.create_schedule(C.op), [A, C]
