@@ -102,6 +102,7 @@ class Measurer:
         self.pool = None
         self.proc = None
         self.conn = None
+        self.plain_reference: set = set()  # workloads whose default config cannot serve
 
     def __enter__(self):
         return self
@@ -252,13 +253,7 @@ class Measurer:
                 self._start_runner()
             o = self.option
             if spec["workload"] not in self.prepared:  # the reference is not the candidate's time
-                r = self._exchange("prepare", spec, max(300.0, 10 * o.timeout))
-                if "error" in r or "fault" in r:
-                    raise EnvironmentFault(
-                        f"cannot measure workload {spec['workload']}: preparing its inputs "
-                        f"and reference failed: {r.get('fault') or r['msg']}"
-                    )
-                self.prepared.add(spec["workload"])
+                self._prepare(spec)
             r = self._exchange("run", spec, o.timeout)
             if "fault" in r:
                 raise EnvironmentFault(f"cannot run candidates: {r['fault']}")
@@ -267,6 +262,28 @@ class Measurer:
             if attempt == 2:
                 r["msg"] += " (twice)"
         return r
+
+    def _prepare(self, spec: dict) -> None:
+        """Inputs and reference outputs of the candidate's workload in the runner: the
+        template's numpy reference, else its default config's outputs, else (that config
+        fails or crashes) its definition run unscheduled."""
+        key, limit = spec["workload"], max(300.0, 10 * self.option.timeout)
+        plain = key in self.plain_reference
+        r = self._exchange("prepare", {**spec, "plain_reference": plain}, limit)
+        if ("error" in r or r.get("crashed")) and not plain:
+            self.plain_reference.add(key)
+            if self.proc is None or not self.proc.is_alive():
+                self._start_runner()
+            first = r["msg"]
+            r = self._exchange("prepare", {**spec, "plain_reference": True}, limit)
+            if "msg" in r:
+                r["msg"] += f" (and the default config's outputs: {first})"
+        if "error" in r or "fault" in r or r.get("crashed"):
+            raise EnvironmentFault(
+                f"cannot measure workload {key}: preparing its inputs and reference "
+                f"failed: {r.get('fault') or r['msg']}"
+            )
+        self.prepared.add(key)
 
     def _exchange(self, kind: str, spec: dict, timeout: float) -> dict:
         o = self.option

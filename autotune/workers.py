@@ -243,9 +243,13 @@ class Runner:
             inputs = [a for i, a in enumerate(arrays) if i not in outs]
             if tpl.reference is not None:
                 ref = tpl.reference_output([a.copy() for a in inputs], spec["args"])
-            else:  # the definition itself, unscheduled, is the reference
-                plain = pt.create_schedule([tensors[i].op for i in outs])
-                mod = pt.build(plain, tensors, target=spec["target"], name="reference")
+            else:  # the default config's outputs, or the definition's, unscheduled
+                if spec.get("plain_reference"):
+                    s, ts = pt.create_schedule([tensors[i].op for i in outs]), tensors
+                else:
+                    space = tpl.space(*spec["args"], target=spec["target"])
+                    s, ts = tpl.instantiate(space.default_config(), *spec["args"])
+                mod = pt.build(s, ts, target=spec["target"], name="reference")
                 scratch = [a.copy() for a in arrays]
                 mod(*scratch)
                 ref = [scratch[i] for i in outs]
@@ -256,8 +260,11 @@ class Runner:
     def prepare(self, spec: dict, opt: dict) -> dict:
         """Inputs and expected outputs of a workload, outside any candidate's timeout."""
         tpl = _load_template(spec)
-        space = tpl.space(*spec["args"], target=spec["target"])
-        _, tensors = tpl.instantiate(space.default_config(), *spec["args"])
+        if spec.get("plain_reference"):  # the default config failed: the candidate's tensors
+            _, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
+        else:
+            space = tpl.space(*spec["args"], target=spec["target"])
+            _, tensors = tpl.instantiate(space.default_config(), *spec["args"])
         self.case(spec, tpl, tensors, opt["seed"])
         return {"prepared": True}
 

@@ -355,6 +355,18 @@ def test_a_template_stuck_in_its_own_python_is_a_build_timeout(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_default_config_that_crashes_is_recorded_and_the_definition_is_the_reference(
+    tmp_path,
+):
+    log = tmp_path / "crash_default.jsonl"
+    task = at.Task("crashing_default", (16,))
+    opt = at.MeasureOption(number=1, repeat=1, timeout=5)
+    at.GridSearchTuner(task).tune(2, measure=opt, callbacks=[at.log_to_file(log)])
+    by_mode = {r.config["mode"]: r for r in at.load_records(log)}
+    assert by_mode["crash"].error == "RUNTIME_ERROR" and "SIGSEGV" in by_mode["crash"].error_msg
+    assert by_mode["ok"].ok
+
+
 def test_confirm_drops_a_config_that_crashes_when_measured_again(tmp_path):
     """A record claims the segfaulting config is the fastest (a measurement from a
     build that since changed, say): measured again it crashes, is not used, and the

@@ -72,3 +72,29 @@ def slow_builder(cfg, N):
     A = pt.placeholder((N,), "float32", name="A")
     C = pt.compute((N,), lambda i: A[i] * 2, name="C")
     return pt.create_schedule(C.op), [A, C]
+
+
+_CRASH_SRC = r"""
+static void crash4(const float* a, int64_t a0, float* c, int64_t c0) {
+  *(volatile float*)0 = a[0];  /* a micro-kernel with a bug */
+  c[0] = a[0] * c0;
+}
+"""
+
+
+@template("crashing_default")
+def crashing_default(cfg, N):
+    """No reference, and a default config whose micro-kernel (tensorize) crashes: the
+    definition run unscheduled is the reference, the default is recorded as a crash."""
+    cfg.define_knob("mode", ["crash", "ok"], default="crash")
+    A = pt.placeholder((N,), "float32", name="A")
+    C = pt.compute((N,), lambda i: A[i] * 2 + 1, name="C")
+    s = pt.create_schedule(C.op)
+    _, ci = s[C].split(C.op.axis[0], factor=4)
+    if cfg["mode"].val == "crash":
+        a = pt.placeholder((4,), "float32", name="a")
+        c = pt.compute((4,), lambda i: a[i] * 2 + 1, name="c")
+        s[C].tensorize(ci, pt.decl_tensor_intrin(c.op, "crash4", _CRASH_SRC))
+    else:
+        s[C].vectorize(ci)
+    return s, [A, C]
