@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import domain, regions
-from .bounds_check import NO_REPORT, BoundsReport
+from .bounds_check import NO_REPORT, BoundsReport, unchecked
 from .compute_with import shared_loops
 from .dtypes import INDEX
 from .errors import ScheduleError
@@ -329,8 +329,8 @@ class Bounds(_Reads):
             for read in self.reads(c):
                 if self.stage_of(read.tensor) is not st:
                     continue
-                indices = [
-                    simplify(substitute(self.in_leaves(cn, i), within), self.ranges)
+                indices = [  # unchecked: the region is clamped into the shape below
+                    simplify(unchecked(substitute(self.in_leaves(cn, i), within)), self.ranges)
                     for i in read.indices
                 ]
                 accesses.append((cn, inner, indices))

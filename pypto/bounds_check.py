@@ -42,8 +42,23 @@ from typing import TYPE_CHECKING
 import islpy as isl
 
 from . import dtypes
+from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Call, Cast, Cmp, Const, Expr, Not, Reduce, Select, TensorRead, Var, walk
+from .expr import (
+    Binary,
+    Call,
+    Cast,
+    Cmp,
+    Const,
+    Expr,
+    Not,
+    Reduce,
+    Select,
+    TensorRead,
+    Var,
+    map_children,
+    walk,
+)
 from .intervals import INF, Ranges, bounds
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
@@ -147,6 +162,21 @@ class BoundsReport:
 
 
 NO_REPORT = BoundsReport()
+
+
+def unchecked(e: Expr) -> Expr:
+    """``e`` with its run-time index checks clamped instead (``checked_index(i, n)`` ->
+    ``clamped_index(i, n)``, ``i`` moved into ``[0, n)``): for the region of a producer
+    attached under a read that may not run (a ``select`` branch); the read itself stays
+    checked."""
+
+    def go(x):
+        x = map_children(x, go)
+        if isinstance(x, Call) and x.name == "checked_index":
+            return Call("clamped_index", x.args, INDEX)
+        return x
+
+    return go(e)
 
 
 def _checked(indices, tensor, access: str) -> tuple:

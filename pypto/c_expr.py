@@ -13,7 +13,7 @@ import math
 
 from . import dtypes, fastmath
 from .arg_checks import index_status
-from .c_helpers import FLOAT_TO_INT, HELPERS
+from .c_helpers import CLAMPED_INDEX, FLOAT_TO_INT, HELPERS
 from .expr import Const
 from .intervals import INF, bounds, leaves_type, may_wrap
 from .loop_ir import Namer
@@ -175,6 +175,9 @@ class CPrinter(Printer):
             self.checks = True
             code = index_status(self.index_notes, e.note)
             return f"pt_checked_index({args[0]}, {args[1]}, {code}, &status)", ATOM
+        if e.name == "clamped_index":  # a region's bound under a read that may not run
+            self.helpers.setdefault("pt_clamped_index", CLAMPED_INDEX)
+            return f"pt_clamped_index({args[0]}, {args[1]})", ATOM
         if e.name == "abs" and not dtypes.dtype(e.dtype).is_float:
             d = dtypes.dtype(e.dtype)
             if d.kind == "uint":

@@ -154,9 +154,13 @@ static inline int64_t pt_size_dim(int64_t d) { return d > 0 ? d : 0; }"""
 
 MAX_BYTES = 2**62  # a buffer of this many bytes is refused before any allocation is tried
 
+CLAMPED_INDEX = """static inline int64_t pt_clamped_index(int64_t i, int64_t n) {
+  return i < 0 ? 0 : i >= n ? n - 1 : i;
+}"""
+
 CHECKED_INDEX = """static inline int64_t pt_checked_index(int64_t i, int64_t n, int32_t code,
                                        int32_t* status) {
   if (i >= 0 && i < n) return i;
   __atomic_store_n(status, code, __ATOMIC_RELAXED);
-  return 0;
+  return i < 0 || n <= 0 ? 0 : n - 1;  /* as pt_clamped_index: a region's offset agrees */
 }"""

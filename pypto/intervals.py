@@ -130,7 +130,7 @@ def reads_data(e: Expr) -> bool:
         t = type(x)
         if t is TensorRead or t is Load or x.dtype in _VALUES:
             return True
-        if t is Var or t is Const or (t is Call and x.name == "checked_index"):
+        if t is Var or t is Const or (t is Call and x.name in INDEX_CALLS):
             continue
         for name in CHILD_FIELDS[t]:
             v = getattr(x, name)
@@ -151,9 +151,13 @@ def _value_nodes(e: Expr):
             stack.extend(children(x))
 
 
+# indices kept in [0, n): checked (IndexError past the call) or clamped (region bounds)
+INDEX_CALLS = ("checked_index", "clamped_index")
+
+
 def _is_index(e: Expr) -> bool:
-    """An index read from data and checked in range (``checked_index``)."""
-    return isinstance(e, Call) and e.name == "checked_index"
+    """An index checked or clamped in range (``checked_index``, ``clamped_index``)."""
+    return isinstance(e, Call) and e.name in INDEX_CALLS
 
 
 def _b_add(e, r, w=False):

@@ -194,3 +194,41 @@ def test_an_argument_attached_in_a_parallel_loop_with_overlapping_parts_is_refus
     s[C].parallel(io)
     with pytest.raises(pt.ScheduleError, match="would race: .* into the caller's buffer"):
         pt.build(s, [A, B, C])
+
+
+@pytest.mark.parametrize("split", ["fuse", "nparts"])
+def test_producer_attached_in_a_padded_cache_stage_over_symbolic_sizes(split):
+    """cache_write of a stage whose loops overrun its extent (a fused loop split by 8, an
+    nparts split): the padded points read nothing (a select), and the producer attached
+    inside computes a clamped region there instead of failing its index check."""
+    n, m = pt.var("n"), pt.var("m")
+    A = pt.placeholder((n, m), "float32", name="A")
+    B = pt.compute((n, m), lambda i, j: A[i, j] * 2, name="B")
+    if split == "fuse":
+        C = pt.compute((n, m), lambda i, j: B[i, j] + 1, name="C")
+    else:
+        C = pt.compute((n, m - 2), lambda i, j: B[i, j] + B[i, j + 2], name="C")
+    s = pt.create_schedule(C.op)
+    if split == "fuse":
+        s[C].split(s[C].fuse(*C.op.axis), factor=8)
+    else:
+        s[C].split(C.op.axis[1], nparts=2)
+    CL = s.cache_write(C, "local")
+    s[B].compute_at(s[CL], s[CL].op.axis[-1])
+    mod = pt.build(s, [A, C])
+    for shape in [(1, 3), (2, 3), (3, 5), (4, 4), (2, 9)]:
+        a = np.random.rand(*shape).astype("float32")
+        want = 2 * a + 1 if split == "fuse" else 2 * (a[:, :-2] + a[:, 2:])
+        np.testing.assert_allclose(mod(a), want, rtol=1e-6)
+
+
+def test_an_attached_producer_read_out_of_range_still_raises():
+    n, m = pt.var("n"), pt.var("m")
+    A = pt.placeholder((n, m), "float32", name="A")
+    B = pt.compute((n, m), lambda i, j: A[i, j] * 2, name="B")
+    C = pt.compute((n, m), lambda i, j: B[(i * m + j + 1) // m, (i * m + j + 1) % m], name="C")
+    s = pt.create_schedule(C.op)
+    s[B].compute_at(s[C], C.op.axis[1])
+    mod = pt.build(s, [A, C])
+    with pytest.raises(IndexError, match=r"the index of B\[\(i \* m \+ j \+ 1\) // m, .*out of"):
+        mod(np.ones((3, 4), "float32"))
