@@ -19,11 +19,10 @@ keeps it: ``cache_write`` (already a float32 stage) or a reduction cast to float
 
 from __future__ import annotations
 
-from .dtypes import INDEX
+from .dtypes import INDEX, accumulator_dtype
 from .expr import Binary, Cast, Const, Expr, Load, Reduce, skey, substitute
 from .intervals import INF
 from .loop_ir import Allocate, Buffer, Stmt, Store, seq
-from .schedule import accumulator_dtype
 from .simplify import simplify, upper_bound
 
 

@@ -38,6 +38,7 @@ from .expr import (
     TensorRead,
     Var,
     map_children,
+    stored,
     substitute,
     tensor_reads,
     vars_of,
@@ -232,8 +233,8 @@ class Bounds(_Reads):
             e = map_children(self.checks.guarded(e), expand)
             if isinstance(e, TensorRead):
                 st = self.stage_of(e.tensor)
-                if st.inline:
-                    body = self.bodies[st]
+                if st.inline:  # rounded to a 16-bit float stage's type, as its buffer does
+                    body = stored(self.bodies[st], st.op.dtype)
                     return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, e.indices)})
             return e
 

@@ -115,6 +115,25 @@ def as_computed(value, name: str) -> float:
     return float(np.float32(value))
 
 
+def as_value(value, name: str) -> float:
+    """A float constant of ``name`` as the type holds it: ``as_computed``, and for the
+    16-bit storage types rounded to nearest even once more, as their stores and casts
+    round (float16 from the number itself, bfloat16 from its float32, as the C does):
+    ``pt.const(0.1, "float16")`` is 0.0999755859375, 2049 is 2048, 70000 is inf."""
+    v = as_computed(value, name)
+    if name == "float16":
+        with np.errstate(over="ignore"):
+            exact = value if isinstance(value, float) else v
+            return float(np.float16(exact))
+    if name == "bfloat16":
+        bits = int(np.array(v, np.float32).view(np.uint32))
+        if (bits & 0x7FFFFFFF) > 0x7F800000:
+            return v  # NaN
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+        return float(np.array(bits, np.uint32).view(np.float32))
+    return v
+
+
 def float_text(value: float, name: str) -> str:
     """The shortest decimal text that reads back as the constant (``as_computed``): 0.1,
     not 0.10000000149011612, for a float32."""
@@ -186,3 +205,9 @@ STORAGE = {
         _BF16_HELPERS,
     ),
 }  # fmt: skip
+
+
+def accumulator_dtype(dtype: str) -> str:
+    """The dtype a reduction into ``dtype`` accumulates in: float32 for the storage types
+    (float16, bfloat16; rounded once, when stored), else ``dtype`` itself."""
+    return "float32" if dtype in STORAGE else dtype

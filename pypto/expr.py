@@ -215,7 +215,7 @@ def const(value, dtype: str = None) -> Const:
         dtype = "float32" if isinstance(value, float) else "int32"
     d = dtypes.dtype(dtype)
     if d.is_float:
-        value = dtypes.as_computed(value, d.name)  # 0.1 in float32 is 0.1f
+        value = dtypes.as_value(value, d.name)  # 0.1 in float32 is 0.1f
     elif isinstance(value, float) and not value.is_integer():
         raise TypeError(f"constant {value} is not an integer but dtype is {dtype}")
     else:
@@ -456,6 +456,17 @@ def walk(e: Expr):
 def tensor_reads(e: Expr) -> list:
     """Every TensorRead in ``e`` (pre-order)."""
     return [x for x in walk(e) if isinstance(x, TensorRead)]
+
+
+def stored(e: Expr, dtype: str) -> Expr:
+    """``e`` as a stage of ``dtype`` stores it: a value of a storage type (float16,
+    bfloat16: computed in float32) rounded to it, as its buffer would; what an inlined
+    stage's readers see, whatever the schedule."""
+    if dtype not in dtypes.STORAGE or (
+        isinstance(e, (TensorRead, Const, Cast)) and e.dtype == dtype
+    ):
+        return e  # a load, a constant of the type, a cast to it: rounded already
+    return Cast(Cast(e, "float32"), dtype)
 
 
 def conjunction(conds):

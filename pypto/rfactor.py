@@ -33,9 +33,9 @@ builds the two operations; ``Schedule.rfactor`` puts them in the schedule.
 
 from __future__ import annotations
 
-from .dtypes import INDEX
+from .dtypes import INDEX, accumulator_dtype
 from .errors import ScheduleError
-from .expr import Binary, Const, Reduce, Select, conjunction, substitute, vars_of
+from .expr import Binary, Cast, Const, Reduce, Select, conjunction, substitute, vars_of
 from .simplify import simplify
 from .tensor import ComputeOp, IterVar, make_iter_var
 
@@ -141,8 +141,10 @@ def rfactor_ops(op: ComputeOp, relations: list, leaves: list, axis: IterVar, fac
         raxes.append(make_iter_var(iv.name, lo, e, "reduce"))
         mapping[iv.var] = raxes[-1].var
     red = body.combiner
-    dts = tuple(b.dtype for b in op.bodies)
-    srcs = [substitute(b.source, mapping) for b in op.bodies]
+    # the partials of a 16-bit float reduction stay in its float32 accumulator: rounded
+    # once, by the final reduction's store, as without rfactor
+    dts = tuple(accumulator_dtype(b.dtype) for b in op.bodies)
+    srcs = [_as(substitute(b.source, mapping), d) for b, d in zip(op.bodies, dts)]
     if conds:  # the points past the end contribute the identity
         ident = red.identity_tuple(dts) if len(dts) > 1 else (red.identity(dts[0]),)
         inside = conjunction(conds)
@@ -160,6 +162,10 @@ def rfactor_ops(op: ComputeOp, relations: list, leaves: list, axis: IterVar, fac
     new = ComputeOp(op.name, op.axis, finals[0], op.dtype, (v,), tuple(finals[1:]))
     kept = [r for r in relations if r not in rels]
     return rf, new, kept, [iv for iv in leaves if iv.kind != "reduce"] + [v]
+
+
+def _as(e, dtype: str):
+    return e if e.dtype == dtype else Cast(e, dtype)
 
 
 def _rest_name(iv: IterVar, roots: list, made: list) -> str:

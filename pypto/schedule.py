@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from . import attach, legality, steps
-from .dtypes import INDEX, STORAGE
+from .dtypes import INDEX, accumulator_dtype
 from .errors import ScheduleError
 from .explain import explain
 from .expr import (
@@ -353,12 +353,6 @@ _RULES = {
     steps.CacheWrite: lambda sch, x: sch._cache_write(x),
     steps.RFactor: lambda sch, x: sch._rfactor(x),
 }
-
-
-def accumulator_dtype(dtype: str) -> str:
-    """The dtype a reduction into ``dtype`` accumulates in: float32 for the storage types
-    (float16, bfloat16; rounded once, when stored), else ``dtype`` itself."""
-    return "float32" if dtype in STORAGE else dtype
 
 
 def _step_text(step: dict) -> str:

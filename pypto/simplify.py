@@ -366,7 +366,9 @@ class Simplifier:
         if isinstance(v, Const) and e.dtype == "bool":
             return Const(int(bool(v.value)), "bool")  # NaN is true, as in numpy
         if isinstance(v, Const):
-            if dtypes.dtype(e.dtype).is_float or not isinstance(v.value, float):
+            if dtypes.dtype(e.dtype).is_float:  # rounded as the cast rounds (16-bit too)
+                return Const(dtypes.as_value(v.value, e.dtype), e.dtype)
+            if not isinstance(v.value, float):
                 return _const(v.value, e.dtype)
         if v.dtype == e.dtype:
             return v

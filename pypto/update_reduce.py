@@ -18,11 +18,10 @@ is not a loop of the stage's schedule.
 
 from __future__ import annotations
 
-from .dtypes import INDEX
+from .dtypes import INDEX, accumulator_dtype
 from .expr import Binary, Cast, Const, Expr, Load, Reduce, Var, map_children, substitute
 from .intervals import INF, bounds
 from .loop_ir import Allocate, Buffer, For, Stmt, Store, seq
-from .schedule import accumulator_dtype
 from .simplify import simplify
 
 

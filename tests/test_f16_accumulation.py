@@ -175,3 +175,64 @@ def test_what_the_user_wrote_is_kept():
     ref = a.astype(np.float64).sum(axis=1)
     out = pt.build(pt.create_schedule(F), [A, F], name="rowsum_f32")(a)
     np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_inlined_16_bit_stage_rounds_as_its_buffer_would(dtype):
+    """T = A + B stored in 16 bits, U = T - A: inlining T keeps T's rounding (else U
+    would be B exactly: a result that depends on the schedule)."""
+    A = pt.placeholder((4,), dtype, name="A")
+    B = pt.placeholder((4,), dtype, name="B")
+    T = pt.compute((4,), lambda i: A[i] + B[i], name="T")
+    U = pt.compute((4,), lambda i: T[i] - A[i], name="U")
+    a = np.array([1000, 256, 2048, 100], _np(dtype))
+    b = np.array([0.1, 1, 1, 0.01], _np(dtype))
+    want = ((a.astype("f4") + b.astype("f4")).astype(_np(dtype)).astype("f4") - a).astype(
+        _np(dtype)
+    )
+    for inline in (False, True):
+        s = pt.create_schedule(U.op)
+        if inline:
+            s[T].compute_inline()
+        got = pt.build(s, [A, B, U])(a, b)
+        np.testing.assert_array_equal(got.astype("f4"), want.astype("f4"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rfactor_of_a_16_bit_sum_keeps_float32_partials(dtype):
+    A = pt.placeholder((4096,), dtype, name="A")
+    k = pt.reduce_axis((0, 4096), name="k")
+    C = pt.compute((1,), lambda i: pt.sum(A[k], axis=k), name="C")
+    s = pt.create_schedule(C.op)
+    _, ki = s[C].split(k, factor=16)
+    CF = s.rfactor(C, ki)
+    s[CF].vectorize(s[CF].op.axis[0])
+    assert CF.dtype == "float32"
+    a = (np.random.default_rng(1).random(4096) * 3).astype(_np(dtype))
+    want = a.astype("f4").sum(dtype="f4").astype(_np(dtype))
+    np.testing.assert_array_equal(pt.build(s, [A, C])(a).astype("f4"), want.astype("f4"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_16_bit_constants_and_folded_casts_hold_values_of_the_type(dtype):
+    """pt.const(0.1, dt), a literal compared with a 16-bit tensor, and a cast of a
+    constant folded at build: each the value the type holds (numpy's, ml_dtypes')."""
+    X = pt.placeholder((3,), dtype, name="X")
+    Y = pt.compute((3,), lambda i: X[i] + pt.const(0.1, dtype), name="Y")
+    x = np.array([0.2, 0.3, 1.0], _np(dtype))
+    want = (x.astype("f4") + np.float32(_np(dtype).type(0.1))).astype(_np(dtype))
+    np.testing.assert_array_equal(pt.build(pt.create_schedule(Y.op), [X, Y])(x), want)
+    Z = pt.compute((3,), lambda i: pt.select(X[i] == 2049, 1.0, 0.0), name="Z")
+    z = pt.build(pt.create_schedule(Z.op), [X, Z])(np.array([2048, 2064, 1], _np(dtype)))
+    np.testing.assert_array_equal(z.astype("f4"), [1, 0, 0])  # 2049 is 2048 in either type
+    big = {"float16": np.inf, "bfloat16": 70144.0}[dtype]
+    W = pt.compute(
+        (3,),
+        lambda i: pt.select(
+            i == 0,
+            pt.cast("float32", pt.cast(dtype, pt.const(2049, "int32"))),
+            pt.select(i == 1, pt.cast("float32", pt.cast(dtype, pt.const(70000.0))), 0.0),
+        ),
+        name="W",
+    )
+    np.testing.assert_array_equal(pt.build(pt.create_schedule(W.op), [W])(), [2048, big, 0])

@@ -42,8 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pypto as pt
-from pypto.dtypes import numpy_dtype
-from pypto.schedule import accumulator_dtype
+from pypto.dtypes import accumulator_dtype, numpy_dtype
 
 
 @dataclass(frozen=True)

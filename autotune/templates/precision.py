@@ -19,8 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import pypto as pt
-from pypto.dtypes import numpy_dtype
-from pypto.schedule import accumulator_dtype
+from pypto.dtypes import accumulator_dtype, numpy_dtype
 from pypto.tensor import PlaceholderOp
 
 
