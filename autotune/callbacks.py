@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as std_tqdm
 
 from .records import append_records
 from .tuners import to_record
@@ -33,7 +34,7 @@ class progress_bar:  # noqa: N801
     ):  # fmt: skip
         """``prefix`` and ``si_prefix`` as AutoTVM's (the prefix leads the description;
         rates are always GFLOP/s); other keywords go to tqdm."""
-        known = inspect.signature(tqdm.__init__).parameters
+        known = inspect.signature(std_tqdm.__init__).parameters  # (auto's takes **kwargs)
         unknown = sorted(k for k in tqdm_kw if k not in known)
         if unknown:
             raise TypeError(f"progress_bar: unknown argument(s) {', '.join(unknown)}")
