@@ -38,7 +38,10 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
         s, tensors = tpl.func(best_config(tpl, args, t), *args)
         return pt.build(s, tensors, target=t, name=name)
 
-    return MODULES.get((name, args, t.key), make)
+    # the records of an enclosing apply_history_best are part of the key: a shape run
+    # before, under other records or none, is built again for these
+    scoped = dispatch.lookup(tpl.spellings(args), tpl.record_keys(args, t))
+    return MODULES.get((name, args, t.key, repr(scoped[:1])), make)
 
 
 def best_config(tpl, args: tuple, t: pt.Target):

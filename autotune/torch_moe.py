@@ -42,9 +42,11 @@ def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     (its memory, shape, strides and version counter), so inference packs each weight
     once. The entry holds a weak reference to ``w``: memory freed and reused by
     another tensor is never mistaken for it. Writes the version counter does not see
-    (through ``.data`` or a numpy view) are caught where they change one of 64
-    weights sampled across ``w``, compared on every call."""
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr, group)
+    (through ``.data`` or a numpy view, or to an inference tensor, which has no version
+    counter) are caught where they change one of 64 weights sampled across ``w``,
+    compared on every call."""
+    version = None if w.is_inference() else w._version  # (inference tensors keep none)
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, version, nr, group)
     got = _PANELS.get(key)
     flat = w.detach() if w.is_contiguous() else w.detach()[..., 0]  # no copy of all of w
     sample = flat.reshape(-1)[:: max(1, flat.numel() // 64)][:64]

@@ -44,8 +44,12 @@ TORCH_DTYPES = {
     torch.float64: "float64",
     torch.bfloat16: "bfloat16",
     torch.float16: "float16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.int16: "int16",
     torch.int32: "int32",
     torch.int64: "int64",
+    **{getattr(torch, n): n for n in ("uint32", "uint64") if hasattr(torch, n)},
 }
 _BY_NAME = {v: k for k, v in TORCH_DTYPES.items()}
 
@@ -250,7 +254,9 @@ def custom_op(
         return graphs[shapes]
 
     def outputs(args, new):
-        shapes = tuple(tuple(a.shape) for a in args)
+        # ints: under torch.compile a symbolic size is specialized (a guard), so the
+        # graph recompiles for another shape rather than hashing a SymInt
+        shapes = tuple(tuple(int(d) for d in a.shape) for a in args)
         _, tensors = graph(shapes)
         sizes = _output_shapes(name, tensors[:n_inputs], shapes, tensors[n_inputs:])
         return [new(sh, _BY_NAME[t.dtype]) for sh, t in zip(sizes, tensors[n_inputs:])]

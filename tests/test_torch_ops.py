@@ -423,6 +423,24 @@ def test_user_custom_op():
     _close(torch.ops.pypto.gelu(x), torch.nn.functional.gelu(x))
 
 
+def test_user_custom_op_recompiles_for_new_shapes_and_takes_8_bit_dtypes():
+    def build(*shapes):
+        ((m, n),) = shapes
+        X = pt.placeholder((m, n), "uint8", name="X")
+        Y = pt.compute((m, n), lambda i, j: pt.cast("int32", X[i, j]) * 3, name="Y")
+        Z = pt.compute((m, n), lambda i, j: pt.cast("int8", X[i, j] // 2), name="Z")
+        return pt.create_schedule([Y.op, Z.op]), [X, Y, Z]
+
+    op = ptt.custom_op("pypto_test::u8_triple", build, n_inputs=1, n_outputs=2)
+    for dynamic in (False, True):
+        f = torch.compile(lambda a: op(a), fullgraph=True, dynamic=dynamic)
+        for shape in [(4, 8), (5, 8), (3, 2)]:
+            x = torch.randint(0, 256, shape, dtype=torch.uint8)
+            y, z = f(x)
+            assert torch.equal(y, x.to(torch.int32) * 3) and z.dtype == torch.int8
+            assert torch.equal(z, (x // 2).to(torch.int8))
+
+
 def test_user_custom_op_with_sizes_bound_by_its_inputs():
     """A kernel over ``pt.var`` sizes: the outputs' shapes come from the inputs' (also
     in the fake kernel); an output size that no input binds is refused by name."""
@@ -481,6 +499,26 @@ def test_operator_uses_the_best_record_for_its_shape(tmp_path):
     assert mod.source == pt.build(s, tensors, target=target, name="gelu").source
     x = torch.randn(9, 70)
     _close(ops.gelu(x), F.gelu(x))
+
+
+def test_records_in_scope_apply_to_a_shape_already_run(tmp_path):
+    """A shape run first with the default config, then under apply_history_best with a
+    record of another config: the second call runs the record's config."""
+    args = (11, 70, "none")
+    target = pt.Target("host")
+    task = at.Task("gelu", args, target=target)
+    other = {"tile_j": [-1, target.vector_lanes("float32")], "unroll_j": 1}
+    x = torch.randn(11, 70)
+    _close(ops.gelu(x), F.gelu(x))
+    before = autotune.torch.module("gelu", args)
+    log = str(tmp_path / "gelu.jsonl")
+    at.append_records(log, [at.Record(task.workload_key, target.key, other, costs=[1e-6])])
+    with at.apply_history_best(log):
+        _close(ops.gelu(x), F.gelu(x))
+        mod = autotune.torch.module("gelu", args)
+    want = pt.build(*task.instantiate(task.config_space.config(other)), target=target, name="gelu")
+    assert mod.source == want.source != before.source
+    assert autotune.torch.module("gelu", args) is before  # out of the scope: as before
 
 
 def test_operator_reads_the_users_records_without_being_told(tmp_path, monkeypatch):
