@@ -339,6 +339,19 @@ def test_softmax_of_a_0d_tensor_is_one_as_torch(dim):
         ops.softmax(x, 1)
 
 
+def test_layer_norm_of_rows_near_a_large_mean_is_as_accurate_as_torch():
+    """The mean is summed from the row shifted by its first element: a constant row
+    gives exactly the bias, and rows near 1000 lose no more than PyTorch's Welford."""
+    x = torch.full((3, 1000), 1000.1)
+    w, b = torch.ones(1000), torch.linspace(-1, 1, 1000)
+    assert torch.equal(ops.layer_norm(x, w, b, 1e-5), b.expand(3, 1000))
+    x = torch.randn(8, 4096) * 0.1 + 100
+    ref = F.layer_norm(x.double(), (4096,), eps=1e-5)
+    ours = (ops.layer_norm(x, torch.ones(4096), torch.zeros(4096), 1e-5).double() - ref).abs()
+    theirs = (F.layer_norm(x, (4096,), eps=1e-5).double() - ref).abs()
+    assert ours.max() <= 2 * theirs.max()
+
+
 def test_bad_inputs_are_refused_by_name():
     x = torch.randn(4, 8)
     with pytest.raises(TypeError, match=r"gelu: x: dtype torch.int32 is not supported"):

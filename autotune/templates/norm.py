@@ -52,6 +52,29 @@ def _reducer(kind):
     return {"sum": pt.sum, "max": pt.max}[kind]
 
 
+def layer_stats(X, rows, cols, eps, dtype, L):
+    """The mean and ``rsqrt(var + eps)`` of each row of ``X``, and the stages of each
+    (``row_reduce``'s, then the statistic), two passes. The first sums the row shifted
+    by its first element, ``mean = X[i, 0] + sum_j (X[i, j] - X[i, 0]) / cols``: the
+    sum of values near a large mean loses their differences, the shifted sum keeps
+    them (a constant row's mean is exact, its output ``beta``):
+
+        for i: sm[i] = sum_j X[i, j]          ->   sm[i] = sum_j (X[i, j] - X[i, 0])
+               mean[i] = sm[i] / cols              mean[i] = X[i, 0] + sm[i] / cols
+    """
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    sm, sm_st = row_reduce("sum", lambda i, j: X[i, j] - X[i, 0], rows, cols, L, "sm")
+    mean = pt.compute((rows,), lambda i: X[i, 0] + sm[i] * c(1.0 / cols), name="mean")
+
+    def sq(i, j):
+        dd = X[i, j] - mean[i]
+        return dd * dd
+
+    ss, ss_st = row_reduce("sum", sq, rows, cols, L, "ss")
+    rstd = pt.compute((rows,), lambda i: pt.rsqrt(ss[i] * c(1.0 / cols) + c(eps)), name="rstd")
+    return mean, rstd, [*sm_st, mean], [*ss_st, rstd]
+
+
 def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
     """``R[i] = kind_j elem(i, j)`` over ``j < cols``; returns ``(R, [stages...])``.
 
@@ -238,29 +261,17 @@ def layernorm(cfg, rows, cols, eps=1e-5):
     V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
     cfg.add_flop(5.0 * rows * cols)
-    L = cfg["red_lanes"].val
-    inv = 1.0 / cols
     X = pt.placeholder((rows, cols), F32, name="X")
     gamma = pt.placeholder((cols,), F32, name="gamma")
     beta = pt.placeholder((cols,), F32, name="beta")
-    sm, sm_st = row_reduce("sum", lambda i, j: X[i, j], rows, cols, L, "sm")
-    mean = pt.compute((rows,), lambda i: sm[i] * pt.const(inv, F32), name="mean")
-
-    def sq(i, j):
-        d = X[i, j] - mean[i]
-        return d * d
-
-    ss, ss_st = row_reduce("sum", sq, rows, cols, L, "ss")
-    rstd = pt.compute(
-        (rows,), lambda i: pt.rsqrt(ss[i] * pt.const(inv, F32) + pt.const(eps, F32)), name="rstd"
-    )
+    mean, rstd, st1, st2 = layer_stats(X, rows, cols, eps, F32, cfg["red_lanes"].val)
     Yr, Y, out = _output(
         cfg, lambda i, j: (X[i, j] - mean[i]) * rstd[i] * gamma[j] + beta[j], rows, cols
     )
     s = pt.create_schedule(Y.op)
-    _schedule_rows(cfg, s, Y, [*sm_st, mean, *ss_st, rstd, *out], [Yr], X, cols)
-    _schedule_reduction(cfg, s, sm_st)
-    _schedule_reduction(cfg, s, ss_st)
+    _schedule_rows(cfg, s, Y, [*st1, *st2, *out], [Yr], X, cols)
+    _schedule_reduction(cfg, s, st1[:-1])
+    _schedule_reduction(cfg, s, st2[:-1])
     return s, [X, gamma, beta, Y]
 
 

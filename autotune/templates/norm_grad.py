@@ -29,7 +29,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .norm import _schedule_reduction, _schedule_rows, define_row_knobs, row_reduce
+from .norm import _schedule_reduction, _schedule_rows, define_row_knobs, layer_stats, row_reduce
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
 
@@ -98,20 +98,6 @@ def _stats_rms(X, rows, cols, eps, dtype, L):
     ss, ss_st = row_reduce("sum", lambda i, j: X[i, j] * X[i, j], rows, cols, L, "ss")
     r = pt.compute((rows,), lambda i: pt.rsqrt(ss[i] * c(1.0 / cols) + c(eps)), name="r")
     return r, [*ss_st, r]
-
-
-def _stats_ln(X, rows, cols, eps, dtype, L):
-    c = lambda v: pt.const(v, dtype)  # noqa: E731
-    sm, sm_st = row_reduce("sum", lambda i, j: X[i, j], rows, cols, L, "sm")
-    mean = pt.compute((rows,), lambda i: sm[i] * c(1.0 / cols), name="mean")
-
-    def sq(i, j):
-        dd = X[i, j] - mean[i]
-        return dd * dd
-
-    ss, ss_st = row_reduce("sum", sq, rows, cols, L, "ss")
-    rstd = pt.compute((rows,), lambda i: pt.rsqrt(ss[i] * c(1.0 / cols) + c(eps)), name="rstd")
-    return mean, rstd, [*sm_st, mean], [*ss_st, rstd]
 
 
 # ---------------------------------------------------------------- references (float64)
@@ -191,7 +177,7 @@ def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32"):
     W = pt.placeholder((cols,), dtype, name="W")
     Bb = pt.placeholder((cols,), dtype, name="B")
     Xc, Wc, Bc = widen(X), widen(W), widen(Bb)
-    mean, rstd, st1, st2 = _stats_ln(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
+    mean, rstd, st1, st2 = layer_stats(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
     Y = pt.compute(
         (rows, cols),
         lambda i, j: rounded((Xc[i, j] - mean[i]) * rstd[i] * Wc[j] + Bc[j], dtype),
@@ -261,7 +247,7 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
     """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY."""
     lanes, L, cdt, ins, (X, W, DY) = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
-    mean, rstd, st1, st2 = _stats_ln(X, rows, cols, eps, cdt, L)
+    mean, rstd, st1, st2 = layer_stats(X, rows, cols, eps, cdt, L)
     xh = lambda i, j: (X[i, j] - mean[i]) * rstd[i]  # noqa: E731
     ga, ga_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j], rows, cols, L, "ga")
     gb, gb_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
