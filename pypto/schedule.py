@@ -235,6 +235,15 @@ class Schedule:
         ``reorder`` of ``C``'s spatial loops, the cache is laid out as those loops run,
         one axis per loop (TVM's relayout, ``pypto.relayout``).
         """
+        if isinstance(tensor, (list, tuple)):  # TVM's form for the outputs of one stage
+            if len(tensor) != 1:
+                names = ", ".join(getattr(t, "name", repr(t)) for t in tensor)
+                raise ScheduleError(
+                    f"cache_write of several tensors ({names}): only one tensor at a time, "
+                    "of a stage with one output (a multi-output stage's outputs are "
+                    "computed together: schedule that stage itself)"
+                )
+            (tensor,) = tensor
         return self.apply(steps.CacheWrite(tensor, scope))
 
     def _cache_write(self, step: steps.CacheWrite) -> Tensor:
@@ -246,7 +255,10 @@ class Schedule:
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
         if st.op.num_outputs > 1:
-            raise ScheduleError(f"cache_write: {tensor.name} is an output of a multi-output stage")
+            raise ScheduleError(
+                f"cache_write: {tensor.name} is an output of a multi-output stage, whose "
+                "outputs are computed together: schedule that stage itself"
+            )
         applied = [x for x in self.steps if x.get("stage") == st.name]
         if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
             done = ", ".join(_step_text(x) for x in applied)

@@ -116,6 +116,10 @@ def test_multi_output_refusals():
     s = pt.create_schedule(X.op)
     with pytest.raises(pt.ScheduleError, match="cache_write: XY.v1 is an output of a multi-out"):
         s.cache_write(Y, "local")
+    with pytest.raises(pt.ScheduleError, match=r"cache_write of several tensors \(XY.v0, XY.v1\)"):
+        s.cache_write([X, Y], "local")  # TVM's list form
+    with pytest.raises(pt.ScheduleError, match="cache_write: XY.v0 is an output of a multi-out"):
+        s.cache_write([X], "local")
     Z = pt.compute((4,), lambda i: X[i] + Y[i], name="Z")
     s = pt.create_schedule(Z.op)
     with pytest.raises(pt.ScheduleError, match="a multi-output stage cannot be inlined"):
