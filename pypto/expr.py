@@ -458,17 +458,6 @@ def tensor_reads(e: Expr) -> list:
     return [x for x in walk(e) if isinstance(x, TensorRead)]
 
 
-def stored(e: Expr, dtype: str) -> Expr:
-    """``e`` as a stage of ``dtype`` stores it: a value of a storage type (float16,
-    bfloat16: computed in float32) rounded to it, as its buffer would; what an inlined
-    stage's readers see, whatever the schedule."""
-    if dtype not in dtypes.STORAGE or (
-        isinstance(e, (TensorRead, Const, Cast)) and e.dtype == dtype
-    ):
-        return e  # a load, a constant of the type, a cast to it: rounded already
-    return Cast(Cast(e, "float32"), dtype)
-
-
 def conjunction(conds):
     """``c0 && c1 && ..`` (None for no conditions)."""
     out = None
