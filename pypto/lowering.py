@@ -73,14 +73,15 @@ def check_args(sch: Schedule, args) -> tuple[list, tuple, tuple]:
             raise TypeError(f"args must be tensors, got {a!r}")
         if a.op not in sch.stage_map and not isinstance(a.op, PlaceholderOp):
             raise ScheduleError(f"argument {a.name} is not part of this schedule")
-        st = sch.stage_map.get(a.op, a.op)  # a placeholder nothing reads: passed, unused
-        if getattr(st, "inline", False):
+        st = sch.stage_map.get(a.op)  # None: a placeholder nothing reads (passed, unused)
+        if st is not None and st.inline:
             raise ScheduleError(
                 f"argument {a.name} is inlined (compute_inline) and has no buffer to pass"
             )
-        if (st, a.value_index) in seen:
+        key = st if st is not None else a.op
+        if (key, a.value_index) in seen:
             raise ScheduleError(f"argument {a.name} is passed twice")
-        seen.update({(st, a.value_index), st})
+        seen.update({(key, a.value_index), key})
     for op in sch.outputs:
         if sch.stage_map[op] not in seen:
             raise ScheduleError(f"output {op.name} is not among the arguments")

@@ -64,9 +64,9 @@ def _touched(op: ComputeOp, relations: list, axis: IterVar):
 
 
 def _factored(op: ComputeOp, relations: list, leaves: list, axis: IterVar):
-    """(touched reduce roots, their 0-based values from the loops that replace them, the
-    guards where those loops overrun them, extent of ``axis``, the other loops made from
-    the roots (leaf order) with their extents), or ScheduleError."""
+    """(the reduce axes ``axis`` is made from, the relations made from them, every such
+    loop's extent, the other loops made from them in leaf order), or ScheduleError for a
+    reduce axis transformed apart from them."""
     roots, rels, loops = _touched(op, relations, axis)
     for r in relations:
         if r in rels:
