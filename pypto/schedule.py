@@ -235,16 +235,19 @@ class Schedule:
         ``reorder`` of ``C``'s spatial loops, the cache is laid out as those loops run,
         one axis per loop (TVM's relayout, ``pypto.relayout``).
         """
-        if isinstance(tensor, (list, tuple)):  # TVM's form for the outputs of one stage
-            if len(tensor) != 1:
-                names = ", ".join(getattr(t, "name", repr(t)) for t in tensor)
-                raise ScheduleError(
-                    f"cache_write of several tensors ({names}): only one tensor at a time, "
-                    "of a stage with one output (a multi-output stage's outputs are "
-                    "computed together: schedule that stage itself)"
-                )
-            (tensor,) = tensor
-        return self.apply(steps.CacheWrite(tensor, scope))
+        ts = list(tensor) if isinstance(tensor, (list, tuple)) else [tensor]
+        if not ts:
+            raise ScheduleError("cache_write: no tensor given")
+        st = self[ts[0]]
+        n = getattr(st.op, "num_outputs", 1)
+        if len(ts) != n or any(self[t] is not st or t.value_index != k for k, t in enumerate(ts)):
+            names = ", ".join(t.name for t in getattr(st.op, "outputs", ts))
+            raise ScheduleError(
+                f"cache_write of {', '.join(getattr(t, 'name', repr(t)) for t in ts)}: "
+                f"the outputs of stage '{st.name}' are computed together: pass all "
+                f"of them, in order (s.cache_write([{names}], ...))"
+            )
+        return self.apply(steps.CacheWrite(ts[0], scope))
 
     def _cache_write(self, step: steps.CacheWrite) -> Tensor:
         tensor, scope = step.tensor, step.scope
@@ -254,11 +257,6 @@ class Schedule:
         refuse_extern(st, "cache_write")
         if st.update_stages or st.is_update:
             raise ScheduleError(f"cache_write: {tensor.name} has update definitions")
-        if st.op.num_outputs > 1:
-            raise ScheduleError(
-                f"cache_write: {tensor.name} is an output of a multi-output stage, whose "
-                "outputs are computed together: schedule that stage itself"
-            )
         applied = [x for x in self.steps if x.get("stage") == st.name]
         if st.attrs or st.attach or st.inline or st.prefetches or st.tensorized:
             done = ", ".join(_step_text(x) for x in applied)
@@ -277,27 +275,31 @@ class Schedule:
             raxis.append(make_iter_var(iv.name, lo, ext, "reduce"))
             mapping[iv.var] = raxis[-1].var
         raxis = tuple(raxis)
-        body = op.body
-        acc = accumulator_dtype(op.dtype) if isinstance(body, Reduce) else op.dtype
-        if isinstance(body, Reduce):
-            src = substitute(body.source, mapping)
-            init = tuple(cast(acc, substitute(x, mapping)) for x in body.init)
-            src = src if acc == op.dtype else cast(acc, src)
-            if guard is not None:
-                nothing = body.combiner.identity(acc)
-                src = Select(guard, src, nothing, acc)
-                init = tuple(Select(guard, x, nothing, acc) for x in init)
-            body = Reduce(body.combiner, src, raxis, acc, init)
+        dts = [b.dtype for b in op.bodies]
+        red = op.body.combiner if isinstance(op.body, Reduce) else None
+        accs = [accumulator_dtype(d) if red else d for d in dts]
+        if red:
+            srcs = [substitute(b.source, mapping) for b in op.bodies]
+            srcs = [s if a == d else cast(a, s) for s, a, d in zip(srcs, accs, dts)]
+            inits = [tuple(cast(a, substitute(x, mapping)) for x in b.init)
+                     for b, a in zip(op.bodies, accs)]  # fmt: skip
+            if guard is not None:  # padded points: the identity
+                nothing = red.identity_tuple(accs) if len(accs) > 1 else (red.identity(accs[0]),)
+                srcs = [Select(guard, s, z, a) for s, z, a in zip(srcs, nothing, accs)]
+                inits = [tuple(Select(guard, x, z, a) for x in i)
+                         for i, z, a in zip(inits, nothing, accs)]  # fmt: skip
+            bodies = [Reduce(red, s, raxis, a, i) for s, a, i in zip(srcs, accs, inits)]
         else:
-            body = substitute(body, mapping)
+            bodies = [substitute(b, mapping) for b in op.bodies]
             if guard is not None:
-                body = Select(guard, body, Const(0, op.dtype), op.dtype)
+                bodies = [Select(guard, b, Const(0, d), d) for b, d in zip(bodies, dts)]
         name = f"{op.name}.{scope}"
-        cache = ComputeOp(name, axis, body, acc, raxis if op.reduce_axis else ())
-        read = cache.output(0)[read_at]
-        copy = ComputeOp(
-            op.name, op.axis, read if acc == op.dtype else cast(op.dtype, read), op.dtype
+        cache = ComputeOp(
+            name, axis, bodies[0], accs[0], raxis if op.reduce_axis else (), tuple(bodies[1:])
         )
+        reads = [c[read_at] if a == d else cast(d, c[read_at])
+                 for c, a, d in zip(cache.outputs, accs, dts)]  # fmt: skip
+        copy = ComputeOp(op.name, op.axis, reads[0], dts[0], (), tuple(reads[1:]))
         st.op = copy
         st.reset_leaves()
         st.relations = []
@@ -305,7 +307,7 @@ class Schedule:
         cst = Stage(self, cache)
         cst.scope = scope
         self._insert_before(cst, [st])
-        return cache.output(0)
+        return cache.output(0) if len(bodies) == 1 else list(cache.outputs)
 
     def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
         """TVM's ``s.rfactor(C, k)``: a partial reduction ``C.rf`` with loop ``k`` (a reduce

@@ -114,12 +114,9 @@ def test_multi_output_refusals():
         pt.build(pt.create_schedule(T[0].op), [A, *T])
     X, Y = pt.compute((4,), lambda i: (A[i, 0], A[i, 1]), name="XY")
     s = pt.create_schedule(X.op)
-    with pytest.raises(pt.ScheduleError, match="cache_write: XY.v1 is an output of a multi-out"):
-        s.cache_write(Y, "local")
-    with pytest.raises(pt.ScheduleError, match=r"cache_write of several tensors \(XY.v0, XY.v1\)"):
-        s.cache_write([X, Y], "local")  # TVM's list form
-    with pytest.raises(pt.ScheduleError, match="cache_write: XY.v0 is an output of a multi-out"):
-        s.cache_write([X], "local")
+    for bad in (Y, [X], [Y, X]):  # a multi-output stage's outputs: all, in order
+        with pytest.raises(pt.ScheduleError, match=r"pass all of them, in order \(s.cache_wr"):
+            s.cache_write(bad, "local")
     Z = pt.compute((4,), lambda i: X[i] + Y[i], name="Z")
     s = pt.create_schedule(Z.op)
     with pytest.raises(pt.ScheduleError, match="a multi-output stage cannot be inlined"):
@@ -170,3 +167,27 @@ def test_cache_read_into_a_multi_output_stage_keeps_every_output():
     i_, v_ = pt.build(s, [A, idx, val])(a)
     np.testing.assert_array_equal(i_, a.argmax(1))
     np.testing.assert_array_equal(v_, a.max(1))
+
+
+def test_cache_write_of_every_output_of_an_argmax_as_tvm():
+    """TVM's ``s.cache_write([Ix, V], "local")``: one cache stage computes both outputs
+    (attached, the consumer split and parallel, a symbolic extent), and replays."""
+    n = pt.var("n")
+    A = pt.placeholder((n, 9), "float32", name="A")
+    k = pt.reduce_axis((0, 9), name="k")
+    Ix, V = pt.compute((n,), lambda i: argmax((k.astype("int32"), A[i, k]), axis=k), name="am")
+    s = pt.create_schedule(Ix.op)
+    IL, VL = s.cache_write([Ix, V], "local")
+    assert s[IL] is s[VL] and IL.name == "am.local.v0"
+    io, _ = s[Ix].split(s[Ix].op.axis[0], factor=4)
+    s[IL].compute_at(s[Ix], io)
+    s[Ix].parallel(io)
+    again = pt.Schedule.from_json(s.to_json(), [A, Ix, V])
+    for sch in (s, again):
+        mod = pt.build(sch, [A, Ix, V])
+        for rows in (1, 5, 8):
+            a = RNG.random((rows, 9), dtype=np.float32)
+            a[0, 3] = a[0, 5] = 2.0  # a tie: the first index
+            i, v = mod(a)
+            np.testing.assert_array_equal(i, a.argmax(1))
+            np.testing.assert_array_equal(v, a.max(1))
