@@ -76,7 +76,7 @@ def _factored(op: ComputeOp, relations: list, leaves: list, axis: IterVar):
             raise _err(op, f"reduce loop {bad[0].name} was split or fused, and factoring "
                            f"{axis.name} leaves it to C.rf; rfactor first, then schedule "
                            "the two stages")  # fmt: skip
-    ext = {iv: iv.extent for iv in roots}
+    ext = {iv: simplify(iv.extent) for iv in roots}  # [i, i + 3): 3, not i + 3 - i
     for r in rels:
         ext.update({k: simplify(v) for k, v in r.extents(ext).items()})
     made = [iv for iv in leaves if iv in loops and iv is not axis]

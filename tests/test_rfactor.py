@@ -310,3 +310,32 @@ def test_rfactor_of_triangular_reductions(factor):
     s[DF].vectorize(s[DF].op.axis[0])
     b = RNG.random((3, 6, 6))
     np.testing.assert_allclose(pt.build(s, [B, D])(b), np.tril(b).sum((1, 2)))
+
+
+def test_rfactor_of_a_reduce_axis_offset_by_a_spatial_axis():
+    """k in [i, i + 3): a box of extent 3 at an offset; C.rf's new axis has extent 3
+    (not ``i + 3 - i``, which names a loop C.rf does not have), and a read past the
+    tensor is refused at build as without rfactor."""
+    n = pt.var("n")
+    A = pt.placeholder((n, n + 3), "float32", name="A")
+
+    def window(T):
+        def body(i):
+            k = pt.reduce_axis((i, i + 3), name="k")
+            return pt.sum(T[i, k], axis=k)
+
+        return body
+
+    C = pt.compute((n,), window(A), name="C")
+    s = pt.create_schedule(C.op)
+    s.rfactor(C, C.op.reduce_axis[0])
+    mod = pt.build(s, [A, C])
+    for rows in (1, 4):
+        a = RNG.random((rows, rows + 3), dtype=np.float32)
+        np.testing.assert_allclose(mod(a), [a[i, i : i + 3].sum() for i in range(rows)], rtol=1e-6)
+    B = pt.placeholder((4, 4), "float32", name="B")
+    D = pt.compute((4,), window(B), name="D")
+    s = pt.create_schedule(D.op)
+    s.rfactor(D, D.op.reduce_axis[0])
+    with pytest.raises(pt.ScheduleError, match=r"compute 'D.rf': B\[i, i \+ k.rf\] reads past"):
+        pt.build(s, [B, D])
