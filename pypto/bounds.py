@@ -303,14 +303,14 @@ class Bounds(_Reads):
         if st.attach is None:
             n.region = [(Const(0, INDEX), s) for s in shape]
             return
-        q, L = st.attach
+        q, L = st.attach[0], st.attach_loop
         if q.inline:
             raise ScheduleError(f"compute_at on stage '{st.name}': target '{q.name}' is inlined")
         qn = self.nest(q)
         if L not in q.leaf_iter_vars:
             raise ScheduleError(
-                f"compute_at on stage '{st.name}': loop {L.name} is no longer a "
-                f"loop of '{q.name}' (it was split or fused after compute_at)"
+                f"compute_at on stage '{st.name}': loop {st.attach[1].name} is no longer a "
+                f"loop of '{q.name}' (it was skewed or shifted after compute_at)"
             )
         ctx = qn.context
         pos = [iv for iv, _ in ctx].index(L)

@@ -6,6 +6,7 @@ is stored as in C, what it is computed in, and how numpy spells it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -211,3 +212,12 @@ def accumulator_dtype(dtype: str) -> str:
     """The dtype a reduction into ``dtype`` accumulates in: float32 for the storage types
     (float16, bfloat16; rounded once, when stored), else ``dtype`` itself."""
     return "float32" if dtype in STORAGE else dtype
+
+
+def identity_value(kind: str, name: str):
+    """+inf/-inf (or the integer limits) for max/min reductions."""
+    d = dtype(name)
+    if d.is_float:
+        return math.inf if kind == "max" else -math.inf
+    info = np.iinfo(d.numpy)
+    return int(info.max) if kind == "max" else int(info.min)

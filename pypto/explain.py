@@ -84,7 +84,7 @@ def explain(sch: Schedule) -> str:
             lines.append(f"{head}\n  cannot lower yet: {e}\n")
             continue
         if st.attach is not None:
-            head += f"\n  computed at {st.attach[0].name}.{st.attach[1].name}"
+            head += f"\n  computed at {st.attach[0].name}.{st.attach_loop.name}"
         if st.tensorized is not None:
             iv, intrin = st.tensorized
             head += f"\n  loops from {iv.name} inward: the tensor intrinsic {intrin.name}"

@@ -9,7 +9,6 @@ widens to one that holds all its values).
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -19,7 +18,6 @@ import numpy as np
 
 from . import dtypes
 from .dtypes import INDEX
-from .mathfuncs import FUNCS
 from .printer import BITWISE, INFIX, expr_str
 
 # Expressions and loop nests are trees, walked recursively (rewrites, simplification,
@@ -128,6 +126,18 @@ class Const(Expr):
     value: int | float
     dtype: str
 
+    # a constant is its number, as TVM's IntImm/FloatImm: int(A.shape[0]), range(n)
+    def __int__(self):
+        return int(self.value)
+
+    def __float__(self):
+        return float(self.value)
+
+    def __index__(self):
+        if not isinstance(self.value, int):
+            raise TypeError(f"{self} is a {self.dtype} constant, not an integer")
+        return self.value
+
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class Binary(Expr):
@@ -145,12 +155,25 @@ class Cmp(Expr):
     dtype: str = "bool"
 
     def __bool__(self):
-        # Lets ``x in [vars]`` and ``==`` on identical nodes work, like TVM.
+        # Two constants compare by value (``A.shape[0] == 3``, ``tuple(A.shape) == (3,
+        # 4)``); otherwise ``==`` holds on identical nodes (``x in [vars]``), like TVM.
+        if isinstance(self.a, Const) and isinstance(self.b, Const):
+            return bool(_CMP_VALUES[self.op](self.a.value, self.b.value))
         if self.op == "eq":
             return self.a is self.b
         if self.op == "ne":
             return self.a is not self.b
         return Expr.__bool__(self)
+
+
+_CMP_VALUES = {
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+}
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -248,7 +271,7 @@ def as_expr(x, like: str | None = None) -> Expr:
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in an expression")
 
 
-def _unify(a, b, comparing: bool = False) -> tuple[Expr, Expr, str]:
+def unify(a, b, comparing: bool = False) -> tuple[Expr, Expr, str]:
     if comparing:  # numpy's: an integer compares with any Python int, in int64 here
         a, b = _wide_literal(a, b), _wide_literal(b, a)
     e, lit = (b, a) if not isinstance(a, ExprOp) else (a, b)
@@ -278,7 +301,7 @@ _ON_BOOL = {
 
 
 def binary(op: str, a, b) -> Expr:
-    a, b, dt = _unify(a, b)
+    a, b, dt = unify(a, b)
     kind = dtypes.dtype(dt).kind
     if op == "div" and kind != "float":
         raise TypeError(f"'/' on integer expressions ({a} / {b}); use '//' for floor division")
@@ -324,7 +347,7 @@ def _wide_literal(x, other):
 
 
 def compare(op: str, a, b) -> Cmp:
-    a, b, _ = _unify(a, b, comparing=True)
+    a, b, _ = unify(a, b, comparing=True)
     return Cmp(op, a, b)
 
 
@@ -333,7 +356,9 @@ def select(cond, t, f) -> Expr:
     cond = as_expr(cond)
     if cond.dtype != "bool":
         raise TypeError(f"select condition must be boolean, got {cond.dtype}")
-    t, f, dt = _unify(t, f)
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in (t, f)):
+        t, f = const(t), const(f)  # two literals: pt.const's int32, as TVM's
+    t, f, dt = unify(t, f)
     return Select(cond, t, f, dt)
 
 
@@ -348,25 +373,6 @@ def cast(dtype: str, x) -> Expr:
     dt = dtypes.check(dtype)
     x = as_expr(x)
     return x if x.dtype == dt else Cast(x, dt)
-
-
-def call(name: str, *args) -> Call:
-    """The elementwise math function ``name`` (a row of ``pypto.mathfuncs.FUNCS``)."""
-    f = FUNCS[name]
-    nargs, needs_float = f.nargs, f.needs_float
-    if len(args) != nargs:
-        raise TypeError(f"pt.{name} takes {nargs} argument(s), got {len(args)}")
-    if nargs == 2:
-        a, b, dt = _unify(args[0], args[1])
-        ops = (a, b)
-    else:
-        ops = (as_expr(args[0], "float32" if isinstance(args[0], float) else None),)
-        dt = ops[0].dtype
-    if needs_float and not dtypes.dtype(dt).is_float:
-        raise TypeError(f"pt.{name} needs a float operand, got {dt}; use pt.cast")
-    if f.c_int and not dtypes.dtype(dt).is_int:
-        raise TypeError(f"pt.{name} needs an integer operand, got {dt}")
-    return Call(name, ops, f.returns or ("bool" if f.predicate else dt))
 
 
 # ---------------------------------------------------------------- traversal
@@ -487,12 +493,3 @@ def skey(e: Expr):
         return ("tr", id(e.tensor), tuple(skey(i) for i in e.indices))
     head = (type(e).__name__, getattr(e, "op", None), getattr(e, "name", None), e.dtype)
     return head + tuple(skey(c) for c in children(e))
-
-
-def identity_value(kind: str, dtype: str):
-    """+inf/-inf (or the integer limits) for max/min reductions."""
-    d = dtypes.dtype(dtype)
-    if d.is_float:
-        return math.inf if kind == "max" else -math.inf
-    info = np.iinfo(d.numpy)
-    return int(info.max) if kind == "max" else int(info.min)

@@ -205,7 +205,7 @@ class Lowering:
         inner = [
             a
             for a in self.sch.stages
-            if a.attach is not None and a.attach[0] is st and a.attach[1] is iv and not a.inline
+            if a.attach is not None and a.attach[0] is st and a.attach_loop is iv and not a.inline
         ]
         if not inner:
             return body

@@ -5,7 +5,7 @@ whether it answers a question (``isnan``: a ``bool``), and its C for float32 and
 float64 operands (``{0}``, ``{1}``: the operands), or for integer operands (bit
 counts: ``{u}`` the unsigned type of the operand's width, ``{bits}`` that width).
 float16 and bfloat16 compute in float32. The expression builder
-(``pypto.expr.call``) and the C generator read the same row, so a new function is
+(``pypto.ops.call``) and the C generator read the same row, so a new function is
 one line here:
 
     pt.sin(A[i])   ->   Call("sin", (A[i],), "float32")   ->   sinf(A[i])

@@ -29,8 +29,28 @@ from collections.abc import Callable
 import numpy as np
 
 from . import dtypes
-from .expr import BITWISE, Const, as_expr, binary, bitwise_not, call, select
+from .expr import BITWISE, Call, Const, as_expr, binary, bitwise_not, select, unify
+from .mathfuncs import FUNCS
 from .scalar_args import var
+
+
+def call(name: str, *args) -> Call:
+    """The elementwise math function ``name`` (a row of ``pypto.mathfuncs.FUNCS``)."""
+    f = FUNCS[name]
+    nargs, needs_float = f.nargs, f.needs_float
+    if len(args) != nargs:
+        raise TypeError(f"pt.{name} takes {nargs} argument(s), got {len(args)}")
+    if nargs == 2:
+        a, b, dt = unify(args[0], args[1])
+        ops = (a, b)
+    else:
+        ops = (as_expr(args[0], "float32" if isinstance(args[0], float) else None),)
+        dt = ops[0].dtype
+    if needs_float and not dtypes.dtype(dt).is_float:
+        raise TypeError(f"pt.{name} needs a float operand, got {dt}; use pt.cast")
+    if f.c_int and not dtypes.dtype(dt).is_int:
+        raise TypeError(f"pt.{name} needs an integer operand, got {dt}")
+    return Call(name, ops, f.returns or ("bool" if f.predicate else dt))
 
 
 def math_function(name: str) -> Callable:

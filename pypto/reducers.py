@@ -13,7 +13,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from .expr import Const, Expr, Reduce, Select, Var, as_expr, binary, identity_value, walk
+from .dtypes import identity_value
+from .expr import Const, Expr, Reduce, Select, Var, as_expr, binary, walk
 from .tensor import IterVar
 
 

@@ -74,7 +74,7 @@ def _factored(op: ComputeOp, relations: list, leaves: list, axis: IterVar):
         bad = [iv for iv in (*r.parents, *r.created) if iv.kind == "reduce"]
         if bad:
             raise _err(op, f"reduce loop {bad[0].name} was split or fused, and factoring "
-                           f"{axis.name} leaves it to C.rf; rfactor first, then schedule "
+                           f"{axis.name} leaves it to {op.name}.rf; rfactor first, then schedule "
                            "the two stages")  # fmt: skip
     ext = {iv: simplify(iv.extent) for iv in roots}  # [i, i + 3): 3, not i + 3 - i
     for r in rels:

@@ -99,6 +99,20 @@ class Stage:
     def name(self) -> str:
         return self.op.name
 
+    @property
+    def attach_loop(self) -> IterVar | None:
+        """The loop of ``compute_at``, followed through the later splits and fuses of the
+        parent's loops, as TVM does: a split loop's inner part, a fused loop's result."""
+        if self.attach is None:
+            return None
+        q, loop = self.attach
+        for r in q.relations:  # in the order they were made
+            if isinstance(r, Split) and r.parent is loop:
+                loop = r.inner
+            elif isinstance(r, Fuse) and loop in (r.outer, r.inner):
+                loop = r.fused
+        return loop
+
     def definition_reads(self) -> list:
         """The tensor reads of the stage's own definition (an update's indices included),
         not expanded through inlined producers: what it reads, whatever the schedule."""

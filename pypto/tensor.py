@@ -29,6 +29,7 @@ from .expr import (
     Var,
     as_expr,
     binary,
+    const,
     walk,
 )
 from .update_def import bound_rdoms, reduction_axes
@@ -389,7 +390,9 @@ def compute(shape, fcompute: Callable, name="compute", dtype=None, tag="", attrs
         outs = multi_compute(str(name), axis, [as_expr(e) for e in result])
         outs[0].op.tag, outs[0].op.attrs = str(tag), dict(attrs or {})
         return outs
-    body = as_expr(result)
+    # a Python number as the whole body: of ``dtype``, else pt.const's (int32, float32)
+    literal = isinstance(result, (int, float)) and not isinstance(result, bool)
+    body = const(result, dtype) if literal else as_expr(result)
     if dtype is not None:
         body_dtype = dtypes.check(dtype)
         if body.dtype != body_dtype:

@@ -239,3 +239,46 @@ def test_numpy_scalars_are_numbers_everywhere():
     np.testing.assert_array_equal(pt.build(s, [A, B])(a), a[:, ::-1] * 2)
     replayed = pt.Schedule.from_json(s.to_json(), [A, B])
     assert str(pt.lower(replayed, [A, B])) == str(pt.lower(s, [A, B]))
+
+
+def test_constant_shapes_compare_and_convert_as_tvm_intimm():
+    """``A.shape[0] == 3`` is a constant comparison, true or false by value (it was
+    false: two constants compared by identity); shapes convert to ints for numpy."""
+    A = pt.placeholder((3, 4), "float32", name="A")
+    assert A.shape[0] == 3 and not (A.shape[0] != 3) and tuple(A.shape) == (3, 4)
+    assert 4 in A.shape and 5 not in A.shape and A.shape[1] > 3
+    assert int(A.shape[0]) == 3 and np.zeros(A.shape).shape == (3, 4)
+    assert list(range(A.shape[0])) == [0, 1, 2]
+    n = pt.var("n")
+    B = pt.placeholder((n, 4), "float32", name="B")
+    assert n in B.shape and not (B.shape[0] == 3)  # a size is not a number
+    with pytest.raises(TypeError, match="is a float32 constant, not an integer"):
+        range(pt.const(2.0))
+
+
+def test_integer_literals_as_a_body_are_int32_as_pt_const():
+    A = pt.placeholder((6,), "int32", name="A")
+    assert pt.compute((6,), lambda i: 1).dtype == "int32"
+    assert pt.compute((6,), lambda i: 1, dtype="int64").dtype == "int64"
+    C = pt.compute((6,), lambda i: pt.if_then_else(pt.all(A[i] > 0, i > 0), 1, 0), name="C")
+    assert C.dtype == "int32"
+    a = np.array([1, -1, 2, 3, 0, 4], "int32")
+    np.testing.assert_array_equal(pt.build(pt.create_schedule(C.op), [A, C])(a), [0, 0, 1, 1, 0, 1])
+
+
+@pytest.mark.parametrize("then", ["split", "fuse"])
+def test_compute_at_loop_split_or_fused_later_follows_it_as_tvm(then):
+    """TVM's legalize_invalid_attach: the attach loop split after compute_at is its inner
+    part, fused, the fused loop."""
+    A = pt.compute((10, 10), lambda i, j: pt.cast("float32", i * 10 + j), name="A")
+    B = pt.compute((10, 10), lambda i, j: A[i, j] * 2, name="B")
+    s = pt.create_schedule(B.op)
+    s[A].compute_at(s[B], B.op.axis[1])
+    if then == "split":
+        s[B].split(B.op.axis[1], 3)
+        assert "computed at B.j.inner" in pt.explain(s)
+    else:
+        s[B].fuse(*B.op.axis)
+        assert "computed at B.i.j.fused" in pt.explain(s)
+    want = np.arange(100, dtype="float32").reshape(10, 10) * 2
+    np.testing.assert_array_equal(pt.build(s, [B])(), want)
