@@ -33,7 +33,7 @@ from .arg_checks import (
     raise_status,
 )
 from .bounds_check import SizeCheck, check_sizes
-from .cache import atomic_write, cache_dir
+from .cache import atomic_write
 from .expr import Const, Expr, Var, binary, substitute
 from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
 from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
@@ -469,29 +469,3 @@ class EmulatedModule(Module):
             f"{self.name} was built as a program for emulation; export its C source "
             f"(mod.source) and build it on a {self.target.name} machine"
         )
-
-
-def load_module(path: str) -> Module:
-    """``pt.load_module("k.so")``: a kernel saved with ``mod.export_library("k.so")``, with
-    the same argument checks as the module ``pt.build`` made. No compiler is needed."""
-    path = os.fspath(path)
-    side = path + ".json"
-    for p, what in ((path, "shared object"), (side, "signature file")):
-        if not os.path.isfile(p):
-            raise FileNotFoundError(f"no saved module at {path}: its {what} {p} is missing")
-    with open(side) as f:
-        meta = json.load(f)
-    if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
-        raise ValueError(f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}")
-    with open(path, "rb") as f:
-        data = f.read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != meta["sha256"]:
-        raise ValueError(f"{path} is not the object {side} describes (its sha256 differs)")
-    sig = Signature.from_json(meta["signature"])
-    # the loader keeps one object per path: a module exported again to the same path would
-    # run the first one's code. Each content is loaded from its own copy, the bytes checked
-    loaded = os.path.join(cache_dir(), f"loaded-{digest}.so")
-    if not os.path.isfile(loaded):
-        atomic_write(loaded, data, 0o700)
-    return Module(None, meta["source"], sig.cname, loaded, Target(meta["target"]), sig)

@@ -29,8 +29,9 @@ from .codegen_c import codegen
 from .errors import BuildEnvironmentError, BuildError
 from .loop_ir import LoweredFunc
 from .lowering import lower
-from .module import EmulatedModule, Module, TimeResult, load_module
+from .module import EmulatedModule, Module, TimeResult
 from .profile import Profiler, describe
+from .saved import load_module
 from .schedule import Schedule
 from .target import as_target, can_run, missing_features
 
@@ -70,7 +71,7 @@ def _compiler_version(cc: tuple, timeout: float) -> str:
         except subprocess.TimeoutExpired:
             raise BuildEnvironmentError(
                 f"the C compiler {' '.join(cc)!r} did not answer --version within "
-                f"{min(timeout, 30.0):g} s"
+                f"{min(timeout, 30.0):g} s (the build's timeout: too short, or check $CC)"
             ) from None
         _versions[cc] = r.stdout.splitlines()[0] if r.stdout else ""
     return _versions[cc]
@@ -155,7 +156,7 @@ def _check_compiler_works(
             elif not os.path.exists(out) or os.path.getsize(out) == 0:
                 why = "it reported success but wrote no object"
         except subprocess.TimeoutExpired:
-            why = "it timed out"
+            why = f"it timed out after {min(timeout, 60.0):g} s, the build's timeout: too short?"
         except OSError as e:
             why = str(e)
     if why:

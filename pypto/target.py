@@ -239,6 +239,11 @@ _CACHE_FIELDS = {
 _SIZE_UNITS = {"K": KIB, "M": MIB, "G": 1024 * MIB}
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read().strip()
+
+
 def _cache_sizes() -> dict:
     """This machine's caches from sysfs (cpu0's view), as Target fields."""
     out = {}
@@ -250,9 +255,7 @@ def _cache_sizes() -> dict:
     for d in entries:
         p = os.path.join(base, d)
         try:
-            level = open(os.path.join(p, "level")).read().strip()
-            kind = open(os.path.join(p, "type")).read().strip()
-            size = open(os.path.join(p, "size")).read().strip()
+            level, kind, size = (_read(os.path.join(p, f)) for f in ("level", "type", "size"))
         except OSError:
             continue
         field = _CACHE_FIELDS.get((level, kind))

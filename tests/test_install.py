@@ -16,7 +16,7 @@ import tuning_templates  # noqa: F401  (registers the test templates)
 import autotune as at
 import pypto as pt
 from autotune import store
-from pypto.target import can_run
+from pypto.target import KNOWN, can_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
@@ -196,6 +196,40 @@ def test_a_module_exported_again_to_the_same_path_loads_its_new_code(tmp_path):
         Z = pt.compute((4,), lambda i: X[i] * c, name="Z")  # noqa: B023 - used at once
         pt.build(pt.create_schedule(Z.op), [X, Z], name="k").export_library(path)
         np.testing.assert_array_equal(pt.load_module(path)(x), x * c)
+
+
+def test_load_module_checks_its_copy_its_target_and_needs_no_writable_cache(tmp_path, monkeypatch):
+    """The loaded copy in the cache is checked on every load (a damaged or swapped one
+    is written again, not run); a module of a target this machine cannot run is refused;
+    a cache that cannot be written is replaced by a private temporary directory."""
+    X = pt.placeholder((4,), "float32", name="X")
+    Z = pt.compute((4,), lambda i: X[i] * 3, name="Z")
+    path = pt.build(pt.create_schedule(Z.op), [X, Z], name="k").export_library(
+        str(tmp_path / "k.so")
+    )
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(cache))
+    x = np.ones(4, np.float32)
+    np.testing.assert_array_equal(pt.load_module(path)(x), x * 3)
+    (copy,) = cache.glob("loaded-*.so")
+    damaged = copy.read_bytes()[:2000]
+    copy.unlink()  # (not in place: this process maps the file)
+    copy.write_bytes(damaged)  # truncated
+    load = f"import numpy as np, pypto as pt; print(pt.load_module({path!r})(np.ones(4, 'f4')))"
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    r = subprocess.run([sys.executable, "-c", load], env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0 and "[3. 3. 3. 3.]" in r.stdout, r.stderr  # (was: Bus error)
+    meta = json.loads(open(path + ".json").read())
+    for other in ("aarch64-neon", *[n for n in KNOWN if not pt.Target(n).can_run()][:1]):
+        json.dump({**meta, "target": other}, open(path + ".json", "w"))
+        with pytest.raises(pt.TargetError, match=f"k.so was built for {other}, which this mac"):
+            pt.load_module(path)
+    json.dump(meta, open(path + ".json", "w"))
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(blocked))
+    np.testing.assert_array_equal(pt.load_module(path)(x), x * 3)
 
 
 # ---------------------------------------------------------------- calls

@@ -1,0 +1,80 @@
+"""``pt.load_module("k.so")``: a kernel saved with ``mod.export_library("k.so")``.
+
+    mod.export_library("k.so")     # k.so, and k.so.json: signature, C source, sha256, target
+    mod = pt.load_module("k.so")   # no compiler needed; the same argument checks
+
+The object must be the one its signature file describes (sha256) and its target one
+this machine runs (a module exported on an AVX-512 machine is refused on an AVX2-only
+one instead of dying of an illegal instruction). The loader keeps one object per path,
+so each content is loaded from its own copy (``loaded-<sha256>.so``, checked again on
+every load: a damaged copy is rewritten) in the build cache, or, where that cannot be
+written (a read-only deployment), in a private temporary directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+
+from .cache import atomic_write, cache_dir
+from .errors import BuildEnvironmentError, TargetError
+from .module import SIGNATURE_FORMAT, Module, Signature
+from .target import Target, can_run, missing_features
+
+
+def load_module(path: str) -> Module:
+    """``pt.load_module("k.so")``: a kernel saved with ``mod.export_library("k.so")``, with
+    the same argument checks as the module ``pt.build`` made. No compiler is needed."""
+    path = os.fspath(path)
+    side = path + ".json"
+    for p, what in ((path, "shared object"), (side, "signature file")):
+        if not os.path.isfile(p):
+            raise FileNotFoundError(f"no saved module at {path}: its {what} {p} is missing")
+    with open(side) as f:
+        try:
+            meta = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{side}: not a pypto module signature ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
+        raise ValueError(f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}")
+    with open(path, "rb") as f:
+        data = f.read()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != meta["sha256"]:
+        raise ValueError(f"{path} is not the object {side} describes (its sha256 differs)")
+    target = Target(meta["target"])
+    if not can_run(target):
+        raise TargetError(
+            f"{path} was built for {target.name}, which this machine cannot run (it lacks "
+            f"{', '.join(missing_features(target)) or 'its architecture'}); export it again "
+            "from a build for this machine's target"
+        )
+    sig = Signature.from_json(meta["signature"])
+    loaded = os.path.join(_copies_dir(), f"loaded-{digest}.so")
+    if not _holds(loaded, data):  # missing, or damaged since: written again
+        atomic_write(loaded, data, 0o700)
+    return Module(None, meta["source"], sig.cname, loaded, target, sig)
+
+
+def _holds(path: str, data: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
+
+
+@functools.cache
+def _private_dir() -> str:
+    return tempfile.mkdtemp(prefix="pypto-loaded-")
+
+
+def _copies_dir() -> str:
+    """The build cache, or, where it cannot be written, a private temporary directory."""
+    try:
+        return cache_dir()
+    except BuildEnvironmentError:
+        return _private_dir()
