@@ -22,6 +22,10 @@ from pypto.target import record_lineage
 _SOURCE_RECORDS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs"
 )
+# an installed package's data: site-packages/pypto_records beside site-packages/autotune
+_INSTALLED_RECORDS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pypto_records"
+)
 RECORDS_PACKAGE = "pypto_records"  # the name tuning_logs/ is installed under
 
 
@@ -55,6 +59,8 @@ def shipped_dir() -> str | None:
     code in a source checkout, else the installed ``pypto_records`` package data."""
     if os.path.isdir(_SOURCE_RECORDS):
         return _SOURCE_RECORDS
+    if os.path.isdir(_INSTALLED_RECORDS):  # installed beside this package: not any other
+        return _INSTALLED_RECORDS  # ``pypto_records`` folder the path happens to reach
     spec = importlib.util.find_spec(RECORDS_PACKAGE)
     if spec is not None and spec.submodule_search_locations:
         return list(spec.submodule_search_locations)[0]
