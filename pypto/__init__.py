@@ -10,6 +10,7 @@ mod = pt.build(s, [A, B, C], target="host")
 from ._version import __version__
 from .dtypes import DTYPES
 from .errors import BuildEnvironmentError, BuildError, PyptoError, ScheduleError, TargetError
+from .errors import tvm_only as _tvm_only
 from .explain import explain
 from .expr import Expr, Var, cast, const, if_then_else, select
 from .extern import extern
@@ -106,3 +107,7 @@ __all__ = [
     "size_var", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "shift_left",
     "shift_right", "logical_and", "logical_or", "logical_not", "popcount", "clz",
 ]  # fmt: skip
+
+
+def __getattr__(name):  # only for names pypto lacks: TVM's GPU ones get a hint
+    raise _tvm_only("pt", name, "module 'pypto'")

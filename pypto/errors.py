@@ -36,3 +36,23 @@ class BuildEnvironmentError(BuildError):
     """The build environment is broken, not the code: no working C compiler, a compiler
     that reports success but writes no object, an unusable cache directory. The same
     build would fail for any kernel, so a tuner stops instead of blaming a candidate."""
+
+
+# TVM names with no counterpart here (pypto makes CPU code): what to use instead
+TVM_ONLY = {
+    "bind": "GPU thread binding; on a CPU, parallel() and vectorize() a loop",
+    "thread_axis": "GPU thread axes; on a CPU, parallel() and vectorize() a loop",
+    "env_threads": "GPU thread axes; on a CPU, parallel() a loop",
+    "set_scope": "memory scopes; cache_read/cache_write take the scope of their copy",
+    "storage_align": "shared-memory padding; buffers here are 64-byte aligned",
+    "double_buffer": "GPU double buffering; prefetch() overlaps loads on a CPU",
+    "set_store_predicate": "store predicates; pt.select or where= in the definition",
+}
+
+
+def tvm_only(owner: str, name: str, python_owner: str) -> AttributeError:
+    """The error for ``owner.name``: a hint for TVM's names, else Python's own message
+    (``python_owner``: "module 'pypto'", "'Stage' object")."""
+    if name in TVM_ONLY:
+        return AttributeError(f"{owner}.{name} is TVM's ({TVM_ONLY[name]}); pypto has none")
+    return AttributeError(f"{python_owner} has no attribute {name!r}")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import steps
 from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
-from .errors import ScheduleError
+from .errors import ScheduleError, tvm_only
 from .expr import Const, as_expr, tensor_reads
 from .extern import refuse_extern
 from .intrin import TensorIntrin
@@ -139,6 +139,9 @@ class Stage:
 
     def __repr__(self):
         return f"stage({self.name})"
+
+    def __getattr__(self, name):  # only for names a Stage lacks: TVM's GPU primitives
+        raise tvm_only("Stage", name, "'Stage' object")
 
     # ------------------------------------------------------------ helpers
 

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import dtypes
 from .broadcast import OP_NAMES, PY_OPERATORS, broadcast_shape, operand, shape_of
@@ -33,6 +33,13 @@ from .expr import (
     walk,
 )
 from .update_def import bound_rdoms, reduction_axes
+
+
+class Range(NamedTuple):
+    """A loop's domain ``[min, min + extent)``, a pair as TVM's Range."""
+
+    min: Expr
+    extent: Expr
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -54,8 +61,14 @@ class IterVar(ExprOp):
         return self.var.dtype
 
     @property
-    def dom(self) -> tuple[Expr, Expr]:
-        return (self.dom_min, self.extent)
+    def dom(self) -> Range:
+        """``(min, extent)``, also as ``dom.min`` and ``dom.extent`` (TVM's Range)."""
+        return Range(self.dom_min, self.extent)
+
+    @property
+    def iter_type(self) -> str:
+        """``"spatial"`` or ``"reduce"`` (TVM's ``iter_type``: DataPar or CommReduce)."""
+        return self.kind
 
     def __str__(self):
         return self.var.name

@@ -282,3 +282,20 @@ def test_compute_at_loop_split_or_fused_later_follows_it_as_tvm(then):
         assert "computed at B.i.j.fused" in pt.explain(s)
     want = np.arange(100, dtype="float32").reshape(10, 10) * 2
     np.testing.assert_array_equal(pt.build(s, [B])(), want)
+
+
+def test_iter_var_domain_as_tvm_range_and_gpu_primitives_name_their_cpu_counterpart():
+    k = pt.reduce_axis((2, 8), name="k")
+    assert (k.dom.min.value, k.dom.extent.value) == (2, 6) and k.iter_type == "reduce"
+    lo, ext = k.dom  # still a pair
+    assert lo is k.dom_min and ext is k.extent
+    A = pt.placeholder((4,), "float32", name="A")
+    C = pt.compute((4,), lambda i: A[i] * 2, name="C")
+    s = pt.create_schedule(C.op)
+    with pytest.raises(AttributeError, match=r"Stage.bind is TVM's \(GPU thread binding; on a"):
+        s[C].bind(C.op.axis[0], None)
+    with pytest.raises(AttributeError, match=r"pt.thread_axis is TVM's \(GPU thread axes"):
+        pt.thread_axis("threadIdx.x")
+    with pytest.raises(AttributeError, match="'Stage' object has no attribute 'nothing'"):
+        s[C].nothing  # noqa: B018
+    assert not hasattr(pt, "no_such_name")
