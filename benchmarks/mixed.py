@@ -2,8 +2,9 @@
 ResNet-18 64->64 56x56 convolution.
 
 Each runs on the richest named target this machine runs that has a dot-product
-kernel for its dtype (``x86-avx512-bf16`` on a CPU with AVX-512 VNNI and BF16, else
-``x86-avx2-vnni``, else the host's own target with its ``vpmaddwd`` kernel), with the
+kernel for its dtype (``x86-amx`` with AMX's tiles, else ``x86-avx512-bf16`` on a CPU
+with AVX-512 VNNI and BF16, else ``x86-avx2-vnni``, else the host's own target with its
+``vpmaddwd`` kernel), with the
 template's default config (no tuning records are shipped for these workloads); the
 matmuls against ``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 matmul in the
 same run. The summary relates each to pypto's float32 row of the same shape (``ROWS``).
@@ -29,8 +30,9 @@ import warnings
 import numpy as np
 
 import pypto as pt
-from autotune.templates.dot_ukernels import dot_isa
+from autotune.templates.dot_ukernels import usable
 from pypto import peak, runtime
+from pypto.arg_checks import aligned_empty
 from pypto.dtypes import numpy_dtype
 from pypto.target import KNOWN
 
@@ -39,12 +41,14 @@ DTYPES = ("int8", "bfloat16")
 
 
 def dot_target(dtype: str) -> str:
-    """The first named target (the table lists the richest first within an architecture)
-    this machine runs whose ``matmul`` has a dot-product kernel for ``dtype``; else host."""
+    """The first named target extending another (the table lists the richest first
+    within an architecture) this machine runs whose ``matmul`` of ``SHAPE`` has a
+    dot-product or tile kernel for ``dtype``; else host."""
     host = pt.Target("host")
-    for name in (*(n for n in KNOWN if n.endswith(("-bf16", "-vnni"))), host.name):
+    M, N, K = SHAPE
+    for name in (*(n for n, spec in KNOWN.items() if spec.base), host.name):
         t = pt.Target(name)
-        if t.can_run() and dot_isa(t, dtype) is not None:
+        if t.can_run() and usable(t, dtype, K, M, N) is not None:
             return name
     return host.name
 
@@ -55,6 +59,13 @@ def random_array(rng, shape, dtype: str) -> np.ndarray:
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
     return rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype))
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """``a`` in an array starting on a cache line."""
+    out = aligned_empty(a.shape, a.dtype)
+    out[...] = a
+    return out
 
 
 def to_torch(torch, a: np.ndarray):
@@ -142,8 +153,9 @@ def _kernels(dtype: str, threads: int, rng, target_name: str | None = None):
         warnings.simplefilter("ignore")  # no shipped record: the default config
         s, tensors = at.get_template("matmul")(*SHAPE, dtype, target=target)
     mod = pt.build(s, tensors, target=target, name=f"matmul_{dtype}")
-    a, b = (random_array(rng, (1024, 1024), dtype) for _ in range(2))
-    c = np.zeros((1024, 1024), numpy_dtype(tensors[-1].dtype))
+    # line-aligned, as torch allocates its own tensors (numpy's start 16 bytes into a line)
+    a, b = (aligned_copy(random_array(rng, (1024, 1024), dtype)) for _ in range(2))
+    c = aligned_copy(np.zeros((1024, 1024), numpy_dtype(tensors[-1].dtype)))
     mod(a, b, c)
     want = a.astype(np.float64) @ b.astype(np.float64)
     if dtype == "int8":

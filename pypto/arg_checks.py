@@ -1,6 +1,7 @@
 """Checks of a call's arguments before C sees them, and the errors a kernel reports.
 
-Every check names the argument: an array that is not an array (``TypeError``), arrays
+Outputs a call allocates are cache-line aligned (``aligned_empty``). Every check
+names the argument: an array that is not an array (``TypeError``), arrays
 that overlap an output, a temporary too large for these sizes (``MemoryError``), and the
 kernel's status codes turned into Python exceptions.
 """
@@ -13,6 +14,7 @@ from .c_helpers import MAX_BYTES
 from .expr import Call, Const, substitute, walk
 from .loop_ir import own_exprs, walk_stmts
 from .simplify import simplify
+from .target import CACHE_LINE
 
 # status -(FIRST_INDEX_STATUS + k): the k-th run-time checked index (``index_checks``)
 FIRST_INDEX_STATUS = 16
@@ -67,6 +69,17 @@ def check_temporary(name: str, t, values: dict):
         nbytes *= max(v.value, 0) if isinstance(v, Const) else 1
     if nbytes > MAX_BYTES:
         raise MemoryError(f"{name}: temporary buffer {t.name} would need {nbytes} bytes")
+
+
+def aligned_empty(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialized array whose data starts on a cache line (numpy's start 16 bytes
+    into one): the outputs a module allocates, so that whole-vector and tile stores of
+    their rows do not straddle two lines."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(n + CACHE_LINE, np.uint8)
+    start = -raw.ctypes.data % CACHE_LINE
+    return raw[start : start + n].view(dt).reshape(shape)
 
 
 def fmt_shape(shape) -> str:

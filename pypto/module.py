@@ -25,6 +25,7 @@ import numpy as np
 
 from . import dtypes, emulate
 from .arg_checks import (
+    aligned_empty,
     as_array,
     check_overlap,
     check_temporary,
@@ -287,7 +288,7 @@ class Module:
                     f"output {name}: its shape {fmt_shape(shape)} depends on "
                     f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
                 )
-            made.append(np.empty(tuple(d.value for d in dims), dt))
+            made.append(aligned_empty(tuple(d.value for d in dims), dt))
             full.append(made[-1])
         return self._slots.join(full, scalars), made
 

@@ -25,6 +25,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 
+from .amx import C_HELPERS
 from .cache import home
 from .target import Target
 
@@ -135,9 +136,32 @@ DOT_ROOFS = (
 DOT_ACCUMULATORS = 12  # independent chains, fewer where the products need registers too
 
 
+@dataclass(frozen=True, slots=True)
+class TileRoof:
+    """AMX's tile multiply of ``dtype``: the intrinsic ``insn`` (``_tile_dpbssd``) into a
+    16 x 16 tile of 32-bit accumulators, ``ops`` multiplies and adds per instruction."""
+
+    dtype: str
+    needs: tuple
+    insn: str
+    ops: int
+
+    @property
+    def name(self) -> str:
+        return "t" + self.insn.removeprefix("_tile_")  # _tile_dpbssd: tdpbssd
+
+
+# preferred to the vector instruction where the target has them
+TILE_ROOFS = (
+    TileRoof("int8", ("amx_tile", "amx_int8"), "_tile_dpbssd", 2 * 16 * 16 * 64),
+    TileRoof("bfloat16", ("amx_tile", "amx_bf16"), "_tile_dpbf16ps", 2 * 16 * 16 * 32),
+)
+TILE_ACCUMULATORS = 6  # of the 8 tiles; two hold the operands
+
+
 def dot_roofs(target: Target) -> tuple:
-    """The ``DotRoof`` per dtype that ``target`` has one for."""
-    out = {}
+    """The ``DotRoof`` (or AMX's ``TileRoof``) per dtype that ``target`` has one for."""
+    out = {r.dtype: r for r in TILE_ROOFS if target.has(*r.needs)}
     for r in DOT_ROOFS:
         if r.dtype not in out and target.vector_bits == r.bits and target.has(*r.needs):
             out[r.dtype] = r
@@ -158,41 +182,72 @@ def _dot_steps(r: DotRoof, n: int) -> list:
     ]  # fmt: skip
 
 
+def _timed(name: str, body: list, ops: str) -> list:
+    """``double name(int64_t iters, int threads)``: the best GOP/s of ``_ROUNDS`` runs of
+    ``body`` (per thread) counting ``ops`` operations (a C expression of ``iters``)."""
+    return [
+        f"double {name}(int64_t iters, int threads) {{",
+        "  double best = 0;",
+        f"  for (int round = 0; round < {_ROUNDS}; ++round) {{",
+        "    double t0 = omp_get_wtime();",
+        "    int32_t sink = 0;",
+        "    #pragma omp parallel num_threads(threads) reduction(+:sink)",
+        "    {",
+        *("      " + line for line in body),
+        "    }",
+        "    double dt = omp_get_wtime() - t0;",
+        f"    double g = {ops} * threads / dt / 1e9;",
+        "    if (sink == 12345) g = 0;  /* keeps the sums alive */",
+        "    if (g > best) best = g;",
+        "  }",
+        "  return best;",
+        "}",
+    ]
+
+
+def _vector_roof(target: Target, r: DotRoof) -> list:
+    n = DOT_ACCUMULATORS
+    if r.add:  # a product register per accumulator, and x and y
+        n = min(n, (target.vector_registers - 2) // 2)
+    vec = f"pt_dot_{r.dtype}_vec"
+    names = [f"a{k}" for k in range(n)] + [f"t{k}" for k in range(n) if r.add]
+    body = [
+        f"{vec} x, y;",
+        "memset(&x, 1, sizeof x); memset(&y, 0, sizeof y);",
+        f"{vec} " + ", ".join(f"{a} = x" for a in names) + ";",
+        "for (int64_t i = 0; i < iters; ++i) {",
+        *("  " + step for step in _dot_steps(r, n)),
+        "}",
+        "sink += " + " + ".join(f"{a}[0]" for a in names) + ";",
+    ]
+    return [
+        f"typedef int32_t {vec} __attribute__((vector_size({r.bits // 8})));",
+        *_timed(f"pt_peak_dot_{r.dtype}", body, f"{r.ops}.0 * {n} * (double)iters"),
+    ]
+
+
+def _tile_roof(target: Target, r: TileRoof) -> list:
+    n = TILE_ACCUMULATORS
+    body = [
+        "pt_amx_start();",
+        *(f"_tile_zero({t});" for t in range(n + 2)),
+        "for (int64_t i = 0; i < iters / 16; ++i) {",
+        *(f"  {r.insn}({t}, {n}, {n + 1});" for t in range(n)),
+        "}",
+    ]
+    return [C_HELPERS, *_timed(f"pt_peak_dot_{r.dtype}", body, f"{r.ops}.0 * {n} * (iters / 16)")]
+
+
+_ROOF_SOURCE = {DotRoof: _vector_roof, TileRoof: _tile_roof}
+
+
 def dot_source(target: Target) -> str:
     """C with ``double pt_peak_dot_<dtype>(int64_t iters, int threads)`` (GOP/s) per
-    dtype ``target`` has a dot instruction for."""
+    dtype ``target`` has a dot instruction for (AMX's: 1/16 of the iterations, each
+    instruction being 16 rows)."""
     out = ["#include <stdint.h>", "#include <string.h>", "#include <omp.h>"]
     for r in dot_roofs(target):
-        n = DOT_ACCUMULATORS
-        if r.add:  # a product register per accumulator, and x and y
-            n = min(n, (target.vector_registers - 2) // 2)
-        vec = f"pt_dot_{r.dtype}_vec"
-        names = [f"a{k}" for k in range(n)] + [f"t{k}" for k in range(n) if r.add]
-        out += [
-            f"typedef int32_t {vec} __attribute__((vector_size({r.bits // 8})));",
-            f"double pt_peak_dot_{r.dtype}(int64_t iters, int threads) {{",
-            "  double best = 0;",
-            f"  for (int round = 0; round < {_ROUNDS}; ++round) {{",
-            "    double t0 = omp_get_wtime();",
-            "    int32_t sink = 0;",
-            "    #pragma omp parallel num_threads(threads) reduction(+:sink)",
-            "    {",
-            f"      {vec} x, y;",
-            "      memset(&x, 1, sizeof x); memset(&y, 0, sizeof y);",
-            f"      {vec} " + ", ".join(f"{a} = x" for a in names) + ";",
-            "      for (int64_t i = 0; i < iters; ++i) {",
-            *("        " + step for step in _dot_steps(r, n)),
-            "      }",
-            "      sink += " + " + ".join(f"{a}[0]" for a in names) + ";",
-            "    }",
-            "    double dt = omp_get_wtime() - t0;",
-            f"    double g = {r.ops}.0 * {n} * (double)iters * threads / dt / 1e9;",
-            "    if (sink == 12345) g = 0;  /* keeps the sums alive */",
-            "    if (g > best) best = g;",
-            "  }",
-            "  return best;",
-            "}",
-        ]
+        out += _ROOF_SOURCE[type(r)](target, r)
     return "\n".join(out) + "\n"
 
 

@@ -2,7 +2,8 @@
 
 A named target (``"x86-avx512"``, ``"x86-avx2"``, ``"aarch64-neon"``,
 ``"generic"``, and ``"x86-avx512-bf16"``, ``"x86-avx2-vnni"``, ``"aarch64-dotprod"``:
-the same machines as their ``base`` with int8/bfloat16 dot-product instructions) has
+the same machines as their ``base`` with int8/bfloat16 dot-product instructions;
+``"x86-amx"``: ``x86-avx512-bf16`` with AMX's tile matrix multiplies) has
 fixed parameters, so the code made for it is the same on any machine.
 ``Target("host")`` resolves to the richest named target this CPU runs
 (``$PYPTO_TARGET`` overrides the choice) and takes the machine's own cache
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import amx
+
 KIB, MIB = 1024, 1024 * 1024
 
 
@@ -50,6 +53,24 @@ _AVX512 = ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "f16c", "fma")
 # is its base's machine plus dot-product instructions for int8 and bfloat16 (tensor
 # intrinsics use them): the same registers, lanes and caches, a superset of features.
 KNOWN = {
+    "x86-amx": _Spec(
+        "x86_64",
+        512,
+        32,
+        _AVX512 + ("avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8", "amx_bf16"),
+        (
+            "-march=x86-64-v4",
+            "-mprefer-vector-width=512",
+            "-mavx512vnni",
+            "-mavx512bf16",
+            "-mamx-tile",
+            "-mamx-int8",
+            "-mamx-bf16",
+        ),
+        (48 * KIB, 2 * MIB, 32 * MIB),
+        "x86_64-linux-gnu-gcc",
+        base="x86-avx512-bf16",
+    ),
     "x86-avx512-bf16": _Spec(
         "x86_64",
         512,
@@ -127,6 +148,9 @@ _FEATURE_DTYPES = {
     "avx_vnni": ("int8", "uint8", "int16"),
     "asimddp": ("int8", "uint8"),
     "avx512_bf16": ("bfloat16",),
+    "amx_tile": ("int8", "uint8", "bfloat16"),
+    "amx_int8": ("int8", "uint8"),
+    "amx_bf16": ("bfloat16",),
 }
 CACHE_LINE = 64  # bytes, on every target pypto knows
 ENV_OVERRIDE = "PYPTO_TARGET"
@@ -221,14 +245,19 @@ class Target:
 
 @functools.cache
 def _host_features() -> tuple:
+    """The CPU's flags, less AMX's when the kernel does not enable its tiles."""
+    flags = set()
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
-                    return tuple(sorted(set(line.split(":", 1)[1].split())))
+                    flags = set(line.split(":", 1)[1].split())
+                    break
     except OSError:
         pass
-    return ()
+    if "amx_tile" in flags and not amx.granted():
+        flags -= {f for f in flags if f.startswith("amx_")}
+    return tuple(sorted(flags))
 
 
 _CACHE_FIELDS = {

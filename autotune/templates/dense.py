@@ -50,7 +50,7 @@ def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
     column panel when ``pack_b`` is on; returns (D, [the packed weights] or [], the
     dot-product kernel's ``DotGemm`` or None)."""
     k = pt.reduce_axis((0, K), name="k")
-    isa = dot_ukernels.usable(cfg.target, p.name, K)
+    isa = dot_ukernels.usable(cfg.target, p.name, K, M, N)
     nr = cfg["tile_j"].size[-1]
     if isa is not None and cfg["ukernel"].val:
         g = dot_ukernels.dot_gemm(
@@ -100,10 +100,11 @@ def _gemm_knobs(cfg, p, M, N, K):
     # W is (N, K): unpacked, the vectorized column loop would gather with stride K
     # (two orders of magnitude slower), so the weights are always packed
     V = cfg.target.vector_lanes(p.out)
-    isa = dot_ukernels.usable(cfg.target, p.name, K)
+    isa = dot_ukernels.usable(cfg.target, p.name, K, M, N)
     tile = define_gemm_knobs(
         cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K,
-        tile_default=dot_ukernels.default_tile(isa, V),
+        tile_default=dot_ukernels.default_tile(isa, V, M, N),
+        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa),
     )  # fmt: skip
     cfg.add_flop(2.0 * M * N * K)
     if isa is not None:

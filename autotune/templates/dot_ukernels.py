@@ -44,6 +44,8 @@ from dataclasses import dataclass
 import pypto as pt
 from pypto.dtypes import accumulator_dtype, numpy_dtype
 
+from . import amx
+
 
 @dataclass(frozen=True)
 class DotISA:
@@ -65,6 +67,14 @@ class DotISA:
     b_offset: bool = False  # B packed as unsigned b + 128 (the instruction's u8 operand)
     a_wide: str | None = None  # A widened to this dtype once per call (the broadcast's)
     rows: int = 0  # the default register tile's rows (0: as many as the registers hold)
+    kind: str = "vector"  # "vector": registers of lanes; "amx": AMX's tile registers
+    tiles: tuple | None = None  # ((rows...), (columns...)) of the register tile, if fixed
+    blocks: tuple = (8, 16, 32, 64)  # the row-tile counts of the GEMM's block_i knob
+
+    @property
+    def k_step(self) -> int:
+        """The reduction elements the kernel takes at a time (K must be a multiple)."""
+        return self.group * (amx.TILE_ROWS if self.kind == "amx" else 1)
 
 
 # helpers shared by every kernel of a module, defined once
@@ -157,7 +167,22 @@ ISAS = (
     ),
 )  # fmt: skip
 
+# AMX's tile multiplies (x86-amx), preferred where K is whole steps of 16 groups
+TILE_ISAS = (
+    DotISA(
+        "amxint8", ("amx_tile", "amx_int8"), "int8", 4, 16, "immintrin.h",
+        "", "", "", "", "", amx.INSTRUCTION["int8"], "", rows=32, kind="amx",
+        tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
+    ),
+    DotISA(
+        "amxbf16", ("amx_tile", "amx_bf16"), "bfloat16", 2, 16, "immintrin.h",
+        "", "", "", "", "", amx.INSTRUCTION["bfloat16"], "", rows=32, kind="amx",
+        tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
+    ),
+)  # fmt: skip
+
 _ACC_C = {"int8": "int32_t", "bfloat16": "float"}  # the accumulators' C type
+_KIND_HELPERS = {"amx": (amx.HELPERS,)}  # C an ISA's kind needs besides its ISA's
 _C_ELEM = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "bfloat16": "uint16_t"}
 
 
@@ -168,7 +193,8 @@ def c_elem(dtype: str) -> str:
 
 def helpers(isa: DotISA) -> str:
     """The C helpers a kernel of ``isa`` calls (each guarded: once per module)."""
-    return "\n".join([_HELPERS, *(text for fn, text in _ASM.items() if fn in isa.dot)])
+    own = _KIND_HELPERS.get(isa.kind, ())
+    return "\n".join([_HELPERS, *own, *(text for fn, text in _ASM.items() if fn in isa.dot)])
 
 
 def packed_dtype(isa: DotISA) -> str:
@@ -188,13 +214,38 @@ def dot_isa(target, dtype: str) -> DotISA | None:
     return None
 
 
-def default_tile(isa: DotISA | None, lanes: int) -> tuple | None:
+def default_tile(isa: DotISA | None, lanes: int, M: int = 0, N: int = 0) -> tuple | None:
     """``(mr, nr)`` of the default register tile of ``isa``'s kernel, two vectors of
     ``lanes`` wide, where the ISA sets its rows, else None (the GEMM's own default). AVX2's
     ``vpmaddwd`` kernel needs a register more than a float32 tile (the product before
     its ``vpaddd``): 4 x 2 vectors measured 150-157 GOP/s at int8 1024^3 on a Zen 4
-    running AVX2 code, 6 x 2 (all 16 registers) 114-140."""
+    running AVX2 code, 6 x 2 (all 16 registers) 114-140. An ISA of fixed tiles
+    (``tiles``, AMX) takes, of those an ``M x N`` GEMM holds (columns up to
+    ``amx.DEFAULT_MAX_COLS``), the one leaving the fewest rows (columns) to the plain
+    loops of the ragged edge, the largest among equals."""
+    if isa is not None and isa.tiles:
+        rows, cols = isa.tiles
+        return _fewest_left(rows, M), _fewest_left(
+            tuple(c for c in cols if c <= amx.DEFAULT_MAX_COLS), N
+        )
     return (isa.rows, 2 * lanes) if isa is not None and isa.rows else None
+
+
+def _fewest_left(sizes: tuple, n: int) -> int:
+    held = [x for x in sizes if x <= n] or list(sizes[:1])
+    return min(held, key=lambda x: (n % x, -x))
+
+
+def tile_options(isa: DotISA | None) -> tuple | None:
+    """``(rows, columns)`` the register tile may take with ``isa``'s kernel (None: the
+    GEMM's own choices)."""
+    return isa.tiles if isa is not None else None
+
+
+def block_options(isa: DotISA | None) -> tuple | None:
+    """The row-tile counts a block of rows may take with ``isa``'s kernel (None: the
+    GEMM's own choices)."""
+    return isa.blocks if isa is not None else None
 
 
 def fits(tile: tuple, M: int, N: int) -> int:
@@ -203,30 +254,47 @@ def fits(tile: tuple, M: int, N: int) -> int:
     return int(M >= tile[0] and N >= tile[1])
 
 
-def usable(target, dtype: str, K: int) -> DotISA | None:
-    """The dot kernel for a ``dtype`` GEMM with reduction ``K`` on ``target``, or None
-    (no kernel, or K not a whole number of groups)."""
+def usable(target, dtype: str, K: int, M: int = 0, N: int = 0) -> DotISA | None:
+    """The kernel for an ``M x N`` ``dtype`` GEMM with reduction ``K`` on ``target``:
+    AMX's tiles where the target has them, K is whole steps of them and the output holds
+    a whole tile (M, N at least 16), else the vector dot kernel (None: no kernel, or K
+    not a whole number of groups)."""
+    for isa in TILE_ISAS:
+        rows, cols = isa.tiles
+        if (
+            isa.dtype == dtype
+            and target.has(*isa.needs)
+            and K % isa.k_step == 0
+            and min(M, N) >= min(rows)
+        ):
+            return isa
     isa = dot_isa(target, dtype)
     return isa if isa is not None and K % isa.group == 0 else None
 
 
-BLOCKS = (8, 16, 32, 64)  # the row-tile counts of matmul's block_i knob
-
-
-def row_block(target, isa: DotISA, M: int, K: int):
+def row_block(target, isa: DotISA, M: int, K: int, N: int = 0):
     """The default rows blocking of a dot-kernel GEMM, as a function of ``mr``: none
     (0) while the A the kernel reads (widened, for an ``a_wide`` ISA) fits in half of
     ``target``'s L2, else the most row tiles whose rows of it fill a quarter of it (A's
     block then stays in L2 while it meets every column panel, which is packed once
     before the blocks instead of streaming A from L3 per panel). 1 thread, int8
-    1024^3 on Zen 5: 0.74x -> 0.86-0.92x torch._int_mm."""
+    1024^3 on Zen 5: 0.74x -> 0.86-0.92x torch._int_mm.
+
+    AMX streams both operands from L2 (a tile multiply consumes 2 KB in 16 cycles):
+    blocks of ``isa.blocks[0]`` row tiles while the packed B (of ``N`` columns), which
+    every block reads again, fits in half of L2, else none (B packed per column panel,
+    just before its use). 1 thread on a Sapphire Rapids, 1024^3: int8 1600 -> 1830
+    GOP/s with blocks; bfloat16 (B twice the size) 850 without, 650-760 with."""
     l2 = target.l2_bytes or 0
     row = K * numpy_dtype(isa.a_wide or isa.dtype).itemsize
+    if isa.kind == "amx":
+        small = isa.blocks[0]
+        return lambda mr: small if N * row <= l2 // 2 and small * mr < M else 0
     if not l2 or M * row <= l2 // 2:
         return lambda mr: 0
 
     def block(mr: int) -> int:
-        fits = [b for b in BLOCKS if b * mr * row <= l2 // 4 and b * mr < M]
+        fits = [b for b in isa.blocks if b * mr * row <= l2 // 4 and b * mr < M]
         return max(fits, default=0)
 
     return block
@@ -268,14 +336,19 @@ class DotGemm:
     acc: pt.Tensor | None = None
     RS: pt.Tensor | None = None
     AW: pt.Tensor | None = None
+    intrin_stores_output: bool = False  # the kernel's tile stores are C's dtype (AMX int32)
 
-    def accumulator(self, s) -> pt.Tensor:
+    def accumulator(self, s, into_output: bool = False) -> pt.Tensor:
         """The stage the tile intrinsic computes, in schedule ``s``: ``cache_write`` of C,
-        or the raw accumulator. The row sums of A, or its widened copy, run first, in
-        parallel over their outermost axis."""
+        or the raw accumulator; with ``into_output`` (C is the kernel's output, no stage
+        reads it), C itself where AMX's tiles store it as it is (int32: no copy out of a
+        local tile). The row sums of A, or its widened copy, run first, in parallel over
+        their outermost axis."""
         if self.AW is not None:
             s[self.AW].parallel(s[self.AW].op.axis[0])
             s[self.AW].vectorize(s[self.AW].op.axis[-1])
+        if into_output and self.acc is None and self.intrin_stores_output:
+            return self.C
         if self.acc is None:
             return s.cache_write(self.C, "local")
         s[self.RS].parallel(s[self.RS].op.axis[0])
@@ -304,7 +377,10 @@ def dot_gemm(
         acc[*b, i, j] = sum_{ko, kq} int32(A[*b, i, ko*g + kq]) * int32(BP[...])  (raw)
         C[*b, i, j] = acc[*b, i, j] - 128 * RS[*b, i]
 
-    For an ``a_wide`` ISA, the kernel reads ``AW = a_wide(A)``, computed once.
+    For an ``a_wide`` ISA, the kernel reads ``AW = a_wide(A)``, computed once; for AMX,
+    ``AW``, a copy of A in an aligned buffer (arrays from numpy start 16 bytes into a
+    cache line: every row of every tile load would straddle two; 1024^3 int8 on a
+    Sapphire Rapids, 1 thread, 2.05 -> 1.5 ms).
     ``packed`` (a placeholder of ``packed_b``'s shape) is B already packed by the
     caller: then ``read_b`` is unused and nothing is packed here.
     """
@@ -321,6 +397,8 @@ def dot_gemm(
     if isa.a_wide:
         wide = isa.a_wide
         A = AW = pt.compute(A.shape, lambda *ix: pt.cast(wide, A[ix]), name=f"{A.name}_{wide}")
+    elif isa.kind == "amx":  # tile rows whole cache lines: A copied to a 64-byte aligned buffer
+        A = AW = pt.compute(A.shape, lambda *ix: A[ix], name=f"{A.name}_aligned")
     ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
 
     def body(b, i, j):
@@ -336,7 +414,8 @@ def dot_gemm(
     acc = accumulator_dtype(raw.dtype)
     tile = gemm_tile(isa, mr, nr, K, lambda a, b: pt.cast(acc, prod(a, b)))
     if not isa.b_offset:
-        return DotGemm(raw, BP, tile, AW=AW)
+        stores = isa.kind == "amx" and str(raw.dtype) == acc
+        return DotGemm(raw, BP, tile, AW=AW, intrin_stores_output=stores)
     k = pt.reduce_axis((0, K), name="k")
     rs = pt.compute(
         (*batch, M),
@@ -356,10 +435,10 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
     (``product`` multiplies as the template does; for an offset B, the raw product of
     A and the unsigned packed B) over an ``mr x nr`` tile."""
     g = isa.group
-    if nr % isa.lanes or K % g:
+    if nr % isa.lanes or K % isa.k_step or (isa.kind == "amx" and not amx.fits(mr, nr)):
         raise ValueError(
-            f"gemm_tile: {nr} columns are not whole {isa.name} vectors of {isa.lanes}, "
-            f"or K={K} is not a multiple of {g}"
+            f"gemm_tile: {mr} x {nr} is not whole {isa.name} tiles of {isa.lanes} columns, "
+            f"or K={K} is not a multiple of {isa.k_step}"
         )
     a = pt.placeholder((mr, K), isa.a_wide or isa.dtype, name="a")
     b = pt.placeholder((K // g, nr, g), packed_dtype(isa), name="b")
@@ -375,11 +454,11 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
 
 
 def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
-    g, L = isa.group, isa.lanes
+    """The C of the tile kernel: the plain loops for strides other than the packed
+    layout's, else the ISA's kernel."""
+    g = isa.group
     acc_c = _ACC_C[isa.dtype]
     elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
-    nv = nr // L
-    acc = {(r, v): f"c{r}_{v}" for r in range(mr) for v in range(nv)}
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
     lines = [
         f"#include <{isa.header}>",
@@ -398,8 +477,23 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         "      }",
         "    return;",
         "  }",
-        f"  {isa.acc_type} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";",
     ]
+    kernel = (
+        amx.body(isa.dtype, g, mr, nr, K) if isa.kind == "amx" else _vector_body(isa, mr, nr, K)
+    )
+    return "\n".join([*lines, *kernel, "}"]) + "\n"
+
+
+def _amx_body(isa: DotISA, mr: int, nr: int, K: int) -> list[str]:
+    return amx.body(isa.dtype, isa.group, mr, nr, K)
+
+
+def _vector_body(isa: DotISA, mr: int, nr: int, K: int) -> list[str]:
+    g, L = isa.group, isa.lanes
+    elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
+    nv = nr // L
+    acc = {(r, v): f"c{r}_{v}" for r in range(mr) for v in range(nv)}
+    lines = [f"  {isa.acc_type} " + ", ".join(f"{c} = {isa.zero}" for c in acc.values()) + ";"]
     lines += [
         f"  for (int64_t ko = 0; ko < {K // g}; ++ko) {{",
         f"    const {belem}* bp = b + ko * b0;",
@@ -416,5 +510,7 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
     lines.append("  }")
     for (r, v), c in acc.items():
         lines.append("  " + isa.store.format(p=f"out + {r} * o0 + {v * L}", v=c))
-    lines.append("}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+_BODIES = {"vector": _vector_body, "amx": _amx_body}  # the kernel's loops by the ISA's kind

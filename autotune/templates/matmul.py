@@ -47,6 +47,8 @@ def define_gemm_knobs(
     block_default=None,
     tile_default: tuple | None = None,
     pack_default: int = 1,
+    tiles: tuple | None = None,
+    blocks: tuple | None = None,
 ):
     """The knobs shared by the GEMM-like templates (matmul, batch_matmul, dense).
 
@@ -60,11 +62,12 @@ def define_gemm_knobs(
     ``block_default`` (row tiles, a function of ``mr``) replaces that rule.
     ``wide`` (float32 matmul) sizes the default tile by ``_wide_tile``, else it is two
     vectors wide; a tile wider than two vectors is not row-blocked by default.
-    ``tile_default`` (``(mr, nr)``) and ``pack_default`` replace those defaults.
+    ``tile_default`` (``(mr, nr)``) and ``pack_default`` replace those defaults, ``tiles``
+    (``(rows, columns)``: a kernel's fixed tiles) the choices of ``mr`` and ``nr``,
+    ``blocks`` those of ``block_i`` (besides 0).
     Returns the default tile ``(mr, nr)``.
     """
-    mrs = [2, 4, 6, 8]
-    nrs = [lanes, 2 * lanes, 3 * lanes, 4 * lanes]
+    mrs, nrs = tiles or ([2, 4, 6, 8], [lanes, 2 * lanes, 3 * lanes, 4 * lanes])
     regs = cfg.target.vector_registers
     if tile_default is not None:
         mr_d, nr_d = tile_default
@@ -94,7 +97,7 @@ def define_gemm_knobs(
     block_d = 64 if a_bytes >= cfg.target.l3_bytes // 2 and nr_d <= 2 * lanes else 0
     if block_default is not None:
         block_d = block_default(mr_d)
-    cfg.define_knob(prefix + "block_i", [0, 8, 16, 32, 64], default=block_d)
+    cfg.define_knob(prefix + "block_i", [0, *(blocks or (8, 16, 32, 64))], default=block_d)
     cfg.define_knob(prefix + "pack_b", list(pack_options), default=pack_default)
     cfg.define_knob(prefix + "unroll_k", [1, 2, 4, 8], default=1)
     cfg.define_knob(prefix + "par", ["panel", "rows"], default="panel")
@@ -167,7 +170,8 @@ def schedule_gemm(
     else:
         order += [jo, io]
         par_loop = jo
-    s[C].reorder(*order, ii, ji)
+    direct = CL is C  # the tile intrinsic writes C itself (no accumulator stage)
+    s[C].reorder(*order, *(s[C].op.reduce_axis if direct else ()), ii, ji)
     s[C].vectorize(ji)
     attach_c = order[-1]  # the loop just outside the tile
     attach_b = jo
@@ -177,23 +181,11 @@ def schedule_gemm(
         attach_c = fused if attach_c is par_loop else attach_c
         par_loop = fused
     s[C].parallel(par_loop)
-    # the register tile: k outermost, rows unrolled, columns vectorized
-    s[CL].compute_at(s[C], attach_c)
-    ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
-    red = list(s[CL].op.reduce_axis)
-    kk = red[-1]
-    uk = cfg[prefix + "unroll_k"].val
-    if tile_intrin is not None:  # partial tiles keep these loops
-        s[CL].reorder(*red, ic, jc)
-        s[CL].tensorize(red[0], tile_intrin)
-    elif uk > 1:
-        ko, ki = s[CL].split(kk, factor=uk)
-        s[CL].reorder(ko, ki, ic, jc)
-        s[CL].unroll(ki)
+    if direct:  # partial tiles keep the loops (k outermost)
+        s[C].tensorize(s[C].op.reduce_axis[0], tile_intrin)
     else:
-        s[CL].reorder(kk, ic, jc)
-    s[CL].unroll(ic)
-    s[CL].vectorize(jc)
+        _register_tile(s, CL, attach=(s[C], attach_c), intrin=tile_intrin,
+                       unroll_k=cfg[prefix + "unroll_k"].val)  # fmt: skip
     if not (cfg[prefix + "pack_b"].val if pack_b is None else pack_b):
         return None
     BP = pack() if pack is not None else s.cache_read(B_tensor, "local", [CL])
@@ -217,6 +209,27 @@ def schedule_gemm(
     return BP
 
 
+def _register_tile(s, CL, attach, intrin, unroll_k: int) -> None:
+    """The register tile ``CL`` at ``attach`` (stage, loop): k outermost, rows unrolled,
+    columns vectorized; ``intrin`` (a tensor intrinsic) computes whole tiles (partial
+    ones keep these loops), else k is unrolled by ``unroll_k``."""
+    s[CL].compute_at(*attach)
+    ic, jc = s[CL].op.axis[-2], s[CL].op.axis[-1]
+    red = list(s[CL].op.reduce_axis)
+    kk = red[-1]
+    if intrin is not None:
+        s[CL].reorder(*red, ic, jc)
+        s[CL].tensorize(red[0], intrin)
+    elif unroll_k > 1:
+        ko, ki = s[CL].split(kk, factor=unroll_k)
+        s[CL].reorder(ko, ki, ic, jc)
+        s[CL].unroll(ki)
+    else:
+        s[CL].reorder(kk, ic, jc)
+    s[CL].unroll(ic)
+    s[CL].vectorize(jc)
+
+
 def _matmul_ref(a, b):
     return precision.reference(widened(a) @ widened(b), a.dtype)
 
@@ -232,14 +245,15 @@ def matmul(cfg, M, N, K, dtype="float32"):
     B = pt.placeholder((K, N), dtype, name="B")
     cfg.add_flop(2.0 * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
-    isa = dot_ukernels.usable(cfg.target, dtype, K)
+    isa = dot_ukernels.usable(cfg.target, dtype, K, M, N)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
     a_bytes = M * K * precision.elem_bytes(p)
     wide = dtype == "float32"
-    block = None if isa is None else dot_ukernels.row_block(cfg.target, isa, M, K)
+    block = None if isa is None else dot_ukernels.row_block(cfg.target, isa, M, K, N)
     tile = define_gemm_knobs(
         cfg, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide,
-        tile_default=dot_ukernels.default_tile(isa, lanes),
+        tile_default=dot_ukernels.default_tile(isa, lanes, M, N),
+        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa),
     )  # fmt: skip
     if isa is not None:
         cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
@@ -258,7 +272,8 @@ def matmul(cfg, M, N, K, dtype="float32"):
         isa, A, lambda k, n: B[k, n], (M, N, K), mr, nr, lambda a, b: precision.product(p, a, b)
     )
     s = pt.create_schedule(g.C.op)
-    schedule_gemm(cfg, s, g.C, g.accumulator(s), M, pack=lambda: g.BP, tile_intrin=g.intrin)
+    CL = g.accumulator(s, into_output=True)
+    schedule_gemm(cfg, s, g.C, CL, M, pack=lambda: g.BP, tile_intrin=g.intrin)
     return s, [A, B, g.C]
 
 
@@ -275,11 +290,12 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     Bm = pt.placeholder((B, K, N), dtype, name="B")
     cfg.add_flop(2.0 * B * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
-    isa = dot_ukernels.usable(cfg.target, dtype, K)
+    isa = dot_ukernels.usable(cfg.target, dtype, K, M, N)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
     tile = define_gemm_knobs(
         cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack,
-        tile_default=dot_ukernels.default_tile(isa, lanes),
+        tile_default=dot_ukernels.default_tile(isa, lanes, M, N),
+        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa),
     )  # fmt: skip
     if isa is not None:
         cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
@@ -301,7 +317,7 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
         lambda a, b: precision.product(p, a, b), batch=(B,),
     )  # fmt: skip
     s = pt.create_schedule(g.C.op)
-    CL = g.accumulator(s)
+    CL = g.accumulator(s, into_output=True)
     schedule_gemm(cfg, s, g.C, CL, M, batch_axis=g.C.op.axis[0], pack=lambda: g.BP,
                   tile_intrin=g.intrin)  # fmt: skip
     return s, [A, Bm, g.C]
