@@ -9,7 +9,8 @@ with the best config of the tuning records (``--logs DIR``, default the
 shipped tuning_logs/<target>/; e.g. a directory that ``pypto-tune all`` wrote) and
 with the template's default config (no records), checks both outputs
 against the template's float64 reference, and times them together with
-the references: each in two blocks of timed rounds (forward, then reverse
+the references (every contender gets the same arrays, each starting on a cache
+line as torch allocates its tensors): each in two blocks of timed rounds (forward, then reverse
 order, with a pause and a warm-up before each block), the figure is the
 median round. The figures are measured here, in this process, not taken
 from the tuner's records. numpy runs its best OpenBLAS kernel (the worker
@@ -99,11 +100,14 @@ def _schedules(k: Kernel, logs: str):
 
 
 def _arrays(k: Kernel, tensors, rng) -> list:
+    """Random inputs (and output) for every contender, each starting on a cache line as
+    torch allocates its own tensors (numpy's start 16 bytes into one)."""
     shapes = [tuple(int(d.value) for d in t.shape) for t in tensors]
     if k.dtype == "float32":
-        return [rng.standard_normal(sh, dtype=np.float32) for sh in shapes]
-    out = [mixed.random_array(rng, sh, t.dtype) for sh, t in zip(shapes, tensors)]
-    return out
+        out = [rng.standard_normal(sh, dtype=np.float32) for sh in shapes]
+    else:
+        out = [mixed.random_array(rng, sh, t.dtype) for sh, t in zip(shapes, tensors)]
+    return [mixed.aligned_copy(a) for a in out]
 
 
 def _check(got, want, k: Kernel, name: str):

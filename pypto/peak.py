@@ -1,7 +1,8 @@
 """The machine's peaks for a target, measured once and cached: FMA throughput and
 stream (triad) bandwidth, the two roofs a profiled stage is held against, and the
 throughput of the target's integer and bfloat16 dot-product instruction, the roof of a
-stage whose products are 8- or 16-bit (``DOT_ROOFS``).
+stage whose products are 8- or 16-bit (``DOT_ROOFS``; AMX's tile multiplies,
+``TILE_ROOFS``, where the target has them).
 
     peaks = measure_peaks(target, compile_source, threads=2)   # Peaks(gflops, gbps, ...)
     peaks.roof("int8")   # GOP/s of vpdpbusd on x86-avx512-bf16; the FMA's without one

@@ -260,7 +260,7 @@ def usable(target, dtype: str, K: int, M: int = 0, N: int = 0) -> DotISA | None:
     a whole tile (M, N at least 16), else the vector dot kernel (None: no kernel, or K
     not a whole number of groups)."""
     for isa in TILE_ISAS:
-        rows, cols = isa.tiles
+        rows = isa.tiles[0]
         if (
             isa.dtype == dtype
             and target.has(*isa.needs)
@@ -478,10 +478,7 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         "    return;",
         "  }",
     ]
-    kernel = (
-        amx.body(isa.dtype, g, mr, nr, K) if isa.kind == "amx" else _vector_body(isa, mr, nr, K)
-    )
-    return "\n".join([*lines, *kernel, "}"]) + "\n"
+    return "\n".join([*lines, *_BODIES[isa.kind](isa, mr, nr, K), "}"]) + "\n"
 
 
 def _amx_body(isa: DotISA, mr: int, nr: int, K: int) -> list[str]:
