@@ -34,10 +34,8 @@ BLOCKS = (2, 4, 8, 16)  # row tiles per block of rows
 # fewer times: 1024^3, 1 thread on a Sapphire Rapids, int8 1610 / 1926 / 2218 GOP/s
 # at 128 / 256 / 512 columns, bfloat16 864 / 931 / 888 GFLOP/s)
 TILE_SHAPES = ((16, 32), (16, 32, 64, 128, 256, 512))
-DEFAULT_MAX_COLS = 256
+DEFAULT_MAX_COLS = 256  # the default tile's widest (bfloat16's local tile stays in L1)
 HELPERS = C_HELPERS
-
-
 GROUP_COLS = 2  # column tiles computed together (with mr / 16 row tiles: 2 x 2 in 8 tiles)
 A_SLICE_BYTES = 16 * 1024  # A's rows x K-block, kept in L1 across the column groups
 

@@ -23,7 +23,7 @@ import pypto as pt
 
 from ..task import template
 from . import dot_ukernels, precision
-from .matmul import _ceil_div, define_gemm_knobs, schedule_gemm
+from .matmul import _ceil_div, define_dot_knobs, schedule_gemm
 
 F32 = "float32"
 
@@ -101,14 +101,8 @@ def _gemm_knobs(cfg, p, M, N, K):
     # (two orders of magnitude slower), so the weights are always packed
     V = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, p.name, K, M, N)
-    tile = define_gemm_knobs(
-        cfg, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K,
-        tile_default=dot_ukernels.default_tile(isa, V, M, N),
-        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa),
-    )  # fmt: skip
+    define_dot_knobs(cfg, isa, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K)
     cfg.add_flop(2.0 * M * N * K)
-    if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
 
 
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)

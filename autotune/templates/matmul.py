@@ -104,6 +104,20 @@ def define_gemm_knobs(
     return mr_d, nr_d
 
 
+def define_dot_knobs(cfg, isa, M: int, N: int, lanes: int, **kw):
+    """``define_gemm_knobs`` with the tile choices and defaults of the dot kernel ``isa``
+    (``dot_ukernels.usable``; None: the GEMM's own), and where there is a kernel the
+    ``ukernel`` knob (on by default when the default tile is whole tiles of the GEMM).
+    Returns the default tile ``(mr, nr)``."""
+    tile = define_gemm_knobs(
+        cfg, M, N, lanes, tile_default=dot_ukernels.default_tile(isa, lanes, M, N),
+        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa), **kw,
+    )  # fmt: skip
+    if isa is not None:
+        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
+    return tile
+
+
 def _wide_tile(registers: int, lanes: int, mrs: list, M: int, N: int) -> tuple:
     """``(nr, mr)`` of the default float32 register tile: ``registers // 8`` vectors wide
     (at most 4, and no wider than N needs), as many rows as the registers hold
@@ -250,13 +264,9 @@ def matmul(cfg, M, N, K, dtype="float32"):
     a_bytes = M * K * precision.elem_bytes(p)
     wide = dtype == "float32"
     block = None if isa is None else dot_ukernels.row_block(cfg.target, isa, M, K, N)
-    tile = define_gemm_knobs(
-        cfg, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide,
-        tile_default=dot_ukernels.default_tile(isa, lanes, M, N),
-        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa),
-    )  # fmt: skip
-    if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
+    define_dot_knobs(
+        cfg, isa, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide
+    )
     if isa is None or not cfg["ukernel"].val:
         k = pt.reduce_axis((0, K), name="k")
         C = pt.compute(
@@ -292,13 +302,9 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     lanes = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, dtype, K, M, N)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
-    tile = define_gemm_knobs(
-        cfg, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack,
-        tile_default=dot_ukernels.default_tile(isa, lanes, M, N),
-        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa),
-    )  # fmt: skip
-    if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
+    define_dot_knobs(
+        cfg, isa, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
+    )
     if isa is None or not cfg["ukernel"].val:
         k = pt.reduce_axis((0, K), name="k")
         C = pt.compute(
