@@ -100,6 +100,14 @@ class CodeGen:
     def for_(self, s: For, depth):
         v = self.namer(s.var, s.var.name)
         ext = self.p(s.extent)
+        if not isinstance(s.extent, Const):
+            # a bound that is not a constant is computed once, before the loop: gcc 12's
+            # -O3 vectorizer miscompiled a short loop re-evaluating its bound
+            # (``j_outer < pt_floordiv_i64(1 - j_inner, 5) + 2`` inside a parallel loop
+            # ran no iteration for j_inner 2..4)
+            end = self.namer(s, f"{v}_end")
+            self.emit(depth, f"const int64_t {end} = {ext};")
+            ext = end
         hi = bounds(s.extent, self.ranges)[1]
         self.ranges[s.var] = (0, hi - 1 if hi != INF else INF)
         scratch = []

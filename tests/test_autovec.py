@@ -65,3 +65,30 @@ def test_loops_the_compiler_vectorizes_correctly_are_not_marked(name, tuned):
 def test_the_same_element_read_back_is_not_marked():
     s, args = _fused(10, read_back=0)
     assert MARK not in pt.build(s, args, emit_only=True)
+
+
+def test_a_short_loop_bounded_by_an_outer_loop_is_right_under_a_parallel_loop():
+    """gcc 12 -O3 vectorized ``j_outer < pt_floordiv_i64(1 - j_inner, 5) + 2`` (trip
+    count 1 or 2) inside a parallel loop into a loop that ran no iteration for j_inner
+    2..4: columns 2-4 kept the NaN the output was filled with. A bound that is not a
+    constant is now computed once, before its loop."""
+    M, N, K = 2, 7, 7
+    A = pt.placeholder((M, K), "float32", name="A")
+    B = pt.placeholder((K, N), "float32", name="B")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C.op)
+    i, j = s[C].op.axis
+    jo, ji = s[C].split(j, factor=5)
+    io, ii = s[C].split(i, factor=2)
+    iio, iii = s[C].split(ii, factor=2)
+    s[C].reorder(iii, iio, io, ji, jo, k)
+    s[C].parallel(iii)
+    mod = pt.build(s, [A, B, C], name="bound_once")
+    assert "const int64_t j_outer_end = " in mod.source
+    rng = np.random.default_rng(0)
+    a = rng.integers(-3, 4, (M, K)).astype(np.float32)
+    b = rng.integers(-3, 4, (K, N)).astype(np.float32)
+    c = np.full((M, N), np.nan, np.float32)
+    mod(a, b, c)
+    np.testing.assert_array_equal(c, a @ b)
