@@ -27,7 +27,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import dot_ukernels, precision
+from . import dot_knobs, dot_ukernels, precision
 from .precision import widened
 
 
@@ -110,11 +110,11 @@ def define_dot_knobs(cfg, isa, M: int, N: int, lanes: int, **kw):
     ``ukernel`` knob (on by default when the default tile is whole tiles of the GEMM).
     Returns the default tile ``(mr, nr)``."""
     tile = define_gemm_knobs(
-        cfg, M, N, lanes, tile_default=dot_ukernels.default_tile(isa, lanes, M, N),
-        tiles=dot_ukernels.tile_options(isa), blocks=dot_ukernels.block_options(isa), **kw,
+        cfg, M, N, lanes, tile_default=dot_knobs.default_tile(isa, lanes, M, N),
+        tiles=dot_knobs.tile_options(isa), blocks=dot_knobs.block_options(isa), **kw,
     )  # fmt: skip
     if isa is not None:
-        cfg.define_knob("ukernel", [0, 1], default=dot_ukernels.fits(tile, M, N))
+        cfg.define_knob("ukernel", [0, 1], default=dot_knobs.fits(tile, M, N))
     return tile
 
 
@@ -263,7 +263,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
     a_bytes = M * K * precision.elem_bytes(p)
     wide = dtype == "float32"
-    block = None if isa is None else dot_ukernels.row_block(cfg.target, isa, M, K, N)
+    block = None if isa is None else dot_knobs.row_block(cfg.target, isa, M, K, N)
     define_dot_knobs(
         cfg, isa, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide
     )
