@@ -149,9 +149,11 @@ class Lowering:
             substitute(flat, {iv.var: v for iv, v in n.init_value.items()}), self.ranges
         )
         p = next(i for i, iv in enumerate(leaves) if iv.kind == "reduce")
-        if needs_accumulator(body) and st.tensorized is None:  # float16/bfloat16: in float32
+        t = min(t, p)  # tensorize checks that no reduce loop is outside its region
+        if needs_accumulator(body):  # float16/bfloat16: in float32 (also where tiles are ragged)
             inner = accumulated_reduction(self, n, body, buf, idx, init_idx, p)
-            return self.loop_nest(n, range(p), inner, True, True)
+            inner = self.loop_nest(n, range(t, p), inner, True, True)
+            return self.loop_nest(n, range(t), self._tensorize(n, inner), True, True)
         ident = reduction_start(self, n, body, body.dtype)
         src = self.lower_expr(n, body.source)
         update = Store(buf, idx, body.combiner.combine(Load(buf, idx, body.dtype), src))
@@ -159,7 +161,6 @@ class Lowering:
         later_spatial = [i for i in range(p, len(leaves)) if leaves[i].kind == "spatial"]
         init_nest = self.loop_nest(n, later_spatial, init, with_reduce=False, attached=False)
         upd_nest = self.loop_nest(n, range(p, len(leaves)), update, with_reduce=True, attached=True)
-        t = min(t, p)  # tensorize checks that no reduce loop is outside its region
         inner = self.loop_nest(n, range(t, p), seq(init_nest, upd_nest), True, True)
         return self.loop_nest(n, range(t), self._tensorize(n, inner), True, True)
 

@@ -118,9 +118,9 @@ def test_object_code_holds_the_tile_instructions(dtype, instruction):
     src, asm = _disassembly(dtype)
     for insn in (instruction, "tileloadd", "tilestored", "ldtilecfg", "tilezero"):
         assert re.search(rf"\b{insn}\b", asm), f"no {insn} in the x86-amx code"
-    # the tile rows are read from an aligned copy of A; int8 tiles store C itself
-    assert "A_aligned" in src
-    assert ("C_local" in src) == (dtype == "bfloat16")
+    # the kernel writes C itself: int32 as the tiles store it, bfloat16 rounded from them
+    assert "A_aligned" not in src and "C_local" not in src
+    assert bool(re.search(r"\bvcvtneps2bf16\b", asm)) == (dtype == "bfloat16")
 
 
 def _inputs(rng, M, N, K, dtype):
@@ -134,10 +134,12 @@ def _inputs(rng, M, N, K, dtype):
     return a, rng.uniform(0, 1, (K, N)).astype(numpy_dtype(dtype))
 
 
-@pytest.mark.parametrize("shape", [(64, 64, 128), (45, 50, 192), (100, 33, 256), (64, 256, 1024)])
+@pytest.mark.parametrize("shape", [(64, 64, 128), (45, 50, 192), (100, 33, 256), (64, 256, 2048)])
 def test_int8_matmul_on_tiles_is_bit_exact(shape):
     """Whole tiles on AMX, the ragged edges (rows or columns short of a tile) as loops;
-    at K = 1024, two K-blocks over column groups (accumulators stored and reloaded)."""
+    at K = 2048, two K-blocks over column groups (accumulators stored and reloaded). A
+    from numpy starts 16 bytes into a cache line (the kernel copies its slices); an
+    aligned A is read in place."""
     _runnable()
     M, N, K = shape
     s, tensors = at.get_template("matmul")(M, N, K, "int8", target=AMX)
@@ -147,6 +149,8 @@ def test_int8_matmul_on_tiles_is_bit_exact(shape):
     out = mod(a, b)
     assert out.ctypes.data % 64 == 0  # the output a module allocates is line-aligned
     np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+    np.testing.assert_array_equal(mod(_line_aligned(a), b), out)
+    np.testing.assert_array_equal(mod(_line_aligned(a, offset=16), b), out)
     # a caller's output at any offset in a line gets the same
     buf = np.full(M * N + 3, -7, np.int32)
     c = buf[3:].reshape(M, N)
@@ -155,16 +159,43 @@ def test_int8_matmul_on_tiles_is_bit_exact(shape):
     assert (buf[:3] == -7).all()
 
 
-def test_bfloat16_matmul_on_tiles_accumulates_in_float32():
+def _line_aligned(a: np.ndarray, offset: int = 0) -> np.ndarray:
+    """A copy of ``a`` starting ``offset`` bytes into a cache line."""
+    buf = pt.arg_checks.aligned_empty((a.nbytes + 64,), np.uint8)
+    out = buf[offset : offset + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == offset
+    return out
+
+
+@pytest.mark.parametrize("shape", [(64, 48, 4096), (45, 50, 512)])
+def test_bfloat16_matmul_on_tiles_accumulates_in_float32(shape):
+    """K = 4096: eight K-blocks, partial sums in float32 between them, rounded once; the
+    ragged edges' loops (45 x 50) sum in float32 too."""
     _runnable()
-    M, N, K = 64, 48, 4096
+    M, N, K = shape
     s, tensors = at.get_template("matmul")(M, N, K, "bfloat16", target=AMX)
     mod = pt.build(s, tensors, target=AMX, name="mm")
     assert "gemm_amxbf16_" in mod.source
     a, b = _inputs(np.random.default_rng(2), M, N, K, "bfloat16")
-    out = mod(a, b).astype(np.float64)
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    assert np.max(np.abs(out - ref) / np.abs(ref)) < 1e-2
+    for x in (_line_aligned(a), _line_aligned(a, offset=16)):
+        out = mod(x, b).astype(np.float64)
+        assert np.max(np.abs(out - ref) / np.abs(ref)) < 1e-2
+
+
+def test_bfloat16_tiles_keep_nan_and_inf():
+    _runnable()
+    M, N, K = 32, 32, 64
+    s, tensors = at.get_template("matmul")(M, N, K, "bfloat16", target=AMX)
+    mod = pt.build(s, tensors, target=AMX, name="mm")
+    a, b = _inputs(np.random.default_rng(5), M, N, K, "bfloat16")
+    a[3, 7], a[5, 0] = np.nan, np.inf
+    out = mod(a, b).astype(np.float64)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.isnan(out[3]).all() and np.isposinf(out[5]).all()
+    ok = np.isfinite(want)
+    assert np.max(np.abs(out[ok] - want[ok]) / np.abs(want[ok])) < 1e-2
 
 
 @pytest.mark.parametrize("dtype", ["int8", "bfloat16"])

@@ -82,6 +82,50 @@ def test_tensorized_dot_matches_numpy(n):
     assert {"stage": "C", "prim": "tensorize", "loop": "j.inner", "intrin": "dot4"} in s.steps
 
 
+DOT4_BF16 = r"""
+static inline float dot4_bf16_load(uint16_t b) {
+  union { uint32_t u; float f; } v = { (uint32_t)b << 16 };
+  return v.f;
+}
+static inline void dot4_bf16(const uint16_t* a, int64_t a_s0, const uint16_t* b, int64_t b_s0,
+                             int64_t b_s1, uint16_t* c, int64_t c_s0) {
+  for (int i = 0; i < 4; ++i) {
+    float t = 0.0f;
+    for (int k = 0; k < 256; ++k)
+      t += dot4_bf16_load(a[k * a_s0]) * dot4_bf16_load(b[i * b_s0 + k * b_s1]);
+    union { float f; uint32_t u; } v = { t };
+    c[i * c_s0] = (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+  }
+}
+"""
+
+
+def test_a_bfloat16_reduction_accumulates_in_float32_around_its_intrinsic():
+    """The loops a ragged tile keeps (columns 48, 49 of 50) sum in float32 and round once,
+    as the intrinsic does: summed in bfloat16, 256 products near 0.25 lose 10-20%."""
+    pytest.importorskip("ml_dtypes")
+    a = pt.placeholder((256,), "bfloat16", name="a")
+    b = pt.placeholder((4, 256), "bfloat16", name="b")
+    k = pt.reduce_axis((0, 256), name="k")
+    c = pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k), name="c")
+    intrin = pt.decl_tensor_intrin(c.op, "dot4_bf16", DOT4_BF16)
+    A = pt.placeholder((8, 256), "bfloat16", name="A")
+    B = pt.placeholder((50, 256), "bfloat16", name="B")
+    kk = pt.reduce_axis((0, 256), name="kk")
+    C = pt.compute((8, 50), lambda i, j: pt.sum(A[i, kk] * B[j, kk], axis=kk), name="C")
+    s = pt.create_schedule(C.op)
+    jo, ji = s[C].split(C.op.axis[1], factor=4)
+    s[C].tensorize(ji, intrin)
+    mod = pt.build(s, [A, B, C])
+    assert "C_acc" in str(pt.lower(s, [A, B, C]))  # the ragged tile's float32 accumulator
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.4, 0.6, (8, 256)).astype(pt.dtypes.numpy_dtype("bfloat16"))
+    y = rng.uniform(0.4, 0.6, (50, 256)).astype(pt.dtypes.numpy_dtype("bfloat16"))
+    ref = x.astype(np.float64) @ y.astype(np.float64).T
+    got = mod(x, y).astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=8e-3)
+
+
 def test_strides_are_solved_per_dimension():
     """A transposed, strided read: the intrinsic sees b[i, k] = B[k*2, j*4 + i]."""
     A = pt.placeholder((12, 16), name="A")

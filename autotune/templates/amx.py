@@ -15,6 +15,12 @@ at most the 8 registers), over K-blocks whose ``mr`` rows of A stay in L1
 (``A_SLICE_BYTES``) while every column group meets them (``body`` shows the loops).
 A tile multiply consumes 2 KB of operands in 16 cycles, more than L2 delivers: the
 K-blocks, the wide tiles and the GEMM's row blocks (``BLOCKS``) are there to feed it.
+A is read in place where its rows start on cache lines, else each K-block's rows are
+copied to a line-aligned per-thread slice first (a tile row across two lines: int8
+1024^3 2.05 -> 1.5 ms). The kernel writes C: int32 sums as the tiles store them,
+bfloat16 ones rounded from the tiles after the last K-block (partial sums in between
+in a per-thread float32 buffer): no local tile, no copy out (bfloat16 1024^3, 1
+thread: 955 -> 1290 GFLOP/s with the in-place A and the 32 KB slices).
 
 Each call starts with ``pypto.amx``'s ``pt_amx_start`` (the process's grant, asked
 once; the tile shapes, loaded per call as a call may follow another kernel's). K must
@@ -31,13 +37,15 @@ ELEM_BYTES = {"int8": 1, "bfloat16": 2}
 BLOCKS = (2, 4, 8, 16)  # row tiles per block of rows
 # the register tile's rows and columns (a tile wider than two 16-column tiles is
 # computed two at a time, over each K-block of A's rows; fewer column panels stream A
-# fewer times: 1024^3, 1 thread on a Sapphire Rapids, int8 1610 / 1926 / 2218 GOP/s
-# at 128 / 256 / 512 columns, bfloat16 864 / 931 / 888 GFLOP/s)
+# fewer times: 1024^3, 1 thread on a Sapphire Rapids, int8 2017 / 2431 / 2669 GOP/s
+# at 128 / 256 / 512 columns, bfloat16 1121 / 1259 / 1281 GFLOP/s)
 TILE_SHAPES = ((16, 32), (16, 32, 64, 128, 256, 512))
-DEFAULT_MAX_COLS = 256  # the default tile's widest (bfloat16's local tile stays in L1)
+DEFAULT_MAX_COLS = 512  # the default tile's widest (fewer where the cores need panels)
 HELPERS = C_HELPERS
 GROUP_COLS = 2  # column tiles computed together (with mr / 16 row tiles: 2 x 2 in 8 tiles)
-A_SLICE_BYTES = 16 * 1024  # A's rows x K-block, kept in L1 across the column groups
+# A's rows x K-block, kept in L1 across the column groups (bfloat16 1024^3, 1 thread:
+# 1395 GFLOP/s with 32 KB, 1317 with 16 KB, 1210 with 64 KB, in a C harness)
+A_SLICE_BYTES = 32 * 1024
 
 
 def fits(mr: int, nr: int) -> bool:
@@ -58,15 +66,21 @@ def k_block(dtype: str, group: int, mr: int, K: int) -> int:
     return max(1, min(K // step, A_SLICE_BYTES // per_step)) * TILE_ROWS
 
 
-def body(dtype: str, group: int, mr: int, nr: int, K: int) -> list[str]:
+def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False) -> list[str]:
     """The C lines of the tile kernel (after the stride check; arguments ``a, a0``,
     ``b, b0`` and ``out, o0`` of ``dot_ukernels``' kernels)::
 
-        for kb in K-blocks:                      (A's rows over kb stay in L1)
+        for kb in K-blocks:
+          as = A's rows over kb, in place (rows on whole lines) or copied to an aligned slice
           for each group of column tiles:
-            acc = 0 (first block) or out         (tile loads)
-            for ko in kb step 16: acc += A . B
-            out = acc
+            acc = 0 (first block) or the partial sums      (tile loads)
+            for ko in kb step 16: acc += as . B
+            partial sums = acc, or (last block, ``rounded``) out = bfloat16(acc)
+
+    The accumulators are ``out`` itself (int32, or a float32 local tile), or, when the
+    kernel writes a bfloat16 ``out`` (``rounded``), a per-thread float32 buffer between
+    K-blocks. ``vcvtneps2bf16`` rounds to nearest even and flushes subnormals to zero,
+    which changes nothing here: ``tdpbf16ps`` never leaves a subnormal sum.
     """
     if not fits(mr, nr):
         raise ValueError(f"AMX tile kernel: {mr} x {nr} is not whole 16 x 16 tiles in 8 registers")
@@ -79,31 +93,68 @@ def body(dtype: str, group: int, mr: int, nr: int, K: int) -> list[str]:
     tb = {v: ra * vb + ra + v for v in range(vb)}
     size, dot = ELEM_BYTES[dtype], INSTRUCTION[dtype]
     kg, kc = K // group, k_block(dtype, group, mr, K)
+    elem = "int8_t" if dtype == "int8" else "uint16_t"
     # each operand loaded just before its first product (1.03x loading all first)
     steps = []
     for r in range(ra):
-        steps.append(f"_tile_loadd({ta[r]}, a + {r * TILE_ROWS} * a0 + ko * {group}, a0 * {size});")
+        a_row = f"as + {r * TILE_ROWS} * as0 + (ko - kb) * {group}"
+        steps.append(f"_tile_loadd({ta[r]}, {a_row}, as0 * {size});")
         for v in range(vb):
             if r == 0:
                 steps.append(f"_tile_loadd({tb[v]}, bc + ko * b0 + {v * step}, b0 * {size});")
             steps.append(f"{dot}({c[r, v]}, {ta[r]}, {tb[v]});")
-    acc = {t: f"oc + {r * TILE_ROWS} * o0 + {v * TILE_ROWS}" for (r, v), t in c.items()}
-    return [
+    partial = rounded and kc < kg  # partial sums kept between K-blocks, off the output
+    acc_base, acc_row = ("pt_acc + jc", str(nr)) if partial else ("out + jc", "o0")
+    acc = {t: f"oc + {r * TILE_ROWS} * {acc_row} + {v * TILE_ROWS}" for (r, v), t in c.items()}
+    store = [f"_tile_stored({t}, {p}, {acc_row} * 4);" for t, p in acc.items()]
+    lines = [
         "  pt_amx_start();",
+        f"  static __thread {elem} pt_a_slice[{mr * kc * group}] __attribute__((aligned(64)));",
+        *([f"  static __thread float pt_acc[{mr * nr}] __attribute__((aligned(64)));"] * partial),
+        *(["  float pt_tile[256] __attribute__((aligned(64)));"] * rounded),
+        f"  const int a_lines = (uintptr_t)a % 64 == 0 && (a0 * {size}) % 64 == 0;",
         f"  for (int64_t kb = 0; kb < {kg}; kb += {kc}) {{",
         f"    const int64_t kend = kb + {kc} < {kg} ? kb + {kc} : {kg};",
+        f"    const {elem}* as = a + kb * {group};",
+        "    int64_t as0 = a0;",
+        "    if (!a_lines) {  /* tile rows across two cache lines: an aligned copy of the slice */",
+        f"      for (int64_t r = 0; r < {mr}; ++r)",
+        f"        memcpy(pt_a_slice + r * {kc * group}, a + r * a0 + kb * {group},"
+        f" (size_t)(kend - kb) * {group * size});",
+        f"      as = pt_a_slice, as0 = {kc * group};",
+        "    }",
         f"    for (int64_t jc = 0; jc < {nr}; jc += {vb * TILE_ROWS}) {{",
-        f"      __typeof__(b) bc = b + jc * {group};",
-        "      __typeof__(out) oc = out + jc;",
+        f"      const {elem}* bc = b + jc * {group};",
+        f"      {'float*' if partial else '__typeof__(out)'} oc = {acc_base};",
         "      if (kb == 0) {",
         *(f"        _tile_zero({t});" for t in c.values()),
         "      } else {",
-        *(f"        _tile_loadd({t}, {p}, o0 * 4);" for t, p in acc.items()),
+        *(f"        _tile_loadd({t}, {p}, {acc_row} * 4);" for t, p in acc.items()),
         "      }",
         "      for (int64_t ko = kb; ko < kend; ko += 16) {",
         *("        " + x for x in steps),
         "      }",
-        *(f"      _tile_stored({t}, {p}, o0 * 4);" for t, p in acc.items()),
-        "    }",
-        "  }",
     ]
+    if not rounded:
+        return [*lines, *("      " + x for x in store), "    }", "  }"]
+    convert = []
+    for (r, v), t in c.items():
+        dst = f"out + ({r * TILE_ROWS} + r) * o0 + jc + {v * TILE_ROWS}"
+        convert += [
+            f"_tile_stored({t}, pt_tile, 64);",
+            "for (int r = 0; r < 16; ++r)",
+            f"  _mm256_storeu_si256((__m256i*)({dst}),",
+            "                      (__m256i)_mm512_cvtneps_pbh(_mm512_load_ps(pt_tile + r * 16)));",
+        ]
+    if partial:
+        return [
+            *lines,
+            f"      if (kend < {kg}) {{",
+            *("        " + x for x in store),
+            "        continue;",
+            "      }",
+            *("      " + x for x in convert),
+            "    }",
+            "  }",
+        ]
+    return [*lines, *("      " + x for x in convert), "    }", "  }"]

@@ -23,20 +23,24 @@ def block_options(isa: DotISA | None) -> tuple | None:
     return isa.blocks if isa is not None else None
 
 
-def default_tile(isa: DotISA | None, lanes: int, M: int = 0, N: int = 0) -> tuple | None:
+def default_tile(
+    isa: DotISA | None, lanes: int, M: int = 0, N: int = 0, cores: int = 1
+) -> tuple | None:
     """``(mr, nr)`` of the default register tile of ``isa``'s kernel, two vectors of
     ``lanes`` wide, where the ISA sets its rows, else None (the GEMM's own default). AVX2's
     ``vpmaddwd`` kernel needs a register more than a float32 tile (the product before
     its ``vpaddd``): 4 x 2 vectors measured 150-157 GOP/s at int8 1024^3 on a Zen 4
     running AVX2 code, 6 x 2 (all 16 registers) 114-140. An ISA of fixed tiles
     (``tiles``, AMX) takes, of those an ``M x N`` GEMM holds (columns up to
-    ``amx.DEFAULT_MAX_COLS``), the one leaving the fewest rows (columns) to the plain
-    loops of the ragged edge, the largest among equals."""
+    ``amx.DEFAULT_MAX_COLS``, and narrow enough for a column panel per core of the
+    ``cores`` the parallel panels share), the one leaving the fewest rows (columns) to
+    the plain loops of the ragged edge, the largest among equals."""
     if isa is not None and isa.tiles:
         rows, cols = isa.tiles
-        return _fewest_left(rows, M), _fewest_left(
-            tuple(c for c in cols if c <= amx.DEFAULT_MAX_COLS), N
-        )
+        wide = amx.DEFAULT_MAX_COLS
+        while wide > cols[0] and wide * max(cores, 1) > N:
+            wide //= 2
+        return _fewest_left(rows, M), _fewest_left(tuple(c for c in cols if c <= wide), N)
     return (isa.rows, 2 * lanes) if isa is not None and isa.rows else None
 
 

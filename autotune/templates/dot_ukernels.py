@@ -87,6 +87,15 @@ static inline float pt_dot_bf16(uint16_t b) {
   return v.f;
 }
 #endif"""
+# a kernel writing bfloat16 rounds (its plain loops) as the output's cast does
+_ROUND_BF16 = """#ifndef PT_DOT_BF16_ROUND
+#define PT_DOT_BF16_ROUND
+static inline uint16_t pt_dot_bf16_round(float f) {  /* to nearest even; NaN stays NaN */
+  union { float f; uint32_t u; } v = { f };
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+#endif"""
 # gcc's vpdpbusd builtins copy the accumulator around (and spill a full register tile);
 # the instruction written out keeps each accumulator in its register
 _ASM = {
@@ -175,7 +184,7 @@ TILE_ISAS = (
         tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
     ),
     DotISA(
-        "amxbf16", ("amx_tile", "amx_bf16"), "bfloat16", 2, 16, "immintrin.h",
+        "amxbf16", ("amx_tile", "amx_bf16", "avx512_bf16"), "bfloat16", 2, 16, "immintrin.h",
         "", "", "", "", "", amx.INSTRUCTION["bfloat16"], "", rows=32, kind="amx",
         tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
     ),
@@ -268,23 +277,27 @@ class DotGemm:
     acc: pt.Tensor | None = None
     RS: pt.Tensor | None = None
     AW: pt.Tensor | None = None
-    intrin_stores_output: bool = False  # the kernel's tile stores are C's dtype (AMX int32)
+    out_intrin: pt.TensorIntrin | None = None  # the kernel computing C itself (AMX)
 
     def accumulator(self, s, into_output: bool = False) -> pt.Tensor:
         """The stage the tile intrinsic computes, in schedule ``s``: ``cache_write`` of C,
         or the raw accumulator; with ``into_output`` (C is the kernel's output, no stage
-        reads it), C itself where AMX's tiles store it as it is (int32: no copy out of a
-        local tile). The row sums of A, or its widened copy, run first, in parallel over
-        their outermost axis."""
+        reads it), C itself where AMX's kernel writes it (int32 as the tiles store it,
+        bfloat16 rounded from them: no local tile, no copy out). The row sums of A, or
+        its widened copy, run first, in parallel over their outermost axis."""
         if self.AW is not None:
             s[self.AW].parallel(s[self.AW].op.axis[0])
             s[self.AW].vectorize(s[self.AW].op.axis[-1])
-        if into_output and self.acc is None and self.intrin_stores_output:
+        if into_output and self.acc is None and self.out_intrin is not None:
             return self.C
         if self.acc is None:
             return s.cache_write(self.C, "local")
         s[self.RS].parallel(s[self.RS].op.axis[0])
         return self.acc
+
+    def tile_intrin(self, stage: pt.Tensor) -> pt.TensorIntrin:
+        """The intrinsic computing ``stage`` (what ``accumulator`` returned)."""
+        return self.out_intrin if stage is self.C and self.out_intrin else self.intrin
 
 
 def dot_gemm(
@@ -309,10 +322,11 @@ def dot_gemm(
         acc[*b, i, j] = sum_{ko, kq} int32(A[*b, i, ko*g + kq]) * int32(BP[...])  (raw)
         C[*b, i, j] = acc[*b, i, j] - 128 * RS[*b, i]
 
-    For an ``a_wide`` ISA, the kernel reads ``AW = a_wide(A)``, computed once; for AMX,
-    ``AW``, a copy of A in an aligned buffer (arrays from numpy start 16 bytes into a
-    cache line: every row of every tile load would straddle two; 1024^3 int8 on a
-    Sapphire Rapids, 1 thread, 2.05 -> 1.5 ms).
+    For an ``a_wide`` ISA, the kernel reads ``AW = a_wide(A)``, computed once. AMX's
+    kernel reads A where it is when its rows start on cache lines, else copies each
+    K-block's rows to an aligned slice (arrays from numpy start 16 bytes into a line:
+    every row of every tile load would straddle two; 1024^3 int8 on a Sapphire Rapids,
+    1 thread, 2.05 -> 1.5 ms), and computes C itself (``DotGemm.out_intrin``).
     ``packed`` (a placeholder of ``packed_b``'s shape) is B already packed by the
     caller: then ``read_b`` is unused and nothing is packed here.
     """
@@ -329,8 +343,6 @@ def dot_gemm(
     if isa.a_wide:
         wide = isa.a_wide
         A = AW = pt.compute(A.shape, lambda *ix: pt.cast(wide, A[ix]), name=f"{A.name}_{wide}")
-    elif isa.kind == "amx":  # tile rows whole cache lines: A copied to a 64-byte aligned buffer
-        A = AW = pt.compute(A.shape, lambda *ix: A[ix], name=f"{A.name}_aligned")
     ko, kq = pt.reduce_axis((0, K // g), name="ko"), pt.reduce_axis((0, g), name="kq")
 
     def body(b, i, j):
@@ -346,8 +358,11 @@ def dot_gemm(
     acc = accumulator_dtype(raw.dtype)
     tile = gemm_tile(isa, mr, nr, K, lambda a, b: pt.cast(acc, prod(a, b)))
     if not isa.b_offset:
-        stores = isa.kind == "amx" and str(raw.dtype) == acc
-        return DotGemm(raw, BP, tile, AW=AW, intrin_stores_output=stores)
+        out = None
+        if isa.kind == "amx":  # int32 as the tiles store it, or bfloat16 rounded from them
+            rounded = str(raw.dtype) != acc
+            out = gemm_tile(isa, mr, nr, K, prod, rounded=True) if rounded else tile
+        return DotGemm(raw, BP, tile, AW=AW, out_intrin=out)
     k = pt.reduce_axis((0, K), name="k")
     rs = pt.compute(
         (*batch, M),
@@ -362,10 +377,11 @@ def dot_gemm(
     return DotGemm(C, BP, tile, raw, rs)
 
 
-def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
+def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product, rounded: bool = False):
     """The intrinsic ``out[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[ko, j, kq]``
     (``product`` multiplies as the template does; for an offset B, the raw product of
-    A and the unsigned packed B) over an ``mr x nr`` tile."""
+    A and the unsigned packed B) over an ``mr x nr`` tile; ``rounded``: ``out`` in the
+    inputs' 16-bit dtype (AMX's bfloat16), the sums float32 until rounded once."""
     g = isa.group
     if nr % isa.lanes or K % isa.k_step or (isa.kind == "amx" and not amx.fits(mr, nr)):
         raise ValueError(
@@ -381,23 +397,26 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product):
         lambda i, j: pt.sum(product(a[i, ko * g + kq], b[ko, j, kq]), axis=[ko, kq]),
         name="tile",
     )
-    name = f"gemm_{isa.name}{'_u8' if isa.b_offset else ''}_{mr}x{nr}_k{K}"
-    return pt.TensorIntrin.register(name, out.op, _source(isa, name, mr, nr, K), inputs=[a, b])
+    name = f"gemm_{isa.name}{'_u8' if isa.b_offset else ''}_{mr}x{nr}_k{K}{'_out' * rounded}"
+    src = _source(isa, name, mr, nr, K, rounded)
+    return pt.TensorIntrin.register(name, out.op, src, inputs=[a, b])
 
 
-def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
+def _source(isa: DotISA, name: str, mr: int, nr: int, K: int, rounded: bool = False) -> str:
     """The C of the tile kernel: the plain loops for strides other than the packed
     layout's, else the ISA's kernel."""
     g = isa.group
     acc_c = _ACC_C[isa.dtype]
+    out_c, out_v = ("uint16_t", "pt_dot_bf16_round(t)") if rounded else (acc_c, "t")
     elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
     lines = [
         f"#include <{isa.header}>",
         helpers(isa),
+        *([_ROUND_BF16] * rounded),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
         f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
-        f"    {acc_c}* restrict out, int64_t o0, int64_t o1) {{",
+        f"    {out_c}* restrict out, int64_t o0, int64_t o1) {{",
         f"  if (a1 != 1 || b1 != {g} || b2 != 1 || o1 != 1) {{  /* other strides: plain loops */",
         f"    for (int64_t i = 0; i < {mr}; ++i)",
         f"      for (int64_t j = 0; j < {nr}; ++j) {{",
@@ -405,19 +424,19 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int) -> str:
         f"        for (int64_t k = 0; k < {K}; ++k)",
         f"          t += {widen}(a[i * a0 + k * a1])",
         f"            * {widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]);",
-        "        out[i * o0 + j * o1] = t;",
+        f"        out[i * o0 + j * o1] = {out_v};",
         "      }",
         "    return;",
         "  }",
     ]
-    return "\n".join([*lines, *_BODIES[isa.kind](isa, mr, nr, K), "}"]) + "\n"
+    return "\n".join([*lines, *_BODIES[isa.kind](isa, mr, nr, K, rounded), "}"]) + "\n"
 
 
-def _amx_body(isa: DotISA, mr: int, nr: int, K: int) -> list[str]:
-    return amx.body(isa.dtype, isa.group, mr, nr, K)
+def _amx_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool) -> list[str]:
+    return amx.body(isa.dtype, isa.group, mr, nr, K, rounded)
 
 
-def _vector_body(isa: DotISA, mr: int, nr: int, K: int) -> list[str]:
+def _vector_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool) -> list[str]:
     g, L = isa.group, isa.lanes
     elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
     nv = nr // L

@@ -109,8 +109,9 @@ def define_dot_knobs(cfg, isa, M: int, N: int, lanes: int, **kw):
     (``dot_ukernels.usable``; None: the GEMM's own), and where there is a kernel the
     ``ukernel`` knob (on by default when the default tile is whole tiles of the GEMM).
     Returns the default tile ``(mr, nr)``."""
+    default = dot_knobs.default_tile(isa, lanes, M, N, cfg.target.cores or 1)
     tile = define_gemm_knobs(
-        cfg, M, N, lanes, tile_default=dot_knobs.default_tile(isa, lanes, M, N),
+        cfg, M, N, lanes, tile_default=default,
         tiles=dot_knobs.tile_options(isa), blocks=dot_knobs.block_options(isa), **kw,
     )  # fmt: skip
     if isa is not None:
@@ -283,7 +284,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
     )
     s = pt.create_schedule(g.C.op)
     CL = g.accumulator(s, into_output=True)
-    schedule_gemm(cfg, s, g.C, CL, M, pack=lambda: g.BP, tile_intrin=g.intrin)
+    schedule_gemm(cfg, s, g.C, CL, M, pack=lambda: g.BP, tile_intrin=g.tile_intrin(CL))
     return s, [A, B, g.C]
 
 
@@ -325,5 +326,5 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     s = pt.create_schedule(g.C.op)
     CL = g.accumulator(s, into_output=True)
     schedule_gemm(cfg, s, g.C, CL, M, batch_axis=g.C.op.axis[0], pack=lambda: g.BP,
-                  tile_intrin=g.intrin)  # fmt: skip
+                  tile_intrin=g.tile_intrin(CL))  # fmt: skip
     return s, [A, Bm, g.C]
