@@ -81,7 +81,7 @@ def _moe_modules(args: tuple, dt: str) -> _MoeModules:
         rows, nominal = pt.var("rows"), nominal_rows(T, k, E)
         s, tensors = expert_ffn(cfg, T, d, F, rows, nominal, dt, panels=True)
         mod = pt.build(s, tensors, target=t, name="moe_expert")
-        isa = dot_kernel(cfg, dt, d, F)
+        isa = dot_kernel(cfg, dt, d, F, nominal)
         if isa is None:
             return mod, tuple(panel_width(cfg, g) for g in GEMMS), 1, 1
         # whole register tiles only: the dot kernels' partial tiles run as plain loops

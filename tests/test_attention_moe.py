@@ -1,6 +1,7 @@
 """New templates against their float64 numpy references: gelu, attention, moe, and
 the row-wise forwards/backwards in float32 and float64, at small (non-divisible) shapes."""
 
+import math
 import re
 
 import numpy as np
@@ -275,24 +276,32 @@ def test_moe_expert_reads_weights_packed_in_panels():
     np.testing.assert_allclose(y, _expert_ref(x, tok, wt, wg[2], wu[2], wd[2]), atol=2e-5)
 
 
-def test_moe_expert_in_bfloat16_on_the_dot_kernels():
-    """bfloat16 experts on a target with BF16: the three GEMMs on the vdpbf16ps kernels
-    (built, never run, elsewhere), their weights in pairs of the reduction (group 2),
-    within bfloat16's rounding of the float64 reference (G, U, H and Dn are bfloat16)."""
-    T, d, F, E, k = 16, 64, 96, 4, 2
-    task = at.Task("moe", (T, d, F, E, k, "bfloat16"), target="x86-avx512-bf16")
+@pytest.mark.parametrize(
+    "target, kernel, insn",
+    [
+        ("x86-avx512-bf16", "gemm_avx512bf16_", "vdpbf16ps"),
+        ("x86-amx", "gemm_amxbf16_", "_tile_dpbf16ps"),
+    ],
+)
+def test_moe_expert_in_bfloat16_on_the_dot_kernels(target, kernel, insn):
+    """bfloat16 experts on a target with BF16: the three GEMMs on the vdpbf16ps kernels,
+    or AMX's tiles (built, never run, elsewhere), their weights in pairs of the reduction
+    (group 2), within bfloat16's rounding of the float64 reference (G, U, H and Dn are
+    bfloat16)."""
+    T, d, F, E, k = 32, 64, 96, 4, 2  # 16 rows per expert: AMX's tiles
+    task = at.Task("moe", (T, d, F, E, k, "bfloat16"), target=target)
     cfg = task.config_space.default_config()
-    isa = dot_kernel(cfg, "bfloat16", d, F)
+    isa = dot_kernel(cfg, "bfloat16", d, F, nominal_rows(T, k, E))
     assert isa is not None and isa.group == 2
-    s, ts = expert_ffn(cfg, T, d, F, pt.var("rows"), 8, "bfloat16", panels=True)
-    src = pt.build(s, ts, target="x86-avx512-bf16", emit_only=True)
-    assert src.count("gemm_avx512bf16_") >= 3  # the three GEMMs' dot kernels
-    assert "vdpbf16ps" in src
-    small = at.Task("moe", (T, 8, 12, E, k, "bfloat16"), target="x86-avx512-bf16")
+    s, ts = expert_ffn(cfg, T, d, F, pt.var("rows"), nominal_rows(T, k, E), "bfloat16", panels=True)
+    src = pt.build(s, ts, target=target, emit_only=True)
+    assert len(set(re.findall(kernel + r"\w+", src))) >= 2  # the GEMMs' dot kernels
+    assert insn in src
+    small = at.Task("moe", (T, 8, 12, E, k, "bfloat16"), target=target)
     assert dot_kernel(small.config_space.default_config(), "bfloat16", 8, 12) is None
-    if not pt.Target("x86-avx512-bf16").can_run():
+    if not pt.Target(target).can_run():
         return
-    mod = pt.build(s, ts, target="x86-avx512-bf16")
+    mod = pt.build(s, ts, target=target)
     bf = numpy_dtype("bfloat16")
     case = _moe_case(T, d, F, E, k)
     x, wg, wu, wd = (a.astype(bf) for a in case[:4])
@@ -301,9 +310,10 @@ def test_moe_expert_in_bfloat16_on_the_dot_kernels():
         pack_panels(a.transpose(0, 2, 1), n, 2)
         for a, n in ((wg, widths[0]), (wu, widths[1]), (wd, widths[2]))
     ]
-    tok = np.array([3, 0, 15, 3, 9, 1, 2, 4], np.int32)  # 8 rows: whole tiles
-    wt = RNG.random(8).astype(bf)
-    y = np.zeros((8, d), bf)
+    rows = math.lcm(*(cfg[g + "_tile_i"].size[-1] for g in ("gate", "up", "down")))
+    tok = RNG.integers(0, T, rows).astype(np.int32)  # whole tiles
+    wt = RNG.random(rows).astype(bf)
+    y = np.zeros((rows, d), bf)
     mod(x, tok, wt, *(p[1] for p in packed), y)
     f64 = lambda a: a.astype(np.float64)  # noqa: E731
     ref = _expert_ref(f64(x), tok, f64(wt), f64(wg[1]), f64(wu[1]), f64(wd[1]))

@@ -259,11 +259,12 @@ def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
         ops.attention(q, k.float(), v, False, None)
 
 
-@pytest.mark.parametrize("T,d,f", [(21, 24, 40), (40, 64, 96)])
+@pytest.mark.parametrize("T,d,f", [(21, 24, 40), (40, 64, 96), (64, 128, 1024)])
 def test_moe_in_bfloat16(T, d, f):
     """bfloat16 experts (the dot kernels where the host's target has them and the
-    layer is a tile wide; else products and sums in float) within bfloat16's rounding
-    of the float32 loop on the same bfloat16 values."""
+    layer is a tile wide, AMX's tiles where it has them, at d_ff = 1024 over two
+    K-blocks; else products and sums in float) within bfloat16's rounding of the float32
+    loop on the same bfloat16 values."""
     args = [a.bfloat16() for a in _moe_inputs(T, d, f)[:5]]
     ti = _moe_inputs(T, d, f)[5]
     out = ops.moe(*args, ti)

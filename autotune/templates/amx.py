@@ -66,6 +66,17 @@ def k_block(dtype: str, group: int, mr: int, K: int) -> int:
     return max(1, min(K // step, A_SLICE_BYTES // per_step)) * TILE_ROWS
 
 
+def _start(c: dict, acc: dict, row: str) -> list[str]:
+    """The accumulators at the start of a K-block: zero, or the sums of the blocks before."""
+    return [
+        "      if (kb == 0) {",
+        *(f"        _tile_zero({t});" for t in c.values()),
+        "      } else {",
+        *(f"        _tile_loadd({t}, {p}, {row} * 4);" for t, p in acc.items()),
+        "      }",
+    ]
+
+
 def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False) -> list[str]:
     """The C lines of the tile kernel (after the stride check; arguments ``a, a0``,
     ``b, b0`` and ``out, o0`` of ``dot_ukernels``' kernels)::
@@ -105,6 +116,8 @@ def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False
             steps.append(f"{dot}({c[r, v]}, {ta[r]}, {tb[v]});")
     partial = rounded and kc < kg  # partial sums kept between K-blocks, off the output
     acc_base, acc_row = ("pt_acc + jc", str(nr)) if partial else ("out + jc", "o0")
+    # (a bfloat16 kernel of one K-block only converts its tiles: no ``oc``)
+    acc_type = "float*" if partial else "__typeof__(out)"
     acc = {t: f"oc + {r * TILE_ROWS} * {acc_row} + {v * TILE_ROWS}" for (r, v), t in c.items()}
     store = [f"_tile_stored({t}, {p}, {acc_row} * 4);" for t, p in acc.items()]
     lines = [
@@ -125,12 +138,8 @@ def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False
         "    }",
         f"    for (int64_t jc = 0; jc < {nr}; jc += {vb * TILE_ROWS}) {{",
         f"      const {elem}* bc = b + jc * {group};",
-        f"      {'float*' if partial else '__typeof__(out)'} oc = {acc_base};",
-        "      if (kb == 0) {",
-        *(f"        _tile_zero({t});" for t in c.values()),
-        "      } else {",
-        *(f"        _tile_loadd({t}, {p}, {acc_row} * 4);" for t, p in acc.items()),
-        "      }",
+        *([f"      {acc_type} oc = {acc_base};"] * (not rounded or partial)),
+        *(_start(c, acc, acc_row) if kc < kg else (f"      _tile_zero({t});" for t in c.values())),
         "      for (int64_t ko = kb; ko < kend; ko += 16) {",
         *("        " + x for x in steps),
         "      }",

@@ -30,13 +30,15 @@ config with ``rows`` symbolic (``expert_ffn``).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import pypto as pt
 from pypto.dtypes import numpy_dtype
 
 from ..task import template
-from . import dot_ukernels
+from . import dot_knobs, dot_ukernels
 from .matmul import define_gemm_knobs, schedule_gemm
 
 DTYPES = ("float32", "float64", "bfloat16")
@@ -112,12 +114,21 @@ def pack_panels(w: np.ndarray, nr: int, group: int = 1) -> np.ndarray:
 GEMMS = ("gate", "up", "down")
 
 
-def dot_kernel(cfg, dtype: str, d_model: int, d_ff: int):
+def _kernel(target, dtype: str, d_model: int, d_ff: int, nominal: int):
+    """The dot kernel the expert GEMMs may take (``dot_ukernels.usable`` for reductions
+    of both ``d_model`` and ``d_ff``: AMX's tiles where K is whole steps of them and the
+    outputs hold a tile, else the vector dot kernel), bfloat16 only, else None."""
+    if dtype != "bfloat16":
+        return None
+    return dot_ukernels.usable(target, dtype, math.gcd(d_model, d_ff), nominal, min(d_model, d_ff))
+
+
+def dot_kernel(cfg, dtype: str, d_model: int, d_ff: int, nominal: int = 16):
     """The dot kernel the expert GEMMs of config ``cfg`` use (bfloat16 on a target with
-    BF16, even reductions, outputs at least a register tile wide), else None; its
-    ``group`` is the ``pack_panels`` group of the weights."""
-    isa = dot_ukernels.dot_isa(cfg.target, dtype) if dtype == "bfloat16" else None
-    if isa is None or d_model % isa.group or d_ff % isa.group:
+    BF16 or AMX, reductions of whole groups, outputs at least a register tile wide),
+    else None; its ``group`` is the ``pack_panels`` group of the weights."""
+    isa = _kernel(cfg.target, dtype, d_model, d_ff, nominal)
+    if isa is None:
         return None
     widths = (d_ff, d_ff, d_model)
     return isa if all(n >= panel_width(cfg, g) for g, n in zip(GEMMS, widths)) else None
@@ -143,7 +154,7 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
     ``pack_b`` says. bfloat16 runs on the dot kernels where ``dot_kernel`` allows."""
     if dtype not in DTYPES:
         raise ValueError(f"moe: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    isa = dot_ukernels.dot_isa(cfg.target, dtype)
+    isa = _kernel(cfg.target, dtype, d_model, d_ff, nominal)
     lanes = cfg.target.vector_lanes(dtype)
     size = numpy_dtype(dtype).itemsize
     gemms = (("gate_", d_ff, d_model), ("up_", d_ff, d_model), ("down_", d_model, d_ff))
@@ -152,12 +163,14 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
     for prefix, n, kdim in gemms:
         a_bytes = nominal * kdim * size
         define_gemm_knobs(
-            cfg, nominal, n, lanes, prefix=prefix, a_bytes=a_bytes, wide=wide, pack_options=packs
-        )
+            cfg, nominal, n, lanes, prefix=prefix, a_bytes=a_bytes, wide=wide, pack_options=packs,
+            tile_default=dot_knobs.default_tile(isa, lanes, nominal, n, cfg.target.cores or 1),
+            tiles=dot_knobs.tile_options(isa), blocks=dot_knobs.block_options(isa),
+        )  # fmt: skip
     X = pt.placeholder((tokens, d_model), dtype, name="X")
     tok = pt.placeholder((rows,), "int32", name="tok")
     wt = pt.placeholder((rows,), dtype, name="wt")
-    if (isa := dot_kernel(cfg, dtype, d_model, d_ff)) is not None:
+    if (isa := dot_kernel(cfg, dtype, d_model, d_ff, nominal)) is not None:
         return _dot_ffn(cfg, isa, X, tok, wt, (rows, nominal, d_model, d_ff), dtype, panels)
     # else every product and sum in float (bfloat16 loads widen; stores round once)
     Wg, wg = _weights(cfg, "gate", d_ff, d_model, dtype, panels)
@@ -192,9 +205,10 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
 
 
 def _dot_ffn(cfg, isa, X, tok, wt, sizes: tuple, dtype: str, panels: bool):
-    """``expert_ffn`` on the dot kernels (bfloat16 pairs into float32 lanes): G, U and
-    Dn are bfloat16 GEMM outputs (float32 accumulation, rounded once), H and Y
-    element-wise stages computed in float32 and rounded::
+    """``expert_ffn`` on the dot kernels (bfloat16 pairs into float32 lanes, or AMX's
+    tiles, which write G, U and Dn themselves): G, U and Dn are bfloat16 GEMM outputs
+    (float32 accumulation, rounded once), H and Y element-wise stages computed in
+    float32 and rounded::
 
         G = Xg Wg;  U = Xg Wu;  H = bf16(silu(G) * U);  Dn = H Wd;  Y = bf16(wt * Dn)
     """
@@ -235,9 +249,10 @@ def _dot_ffn(cfg, isa, X, tok, wt, sizes: tuple, dtype: str, panels: bool):
         s[T].parallel(T.op.axis[0])
         s[T].vectorize(T.op.axis[1])
     for prefix, dg in (("gate_", G), ("up_", U), ("down_", Dn)):
+        CL = dg.accumulator(s, into_output=True)  # AMX's kernel writes bfloat16 G, U, Dn
         schedule_gemm(
-            cfg, s, dg.C, dg.accumulator(s), nominal, prefix=prefix, pack=lambda dg=dg: dg.BP,
-            tile_intrin=dg.intrin, pack_b=False if panels else None,
+            cfg, s, dg.C, CL, nominal, prefix=prefix, pack=lambda dg=dg: dg.BP,
+            tile_intrin=dg.tile_intrin(CL), pack_b=False if panels else None,
         )  # fmt: skip
     return s, [X, tok, wt, Wg, Wu, Wd, Y]
 
