@@ -4,15 +4,16 @@
 # options listed there. Re-run on a new machine to extend them (--resume measures only
 # what is missing), or let one budget cover them all: pypto-tune all --minutes M.
 #
-#   benchmarks/ship_records.sh [matmul|conv|norm|all]     (default all)
+#   benchmarks/ship_records.sh [matmul|conv|norm|ops|all]     (default all)
 set -euo pipefail
 case "${1:-all}" in
   -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   matmul) templates="matmul batch_matmul dense_bias_gelu" ;;
   conv) templates="conv2d_nchw depthwise_conv2d_nchw" ;;
   norm) templates="softmax layernorm rmsnorm" ;;
+  ops) templates="attention moe gelu" ;;  # the PyTorch operators' own templates
   all) templates="" ;;
-  *) echo "ship_records.sh: unknown group '$1' (matmul, conv, norm or all)" >&2; exit 2 ;;
+  *) echo "ship_records.sh: unknown group '$1' (matmul, conv, norm, ops or all)" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 T=$(python -c 'import pypto; print(pypto.Target("host").key)')  # records are per target
