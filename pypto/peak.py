@@ -155,6 +155,7 @@ class TileRoof:
 # preferred to the vector instruction where the target has them
 TILE_ROOFS = (
     TileRoof("int8", ("amx_tile", "amx_int8"), "_tile_dpbssd", 2 * 16 * 16 * 64),
+    TileRoof("uint8", ("amx_tile", "amx_int8"), "_tile_dpbuud", 2 * 16 * 16 * 64),
     TileRoof("bfloat16", ("amx_tile", "amx_bf16"), "_tile_dpbf16ps", 2 * 16 * 16 * 32),
 )
 TILE_ACCUMULATORS = 6  # of the 8 tiles; two hold the operands

@@ -64,6 +64,8 @@ def test_a_cpu_whose_kernel_refuses_the_tiles_does_not_run_amx(monkeypatch, tmp_
         ("int8", (64, 64, 128), "amxint8"),
         ("int8", (64, 64, 100), "avx512vnni"),  # K not whole steps of 64
         ("int8", (8, 64, 128), "avx512vnni"),  # no whole tile of rows
+        ("uint8", (64, 64, 128), "amxuint8"),
+        ("uint8", (64, 64, 100), None),  # no vector kernel multiplies u8 by u8
         ("bfloat16", (64, 64, 96), "amxbf16"),
         ("bfloat16", (64, 64, 40), "avx512bf16"),
         ("float32", (64, 64, 128), None),
@@ -113,7 +115,9 @@ def _disassembly(dtype: str, args=(64, 64, 128)) -> tuple[str, str]:
     return src, subprocess.run([objdump, "-d", so], capture_output=True, text=True).stdout
 
 
-@pytest.mark.parametrize("dtype, instruction", [("int8", "tdpbssd"), ("bfloat16", "tdpbf16ps")])
+@pytest.mark.parametrize(
+    "dtype, instruction", [("int8", "tdpbssd"), ("uint8", "tdpbuud"), ("bfloat16", "tdpbf16ps")]
+)
 def test_object_code_holds_the_tile_instructions(dtype, instruction):
     src, asm = _disassembly(dtype)
     for insn in (instruction, "tileloadd", "tilestored", "ldtilecfg", "tilezero"):
@@ -157,6 +161,23 @@ def test_int8_matmul_on_tiles_is_bit_exact(shape):
     mod(a, b, c)
     np.testing.assert_array_equal(c, out)
     assert (buf[:3] == -7).all()
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 128), (45, 50, 192), (64, 256, 2048)])
+def test_uint8_matmul_on_tiles_is_bit_exact(shape):
+    """``tdpbuud``: unsigned by unsigned into int32, 255 x 255 summed K times included."""
+    _runnable()
+    M, N, K = shape
+    s, tensors = at.get_template("matmul")(M, N, K, "uint8", target=AMX)
+    mod = pt.build(s, tensors, target=AMX, name="mm")
+    assert "gemm_amxuint8_" in mod.source
+    rng = np.random.default_rng(6)
+    a = rng.integers(0, 256, (M, K)).astype(np.uint8)
+    b = rng.integers(0, 256, (K, N)).astype(np.uint8)
+    a[0], b[:, 0] = 255, 255
+    want = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(mod(a, b), want)
+    np.testing.assert_array_equal(mod(_line_aligned(a, offset=16), b), want)
 
 
 def _line_aligned(a: np.ndarray, offset: int = 0) -> np.ndarray:
@@ -236,9 +257,10 @@ def test_requantizing_dense_on_tiles_matches_its_reference():
 
 def test_the_tile_roofs_replace_the_vector_ones():
     roofs = {r.dtype: r.name for r in peak.dot_roofs(AMX)}
-    assert roofs == {"int8": "tdpbssd", "bfloat16": "tdpbf16ps"}
+    assert roofs == {"int8": "tdpbssd", "uint8": "tdpbuud", "bfloat16": "tdpbf16ps"}
     base = {r.dtype: r.name for r in peak.dot_roofs(pt.Target("x86-avx512-bf16"))}
     assert base == {"int8": "vpdpbusd", "bfloat16": "vdpbf16ps"}
     src = peak.dot_source(AMX)
-    assert "_tile_dpbssd(0, 6, 7)" in src and "pt_amx_start();" in src
+    assert "_tile_dpbssd(0, 6, 7)" in src and "_tile_dpbuud(0, 6, 7)" in src
+    assert "pt_amx_start();" in src
     compile_source(peak.peak_source(AMX) + src, AMX.cflags)  # builds on any x86 host

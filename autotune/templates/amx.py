@@ -7,8 +7,10 @@ bfloat16, 4 int8) into a 16 x 16 tile of 32-bit accumulators::
 
     tdpbf16ps  C[16][16] float += A[16][32 bf16] . B[16 pairs][16 columns]
     tdpbssd    C[16][16] int32 += A[16][64 int8] . B[16 quads][16 columns]
+    tdpbuud    C[16][16] int32 += A[16][64 uint8] . B[16 quads][16 columns]
 
-(``tdpbssd`` multiplies signed by signed: B needs no offset.) An ``mr x nr`` register
+(``tdpbssd`` multiplies signed by signed, ``tdpbuud`` unsigned by unsigned: B needs
+no offset.) An ``mr x nr`` register
 tile (``mr`` 16 or 32, ``nr`` in 32s, or 16) is one call over the whole reduction,
 two column tiles at a time (``mr/16 x 2`` accumulators, ``mr/16`` tiles of A, 2 of B:
 at most the 8 registers), over K-blocks whose ``mr`` rows of A stay in L1
@@ -32,8 +34,9 @@ from __future__ import annotations
 
 from pypto.amx import C_HELPERS, TILE_ROWS, TILES
 
-INSTRUCTION = {"int8": "_tile_dpbssd", "bfloat16": "_tile_dpbf16ps"}
-ELEM_BYTES = {"int8": 1, "bfloat16": 2}
+INSTRUCTION = {"int8": "_tile_dpbssd", "uint8": "_tile_dpbuud", "bfloat16": "_tile_dpbf16ps"}
+ELEM_BYTES = {"int8": 1, "uint8": 1, "bfloat16": 2}
+ELEM_C = {"int8": "int8_t", "uint8": "uint8_t", "bfloat16": "uint16_t"}
 BLOCKS = (2, 4, 8, 16)  # row tiles per block of rows
 # the register tile's rows and columns (a tile wider than two 16-column tiles is
 # computed two at a time, over each K-block of A's rows; fewer column panels stream A
@@ -104,7 +107,7 @@ def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False
     tb = {v: ra * vb + ra + v for v in range(vb)}
     size, dot = ELEM_BYTES[dtype], INSTRUCTION[dtype]
     kg, kc = K // group, k_block(dtype, group, mr, K)
-    elem = "int8_t" if dtype == "int8" else "uint16_t"
+    elem = ELEM_C[dtype]
     # each operand loaded just before its first product (1.03x loading all first)
     steps = []
     for r in range(ra):

@@ -184,13 +184,18 @@ TILE_ISAS = (
         tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
     ),
     DotISA(
+        "amxuint8", ("amx_tile", "amx_int8"), "uint8", 4, 16, "immintrin.h",
+        "", "", "", "", "", amx.INSTRUCTION["uint8"], "", rows=32, kind="amx",
+        tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
+    ),
+    DotISA(
         "amxbf16", ("amx_tile", "amx_bf16", "avx512_bf16"), "bfloat16", 2, 16, "immintrin.h",
         "", "", "", "", "", amx.INSTRUCTION["bfloat16"], "", rows=32, kind="amx",
         tiles=amx.TILE_SHAPES, blocks=amx.BLOCKS,
     ),
 )  # fmt: skip
 
-_ACC_C = {"int8": "int32_t", "bfloat16": "float"}  # the accumulators' C type
+_ACC_C = {"int8": "int32_t", "uint8": "int32_t", "bfloat16": "float"}  # the accumulators' C type
 _KIND_HELPERS = {"amx": (amx.HELPERS,)}  # C an ISA's kind needs besides its ISA's
 _C_ELEM = {"int8": "int8_t", "uint8": "uint8_t", "int16": "int16_t", "bfloat16": "uint16_t"}
 
