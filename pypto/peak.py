@@ -11,9 +11,10 @@ Both kernels are C compiled with the target's own flags: the FMA kernel keeps
 ``PEAK_ACCUMULATORS`` independent vectors of the target's float32 width (GCC vector
 extensions, so it is the same source for every ISA) in flight; the triad
 ``a[i] = b[i] + s * c[i]`` streams three arrays of twice the target's last-level
-cache (at least 16 MiB each) and counts 24 bytes per element. Several threads that do
-less than 1.5 times one are measured again (up to ``_TRIES`` times, the best kept;
-other processes had a core). The numbers are kept in
+cache (at least 16 MiB each) and counts 24 bytes per element. Several threads whose
+FMA or dot roofs reach less than 1.5 times one thread's, or whose triad less than
+one's, are measured again (up to ``_TRIES`` times, the best of each kept; other
+processes had a core), with a warning if they still do. The numbers are kept in
 ``$PYPTO_HOME/peaks.json`` keyed by target and thread count, so they are measured once
 per machine; delete the file to measure again.
 """
@@ -24,6 +25,7 @@ import ctypes
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 
 from .amx import C_HELPERS
@@ -259,6 +261,20 @@ def peak_source(target: Target) -> str:
     return _SOURCE.format(vbytes=4 * lanes, lanes=lanes, acc=PEAK_ACCUMULATORS, rounds=_ROUNDS)
 
 
+def _short(single: Peaks, threads: int, gflops: float, gbps: float, dots: list) -> bool:
+    """Whether several threads' roofs fall short of one thread's: the arithmetic ones
+    below 1.5 times it, the triad below it. Other work had a core (or the threads share
+    one), so the caller measures again, keeping the best (cached, a roof measured while
+    the machine was busy would misjudge every later profile)."""
+    gain = min(threads, 1.5)
+    ones = [g for _, g in single.dot]
+    return (
+        gflops < gain * single.gflops
+        or gbps < single.gbps
+        or any(g < gain * one for g, one in zip(dots, ones))
+    )
+
+
 def _store() -> str:
     return os.path.join(home(), "peaks.json")
 
@@ -302,10 +318,14 @@ def measure_peaks(target: Target, compile_source, threads: int) -> Peaks:
         gflops = max(gflops, lib.pt_peak_fma(_FMA_ITERS, threads))
         gbps = max(gbps, lib.pt_peak_triad(n, threads))
         dots = [max(g, fn(_FMA_ITERS, threads)) for g, fn in zip(dots, dot_fns)]
-        # several threads doing less than 1.5 times one: other work had a core (or the
-        # threads share one), so measure again, keeping the best
-        if single is None or gflops >= min(threads, 1.5) * single.gflops:
+        if single is None or not _short(single, threads, gflops, gbps, dots):
             break
+    if single is not None and _short(single, threads, gflops, gbps, dots):
+        warnings.warn(
+            f"the peaks of {target.name} with {threads} threads stayed below one thread's "
+            f"after {_TRIES} tries (other work running?); delete {_store()} to measure again",
+            stacklevel=2,
+        )
     dot = tuple((r.dtype, g) for r, g in zip(roofs, dots))
     peaks = Peaks(gflops, gbps, threads, dot)
     if peaks.gflops <= 0 or peaks.gbps <= 0 or any(g <= 0 for _, g in dot):

@@ -200,6 +200,26 @@ def test_cached_peaks_without_the_dot_roofs_are_measured_again(tmp_path, monkeyp
     assert json.loads((tmp_path / "peaks.json").read_text())["x86-avx2/1"]["dot"]["int8"] > 0
 
 
+def test_several_threads_short_of_one_are_measured_again():
+    """Two threads below 1.5 times one thread's FMA or dot roof, or below its triad: other
+    work had a core; such figures would be cached for every later profile."""
+    one = peak.Peaks(100.0, 10.0, 1, (("int8", 1000.0), ("bfloat16", 500.0)))
+    assert not peak._short(one, 2, 190.0, 12.0, [1900.0, 990.0])
+    assert peak._short(one, 2, 140.0, 12.0, [1900.0, 990.0])  # the FMA
+    assert peak._short(one, 2, 190.0, 9.0, [1900.0, 990.0])  # the triad
+    assert peak._short(one, 2, 190.0, 12.0, [1900.0, 600.0])  # a dot roof
+
+
+def test_peaks_that_stay_short_are_cached_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path))
+    monkeypatch.setattr(peak, "_TRIES", 1)
+    monkeypatch.setattr(peak, "_short", lambda *a: True)
+    t = pt.Target("host")
+    with pytest.warns(UserWarning, match=r"with 2 threads stayed below one thread's after 1"):
+        p = peak.measure_peaks(t, compile_source, 2)
+    assert p.gflops > 0 and f"{t.name}/2" in json.loads((tmp_path / "peaks.json").read_text())
+
+
 def test_a_profiled_kernel_fails_as_a_call_does():
     """An index read from data out of range: IndexError naming it, as a call raises
     (was: RuntimeError 'failed with status -16')."""
