@@ -323,7 +323,8 @@ def measure_peaks(target: Target, compile_source, threads: int) -> Peaks:
     if single is not None and _short(single, threads, gflops, gbps, dots):
         warnings.warn(
             f"the peaks of {target.name} with {threads} threads stayed below one thread's "
-            f"after {_TRIES} tries (other work running?); delete {_store()} to measure again",
+            f"after {_TRIES} tries (other work running, or threads sharing a core?); delete "
+            f"{_store()} to measure again",
             stacklevel=2,
         )
     dot = tuple((r.dtype, g) for r, g in zip(roofs, dots))

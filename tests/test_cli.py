@@ -16,7 +16,12 @@ from autotune import store
 from autotune.cli import COMMANDS
 from autotune.cli import main as cli_main
 from autotune.commands import plot as plot_cmd
-from autotune.commands.common import add_measure_arguments, measure_option
+from autotune.commands.common import (
+    UsageError,
+    add_measure_arguments,
+    measure_option,
+    parse_args_list,
+)
 from pypto.target import can_run
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -63,7 +68,18 @@ def test_list_shows_arguments_docs_and_standard_workloads(capsys):
     assert "conv2d_nchw(N, C, H, W, K, R, S, stride=1, padding=0, dtype='float32')" in out
     assert "matmul(M, N, K, dtype='float32')\n    C[i, j] = sum_k A[i, k] * B[k, j]" in out
     assert "standard: --args 1024,1024,1024  (records for x86-amx, x86-avx2, x86-avx512)" in out
-    assert "standard: --args 1,8,1024,64  (no shipped records)" in out  # attention
+    assert "standard: --args 1,8,1024,64  (records for x86-amx)" in out  # attention
+    assert "standard: --args 1,8,1024,64,True  (records for x86-amx)" in out  # causal
+    assert "standard: --args 1,128,28,28,128,3,3,1,1  (no shipped records)" in out  # winograd
+
+
+def test_args_read_true_false_and_none_as_python_does():
+    """As a string, "False" would be true: ``attention ... --args 1,8,64,16,False`` would
+    tune the causal attention, keyed as no call ever asks for it."""
+    assert parse_args_list("1,8,64,16,False") == [1, 8, 64, 16, False]
+    assert parse_args_list("4, 2.5, True, true, None, int8") == [4, 2.5, True, True, None, "int8"]
+    with pytest.raises(UsageError, match="empty value"):
+        parse_args_list("1,,2")
 
 
 def test_show_knobs_default_and_best(capsys):

@@ -40,13 +40,21 @@ def positive(name: str, zero_ok: bool = False, real: bool = False):
     return conv
 
 
+# the words --args reads as Python's constants (as a string, "False" would be true)
+_CONSTANTS = {"True": True, "true": True, "False": False, "false": False, "None": None}
+
+
 def parse_args_list(text: str) -> list:
-    """``1024,1024,1024`` -> [1024, 1024, 1024] (ints, floats, or names such as a dtype)."""
+    """``1024,1024,1024`` -> [1024, 1024, 1024] (ints, floats, ``True``/``False``/``None``,
+    or names such as a dtype)."""
     out = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             raise UsageError(f"--args: empty value in {text!r}")
+        if part in _CONSTANTS:
+            out.append(_CONSTANTS[part])
+            continue
         try:
             out.append(int(part))
         except ValueError:
@@ -61,7 +69,10 @@ def add_workload_arguments(p: argparse.ArgumentParser, target_help: str) -> None
     """TEMPLATE, --args, --target and --import: what names a workload."""
     p.add_argument("template", help="template name (see 'pypto-tune list')")
     p.add_argument(
-        "--args", required=True, help="the template's arguments, comma-separated, e.g. 64,64,64"
+        "--args",
+        required=True,
+        help="the template's arguments, comma-separated, e.g. 64,64,64 (True, False and "
+        "None as Python's)",
     )
     p.add_argument(
         "--dtype",

@@ -123,10 +123,11 @@ def _kernel(target, dtype: str, d_model: int, d_ff: int, nominal: int):
     return dot_ukernels.usable(target, dtype, math.gcd(d_model, d_ff), nominal, min(d_model, d_ff))
 
 
-def dot_kernel(cfg, dtype: str, d_model: int, d_ff: int, nominal: int = 16):
-    """The dot kernel the expert GEMMs of config ``cfg`` use (bfloat16 on a target with
-    BF16 or AMX, reductions of whole groups, outputs at least a register tile wide),
-    else None; its ``group`` is the ``pack_panels`` group of the weights."""
+def dot_kernel(cfg, dtype: str, d_model: int, d_ff: int, nominal: int):
+    """The dot kernel the expert GEMMs of config ``cfg`` (its knobs defined for
+    ``nominal`` rows) use (bfloat16 on a target with BF16 or AMX, reductions of whole
+    groups, outputs at least a register tile wide), else None; its ``group`` is the
+    ``pack_panels`` group of the weights."""
     isa = _kernel(cfg.target, dtype, d_model, d_ff, nominal)
     if isa is None:
         return None
