@@ -123,7 +123,7 @@ STANDARD: tuple[Workload, ...] = (
     Workload("attention", (1, 8, 1024, 64), trials=48),
     Workload("attention", (1, 8, 1024, 64, True), trials=48),
     Workload("moe", (512, 1024, 2816, 8, 2), trials=32),
-    Workload("moe", (512, 1024, 2816, 8, 2), dtype="bfloat16", trials=16),
+    Workload("moe", (512, 1024, 2816, 8, 2), dtype="bfloat16", trials=24),
     Workload("softmax_fwd", (4096, 4096), trials=16),
     Workload("layernorm_fwd", (4096, 4096), trials=16),
     Workload("rmsnorm_fwd", (4096, 4096), trials=16),

@@ -5,6 +5,7 @@ numpy in int64) or within 1e-2 of float64 at K = 4096 (bfloat16)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import autotune as at
 import pypto as pt
 from autotune.templates import amx as amx_kernel
+from autotune.templates.dot_knobs import default_tile
 from autotune.templates.dot_ukernels import gemm_tile, usable
 from pypto import amx, peak
 from pypto import target as target_mod
@@ -94,6 +96,23 @@ def test_the_tile_space_holds_only_tiles_the_registers_hold():
     assert amx_kernel.fits(32, 32) and amx_kernel.fits(32, 128) and amx_kernel.fits(16, 16)
     assert not amx_kernel.fits(48, 32) and not amx_kernel.fits(16, 48)
     assert not amx_kernel.fits(8, 16)
+
+
+def test_the_default_tile_keeps_a_packed_panel_in_half_of_l2_and_a_panel_per_core():
+    one = dataclasses.replace(AMX, cores=1, l2_bytes=1 << 20)
+    widths = {}
+    for dtype, K in (("int8", 1024), ("bfloat16", 1024), ("bfloat16", 2816), ("bfloat16", 64)):
+        isa = usable(one, dtype, K, 1024, 1024)
+        widths[dtype, K] = default_tile(isa, 16, 1024, 1024, K, one)[1]
+    # 1024 x 512 int8 and 1024 x 256 bfloat16 are 512 KiB; 2816 deep, 64 columns fit
+    assert widths == {
+        ("int8", 1024): 512,
+        ("bfloat16", 1024): 256,
+        ("bfloat16", 2816): 64,
+        ("bfloat16", 64): 512,
+    }
+    four = dataclasses.replace(one, cores=4)  # four panels of 256 for four cores
+    assert default_tile(usable(four, "int8", 64, 1024, 1024), 16, 1024, 1024, 64, four)[1] == 256
 
 
 def test_a_tile_that_is_not_whole_tiles_is_refused():

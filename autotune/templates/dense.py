@@ -101,7 +101,9 @@ def _gemm_knobs(cfg, p, M, N, K):
     # (two orders of magnitude slower), so the weights are always packed
     V = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, p.name, K, M, N)
-    define_dot_knobs(cfg, isa, M, N, V, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K)
+    define_dot_knobs(
+        cfg, isa, M, N, V, K, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K
+    )
     cfg.add_flop(2.0 * M * N * K)
 
 

@@ -104,12 +104,12 @@ def define_gemm_knobs(
     return mr_d, nr_d
 
 
-def define_dot_knobs(cfg, isa, M: int, N: int, lanes: int, **kw):
+def define_dot_knobs(cfg, isa, M: int, N: int, lanes: int, K: int = 0, **kw):
     """``define_gemm_knobs`` with the tile choices and defaults of the dot kernel ``isa``
     (``dot_ukernels.usable``; None: the GEMM's own), and where there is a kernel the
     ``ukernel`` knob (on by default when the default tile is whole tiles of the GEMM).
     Returns the default tile ``(mr, nr)``."""
-    default = dot_knobs.default_tile(isa, lanes, M, N, cfg.target.cores or 1)
+    default = dot_knobs.default_tile(isa, lanes, M, N, K, cfg.target)
     tile = define_gemm_knobs(
         cfg, M, N, lanes, tile_default=default,
         tiles=dot_knobs.tile_options(isa), blocks=dot_knobs.block_options(isa), **kw,
@@ -266,8 +266,9 @@ def matmul(cfg, M, N, K, dtype="float32"):
     wide = dtype == "float32"
     block = None if isa is None else dot_knobs.row_block(cfg.target, isa, M, K, N)
     define_dot_knobs(
-        cfg, isa, M, N, lanes, a_bytes=a_bytes, pack_options=pack, block_default=block, wide=wide
-    )
+        cfg, isa, M, N, lanes, K, a_bytes=a_bytes, pack_options=pack, block_default=block,
+        wide=wide,
+    )  # fmt: skip
     if isa is None or not cfg["ukernel"].val:
         k = pt.reduce_axis((0, K), name="k")
         C = pt.compute(
@@ -304,7 +305,7 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     isa = dot_ukernels.usable(cfg.target, dtype, K, M, N)
     pack = (1,) if isa is not None else (0, 1)  # the dot kernel reads packed B
     define_dot_knobs(
-        cfg, isa, M, N, lanes, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
+        cfg, isa, M, N, lanes, K, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
     )
     if isa is None or not cfg["ukernel"].val:
         k = pt.reduce_axis((0, K), name="k")

@@ -165,7 +165,7 @@ def expert_ffn(cfg, tokens, d_model, d_ff, rows, nominal, dtype="float32", panel
         a_bytes = nominal * kdim * size
         define_gemm_knobs(
             cfg, nominal, n, lanes, prefix=prefix, a_bytes=a_bytes, wide=wide, pack_options=packs,
-            tile_default=dot_knobs.default_tile(isa, lanes, nominal, n, cfg.target.cores or 1),
+            tile_default=dot_knobs.default_tile(isa, lanes, nominal, n, kdim, cfg.target),
             tiles=dot_knobs.tile_options(isa), blocks=dot_knobs.block_options(isa),
         )  # fmt: skip
     X = pt.placeholder((tokens, d_model), dtype, name="X")
