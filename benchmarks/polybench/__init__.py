@@ -22,6 +22,9 @@ Where the form departs from the C source:
 """
 
 from . import blas, kernels, medley, solvers, stencils  # noqa: F401  (registration)
+
+# isort: split
+from . import adi  # noqa: F401  (after the other stencils: the suite's order)
 from .common import KERNELS, build, check, run
 
 __all__ = ["KERNELS", "build", "check", "run"]
