@@ -146,6 +146,16 @@ def test_object_code_holds_the_tile_instructions(dtype, instruction):
     assert bool(re.search(r"\bvcvtneps2bf16\b", asm)) == (dtype == "bfloat16")
 
 
+def _tile_matmul(shape: tuple, dtype: str, kernel: str):
+    """The ``dtype`` matmul module of ``shape`` on AMX, its tiles ``kernel``'s (skipped
+    where this machine cannot run them)."""
+    _runnable()
+    s, tensors = at.get_template("matmul")(*shape, dtype, target=AMX)
+    mod = pt.build(s, tensors, target=AMX, name="mm")
+    assert f"gemm_{kernel}_" in mod.source
+    return mod
+
+
 def _inputs(rng, M, N, K, dtype):
     if dtype == "int8":
         a = rng.integers(-128, 128, (M, K)).astype(np.int8)
@@ -163,11 +173,8 @@ def test_int8_matmul_on_tiles_is_bit_exact(shape):
     at K = 2048, two K-blocks over column groups (accumulators stored and reloaded). A
     from numpy starts 16 bytes into a cache line (the kernel copies its slices); an
     aligned A is read in place."""
-    _runnable()
     M, N, K = shape
-    s, tensors = at.get_template("matmul")(M, N, K, "int8", target=AMX)
-    mod = pt.build(s, tensors, target=AMX, name="mm")
-    assert "gemm_amxint8_" in mod.source
+    mod = _tile_matmul(shape, "int8", "amxint8")
     a, b = _inputs(np.random.default_rng(1), M, N, K, "int8")
     out = mod(a, b)
     assert out.ctypes.data % 64 == 0  # the output a module allocates is line-aligned
@@ -185,11 +192,8 @@ def test_int8_matmul_on_tiles_is_bit_exact(shape):
 @pytest.mark.parametrize("shape", [(64, 64, 128), (45, 50, 192), (64, 256, 2048)])
 def test_uint8_matmul_on_tiles_is_bit_exact(shape):
     """``tdpbuud``: unsigned by unsigned into int32, 255 x 255 summed K times included."""
-    _runnable()
     M, N, K = shape
-    s, tensors = at.get_template("matmul")(M, N, K, "uint8", target=AMX)
-    mod = pt.build(s, tensors, target=AMX, name="mm")
-    assert "gemm_amxuint8_" in mod.source
+    mod = _tile_matmul(shape, "uint8", "amxuint8")
     rng = np.random.default_rng(6)
     a = rng.integers(0, 256, (M, K)).astype(np.uint8)
     b = rng.integers(0, 256, (K, N)).astype(np.uint8)
@@ -212,11 +216,8 @@ def _line_aligned(a: np.ndarray, offset: int = 0) -> np.ndarray:
 def test_bfloat16_matmul_on_tiles_accumulates_in_float32(shape):
     """K = 4096: eight K-blocks, partial sums in float32 between them, rounded once; the
     ragged edges' loops (45 x 50) sum in float32 too."""
-    _runnable()
     M, N, K = shape
-    s, tensors = at.get_template("matmul")(M, N, K, "bfloat16", target=AMX)
-    mod = pt.build(s, tensors, target=AMX, name="mm")
-    assert "gemm_amxbf16_" in mod.source
+    mod = _tile_matmul(shape, "bfloat16", "amxbf16")
     a, b = _inputs(np.random.default_rng(2), M, N, K, "bfloat16")
     ref = a.astype(np.float64) @ b.astype(np.float64)
     for x in (_line_aligned(a), _line_aligned(a, offset=16)):
