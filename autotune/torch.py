@@ -15,8 +15,9 @@ backward passes (their ``*_backward`` templates, also pypto kernels).
 Tensors: CPU, float32 or float64, and for gelu, rms_norm, layer_norm and softmax
 (forward and backward) also bfloat16 and float16, stored in 16 bits and computed in
 float32, each result rounded once (float32 runs the tuned float32 templates, the
-other dtypes the dtype-generic ones); attention computes 16-bit inputs in float32
-(one copy each), moe takes bfloat16 (its GEMMs on the BF16 dot kernels where the
+other dtypes the dtype-generic ones); attention multiplies bfloat16 on AMX's tiles
+where the target has them and computes other 16-bit inputs in float32 (one copy
+each), moe takes bfloat16 (its GEMMs on the BF16 dot kernels where the
 target has them) and float16 (computed in float32, the weights widened once).
 Tensors are passed zero-copy; non-contiguous inputs are copied to contiguous ones
 first. Other dtypes and devices raise ``TypeError`` /
@@ -31,8 +32,9 @@ import torch
 from pypto.torch import dtype_name, empty
 
 from .templates.attention import sdpa_parts
+from .templates.attention_amx import tile_isa
 from .templates.attention_mask import spec_of
-from .torch_call import ROW_DTYPES, call, check_vector, flat, module, rows_cols
+from .torch_call import ROW_DTYPES, call, check_vector, flat, module, rows_cols, target_of
 from .torch_moe import moe
 
 # ---------------------------------------------------------------- gelu
@@ -281,9 +283,11 @@ def attention(
     keys that take part; of q's dtype: added to the scores; broadcast to [B, H, S,
     S_kv]; not with ``is_causal``), a query with no key left gets zeros; no dropout.
     With no keys the output is zeros, as PyTorch's. Causal calls skip the key blocks
-    above the diagonal (the template's flash form, its default for them). bfloat16 and
-    float16 are computed in float32 (q, k and v converted, one copy each; the output
-    rounded once)."""
+    above the diagonal (the template's flash form, its default for them). bfloat16 on
+    a target with AMX (and D a multiple of 32) multiplies on AMX's tiles (the
+    template's bfloat16 form: the softmax in float32, P rounded to bfloat16 for the P V
+    product, as PyTorch's); elsewhere bfloat16 and float16 are computed in float32 (q,
+    k and v converted, one copy each; the output rounded once)."""
     dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
@@ -303,6 +307,8 @@ def attention(
     mask = None if attn_mask is None else _mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
+    if dt == "bfloat16" and tile_isa(target_of("host"), dt, D) is not None:
+        return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)  # AMX's tiles
     if dt in ("bfloat16", "float16"):  # copies into pooled buffers: no page faults
         q32, k32, v32 = (empty(t.shape, torch.float32).copy_(t) for t in (q, k, v))
         if mask is not None and mask.dtype != torch.bool:

@@ -174,6 +174,20 @@ def _fold_binary(op, a, b, dt):
     return None
 
 
+def _recombine(lin: Lin) -> Lin:
+    """``k * c * (x // c) + k * (x % c) -> k * x`` (c > 0; floor division and modulo)."""
+    for key, (atom, coeff) in lin.terms.items():
+        if not (isinstance(atom, Binary) and atom.op == "mod" and isinstance(atom.b, Const)):
+            continue
+        c = atom.b.value
+        div = skey(Binary("floordiv", atom.a, atom.b, atom.dtype))
+        if c > 0 and div in lin.terms and lin.terms[div][1] == coeff * c:
+            rest = Lin({k: v for k, v in lin.terms.items() if k not in (key, div)}, lin.const,
+                       lin.dtype)  # fmt: skip
+            return _recombine(rest.plus(Lin.of(atom.a).scale(coeff, lin.dtype), 1, lin.dtype))
+    return lin
+
+
 def _const(v, dt):
     if dtypes.dtype(dt).is_float:
         return Const(dtypes.as_computed(v, dt), dt)
@@ -256,7 +270,10 @@ class Simplifier:
 
     def linear(self, lin: Lin, data: bool = True) -> Expr:
         """Rebuild a linear form; ``min(x, y) + r`` becomes ``min(x + r, y + r)``
-        when that makes a side constant (``min(i*8 + 7, n - 1) - i*8 + 1 -> min(8, n - i*8)``)."""
+        when that makes a side constant (``min(i*8 + 7, n - 1) - i*8 + 1 -> min(8, n - i*8)``),
+        and a quotient and remainder of one division recombine (``e // 16 * 16 + e % 16
+        -> e``)."""
+        lin = _recombine(lin)
         mm = [
             (k, a, c)
             for k, (a, c) in lin.terms.items()

@@ -258,3 +258,21 @@ def test_abs_of_the_most_negative_value_wraps(dtype):
     with np.errstate(over="ignore"):
         want = np.abs(a) % 3 + np.where(np.abs(a) < 1, 100, 0)
     np.testing.assert_array_equal(_build([B], [A, B])(a), want)
+
+
+def test_a_quotient_and_remainder_recombine():
+    """``f // 16 * 16 + f % 16`` is ``f``: a fused loop's index of a row-major tensor is
+    the fused counter itself (no division left for the compiler to keep)."""
+    A = pt.placeholder((4, 16), "float32", name="A")
+    B = pt.compute((4, 16), lambda i, j: A[i, j] * 2, name="B")
+    s = pt.create_schedule(B.op)
+    s[B].fuse(*B.op.axis)
+    mod = pt.build(s, [A, B])
+    assert "/ 16" not in mod.source and "% 16" not in mod.source
+    a = np.arange(64, dtype=np.float32).reshape(4, 16)
+    np.testing.assert_array_equal(mod(a), a * 2)
+    # values of data (floor division, negative operands): equal to x where nothing wraps
+    X = pt.placeholder((6,), "int64", name="X")
+    Y = pt.compute((6,), lambda i: X[i] // 4 * 4 + X[i] % 4, name="Y")
+    x = np.array([-9, -4, -1, 0, 7, 2**40 + 3], np.int64)
+    np.testing.assert_array_equal(_build([Y], [X, Y])(x), x)

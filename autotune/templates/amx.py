@@ -69,6 +69,20 @@ def k_block(dtype: str, group: int, mr: int, K: int) -> int:
     return max(1, min(K // step, A_SLICE_BYTES // per_step)) * TILE_ROWS
 
 
+def _a_slice(elem: str, size: int, mr: int, kc: int, group: int) -> list[str]:
+    """A's K-block rows: in place, or copied to the aligned slice."""
+    return [
+        f"    const {elem}* as = a + kb * {group};",
+        "    int64_t as0 = a0;",
+        "    if (!a_lines) {  /* tile rows across two cache lines: an aligned copy of the slice */",
+        f"      for (int64_t r = 0; r < {mr}; ++r)",
+        f"        memcpy(pt_a_slice + r * {kc * group}, a + r * a0 + kb * {group},"
+        f" (size_t)(kend - kb) * {group * size});",
+        f"      as = pt_a_slice, as0 = {kc * group};",
+        "    }",
+    ]
+
+
 def _start(c: dict, acc: dict, row: str) -> list[str]:
     """The accumulators at the start of a K-block: zero, or the sums of the blocks before."""
     return [
@@ -80,7 +94,25 @@ def _start(c: dict, acc: dict, row: str) -> list[str]:
     ]
 
 
-def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False) -> list[str]:
+def _a_rounded(mr: int, kc: int, group: int) -> list[str]:
+    """A float32 A's K-block rows rounded to bfloat16 into the slice, 32 at a time
+    (``vcvtne2ps2bf16``: to nearest even, subnormals flushed; the slice's rows are
+    whole steps of the tiles)."""
+    return [
+        f"    for (int64_t r = 0; r < {mr}; ++r)",
+        f"      for (int64_t k = 0; k < (kend - kb) * {group}; k += 32) {{",
+        f"        const float* ap = a + r * a0 + kb * {group} + k;",
+        f"        _mm512_store_si512(pt_a_slice + r * {kc * group} + k, (__m512i)"
+        "_mm512_cvtne2ps_pbh(_mm512_loadu_ps(ap + 16), _mm512_loadu_ps(ap)));",
+        "      }",
+        "    const uint16_t* as = pt_a_slice;",
+        f"    int64_t as0 = {kc * group};",
+    ]
+
+
+def body(
+    dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False, a_float: bool = False
+) -> list[str]:
     """The C lines of the tile kernel (after the stride check; arguments ``a, a0``,
     ``b, b0`` and ``out, o0`` of ``dot_ukernels``' kernels)::
 
@@ -95,6 +127,11 @@ def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False
     kernel writes a bfloat16 ``out`` (``rounded``), a per-thread float32 buffer between
     K-blocks. ``vcvtneps2bf16`` rounds to nearest even and flushes subnormals to zero,
     which changes nothing here: ``tdpbf16ps`` never leaves a subnormal sum.
+
+    ``a_float`` (bfloat16 only): A is float32, rounded to bfloat16 as each K-block's
+    rows are copied to the slice (``vcvtne2ps2bf16``; an A below 2^-126 counts as 0,
+    where the plain loops keep its subnormal bfloat16: a product under 2^-126 |b|).
+    Attention's P V reads its float32 probabilities so, without a pass rounding them.
     """
     if not fits(mr, nr):
         raise ValueError(f"AMX tile kernel: {mr} x {nr} is not whole 16 x 16 tiles in 8 registers")
@@ -128,17 +165,14 @@ def body(dtype: str, group: int, mr: int, nr: int, K: int, rounded: bool = False
         f"  static __thread {elem} pt_a_slice[{mr * kc * group}] __attribute__((aligned(64)));",
         *([f"  static __thread float pt_acc[{mr * nr}] __attribute__((aligned(64)));"] * partial),
         *(["  float pt_tile[256] __attribute__((aligned(64)));"] * rounded),
-        f"  const int a_lines = (uintptr_t)a % 64 == 0 && (a0 * {size}) % 64 == 0;",
+        *(
+            []
+            if a_float
+            else [f"  const int a_lines = (uintptr_t)a % 64 == 0 && (a0 * {size}) % 64 == 0;"]
+        ),
         f"  for (int64_t kb = 0; kb < {kg}; kb += {kc}) {{",
         f"    const int64_t kend = kb + {kc} < {kg} ? kb + {kc} : {kg};",
-        f"    const {elem}* as = a + kb * {group};",
-        "    int64_t as0 = a0;",
-        "    if (!a_lines) {  /* tile rows across two cache lines: an aligned copy of the slice */",
-        f"      for (int64_t r = 0; r < {mr}; ++r)",
-        f"        memcpy(pt_a_slice + r * {kc * group}, a + r * a0 + kb * {group},"
-        f" (size_t)(kend - kb) * {group * size});",
-        f"      as = pt_a_slice, as0 = {kc * group};",
-        "    }",
+        *(_a_rounded(mr, kc, group) if a_float else _a_slice(elem, size, mr, kc, group)),
         f"    for (int64_t jc = 0; jc < {nr}; jc += {vb * TILE_ROWS}) {{",
         f"      const {elem}* bc = b + jc * {group};",
         *([f"      {acc_type} oc = {acc_base};"] * (not rounded or partial)),

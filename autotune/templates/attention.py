@@ -49,8 +49,8 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import attention_mask, ukernels
-from .attention_flash import FLOOR, flash_attention, flash_knobs, kv_head
+from . import attention_amx, attention_mask, ukernels
+from .attention_flash import FLOOR, VectorGemms, flash_attention, flash_knobs, kv_head
 from .knobs import inner_tile
 
 
@@ -222,8 +222,13 @@ def attention(
     H), query head h reading key/value head ``h // (H / kv_heads)`` (as SDPA's
     ``enable_gqa``). ``mask``: SDPA's ``attn_mask``, an input M after V (``"bool:b11k"``
     and the like, see ``attention_mask``), not with ``causal``."""
-    if dtype not in ("float32", "float64"):
-        raise ValueError(f"attention: dtype must be float32 or float64, got {dtype!r}")
+    tile_isa = attention_amx.tile_isa(cfg.target, dtype, D)
+    if dtype not in ("float32", "float64") and tile_isa is None:
+        raise ValueError(
+            f"attention: dtype must be float32 or float64, or bfloat16 on a target with AMX "
+            f"and a query/key dim that is a multiple of 32 (target {cfg.target.name}, "
+            f"dim {D}), got {dtype!r}"
+        )
     Sk = S if kv_len is None else int(kv_len)
     if causal and Sk < S:
         raise ValueError(
@@ -246,31 +251,42 @@ def attention(
     msk = attention_mask.parse(mask, (B, H, S, Sk), dtype)
     if msk is not None and causal:
         raise ValueError("attention: a mask and causal at once (SDPA refuses them too)")
-    lanes = cfg.target.vector_lanes(dtype)
-    define_attention_knobs(cfg, S, Sk, Dv, lanes, causal)
+    cdt = "float32" if tile_isa is not None else dtype  # the softmax's dtype
+    if tile_isa is not None:
+        attention_amx.define_knobs(cfg, S, Sk, Dv)
+    else:
+        define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
     cfg.add_flop(2.0 * B * H * (D + Dv) * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
     V = pt.placeholder((B, Hk, rows, Dv), dtype, name="V")
+    if tile_isa is not None:
+        K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
+        gemms = attention_amx.TileGemms(cfg, tile_isa, D, k_transposed)
+        dims = (B, H, S, D, Sk, Dv, Hk)
+        s, Out = flash_attention(cfg, Q, K, V, None, dims, causal, sc, cdt, gemms, msk)
+        return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
+    lanes = cfg.target.vector_lanes(dtype)
     if cfg["form"].val == "flash":
         K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
 
-        def tiles(s, DL, PV, kb):
+        def tiles(s, DL, PV, kb, cols, outer):
             tq = min(S, cfg["tile_q"].size[-1])
             mr_s, mr_o = cfg["mr_s"].val, cfg["mr_o"].val
             kt = cfg["key_tile"].size[-1]
-            _schedule_tile_gemm(
-                s, DL, mr_s, DL.op.axis[-1], _tile_intrin(cfg, dtype, mr_s, kt, D, tq, kb)
-            )
+            intrin = _tile_intrin(cfg, dtype, mr_s, kt, D, tq, kb)
+            _schedule_tile_gemm(s, DL, mr_s, cols, intrin, outer)
             dco, dci = cfg["o_cols"].apply(s, PV, PV.op.axis[-1])
             otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], kb, tq, Dv)
             _schedule_tile_gemm(s, PV, mr_o, dci, otile, outer=(dco,))
 
         kt_in = K if k_transposed else None
         dims = (B, H, S, D, Sk, Dv, Hk)
-        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, tiles, msk)
+        s, Out = flash_attention(
+            cfg, Q, K, V, kt_in, dims, causal, sc, dtype, VectorGemms(cfg, tiles), msk
+        )
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     if k_transposed:
         K = KT = pt.placeholder((B, Hk, D, rows), dtype, name="K")

@@ -10,27 +10,34 @@ blocks hosts every per-block stage (``compute_at``)::
 
     for task in B * H * ceil(S / tile_q) (parallel):
       for t in key blocks (causal: up to the task's last query's):   (the update's block loop)
-        s[i, j]  = scale * Q[i] . K[t*kb + j]           (gemm_tile register tiles)
-        bm[i]    = max_j s[i, j]                        (lane partials, vectorized)
-        p[i, j]  = exp(s[i, j] - bm[i]);  lb[i] = sum_j p[i, j]
-        pv[i, :] = sum_j p[i, j] V[t*kb + j, :]         (gemm_tile register tiles)
-        for i:                                          (the update, one row's state)
+        d[i, j]  = Q[i] . K[t*kb + j]                   (register tiles, key_tile keys at a time)
+        bm[i]    = max_j scale * d[i, j]                (lane partials, vectorized)
+        p[i, j]  = exp(scale * d[i, j] - bm[i]);  lb[i] = sum_j p[i, j]
+        pv[i, :] = sum_j p[i, j] V[t*kb + j, :]         (register tiles)
+        for v, i:                                       (the update, one vector of a row's state)
           m' = max(m, bm);  a = exp(m - m');  b = exp(bm - m')
           l = l * a + b * lb;  acc[:] = acc[:] * a + b * pv[:];  m = m'
     O[i, :] = acc[:] / l
+
+The scale and the mask are applied where the scores are read (the max and the
+exponentials), so no pass stores them. The GEMMs are ``gemms``': vector register
+tiles (``VectorGemms``) or AMX's tiles (``attention_amx``).
 
 The state of a row is vectors of ``Ls`` lanes: ``[l, a, b, 0..]``, the
 accumulator, then ``[m, 0..]``. The header vector (l, a, b) reads the previous
 block's ``m`` from the last vector, which is written after it, so no vector reads
 what another lane of itself writes and the update's lane loop is vectorizable
 (the legality check proves it); the accumulator vectors read ``a`` and ``b``
-from the header written just before.
+from the header written just before. The loop over a row's vectors is unrolled:
+each kind of vector gets a lane loop without conditions, which the compiler
+vectorizes (the header's lanes are picked arithmetically for the same reason; a
+lane loop with loads under conditions stays scalar: bfloat16 on AMX 9.0 -> 7.5 ms).
 
 Causal: the block loop's extent depends on the query tile (an affine bound in
 the update's domain), so the blocks above the diagonal are never visited; the
 diagonal block is masked (``-inf`` scores). Keys past ``kv_len`` (a last,
-partial block) are padded: K and V copies with
-zero rows, scores ``-inf``. A block whose scores are all masked has ``bm =
+partial block) are padded: K and V copies with zero rows (``gemms.operands``),
+scores ``-inf``. A block whose scores are all masked has ``bm =
 -inf``, clamped to a finite floor so that ``exp`` gives 0 instead of NaN.
 """
 
@@ -61,13 +68,72 @@ def kv_head(H: int, Hk: int):
     return (lambda h: h) if g == 1 else (lambda h: h // g)
 
 
-def flash_attention(
-    cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, tiles, mask=None
-):
+class VectorGemms:
+    """The flash form's GEMMs as register tiles of vectors in the compute dtype: the
+    scores over K transposed (``KT [B, Hk, D, Sp]``, the keys padded to whole blocks
+    with zero rows), ``P V`` over V padded likewise; ``tiles(s, DL, PV, key_block)``
+    schedules the two tiles. (``attention_amx.TileGemms``: the same on AMX's tiles.)"""
+
+    def __init__(self, cfg, tiles):
+        self.tiles = tiles
+        self.key_tile = cfg["key_tile"].size[-1]  # the score tile's columns
+
+    def operands(self, K, KT, V, dims, Sp: int, dtype: str):
+        """``(keys, values, stages computed once per call)``."""
+        B, H, S, D, Sk, Dv, Hk = dims
+        last, zero = Sk - 1, pt.const(0.0, dtype)
+        new = []
+        if Sp != Sk or KT is None:
+            src = (
+                (lambda b, h, d, j: KT[b, h, d, j])
+                if KT is not None
+                else (lambda b, h, d, j: K[b, h, j, d])
+            )
+            KT = pt.compute(
+                (B, Hk, D, Sp),
+                lambda b, h, d, j: pt.select(j < Sk, src(b, h, d, pt.min(j, last)), zero),
+                name="KT",
+            )
+            new.append(KT)
+        if Sp != Sk:
+            V = pt.compute(
+                (B, Hk, Sp, Dv),
+                lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, last), e], zero),
+                name="VP",
+            )
+            new.append(V)
+        return KT, V, new
+
+    def dot(self, Q, KT, kvh, shape):
+        d = pt.reduce_axis((0, Q.shape[-1]), name="d")
+        return pt.compute(
+            shape,
+            lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, kvh(h), d, j], axis=d),
+            name="Dot",
+        )
+
+    def prob(self, p):
+        """P as the P V GEMM reads it."""
+        return p
+
+    def pv(self, P, VP, kvh, kb: int, shape):
+        jj = pt.reduce_axis((0, kb), name="jj")
+        return pt.compute(
+            shape,
+            lambda b, h, t, i, e: pt.sum(
+                P[b, h, i, t * kb + jj] * VP[b, kvh(h), t * kb + jj, e], axis=jj
+            ),
+            name="PV",
+        )
+
+
+def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, gemms,
+                    mask=None):  # fmt: skip
     """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
-    ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None).
-    ``tiles(s, DL, PV, key_block)`` schedules the two register-tiled GEMMs. ``mask``:
-    an ``attention_mask.Mask`` (a row masked out gives zeros)."""
+    ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None),
+    computed in ``dtype`` (the output in Q's). ``gemms`` (``VectorGemms`` or
+    ``attention_amx.TileGemms``) builds and schedules the two GEMMs. ``mask``: an
+    ``attention_mask.Mask`` (a row masked out gives zeros)."""
     B, H, S, D, Sk, Dv, Hk = dims
     kvh = kv_head(H, Hk)
     L = cfg.target.vector_lanes(dtype)
@@ -78,30 +144,8 @@ def flash_attention(
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     exp = pt.fast_exp if dtype == "float32" else pt.exp
     last = Sk - 1
-    if Sp != Sk or KT is None:
-        src = (
-            (lambda b, h, d, j: KT[b, h, d, j])
-            if KT is not None
-            else (lambda b, h, d, j: K[b, h, j, d])
-        )
-        KT = pt.compute(
-            (B, Hk, D, Sp),
-            lambda b, h, d, j: pt.select(j < Sk, src(b, h, d, pt.min(j, last)), c(0.0)),
-            name="KT",
-        )
-    VP = V
-    if Sp != Sk:
-        VP = pt.compute(
-            (B, Hk, Sp, Dv),
-            lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, last), e], c(0.0)),
-            name="VP",
-        )
-    d = pt.reduce_axis((0, D), name="d")
-    Dot = pt.compute(
-        (B, H, S, Sp),
-        lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, kvh(h), d, j], axis=d),
-        name="Dot",
-    )
+    keys, values, copies = gemms.operands(K, KT, V, dims, Sp, dtype)
+    Dot = gemms.dot(Q, keys, kvh, (B, H, S, Sp))
     lim = (lambda i: pt.min(i + (Sk - S), last)) if causal else (lambda i: last)  # noqa: E731
 
     def score(b, h, i, j):
@@ -125,26 +169,20 @@ def flash_attention(
     )
     P = pt.compute(
         (B, H, S, Sp),
-        lambda b, h, i, j: exp(Sc[b, h, i, j] - pt.max(bm[b, h, i, j // kb], c(FLOOR))),
+        lambda b, h, i, j: gemms.prob(exp(Sc[b, h, i, j] - pt.max(bm[b, h, i, j // kb], c(FLOOR)))),
         name="P",
     )
+    wide = (lambda x: x) if P.dtype == dtype else (lambda x: pt.cast(dtype, x))  # noqa: E731
     js, ls = pt.reduce_axis((0, nk), name="js"), pt.reduce_axis((0, L), name="ls")
     lbp = pt.compute(
         (B, H, S, nt, L),
-        lambda b, h, i, t, n: pt.sum(P[b, h, i, t * kb + js * L + n], axis=js),
+        lambda b, h, i, t, n: pt.sum(wide(P[b, h, i, t * kb + js * L + n]), axis=js),
         name="lbp",
     )
     lb = pt.compute(
         (B, H, S, nt), lambda b, h, i, t: pt.sum(lbp[b, h, i, t, ls], axis=ls), name="lb"
     )
-    jj = pt.reduce_axis((0, kb), name="jj")
-    PV = pt.compute(
-        (B, H, nt, S, Dv),
-        lambda b, h, t, i, e: pt.sum(
-            P[b, h, i, t * kb + jj] * VP[b, kvh(h), t * kb + jj, e], axis=jj
-        ),
-        name="PV",
-    )
+    PV = gemms.pv(P, values, kvh, kb, (B, H, nt, S, Dv))
     NV = -(-Dv // Ls) + 2
     St = pt.compute(
         (B, H, S, NV, Ls),
@@ -163,48 +201,53 @@ def flash_attention(
     bmv = pt.max(bm[rb, rh, ri, rt], c(FLOOR))
     m_new = pt.max(cur(NV - 1, 0), bmv)
     a, b_ = exp(cur(NV - 1, 0) - m_new), exp(bmv - m_new)
-    head = pt.select(
-        rl == 0,
-        cur(0, 0) * a + b_ * lb[rb, rh, ri, rt],
-        pt.select(rl == 1, a, pt.select(rl == 2, b_, c(0.0))),
-    )
-    e = pt.min(pt.max(rv - 1, 0) * Ls + rl, Dv - 1)
+    # the header's lanes picked by multiplying with 0 or 1 (all finite), not by selects:
+    # every load then happens in every lane, and the compiler vectorizes the lane loop
+    one = lambda k: pt.select(rl == k, c(1.0), c(0.0))  # noqa: E731
+    head = (cur(0, rl) * a + b_ * lb[rb, rh, ri, rt]) * one(0) + a * one(1) + b_ * one(2)
+    if Dv % Ls:  # the accumulator's column of a lane, clamped into the last vector
+        e = pt.min(pt.max(rv - 1, 0) * Ls + rl, Dv - 1)
+    else:  # clamped a whole vector at a time: a unit-stride load of the lanes
+        e = pt.min(pt.max(rv - 1, 0), NV - 3) * Ls + rl
     acc = cur(rv, rl) * cur(0, 1) + cur(0, 2) * PV[rb, rh, rt, ri, e]
-    St[rb, rh, ri, rv, rl] = pt.select(
-        rv == 0, head, pt.select(rv == NV - 1, pt.select(rl == 0, m_new, c(0.0)), acc)
-    )
+    mvec = pt.select(rl == 0, m_new, c(0.0))  # lane 0 alone reads what it writes
+    St[rb, rh, ri, rv, rl] = pt.select(rv == 0, head, pt.select(rv == NV - 1, mvec, acc))
 
     def out(b, h, i, e):
         o = St[b, h, i, 1 + e // Ls, e % Ls] / St[b, h, i, 0, 0]
-        return o if mask is None else pt.select(St[b, h, i, 0, 0] > c(0.0), o, c(0.0))
+        o = o if mask is None else pt.select(St[b, h, i, 0, 0] > c(0.0), o, c(0.0))
+        return o if Q.dtype == dtype else pt.cast(Q.dtype, o)
 
     Out = pt.compute((B, H, S, Dv), out, name="O")
 
     s = pt.create_schedule(Out.op)
-    for T in {KT, VP} - {K, V}:  # the padded or transposed copies, once per call
+    for T in copies:  # the padded, transposed or packed copies, once per call
         s[T].parallel(s[T].fuse(T.op.axis[0], T.op.axis[1]))
     DL = s.cache_write(Dot, "local")
     s[Dot].compute_inline()
     u = s[St].update(0)
     ub, uh, ui, ut, uv, un = u.op.axis
-    uio, uii = u.split(ui, factor=cfg["tile_q"].size[-1])
+    uio, uii = u.split(ui, factor=tq)
     u.reorder(ub, uh, uio, ut, uv, uii, un)  # the header, accumulator, max vectors in turn
     u.parallel(u.fuse(u.fuse(ub, uh), uio))
+    u.unroll(uv)  # each kind of vector a loop of its own
     u.vectorize(un)
-    for T in (PV, lb, lbp, P, bm, bmp, Sc):
+    for T in (PV, lb, lbp, P, bm, bmp):
         s[T].compute_at(u, ut)
     s[Out].parallel(s[Out].fuse(*Out.op.axis[:3]))
     s[St].parallel(s[St].fuse(*St.op.axis[:3]))
     s[Out].vectorize(Out.op.axis[3])
-    jo, ji = cfg["key_tile"].apply(s, Sc, Sc.op.axis[3])
-    s[Sc].reorder(jo, Sc.op.axis[2], ji)
-    s[Sc].vectorize(ji)
-    s[DL].compute_at(s[Sc], jo)
+    # the scale and mask applied where the scores are read (no pass storing them); the
+    # scores of a block as key tiles of register tiles
+    s[Sc].compute_inline()
+    s[DL].compute_at(u, ut)
+    jo, ji = s[DL].split(DL.op.axis[-1], factor=gemms.key_tile)
+    s[DL].reorder(jo, DL.op.axis[-2], ji)
     for T in (bmp, lbp):
         (r,) = s[T].op.reduce_axis
         s[T].reorder(r, T.op.axis[-1])
         s[T].vectorize(T.op.axis[-1])
     po, pi = s[P].split(P.op.axis[3], factor=L)
     s[P].vectorize(pi)
-    tiles(s, DL, PV, kb)
+    gemms.tiles(s, DL, PV, kb, ji, (jo,))
     return s, Out

@@ -36,7 +36,7 @@ class Mask(NamedTuple):
         m = self.tensor[index]
         if self.kind == "bool":
             return pt.select(m, s, pt.const(-math.inf, s.dtype))
-        return s + m
+        return s + (m if m.dtype == s.dtype else pt.cast(s.dtype, m))  # bfloat16 M, float32 s
 
 
 def parse(spec, dims: tuple, dtype: str) -> Mask | None:

@@ -95,6 +95,10 @@ static inline uint16_t pt_dot_bf16_round(float f) {  /* to nearest even; NaN sta
   if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
   return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
+static inline float pt_dot_bf16_round_f(float f) {  /* f rounded to bfloat16, as a float */
+  union { uint32_t u; float f; } v = { (uint32_t)pt_dot_bf16_round(f) << 16 };
+  return v.f;
+}
 #endif"""
 # gcc's vpdpbusd builtins copy the accumulator around (and spill a full register tile);
 # the instruction written out keeps each accumulator in its register
@@ -382,18 +386,24 @@ def dot_gemm(
     return DotGemm(C, BP, tile, raw, rs)
 
 
-def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product, rounded: bool = False):
+def gemm_tile(
+    isa: DotISA, mr: int, nr: int, K: int, product, rounded: bool = False, a_float: bool = False
+):
     """The intrinsic ``out[i, j] = sum_{ko, kq} A[i, ko*g + kq] * BP[ko, j, kq]``
     (``product`` multiplies as the template does; for an offset B, the raw product of
     A and the unsigned packed B) over an ``mr x nr`` tile; ``rounded``: ``out`` in the
-    inputs' 16-bit dtype (AMX's bfloat16), the sums float32 until rounded once."""
+    inputs' 16-bit dtype (AMX's bfloat16), the sums float32 until rounded once.
+    ``a_float`` (AMX's bfloat16): A is float32, rounded to bfloat16 by the kernel
+    (``product`` must say so: ``a`` is float32)."""
     g = isa.group
+    if a_float and isa.name != "amxbf16":
+        raise ValueError(f"gemm_tile: a float32 A is for AMX's bfloat16 kernel, not {isa.name}")
     if nr % isa.lanes or K % isa.k_step or (isa.kind == "amx" and not amx.fits(mr, nr)):
         raise ValueError(
             f"gemm_tile: {mr} x {nr} is not whole {isa.name} tiles of {isa.lanes} columns, "
             f"or K={K} is not a multiple of {isa.k_step}"
         )
-    a = pt.placeholder((mr, K), isa.a_wide or isa.dtype, name="a")
+    a = pt.placeholder((mr, K), "float32" if a_float else isa.a_wide or isa.dtype, name="a")
     b = pt.placeholder((K // g, nr, g), packed_dtype(isa), name="b")
     ko = pt.reduce_axis((0, K // g), name="ko")
     kq = pt.reduce_axis((0, g), name="kq")
@@ -402,12 +412,15 @@ def gemm_tile(isa: DotISA, mr: int, nr: int, K: int, product, rounded: bool = Fa
         lambda i, j: pt.sum(product(a[i, ko * g + kq], b[ko, j, kq]), axis=[ko, kq]),
         name="tile",
     )
-    name = f"gemm_{isa.name}{'_u8' if isa.b_offset else ''}_{mr}x{nr}_k{K}{'_out' * rounded}"
-    src = _source(isa, name, mr, nr, K, rounded)
+    name = f"gemm_{isa.name}{'_u8' if isa.b_offset else ''}{'_af32' * a_float}_{mr}x{nr}_k{K}"
+    name += "_out" * rounded
+    src = _source(isa, name, mr, nr, K, rounded, a_float)
     return pt.TensorIntrin.register(name, out.op, src, inputs=[a, b])
 
 
-def _source(isa: DotISA, name: str, mr: int, nr: int, K: int, rounded: bool = False) -> str:
+def _source(
+    isa: DotISA, name: str, mr: int, nr: int, K: int, rounded: bool = False, a_float: bool = False
+) -> str:
     """The C of the tile kernel: the plain loops for strides other than the packed
     layout's, else the ISA's kernel."""
     g = isa.group
@@ -415,10 +428,13 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int, rounded: bool = Fa
     out_c, out_v = ("uint16_t", "pt_dot_bf16_round(t)") if rounded else (acc_c, "t")
     elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
+    widen_a = widen
+    if a_float:  # the loops round A as the kernel does (subnormals kept)
+        elem, widen_a = "float", "pt_dot_bf16_round_f"
     lines = [
         f"#include <{isa.header}>",
         helpers(isa),
-        *([_ROUND_BF16] * rounded),
+        *([_ROUND_BF16] * (rounded or a_float)),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
         f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {out_c}* restrict out, int64_t o0, int64_t o1) {{",
@@ -427,21 +443,22 @@ def _source(isa: DotISA, name: str, mr: int, nr: int, K: int, rounded: bool = Fa
         f"      for (int64_t j = 0; j < {nr}; ++j) {{",
         f"        {acc_c} t = 0;",
         f"        for (int64_t k = 0; k < {K}; ++k)",
-        f"          t += {widen}(a[i * a0 + k * a1])",
+        f"          t += {widen_a}(a[i * a0 + k * a1])",
         f"            * {widen}(b[(k / {g}) * b0 + j * b1 + (k % {g}) * b2]);",
         f"        out[i * o0 + j * o1] = {out_v};",
         "      }",
         "    return;",
         "  }",
     ]
-    return "\n".join([*lines, *_BODIES[isa.kind](isa, mr, nr, K, rounded), "}"]) + "\n"
+    body = _BODIES[isa.kind](isa, mr, nr, K, rounded, a_float)
+    return "\n".join([*lines, *body, "}"]) + "\n"
 
 
-def _amx_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool) -> list[str]:
-    return amx.body(isa.dtype, isa.group, mr, nr, K, rounded)
+def _amx_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool, a_float: bool) -> list[str]:
+    return amx.body(isa.dtype, isa.group, mr, nr, K, rounded, a_float)
 
 
-def _vector_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool) -> list[str]:
+def _vector_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool, a_float: bool) -> list[str]:
     g, L = isa.group, isa.lanes
     elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
     nv = nr // L
