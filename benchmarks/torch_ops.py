@@ -7,7 +7,9 @@ Per thread count a fresh worker process (torch and OpenMP pinned to it) times,
 in interleaved blocks of rounds (``suite.block_medians``), each operator and its
 references on the same tensors:
 
-- attention (B=1, H=8, S=1024, D=64), causal and not: ``F.scaled_dot_product_attention``;
+- attention (B=1, H=8, S=1024, D=64), causal and not, in float32 and bfloat16:
+  ``F.scaled_dot_product_attention`` (bfloat16: AMX's tiles on both sides where the
+  target has them);
 - moe (8 experts, top-2, 512 tokens, d_model 1024, d_ff 2816, SwiGLU): the eager
   per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it, in float32
   and (``moe bfloat16``) in bfloat16, where PyTorch's GEMMs use the BF16 instructions;
@@ -41,8 +43,8 @@ from benchmarks import peak  # noqa: E402
 from benchmarks.common import run_workers, table  # noqa: E402
 from benchmarks.suite import block_medians  # noqa: E402
 
-ROWS = ("attention", "attention causal", "moe", "moe bfloat16", "rms_norm", "layer_norm",
-        "softmax", "gelu", "block")  # fmt: skip
+ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal bfloat16",
+        "moe", "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "block")  # fmt: skip
 MEMORY_BOUND = ("rms_norm", "layer_norm", "softmax", "gelu")
 N = 4096  # rows and columns of the memory-bound operators
 
@@ -67,10 +69,12 @@ def _cases(torch, only):
     g = torch.Generator().manual_seed(0)
     cases = {}
     want = lambda row: not only or any(o in row for o in only)  # noqa: E731
-    for causal in (False, True):
-        row = "attention causal" if causal else "attention"
+    for causal, bf16 in ((False, False), (True, False), (False, True), (True, True)):
+        row = "attention" + " causal" * causal + " bfloat16" * bf16
         if want(row):
             q, k, v = (torch.randn(1, 8, 1024, 64, generator=g) for _ in range(3))
+            if bf16:
+                q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
             cases[row] = (
                 lambda q, k, v, c=causal: ops.attention(q, k, v, c, None),
                 {"sdpa": lambda q, k, v, c=causal: F.scaled_dot_product_attention(
