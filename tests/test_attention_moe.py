@@ -525,3 +525,16 @@ def test_flash_form_skips_key_blocks_above_the_diagonal():
             (task_var,) = set(re.findall(r"[a-z_]\w*", bound))
             blocks = [eval(bound, {task_var: x}) for x in range(32)]
             assert blocks == [(x % 16) // 4 + 1 for x in range(32)], bound
+
+
+def test_flash_score_tiles_divide_the_key_block():
+    """A key tile that does not divide the block (48 of 128) is narrowed to whole vectors
+    that do (32): every score tile is then one micro-kernel call, none left to loops."""
+    target = pt.Target("x86-avx512")
+    task = at.Task("attention", (1, 2, 256, 64, True, None), target=target)
+    cfg = dict(task.config_space.default_config().values, form="flash", key_block=128)
+    cfg.update(key_tile=[-1, 48], tile_q=[-1, 32], mr_s=8, ukernel=1)
+    src = pt.build(*task.instantiate(task.config_space.config(cfg)), target=target,
+                   emit_only=True)  # fmt: skip
+    calls = re.findall(r"(gemm_tile_avx512_8x\d+x64)\(Q", src)
+    assert calls and set(calls) == {"gemm_tile_avx512_8x32x64"}

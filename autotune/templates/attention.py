@@ -275,8 +275,7 @@ def attention(
         def tiles(s, DL, PV, kb, cols, outer):
             tq = min(S, cfg["tile_q"].size[-1])
             mr_s, mr_o = cfg["mr_s"].val, cfg["mr_o"].val
-            kt = cfg["key_tile"].size[-1]
-            intrin = _tile_intrin(cfg, dtype, mr_s, kt, D, tq, kb)
+            intrin = _tile_intrin(cfg, dtype, mr_s, gemms.key_tile, D, tq, kb)
             _schedule_tile_gemm(s, DL, mr_s, cols, intrin, outer)
             dco, dci = cfg["o_cols"].apply(s, PV, PV.op.axis[-1])
             otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], kb, tq, Dv)
@@ -284,9 +283,8 @@ def attention(
 
         kt_in = K if k_transposed else None
         dims = (B, H, S, D, Sk, Dv, Hk)
-        s, Out = flash_attention(
-            cfg, Q, K, V, kt_in, dims, causal, sc, dtype, VectorGemms(cfg, tiles), msk
-        )
+        gemms = VectorGemms(cfg, tiles, lanes)
+        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, gemms, msk)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     if k_transposed:
         K = KT = pt.placeholder((B, Hk, D, rows), dtype, name="K")

@@ -74,9 +74,13 @@ class VectorGemms:
     with zero rows), ``P V`` over V padded likewise; ``tiles(s, DL, PV, key_block)``
     schedules the two tiles. (``attention_amx.TileGemms``: the same on AMX's tiles.)"""
 
-    def __init__(self, cfg, tiles):
+    def __init__(self, cfg, tiles, lanes: int):
         self.tiles = tiles
-        self.key_tile = cfg["key_tile"].size[-1]  # the score tile's columns
+        # the score tile's columns: the knob's, or the widest whole vectors below it that
+        # divide the block (48 of a block of 128 left 32 keys a tile to the loops)
+        kb, kt = cfg["key_block"].val, cfg["key_tile"].size[-1]
+        fits = [t for t in range(lanes, kt + 1, lanes) if kb % t == 0]
+        self.key_tile = max(fits) if fits else kt
 
     def operands(self, K, KT, V, dims, Sp: int, dtype: str):
         """``(keys, values, stages computed once per call)``."""
