@@ -253,7 +253,7 @@ def attention(
         raise ValueError("attention: a mask and causal at once (SDPA refuses them too)")
     cdt = "float32" if tile_isa is not None else dtype  # the softmax's dtype
     if tile_isa is not None:
-        attention_amx.define_knobs(cfg, S, Sk, Dv)
+        attention_amx.define_knobs(cfg, S, Sk, Dv, causal)
     else:
         define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
