@@ -50,6 +50,8 @@ class Template:
         self.atol_scale = atol_scale
         self.module = func.__module__
         self.__doc__ = func.__doc__
+        # read once: inspect.signature costs ~60 us, and an operator call asks several times
+        self._signature = inspect.signature(func)
         self._spaces: dict = {}
         self._dtypes: dict = {}  # the dtypes of the tensors, per key of _spaces
 
@@ -60,7 +62,7 @@ class Template:
         """``args`` without the trailing ones that equal their parameter's default (of
         the same type: ``0`` is not ``False``): the workload as the standard workloads
         and ``pypto-tune`` name it, ``(4096, 4096)`` for ``gelu(4096, 4096, "none")``."""
-        params = list(inspect.signature(self.func).parameters.values())[1:]  # not cfg
+        params = list(self._signature.parameters.values())[1:]  # not cfg
         out = list(args)
         while 0 < len(out) <= len(params):
             d = params[len(out) - 1].default
@@ -81,7 +83,7 @@ class Template:
     def named_args(self, args) -> dict:
         """The template's arguments by parameter name, defaults filled in:
         ``{"rows": 64, "cols": 128, "eps": 1e-6}`` for ``rmsnorm(cfg, rows, cols, eps=1e-6)``."""
-        bound = inspect.signature(self.func).bind(None, *args)
+        bound = self._signature.bind(None, *args)
         bound.apply_defaults()
         return dict(list(bound.arguments.items())[1:])  # without cfg
 

@@ -31,8 +31,7 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
     config. A record of any spelling of the workload serves (``Template.spellings``:
     ``gelu(9, 70)`` and ``gelu(9, 70, "none")`` are one workload, built once)."""
     t = target_of(target) if isinstance(target, str) else target
-    tpl = get_template(name)
-    args = tpl.short_args(args)
+    tpl, args, spellings, keys = _workload(name, args, t)
 
     def make():
         s, tensors = tpl.func(best_config(tpl, args, t), *args)
@@ -40,8 +39,17 @@ def module(name: str, args: tuple, target="host") -> pt.Module:
 
     # the records of an enclosing apply_history_best are part of the key: a shape run
     # before, under other records or none, is built again for these
-    scoped = dispatch.lookup(tpl.spellings(args), tpl.record_keys(args, t))
+    scoped = dispatch.lookup(spellings, keys)
     return MODULES.get((name, args, t.key, repr(scoped[:1])), make)
+
+
+@functools.lru_cache(maxsize=4096)
+def _workload(name: str, args: tuple, t: pt.Target) -> tuple:
+    """``(template, short args, spellings, record keys)`` of a call, worked out once per
+    shape (about 0.3 ms of Python: each operator call would pay it)."""
+    tpl = get_template(name)
+    args = tpl.short_args(args)
+    return tpl, args, tpl.spellings(args), tpl.record_keys(args, t)
 
 
 def best_config(tpl, args: tuple, t: pt.Target):
