@@ -231,10 +231,15 @@ def load_records(src) -> list[Record]:
         if not os.path.exists(path):
             raise FileNotFoundError(f"no tuning log at {path}")
         recs, bad = read_log(path)
-        if bad:
+        key = (os.path.realpath(path), bad)
+        if bad and key not in _WARNED:  # once per log and count, however often it is read
+            _WARNED.add(key)
             warnings.warn(f"{path}: skipped {bad} corrupt or unknown-version line(s)", stacklevel=2)
         out.extend(recs)
     return out
+
+
+_WARNED: set = set()  # (log, corrupt lines) already reported in this process
 
 
 def ranked_configs(records) -> dict:

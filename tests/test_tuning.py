@@ -417,6 +417,25 @@ def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
     assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [2, 4]
 
 
+def test_a_corrupt_log_is_reported_once_per_process(tmp_path):
+    """Read again (tuning reads its log several times) it is not reported again; a new
+    corrupt line is."""
+    log = tmp_path / "torn.jsonl"
+    rec = at.Record(
+        workload=at.workload_key("toy_matmul", [8, 8, 8]), target="t", config={"x": 1}, costs=[1.0]
+    )
+    log.write_text(rec.to_json() + "\n{torn\n")
+    with pytest.warns(UserWarning, match="skipped 1"):
+        at.load_records(str(log))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(at.load_records(str(log))) == 1
+    with open(log, "a") as f:
+        f.write("[not a record]\n")
+    with pytest.warns(UserWarning, match="skipped 2"):
+        at.load_records(str(log))
+
+
 def test_writer_terminates_a_partial_last_line(tmp_path):
     log = tmp_path / "partial.jsonl"
     rec = at.Record(
