@@ -13,7 +13,8 @@ the order ``reorder_red``) runs over it:
 - **output columns** (otherwise): the tile schedule of ``conv_tiles``, with the
   weights packed per tile of ``kb`` output channels.
 
-int8 on a target with a dot-product instruction takes ``conv_dot`` instead.
+int8 on a target with a dot-product instruction takes ``conv_dot`` instead, and on
+AMX's tiles ``conv_amx``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import pypto as pt
 
 from ..task import template
-from . import conv_dot, precision, ukernels
+from . import conv_amx, conv_dot, precision, ukernels
 from .conv_tiles import (
     conv_ref,
     define_channel_tile_knobs,
@@ -61,6 +62,9 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     rs = pt.reduce_axis((0, S), name="rs")
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
     cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
+    if conv_amx.usable(cfg.target, dtype, C, K):  # int8 on AMX's tiles
+        conv_amx.define_knobs(cfg, K, OW)
+        return conv_amx.conv(cfg, data, weight, (N, C, H, W, K, R, S), stride, padding)
     isa = conv_dot.usable(cfg.target, dtype, C, K)
     if isa is not None:  # int8 on the target's dot-product instruction
         conv_dot.define_knobs(cfg, isa, K, OH, OW)
