@@ -13,8 +13,8 @@ the order ``reorder_red``) runs over it:
 - **output columns** (otherwise): the tile schedule of ``conv_tiles``, with the
   weights packed per tile of ``kb`` output channels.
 
-int8 on a target with a dot-product instruction takes ``conv_dot`` instead, and on
-AMX's tiles ``conv_amx``.
+int8 on a target with a dot-product instruction takes ``conv_dot`` instead, and int8
+and bfloat16 on AMX's tiles ``conv_amx``.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     rs = pt.reduce_axis((0, S), name="rs")
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
     cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
-    if conv_amx.usable(cfg.target, dtype, C, K):  # int8 on AMX's tiles
+    if conv_amx.usable(cfg.target, dtype, C, K):  # int8 and bfloat16 on AMX's tiles
         conv_amx.define_knobs(cfg, K, OW)
         return conv_amx.conv(cfg, data, weight, (N, C, H, W, K, R, S), stride, padding)
     isa = conv_dot.usable(cfg.target, dtype, C, K)

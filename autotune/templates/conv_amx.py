@@ -1,45 +1,76 @@
-"""int8 ``conv2d_nchw`` on AMX's tiles (``x86-amx``): ``tdpbssd`` over pixels x channels.
+"""int8 and bfloat16 ``conv2d_nchw`` on AMX's tiles (``x86-amx``): ``tdpbssd`` /
+``tdpbf16ps`` over pixels x channels.
 
-A tile of A is 16 rows of 64 bytes: 16 output pixels of a row, 64 input channels
-each, when the input is padded once into pixels with their channels adjacent
-(``PX[n, y, x, c]``, NHWC). B is 16 groups of 4 input channels by 16 output channels
-(``WX[ko, r, s, cg, ki, q] = weight[ko * kb + ki, cg * 4 + q, r, s]``). For each kernel
-offset (r, s) and each 64 input channels, a tile of A is read straight from the
-padded input at a row stride of ``stride`` pixels, so there is no im2col copy::
+A tile of A is 16 rows of 64 bytes: 16 output pixels of a row, 64 int8 (32 bfloat16)
+input channels each, when the input is padded once into pixels with their channels
+adjacent (``PX[n, y, x, c]``, NHWC). B is 16 groups of g input channels (4 int8, 2
+bfloat16) by 16 output channels (``WX[ko, r, s, cg, ki, q] = weight[ko * kb + ki,
+cg * g + q, r, s]``). For each kernel offset (r, s) and each tile of input channels,
+a tile of A is read straight from the padded input at a row stride of ``stride``
+pixels, so there is no im2col copy::
 
     for n, y (parallel):
       for x in tiles of wb pixels, for k in tiles of kb channels:
         acc[16 x 16] per (16 pixels, 16 channels) = 0                (wb/16 x kb/16 tiles)
-        for r, s, 64 input channels:
-          A = PX[n, y*st + r, x*st + s : ... + 16*st : st, c : c + 64] (tile loads)
-          B = WX[k // kb, r, s, c/4 : c/4 + 16, :, :]
-          acc += A . B                                                 (tdpbssd)
+        for r, s, 16 g input channels:
+          A = PX[n, y*st + r, x*st + s : ... + 16*st : st, c : c + 16 g] (tile loads)
+          B = WX[k // kb, r, s, c/g : c/g + 16, :, :]
+          acc += A . B                                            (tdpbssd, tdpbf16ps)
         ACC[n, k : k + kb, y, x : x + wb] = transposed(acc)            (channel-major)
-    out[n, k, y, x] = ACC[n, k, y, x] for x < OW                       (a contiguous copy)
+    out[n, k, y, x] = ACC[n, k, y, x] for x < OW        (a contiguous copy; bfloat16 rounded)
 
-``tdpbssd`` multiplies signed by signed: no offset. A row of output pixels is padded
+``tdpbssd`` multiplies signed by signed: no offset; bfloat16's float32 sums are rounded
+once, as the float rule of ``precision`` says. A row of output pixels is padded
 to whole tiles (the input padded with zeros to match), so every tile is a kernel call
-(ResNet-18's 56 columns: 64 computed). C must be whole 64s of channels. 1 thread on
-a Sapphire Rapids-class Xeon, 64 -> 64 56x56: 0.21 ms (1100 GOP/s; the ``vpdpbusd``
-kernels 0.39 ms): the kernel a third, the input's change of layout another third.
+(ResNet-18's 56 columns: 64 computed). C must be whole tiles of channels. 1 thread on
+a Sapphire Rapids-class Xeon, 64 -> 64 56x56: int8 0.21 ms (1100 GOP/s; the
+``vpdpbusd`` kernels 0.39 ms): the kernel a third, the input's change of layout
+another third; bfloat16 0.40 ms (float32 arithmetic on bfloat16 storage 2.6 ms).
 """
 
 from __future__ import annotations
 
 import pypto as pt
+from dataclasses import dataclass
+
 from pypto.amx import C_HELPERS, TILE_ROWS
 
+from .dot_ukernels import TILE_ISAS, helpers
 from .knobs import inner_tile
 
-GROUP = 4  # int8 inputs of the reduction per 32-bit lane (a column of B)
-CHANNELS = TILE_ROWS * GROUP  # input channels per tile of A (64 bytes)
+
+@dataclass(frozen=True)
+class Kind:
+    """How one input dtype runs on the tiles."""
+
+    features: tuple  # the target's
+    group: int  # inputs of the reduction per 32-bit lane (a column of B)
+    instruction: str
+    elem: str  # the inputs' C type
+    acc: str  # the sums' dtype
+    acc_c: str
+    widen: str  # C of an input as a number
+
+    @property
+    def channels(self) -> int:  # input channels per tile of A (64 bytes)
+        return TILE_ROWS * self.group
+
+
+KINDS = {
+    "int8": Kind(("amx_tile", "amx_int8"), 4, "_tile_dpbssd", "int8_t", "int32", "int32_t",
+                 "(int32_t)"),
+    "bfloat16": Kind(("amx_tile", "amx_bf16"), 2, "_tile_dpbf16ps", "uint16_t", "float32",
+                     "float", "pt_dot_bf16"),
+}  # fmt: skip
 
 
 # a 16 x 16 tile of int32 sums (rows: pixels) stored transposed (rows: channels); 64
 # shuffles: unpacks of 32 and 64 bits, then two of 128-bit lanes
 TRANSPOSE = """#ifndef PT_AMX_TR16
 #define PT_AMX_TR16
-static inline void pt_amx_tr16(const int32_t* in, int32_t* out, int64_t os) {
+static inline void pt_amx_tr16(const void* tile, void* dst, int64_t os) {
+  const int32_t* in = (const int32_t*)tile;  /* 32-bit lanes: int32 or float sums */
+  int32_t* out = (int32_t*)dst;
   __m512i r[16], t[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(in + 16 * i);
   for (int i = 0; i < 16; i += 2) {
@@ -67,12 +98,14 @@ static inline void pt_amx_tr16(const int32_t* in, int32_t* out, int64_t os) {
 
 
 def usable(target, dtype: str, C: int, K: int) -> bool:
-    """Whether an int8 ``C -> K`` convolution runs on ``target``'s tiles: AMX-INT8, whole
-    64s of input channels, whole 16s of output channels."""
+    """Whether a ``dtype`` ``C -> K`` convolution runs on ``target``'s tiles: int8 or
+    bfloat16 on a target with AMX's multiplies of it, whole tiles of input channels (64
+    int8, 32 bfloat16), whole 16s of output channels."""
+    kind = KINDS.get(dtype)
     return (
-        dtype == "int8"
-        and target.has("amx_tile", "amx_int8")
-        and C % CHANNELS == 0
+        kind is not None
+        and target.has(*kind.features)
+        and C % kind.channels == 0
         and K % TILE_ROWS == 0
     )
 
@@ -93,7 +126,10 @@ def conv(cfg, data, weight, shape: tuple, stride: int, padding: int):
     wb, kb = cfg["amx_w"].size[-1], cfg["amx_k"].size[-1]
     OWp = -(-OW // wb) * wb  # whole tiles of pixels
     Wp = max(W + 2 * p, (OWp - 1) * st + S)
-    zero = pt.const(0, "int8")
+    dtype = str(data.dtype)
+    kind = KINDS[dtype]
+    g = kind.group
+    zero = pt.const(0, dtype)
 
     def padded(n, y, x, c):
         inside = (y >= p) & (y < H + p) & (x >= p) & (x < W + p)
@@ -102,27 +138,26 @@ def conv(cfg, data, weight, shape: tuple, stride: int, padding: int):
 
     PX = pt.compute((N, H + 2 * p, Wp, C), padded, name="pad_nhwc")
     WX = pt.compute(
-        (K // kb, R, S, C // GROUP, kb, GROUP),
-        lambda ko, r, s, cg, ki, q: weight[ko * kb + ki, cg * GROUP + q, r, s],
+        (K // kb, R, S, C // g, kb, g),
+        lambda ko, r, s, cg, ki, q: weight[ko * kb + ki, cg * g + q, r, s],
         name="weight_tiles",
     )
     rr, rs = pt.reduce_axis((0, R), name="rr"), pt.reduce_axis((0, S), name="rs")
-    cg, q = pt.reduce_axis((0, C // GROUP), name="cg"), pt.reduce_axis((0, GROUP), name="q")
-
-    def product(a, b):
-        return pt.cast("int32", a) * pt.cast("int32", b)
-
+    cg, q = pt.reduce_axis((0, C // g), name="cg"), pt.reduce_axis((0, g), name="q")
     acc = pt.compute(
         (N, K, OH, OWp),
         lambda n, k, y, x: pt.sum(
-            product(
-                PX[n, y * st + rr, x * st + rs, cg * GROUP + q], WX[k // kb, rr, rs, cg, k % kb, q]
+            _product(
+                kind,
+                PX[n, y * st + rr, x * st + rs, cg * g + q],
+                WX[k // kb, rr, rs, cg, k % kb, q],
             ),
             axis=[rr, rs, cg, q],
         ),  # fmt: skip
         name="acc",
     )
-    out = pt.compute((N, K, OH, OW), lambda n, k, y, x: acc[n, k, y, x], name="conv")
+    cut = (lambda v: v) if kind.acc == "int32" else (lambda v: pt.cast(dtype, v))  # noqa: E731
+    out = pt.compute((N, K, OH, OW), lambda n, k, y, x: cut(acc[n, k, y, x]), name="conv")
     s = pt.create_schedule(out.op)
     s[WX].parallel(s[WX].fuse(*WX.op.axis[:2]))  # once per call, in parallel
     s[WX].vectorize(WX.op.axis[-1])
@@ -135,68 +170,74 @@ def conv(cfg, data, weight, shape: tuple, stride: int, padding: int):
     ko, ki = s[acc].split(k, factor=kb)
     s[acc].reorder(n, y, ko, xo, rr, rs, cg, q, ki, xi)
     s[acc].parallel(s[acc].fuse(n, y))
-    s[acc].tensorize(rr, conv_tile(C, R, S, wb, kb, st))
+    s[acc].tensorize(rr, conv_tile(dtype, C, R, S, wb, kb, st))
     on, ok, oy, ox = out.op.axis  # the padded rows cut to OW
     s[out].parallel(s[out].fuse(on, ok))
     s[out].vectorize(ox)
     return s, [data, weight, out]
 
 
-def conv_tile(C: int, R: int, S: int, wb: int, kb: int, stride: int):
-    """The intrinsic ``out[k, x] = sum_{r, s, cg, q} in[r, x*st + s, cg*4 + q] *
-    w[r, s, cg, k, q]`` (int32 products) over ``kb`` channels x ``wb`` pixels: the
-    tiles' pixel-major sums transposed as they are stored (``TRANSPOSE``)."""
-    if wb % TILE_ROWS or kb % TILE_ROWS or wb > 32 or kb > 32 or C % CHANNELS:
+def _product(kind: Kind, a, b):
+    return pt.cast(kind.acc, a) * pt.cast(kind.acc, b)
+
+
+def conv_tile(dtype: str, C: int, R: int, S: int, wb: int, kb: int, stride: int):
+    """The intrinsic ``out[k, x] = sum_{r, s, cg, q} in[r, x*st + s, cg*g + q] *
+    w[r, s, cg, k, q]`` (int32 or float32 products) over ``kb`` channels x ``wb``
+    pixels: the tiles' pixel-major sums transposed as they are stored (``TRANSPOSE``)."""
+    kind = KINDS[dtype]
+    g = kind.group
+    if wb % TILE_ROWS or kb % TILE_ROWS or wb > 32 or kb > 32 or C % kind.channels:
         raise ValueError(
             f"conv_tile: {wb} pixels x {kb} channels are not 1 or 2 AMX tiles each, "
-            f"or C={C} is not a multiple of {CHANNELS}"
+            f"or C={C} is not a multiple of {kind.channels}"
         )
     st = stride
-    inp = pt.placeholder((R, (wb - 1) * st + S, C), "int8", name="inp")
-    wgt = pt.placeholder((R, S, C // GROUP, kb, GROUP), "int8", name="wgt")
+    inp = pt.placeholder((R, (wb - 1) * st + S, C), dtype, name="inp")
+    wgt = pt.placeholder((R, S, C // g, kb, g), dtype, name="wgt")
     r, s = pt.reduce_axis((0, R), name="r"), pt.reduce_axis((0, S), name="s")
-    c, q = pt.reduce_axis((0, C // GROUP), name="c"), pt.reduce_axis((0, GROUP), name="q")
+    c, q = pt.reduce_axis((0, C // g), name="c"), pt.reduce_axis((0, g), name="q")
     out = pt.compute(
         (kb, wb),
         lambda k, x: pt.sum(
-            pt.cast("int32", inp[r, x * st + s, c * GROUP + q])
-            * pt.cast("int32", wgt[r, s, c, k, q]),
-            axis=[r, s, c, q],
+            _product(kind, inp[r, x * st + s, c * g + q], wgt[r, s, c, k, q]), axis=[r, s, c, q]
         ),
         name="tile",
     )
-    name = f"conv_amxint8_c{C}_r{R}s{S}_st{st}_{wb}x{kb}"
-    src = _source(name, C, R, S, wb, kb, st)
+    name = f"conv_amx{dtype}_c{C}_r{R}s{S}_st{st}_{wb}x{kb}"
+    src = _source(kind, dtype, name, C, R, S, wb, kb, st)
     return pt.TensorIntrin.register(name, out.op, src, inputs=[inp, wgt])
 
 
-def _source(name: str, C: int, R: int, S: int, wb: int, kb: int, st: int) -> str:
+def _source(kind: Kind, dtype: str, name: str, C, R, S, wb: int, kb: int, st: int) -> str:
+    g, e, a_c = kind.group, kind.elem, kind.acc_c
+    isa = next(i for i in TILE_ISAS if i.dtype == dtype)
     a_n, b_n = wb // TILE_ROWS, kb // TILE_ROWS
     acc = {(t, v): t * b_n + v for t in range(a_n) for v in range(b_n)}
     ta = {t: a_n * b_n + t for t in range(a_n)}
     tb = {v: a_n * b_n + a_n + v for v in range(b_n)}
     body = []
     for t in range(a_n):
-        body.append(f"_tile_loadd({ta[t]}, ip + {t * TILE_ROWS * st} * i1, i1 * {st});")
+        body.append(f"_tile_loadd({ta[t]}, ip + {t * TILE_ROWS * st} * i1, i1 * {st * 4 // g});")
     for v in range(b_n):
-        body.append(f"_tile_loadd({tb[v]}, wp + {v * TILE_ROWS * GROUP}, w2);")
-    body += [f"_tile_dpbssd({acc[t, v]}, {ta[t]}, {tb[v]});" for t, v in acc]
+        body.append(f"_tile_loadd({tb[v]}, wp + {v * TILE_ROWS * g}, w2 * {4 // g});")
+    body += [f"{kind.instruction}({acc[t, v]}, {ta[t]}, {tb[v]});" for t, v in acc]
     lines = [
-        C_HELPERS,
+        helpers(isa),
         TRANSPOSE,
-        f"static inline void {name}(const int8_t* restrict in, int64_t i0, int64_t i1,",
-        "    int64_t i2, const int8_t* restrict w, int64_t w0, int64_t w1, int64_t w2,",
-        "    int64_t w3, int64_t w4, int32_t* restrict out, int64_t o0, int64_t o1) {",
-        f"  if (i2 != 1 || w4 != 1 || w3 != {GROUP} || w2 != {kb * GROUP} || o1 != 1) {{",
+        f"static inline void {name}(const {e}* restrict in, int64_t i0, int64_t i1,",
+        f"    int64_t i2, const {e}* restrict w, int64_t w0, int64_t w1, int64_t w2,",
+        f"    int64_t w3, int64_t w4, {a_c}* restrict out, int64_t o0, int64_t o1) {{",
+        f"  if (i2 != 1 || w4 != 1 || w3 != {g} || w2 != {kb * g} || o1 != 1) {{",
         f"    for (int64_t k = 0; k < {kb}; ++k)  /* other strides: plain loops */",
         f"      for (int64_t x = 0; x < {wb}; ++x) {{",
-        "        int32_t t = 0;",
+        f"        {a_c} t = 0;",
         f"        for (int64_t r = 0; r < {R}; ++r)",
         f"          for (int64_t s = 0; s < {S}; ++s)",
         f"            for (int64_t c = 0; c < {C}; ++c)",
-        f"              t += (int32_t)in[r * i0 + (x * {st} + s) * i1 + c * i2]",
-        f"                * (int32_t)w[r * w0 + s * w1 + (c / {GROUP}) * w2 + k * w3"
-        f" + (c % {GROUP}) * w4];",
+        f"              t += {kind.widen}(in[r * i0 + (x * {st} + s) * i1 + c * i2])",
+        f"                * {kind.widen}(w[r * w0 + s * w1 + (c / {g}) * w2 + k * w3"
+        f" + (c % {g}) * w4]);",
         "        out[k * o0 + x * o1] = t;",
         "      }",
         "    return;",
@@ -205,12 +246,12 @@ def _source(name: str, C: int, R: int, S: int, wb: int, kb: int, st: int) -> str
         *(f"  _tile_zero({t});" for t in acc.values()),
         f"  for (int64_t r = 0; r < {R}; ++r)",
         f"    for (int64_t s = 0; s < {S}; ++s)",
-        f"      for (int64_t c = 0; c < {C}; c += {CHANNELS}) {{",
-        "        const int8_t* ip = in + r * i0 + s * i1 + c;",
-        f"        const int8_t* wp = w + r * w0 + s * w1 + (c / {GROUP}) * w2;",
+        f"      for (int64_t c = 0; c < {C}; c += {kind.channels}) {{",
+        f"        const {e}* ip = in + r * i0 + s * i1 + c;",
+        f"        const {e}* wp = w + r * w0 + s * w1 + (c / {g}) * w2;",
         *("        " + b for b in body),
         "      }",
-        "  int32_t pt_tile[256] __attribute__((aligned(64)));",
+        f"  {a_c} pt_tile[256] __attribute__((aligned(64)));",
         *(
             f"  _tile_stored({a}, pt_tile, 64);\n"
             f"  pt_amx_tr16(pt_tile, out + {v * TILE_ROWS} * o0 + {t * TILE_ROWS}, o0);"
