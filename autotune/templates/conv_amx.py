@@ -30,10 +30,10 @@ another third; bfloat16 0.40 ms (float32 arithmetic on bfloat16 storage 2.6 ms).
 
 from __future__ import annotations
 
-import pypto as pt
 from dataclasses import dataclass
 
-from pypto.amx import C_HELPERS, TILE_ROWS
+import pypto as pt
+from pypto.amx import TILE_ROWS
 
 from .dot_ukernels import TILE_ISAS, helpers
 from .knobs import inner_tile
