@@ -113,9 +113,6 @@ class TileGemms:
 
         return pt.compute(shape, body, name="Dot")
 
-    def prob(self, p):
-        return p  # float32: the P V kernel rounds it as it copies its rows
-
     def pv(self, P, VP, kvh, kb: int, shape):
         nv = self.nv
         ko = pt.reduce_axis((0, kb // 2), name="jo")

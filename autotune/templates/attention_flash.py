@@ -116,10 +116,6 @@ class VectorGemms:
             name="Dot",
         )
 
-    def prob(self, p):
-        """P as the P V GEMM reads it."""
-        return p
-
     def pv(self, P, VP, kvh, kb: int, shape):
         jj = pt.reduce_axis((0, kb), name="jj")
         return pt.compute(
@@ -173,14 +169,13 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     )
     P = pt.compute(
         (B, H, S, Sp),
-        lambda b, h, i, j: gemms.prob(exp(Sc[b, h, i, j] - pt.max(bm[b, h, i, j // kb], c(FLOOR)))),
+        lambda b, h, i, j: exp(Sc[b, h, i, j] - pt.max(bm[b, h, i, j // kb], c(FLOOR))),
         name="P",
     )
-    wide = (lambda x: x) if P.dtype == dtype else (lambda x: pt.cast(dtype, x))  # noqa: E731
     js, ls = pt.reduce_axis((0, nk), name="js"), pt.reduce_axis((0, L), name="ls")
     lbp = pt.compute(
         (B, H, S, nt, L),
-        lambda b, h, i, t, n: pt.sum(wide(P[b, h, i, t * kb + js * L + n]), axis=js),
+        lambda b, h, i, t, n: pt.sum(P[b, h, i, t * kb + js * L + n], axis=js),
         name="lbp",
     )
     lb = pt.compute(
