@@ -21,8 +21,8 @@ BF16 = "bfloat16"
 RNG = np.random.default_rng(11)
 
 
-def _args(B, H, S, D, causal=False, kv_len=None, dv=None, kv_heads=None, mask=None):
-    return (B, H, S, D, causal, None, BF16, kv_len, None, False, dv, kv_heads, mask)
+def _args(B, H, S, D, causal=False, kv_len=None, dv=None, kv_heads=None, mask=None, kt=False):
+    return (B, H, S, D, causal, None, BF16, kv_len, None, kt, dv, kv_heads, mask)
 
 
 def _build(args, target=AMX, emit_only=False):
@@ -62,6 +62,7 @@ CASES = [
     _args(1, 2, 33, 64, causal=True, kv_len=300),  # causal over a longer prefix
     _args(1, 2, 48, 64, mask="float:1hsk"),
     _args(1, 2, 48, 64, mask="bool:b11k"),
+    _args(1, 2, 40, 128, kt=True, dv=128),  # K given transposed; 128 deep, two V panels
 ]
 
 
