@@ -61,10 +61,10 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     rr = pt.reduce_axis((0, R), name="rr")
     rs = pt.reduce_axis((0, S), name="rs")
     cfg.add_flop(2.0 * N * K * OH * OW * C * R * S)
-    cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
     if conv_amx.usable(cfg.target, dtype, C, K):  # int8 and bfloat16 on AMX's tiles
         conv_amx.define_knobs(cfg, K, OW)
         return conv_amx.conv(cfg, data, weight, (N, C, H, W, K, R, S), stride, padding)
+    cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
     isa = conv_dot.usable(cfg.target, dtype, C, K)
     if isa is not None:  # int8 on the target's dot-product instruction
         conv_dot.define_knobs(cfg, isa, K, OH, OW)
