@@ -53,6 +53,18 @@ def _batch_matmul(w: Workload) -> Kernel:
     return Kernel(w.label, w.template, w.args, 2.0 * b * m * n * k, numpy=_mm_np, torch=_mm_torch)
 
 
+def _conv_torch(stride: int, pad: int, groups: int = 1):
+    def torch_fn(torch):
+        import torch.nn.functional as F
+
+        def run(x, wt, out):
+            out.copy_(F.conv2d(x, wt, stride=stride, padding=pad, groups=groups))
+
+        return run
+
+    return torch_fn
+
+
 def _conv(groups_of):
     """conv2d_nchw (N, C, H, W, K, R, S, stride, pad) and depthwise (N, C, H, W, R, S, ...)."""
 
@@ -63,16 +75,8 @@ def _conv(groups_of):
         k, (r, s, stride, pad) = (c, a[4:8]) if depthwise else (a[4], a[5:9])
         oh, ow = (h + 2 * pad - r) // stride + 1, (wd + 2 * pad - s) // stride + 1
         groups = groups_of(c)
-
-        def torch_fn(torch):
-            import torch.nn.functional as F
-
-            def run(x, wt, out):
-                out.copy_(F.conv2d(x, wt, stride=stride, padding=pad, groups=groups))
-
-            return run
-
         flop = 2.0 * n * k * (c // groups) * r * s * oh * ow
+        torch_fn = _conv_torch(stride, pad, groups)
         return Kernel(w.label, w.template, a, flop, torch=torch_fn, rtol=1e-3)
 
     return make
@@ -190,7 +194,10 @@ def _mixed() -> list[Kernel]:
         for dt in mixed.DTYPES
     ] + [
         Kernel(mixed.CONV_LABEL, "conv2d_nchw", (*mixed.CONV_ARGS, "int8"),
-               _conv_flop(mixed.CONV_ARGS), dtype="int8", target=mixed.dot_target("int8"))
+               _conv_flop(mixed.CONV_ARGS), dtype="int8", target=mixed.dot_target("int8")),
+        Kernel(mixed.CONV_BF16_LABEL, "conv2d_nchw", (*mixed.CONV_ARGS, "bfloat16"),
+               _conv_flop(mixed.CONV_ARGS), torch=_conv_torch(*mixed.CONV_ARGS[7:9]),
+               rtol=1e-2, dtype="bfloat16", target=mixed.dot_target("bfloat16")),
     ]  # fmt: skip
 
 

@@ -93,10 +93,12 @@ def label(dtype: str) -> str:
 # the suite's int8 convolution row: ResNet-18's 64->64 56x56 layer, next to the float32 one
 CONV_ARGS = (1, 64, 56, 56, 64, 3, 3, 1, 1)
 CONV_LABEL = "conv2d int8 64->64 56x56 s1"
+CONV_BF16_LABEL = "conv2d bfloat16 64->64 56x56 s1"
 # each mixed row of the suite and the float32 row it is set against
 ROWS = (
     *((label(dt), "matmul 1024^3") for dt in DTYPES),
     (CONV_LABEL, "conv2d 64->64 56x56 s1"),
+    (CONV_BF16_LABEL, "conv2d 64->64 56x56 s1"),
 )
 
 
