@@ -90,6 +90,7 @@ def test_kernels_come_from_the_standard_workloads():
         ("matmul", (1024, 1024, 1024, "int8"), "int8"),
         ("matmul", (1024, 1024, 1024, "bfloat16"), "bfloat16"),
         ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1, "int8"), "int8"),
+        ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1, "bfloat16"), "bfloat16"),
     ]
     assert all(k.target in pt.target.KNOWN for k in ks[len(std) :])
     # every template is benchmarked but the PyTorch operators' kernels (not in the suite yet)
