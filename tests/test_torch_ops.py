@@ -259,6 +259,24 @@ def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
         ops.attention(q, k.float(), v, False, None)
 
 
+def test_bfloat16_attention_with_a_head_the_tiles_take():
+    """D = 64: on a target with AMX the template's bfloat16 form (AMX's tiles), elsewhere
+    float32 arithmetic; either way within bfloat16's rounding of float32, with grouped
+    heads, more keys than queries, and a bfloat16 mask."""
+    _seed()
+    q = torch.randn(1, 4, 40, 64).bfloat16()
+    k, v = torch.randn(1, 2, 70, 64).bfloat16(), torch.randn(1, 2, 70, 64).bfloat16()
+    m = torch.randn(40, 70).bfloat16()
+    f32 = [t.float() for t in (q, k, v)]
+    for causal, mask in ((False, None), (True, None), (False, m)):
+        o = ops.attention(q, k, v, causal, None, True, attn_mask=mask)
+        assert o.dtype == torch.bfloat16 and o.shape == (1, 4, 40, 64)
+        ref = F.scaled_dot_product_attention(
+            *f32, is_causal=causal, enable_gqa=True, attn_mask=None if mask is None else m.float()
+        )
+        torch.testing.assert_close(o.float(), ref, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("T,d,f", [(21, 24, 40), (40, 64, 96), (64, 128, 1024)])
 def test_moe_in_bfloat16(T, d, f):
     """bfloat16 experts (the dot kernels where the host's target has them and the
