@@ -153,7 +153,7 @@ def conv(cfg, data, weight, shape: tuple, stride: int, padding: int):
                 WX[k // kb, rr, rs, cg, k % kb, q],
             ),
             axis=[rr, rs, cg, q],
-        ),  # fmt: skip
+        ),
         name="acc",
     )
     cut = (lambda v: v) if kind.acc == "int32" else (lambda v: pt.cast(dtype, v))  # noqa: E731
@@ -163,7 +163,7 @@ def conv(cfg, data, weight, shape: tuple, stride: int, padding: int):
     s[WX].vectorize(WX.op.axis[-1])
     pn, py, px, pc = PX.op.axis
     s[PX].parallel(s[PX].fuse(pn, py))
-    s[PX].reorder(pc, px)  # channel planes read along rows (stored 1 byte in C)
+    s[PX].reorder(pc, px)  # each channel's plane read along its rows, stored C bytes apart
     s[PX].vectorize(px)
     n, k, y, x = acc.op.axis
     xo, xi = s[acc].split(x, factor=wb)
