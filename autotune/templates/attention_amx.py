@@ -3,8 +3,10 @@
 
 The flash form (``attention_flash``) runs unchanged around them, in float32: the
 scores, their row max, the exponentials, the row sums and the running state. Only
-what the tiles read is bfloat16: Q, K and V as given, and P, rounded once as it is
-computed (as PyTorch's bfloat16 attention rounds it). K and V are packed once per
+what the tiles read is bfloat16: Q, K and V as given, and P, which the P V kernel
+rounds as it copies its rows (``gemm_tile(..., a_float=True)``; as PyTorch's bfloat16
+attention rounds it, no pass of its own; the row sums are of the float32 P). K and V
+are packed once per
 call into the panels the tile kernel reads (``dot_ukernels``: 2 bfloat16 of the
 reduction adjacent per column, zero past the last key)::
 
@@ -13,8 +15,8 @@ reduction adjacent per column, zero past the last key)::
     for task in B * H * ceil(S / tile_q) (parallel):
       for t in key blocks:
         s[i, j]  = sum_d Q[i, d] K[j, d]        (float32, mr_s x key_tile per kernel call)
-        p[i, j]  = bfloat16(exp(scale s[i, j] - bm[i]))
-        pv[i, :] = sum_j p[i, j] V[j, :]        (float32, mr_o x o_cols per kernel call)
+        p[i, j]  = exp(scale s[i, j] - bm[i])   (float32)
+        pv[i, :] = sum_j bfloat16(p[i, j]) V[j, :]  (float32, mr_o x o_cols per call)
         ... the online softmax's state update, float32
     O = bfloat16(acc / l)
 
