@@ -254,16 +254,21 @@ def test_moe_matches_per_token_loop(T, d, F, E, k):
     np.testing.assert_allclose(out, _moe_loop(x, wg, wu, wd, ids, w), atol=2e-5, rtol=1e-5)
 
 
-def test_moe_expert_reads_weights_packed_in_panels():
+@pytest.mark.parametrize("pack", [0, 1])
+def test_moe_expert_reads_weights_packed_in_panels(pack):
     """``panels``: the weights come as ``pack_panels`` made them (N = 37 is no multiple
-    of the panel width: the last panel's extra columns are 0 and never read back)."""
+    of the panel width: the last panel's extra columns are 0 and never read back),
+    read in place or (``pack_b``) each panel copied to a local buffer first."""
     T, d, F, E, k = 11, 24, 37, 3, 2
     x, wg, wu, wd, ids, w = _moe_case(T, d, F, E, k)
-    cfg = at.Task("moe", (T, d, F, E, k)).config_space.default_config()
+    space = at.Task("moe", (T, d, F, E, k)).config_space
+    knobs = {f"{g}_pack_b": pack for g in ("gate", "up", "down")}
+    cfg = space.config({**space.default_config().values, **knobs})
     widths = [panel_width(cfg, g) for g in ("gate", "up", "down")]
     assert F % widths[0] and F % widths[1]
     s, ts = expert_ffn(cfg, T, d, F, pt.var("rows"), 8, "float32", panels=True)
     mod = pt.build(s, ts)
+    assert all((f"{w}_local" in mod.source) == bool(pack) for w in ("Wg", "Wu", "Wd"))
     pg, pu = (pack_panels(a.transpose(0, 2, 1), n) for a, n in ((wg, widths[0]), (wu, widths[1])))
     pd = pack_panels(wd.transpose(0, 2, 1), widths[2])
     assert pg.shape == (E, -(-F // widths[0]), d, widths[0])
@@ -297,6 +302,7 @@ def test_moe_expert_in_bfloat16_on_the_dot_kernels(target, kernel, insn):
     src = pt.build(s, ts, target=target, emit_only=True)
     assert len(set(re.findall(kernel + r"\w+", src))) >= 2  # the GEMMs' dot kernels
     assert insn in src
+    assert all(f"{w}_local" in src for w in ("Wg", "Wu", "Wd"))  # panels copied first
     small = at.Task("moe", (T, 8, 12, E, k, "bfloat16"), target=target)
     nominal = nominal_rows(T, k, E)
     assert dot_kernel(small.config_space.default_config(), "bfloat16", 8, 12, nominal) is None
