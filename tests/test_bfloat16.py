@@ -165,7 +165,7 @@ def test_a_value_cast_to_its_store_is_rounded_once(dtype):
     s[Y].vectorize(Y.op.axis[0])
     mod = pt.build(s, [X, Y])
     store = next(line for line in mod.source.splitlines() if "Y[" in line and "=" in line)
-    narrow = "pt_bf16_store(" if dtype == "bfloat16" else "(_Float16)("
+    narrow = "pt_bf16_store(" if dtype == "bfloat16" else "pt_f16_store("
     assert store.count(narrow) == 1, store
     nd = dtypes.numpy_dtype(dtype)
     x = np.random.default_rng(0).standard_normal(64).astype(nd)

@@ -79,7 +79,8 @@ def _disassembly(target_name: str, dtype: str, args=(64, 64, 128)) -> str:
         ("x86-avx2-vnni", "int8", r"vpdpbusd\s+%ymm"),  # the VEX (AVX-VNNI) form
         ("x86-avx512", "int8", r"vpmaddwd\s+%zmm"),
         ("x86-avx2", "int8", r"vpmaddwd\s+%ymm"),
-        ("x86-avx2", "float16", r"vcvtph2ps"),  # F16C widens float16 loads
+        # float16 widened once: the register tile is float32 vector FMAs
+        ("x86-avx2", "float16", r"vfmadd\d+ps\s+%ymm"),
         ("aarch64-dotprod", "int8", r"\bsdot\b"),
     ],
 )

@@ -274,13 +274,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
         wide=wide,
     )  # fmt: skip
     if isa is None or not cfg["ukernel"].val:
-        k = pt.reduce_axis((0, K), name="k")
-        C = pt.compute(
-            (M, N), lambda i, j: pt.sum(precision.product(p, A[i, k], B[k, j]), axis=k), name="C"
-        )
-        s = pt.create_schedule(C.op)
-        CL = s.cache_write(C, "local")
-        schedule_gemm(cfg, s, C, CL, M, B)
+        s, C = plain_gemm(cfg, p, A, B, M, K)
         return s, [A, B, C]
     # the dot-product kernel: B packed with g reduction elements adjacent per column
     nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
@@ -291,6 +285,50 @@ def matmul(cfg, M, N, K, dtype="float32"):
     CL = g.accumulator(s, into_output=True)
     schedule_gemm(cfg, s, g.C, CL, M, pack=lambda: g.BP, tile_intrin=g.tile_intrin(CL))
     return s, [A, B, g.C]
+
+
+def plain_gemm(cfg, p, A, B, M: int, K: int):
+    """``C = A @ B`` (``A [*b, M, K]``, ``B [*b, K, N]``, at most one batch axis) on the
+    GEMM's own register tile (``schedule_gemm``); returns ``(schedule, C)``. A 16-bit
+    storage float (float16, bfloat16) is widened once, so the tile multiplies float32
+    as float32 matmul's does: A into a float32 stage (rows in parallel), B as each
+    panel is packed (``pack_b``; else where it is read), and C rounded once as the
+    tile's float32 sums are copied out::
+
+        A_f32 = float32(A)                     for jo:  B_f32 panel = float32(B[:, jo])
+                                                 for io:  acc = A_f32 rows . panel
+                                                          C[io, jo] = round(acc)
+
+    (float16 512^3 on a Sapphire Rapids, 1 thread: 3.4 GFLOP/s with each operand
+    converted where the tile reads it by scalar F16C instructions, 42.6 with those
+    conversions vectorized, 162 widened once; float32 175)."""
+    batch = len(A.shape) == 3
+    k = pt.reduce_axis((0, K), name="k")
+    Aw, Bw = precision.widen(A), precision.widen(B)
+
+    def dot(b, i, j):
+        return pt.sum(precision.product(p, Aw[(*b, i, k)], Bw[(*b, k, j)]), axis=k)
+
+    # (the loops take the lambdas' names)
+    body = (lambda b, i, j: dot((b,), i, j)) if batch else (lambda i, j: dot((), i, j))
+    shape = (*A.shape[:-1], B.shape[-1])
+    if Aw is A:
+        C = pt.compute(shape, body, name="C")
+        s = pt.create_schedule(C.op)
+        CL = s.cache_write(C, "local")
+        schedule_gemm(cfg, s, C, CL, M, B, batch_axis=C.op.axis[0] if batch else None)
+        return s, C
+    acc = pt.compute(shape, body, name="C_acc")
+    C = pt.compute(shape, lambda *ix: precision.rounded(acc[ix], p.out), name="C")
+    s = pt.create_schedule(C.op)
+    s[Aw].parallel(s[Aw].op.axis[0])
+    s[Aw].vectorize(s[Aw].op.axis[-1])
+    packed = schedule_gemm(
+        cfg, s, C, acc, M, pack=lambda: Bw, batch_axis=C.op.axis[0] if batch else None
+    )
+    if packed is None:  # B read in place: converted where the tile reads it
+        s[Bw].compute_inline()
+    return s, C
 
 
 def _batch_matmul_ref(a, b):
@@ -312,15 +350,7 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
         cfg, isa, M, N, lanes, K, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
     )
     if isa is None or not cfg["ukernel"].val:
-        k = pt.reduce_axis((0, K), name="k")
-        C = pt.compute(
-            (B, M, N),
-            lambda b, i, j: pt.sum(precision.product(p, A[b, i, k], Bm[b, k, j]), axis=k),
-            name="C",
-        )
-        s = pt.create_schedule(C.op)
-        CL = s.cache_write(C, "local")
-        schedule_gemm(cfg, s, C, CL, M, Bm, batch_axis=C.op.axis[0])
+        s, C = plain_gemm(cfg, p, A, Bm, M, K)
         return s, [A, Bm, C]
     # the dot-product kernel per batch: B's panels packed as matmul's, one set per batch
     nr, mr = cfg["tile_j"].size[-1], cfg["tile_i"].size[-1]
