@@ -87,6 +87,39 @@ def test_16_bit_matmul_template_within_1e_2_at_k_4096(dtype):
     assert np.max(np.abs(out.astype(np.float64) - ref) / ref) < 1e-2
 
 
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=NO_BF16)])
+@pytest.mark.parametrize(
+    "name, args, kernel",
+    [
+        ("conv2d_nchw", (1, 8, 12, 12, 32, 3, 3, 1, 1), "conv_tile_"),  # padded: micro-kernel
+        ("conv2d_nchw", (1, 8, 12, 12, 32, 3, 3, 2, 0), None),  # unpadded: widened where read
+        ("batch_matmul", (2, 24, 48, 40), None),
+        ("matmul", (30, 50, 70), None),
+    ],
+)
+def test_16_bit_floats_are_widened_once_into_float32_tiles(name, args, kernel, dtype):
+    """float16 (and bfloat16 without a dot kernel: on the x86-avx512 target) multiply
+    in float32 tiles, the operands widened once (``_f32`` stages, ``pt_f16_load``
+    vectorized) and the output rounded once: within 16-bit rounding of float64."""
+    target = "x86-avx512" if dtype == "bfloat16" else "host"
+    task, mod, tensors = _build(name, (*args, dtype), target=target)
+    nd = numpy_dtype(dtype)
+    src = mod.source
+    assert "float* restrict" in src  # a float32 tile or stage between 16-bit in and out
+    if kernel and pt.Target(target).has("avx512f"):
+        assert kernel in src  # float32's micro-kernel, on the widened padded input
+    if not pt.Target(target).can_run():
+        return
+    rng = np.random.default_rng(5)
+    inputs = [rng.uniform(-1, 1, _shape(t)).astype(nd) for t in tensors[:-1]]
+    out = mod(*inputs)
+    assert out.dtype == nd
+    (ref,) = task.template.reference_output([x.astype(np.float64) for x in inputs], task.args)
+    ref = np.asarray(ref, np.float64)
+    got = out.astype(np.float64)
+    np.testing.assert_allclose(got, ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+
+
 def test_requantized_dense_is_bit_exact_with_ties_and_saturation():
     M, N, K = 12, 48, 40
     task, mod, tensors = _build("dense_requant", (M, N, K))

@@ -71,9 +71,12 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
         return conv_dot.conv(cfg, isa, data, weight, (N, C, H, W, K, R, S), stride, padding)
     if K % lanes == 0:  # whole vectors of output channels
         _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, [rc, rr, rs], p)
-        # pixels are broadcast one at a time: no column phases to split for a stride
-        P, read = input_stage(cfg, data, N, C, H, W, stride, padding, dtype, False)
-        return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), (N, K, OH, OW), stride, p)
+        # pixels are broadcast one at a time: no column phases to split for a stride;
+        # a 16-bit float is widened once, where the input is padded (``_conv_vec_k``)
+        wide = precision.widen(data)
+        P, read = input_stage(cfg, wide, N, C, H, W, stride, padding, wide.dtype, False)
+        shape = (N, K, OH, OW)
+        return _conv_vec_k(cfg, data, weight, P, read, (rc, rr, rs), shape, stride, p, wide)
     inner_tile(cfg, "tile_k", K, [1, 2, 4, 8], 8 if K >= 8 else 4 if K >= 4 else 2 if K >= 2 else 1)
     define_tile_knobs(cfg, OH, OW, lanes, stride, padding, [rc, rr, rs], cfg["tile_k"].size[-1])
     # weights packed per tile of kb output channels, those innermost: the kb weights a
@@ -104,15 +107,17 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
     return s, [data, weight, out]
 
 
-def _packed_weights(weight, kb: int):
+def _packed_weights(weight, kb: int, widen: bool = False):
     """``WP[ko, c, r, s, ki] = weight[ko * kb + ki, c, r, s]`` (the last tile repeats
-    channel K - 1 when kb does not divide K; those lanes are never stored)."""
+    channel K - 1 when kb does not divide K; those lanes are never stored); ``widen``:
+    in float32."""
     K, C, R, S = (int(d.value) for d in weight.shape)
-    return pt.compute(
-        (-(-K // kb), C, R, S, kb),
-        lambda ko, c, r, q, ki: weight[pt.min(ko * kb + ki, K - 1), c, r, q],
-        name="weight_packed",
-    )
+
+    def value(ko, c, r, q, ki):
+        v = weight[pt.min(ko * kb + ki, K - 1), c, r, q]
+        return pt.cast("float32", v) if widen else v
+
+    return pt.compute((-(-K // kb), C, R, S, kb), value, name="weight_packed")
 
 
 def _schedule_packed(s, WP):
@@ -136,18 +141,22 @@ def _define_vec_k_knobs(cfg, K, OH, OW, lanes, stride, padding, red_axes, p):
     """
     define_channel_tile_knobs(cfg, K, OH, OW, lanes, cfg.target.vector_registers // 2)
     define_red_pad_knobs(cfg, red_axes, stride, padding)
-    if ukernels.simd_isa(cfg.target) is not None and p.name == "float32":
+    # (a 16-bit float takes it in float32, from the padded copy widened once)
+    f32 = p.name == "float32" or (p.name in precision.STORAGE_FLOATS and padding > 0)
+    if ukernels.simd_isa(cfg.target) is not None and f32:
         cfg.define_knob("ukernel", [0, 1], default=1)
 
 
-def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p):
+def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p, wide_data):
     """Output channels vectorized: the GEMM micro-kernel on a convolution.
 
     The accumulator ``acc[n, y, x, k]`` (channels innermost) is computed per tile of
     ``hb`` rows x ``wb`` columns x ``kb`` channels inside the output's tile loop; per
     reduction step (c, r, s) that is ``kb / lanes`` vector loads of the packed
     weights ``WP[ko, c, r, s, 0:kb]`` and ``hb * wb`` broadcast input pixels. The
-    output copies the tile back to NCHW:
+    output copies the tile back to NCHW (a 16-bit float: ``read`` gives the input
+    widened to float32, ``WP`` is float32 and the copy rounds once, so the tile, the
+    micro-kernel too where the input is padded, is float32's):
 
         parallel for n, ko (, yo):  for yo: for xo:
           acc[hb][wb][kb] = 0
@@ -158,7 +167,7 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p):
     rc, rr, rs = red
     N, K, OH, OW = shape
     kb = cfg["vk_k"].size[-1]
-    WP = _packed_weights(weight, kb)
+    WP = _packed_weights(weight, kb, widen=p.name in precision.STORAGE_FLOATS)
     acc = pt.compute(
         (N, OH, OW, K),
         lambda n, y, x, k: pt.sum(
@@ -169,9 +178,13 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p):
         ),
         name="acc",
     )
-    out = pt.compute((N, K, OH, OW), lambda n, k, y, x: acc[n, y, x, k], name="conv")
+    out = pt.compute(
+        (N, K, OH, OW), lambda n, k, y, x: precision.rounded(acc[n, y, x, k], p.out), name="conv"
+    )
     s = pt.create_schedule(out.op)
-    tile = _conv_tile(cfg, weight, stride, p)
+    # the input's cast stage (``wide_data``, a 16-bit float's): inside the pad's copy
+    precision.inline_widened(s, [wide_data])
+    tile = _conv_tile(cfg, weight, stride, p, P is not None)
     schedule_pad(cfg, s, P, force_root=tile is not None)
     _schedule_packed(s, WP)
     order = schedule_channel_tiles(
@@ -182,11 +195,13 @@ def _conv_vec_k(cfg, data, weight, P, read, red, shape, stride, p):
     return s, [data, weight, out]
 
 
-def _conv_tile(cfg, weight, stride: int, p):
+def _conv_tile(cfg, weight, stride: int, p, padded: bool = True):
     """The micro-kernel intrinsic of the ``vec_k`` tile when the ``ukernel`` knob asks for
-    it (it reads the padded input, so ``pad`` is then computed at the root), else None."""
+    it (it reads the padded input, so ``pad`` is then computed at the root), else None.
+    A 16-bit float takes it where the input is padded (``padded``): in float32."""
     isa = ukernels.simd_isa(cfg.target)
-    if isa is None or p.name != "float32" or not cfg["ukernel"].val:
+    f32 = p.name == "float32" or (p.name in precision.STORAGE_FLOATS and padded)
+    if isa is None or not f32 or not cfg["ukernel"].val:
         return None
     _, C, R, S = (int(d.value) for d in weight.shape)
     hb, wb, kb = cfg["vk_h"].size[-1], cfg["vk_w"].size[-1], cfg["vk_k"].size[-1]

@@ -94,6 +94,7 @@ def widened(a: np.ndarray) -> np.ndarray:
 #     Y[i, j] = f(X[i, j])    ->    Y[i, j] = bfloat16(f(float(X[i, j])))
 
 ROW_FLOATS = ("float32", "float64", "bfloat16", "float16")
+STORAGE_FLOATS = ("bfloat16", "float16")  # stored in 16 bits, computed in float32
 
 
 def check_row_dtype(template: str, dtype: str) -> str:
