@@ -95,6 +95,8 @@ def test_16_bit_matmul_template_within_1e_2_at_k_4096(dtype):
         ("conv2d_nchw", (1, 8, 12, 12, 32, 3, 3, 2, 0), None),  # unpadded: widened where read
         ("batch_matmul", (2, 24, 48, 40), None),
         ("matmul", (30, 50, 70), None),
+        ("dense", (30, 50, 70), None),
+        ("dense_bias_gelu", (30, 50, 70), None),
     ],
 )
 def test_16_bit_floats_are_widened_once_into_float32_tiles(name, args, kernel, dtype):

@@ -69,25 +69,33 @@ def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
             None,
         )
     # packed weights: panel jo holds columns jo*nr .. jo*nr+nr-1 as K x nr
-    # (the ragged last panel repeats column N-1; those lanes are never stored)
-    WP = pt.compute(
-        (_ceil_div(N, nr), K, nr),
-        lambda jo, kk, ji: W[pt.min(jo * nr + ji, N - 1), kk],
-        name="WP",
-    )
+    # (the ragged last panel repeats column N-1; those lanes are never stored); a 16-bit
+    # float widened once, there and in a float32 copy of X, so the tile is float32's
+    wide = str(W.dtype) in precision.STORAGE_FLOATS
+
+    def packed(jo, kk, ji):
+        w = W[pt.min(jo * nr + ji, N - 1), kk]
+        return pt.cast(F32, w) if wide else w
+
+    WP = pt.compute((_ceil_div(N, nr), K, nr), packed, name="WP")
+    Xw = precision.widen(X)
     D = pt.compute(
         (M, N),
-        lambda i, j: pt.sum(precision.product(p, X[i, k], WP[j // nr, k, j % nr]), axis=k),
+        lambda i, j: pt.sum(precision.product(p, Xw[i, k], WP[j // nr, k, j % nr]), axis=k),
         name="D",
     )
-    return D, [WP], None
+    return D, [WP, *([Xw] if wide else [])], None
 
 
 def _schedule_dense(cfg, out, D, M, packed, dot=None):
     """The accumulator tile: D computed into a local buffer, copied out through the
     epilogue ``out`` (the copy stage D is inlined into it); ``dot``: the dot-product
-    kernel's ``DotGemm``, whose accumulator and intrinsic the tile then is."""
+    kernel's ``DotGemm``, whose accumulator and intrinsic the tile then is.
+    ``packed``: the packed weights, then a widened X (``_dense_product``)."""
     s = pt.create_schedule(out.op)
+    for T in packed[1:]:  # a widened X: once, rows in parallel
+        s[T].parallel(s[T].op.axis[0])
+        s[T].vectorize(s[T].op.axis[-1])
     DL = dot.accumulator(s) if dot is not None else s.cache_write(D, "local")
     s[D].compute_inline()
     pack = (lambda: packed[0]) if packed else None
@@ -149,7 +157,7 @@ def dense(cfg, M, N, K, dtype="float32"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
-    out = pt.compute((M, N), lambda i, j: D[i, j], name="out")
+    out = pt.compute((M, N), lambda i, j: precision.rounded(D[i, j], p.out), name="out")
     return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, out]
 
 
