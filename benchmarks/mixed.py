@@ -1,17 +1,18 @@
-"""The mixed-precision rows of the suite: int8 and bfloat16 matmul 1024^3, and the int8
-ResNet-18 64->64 56x56 convolution.
+"""The mixed-precision rows of the suite: int8, bfloat16 and float16 matmul 1024^3, and
+the int8 and bfloat16 ResNet-18 64->64 56x56 convolutions.
 
 Each runs on the richest named target this machine runs that has a dot-product
 kernel for its dtype (``x86-amx`` with AMX's tiles, else ``x86-avx512-bf16`` on a CPU
 with AVX-512 VNNI and BF16, else ``x86-avx2-vnni``, else the host's own target with its
 ``vpmaddwd`` kernel), with the
 template's default config (no tuning records are shipped for these workloads); the
-matmuls against ``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 matmul in the
-same run. The summary relates each to pypto's float32 row of the same shape (``ROWS``).
+matmuls against ``torch._int_mm`` (int8 -> int32) and PyTorch's bfloat16 and float16
+matmuls in the same run (float16 has no dot kernel: the host's target, float32 tiles).
+The summary relates each to pypto's float32 row of the same shape (``ROWS``).
 
     python -m benchmarks mixed [--threads 1,2] [--repeat 15] [--target NAME]
 
-runs just these rows: pypto's int8, bfloat16 and float32 matmul 1024^3 against torch,
+runs just these rows: pypto's int8, bfloat16, float16 and float32 matmul 1024^3 against torch,
 interleaved call by call (medians of the per-call ratios), each as a fraction of the
 peak of the instruction its kernel uses (``pypto.peak``'s roofs, with as many threads), and
 says whether torch's int8 result was exact. ``--target`` runs pypto's kernels of a
@@ -37,7 +38,7 @@ from pypto.dtypes import numpy_dtype
 from pypto.target import KNOWN
 
 SHAPE = (1024, 1024, 1024)
-DTYPES = ("int8", "bfloat16")
+DTYPES = ("int8", "bfloat16", "float16")
 
 
 def dot_target(dtype: str) -> str:
@@ -83,7 +84,7 @@ def _mm(torch):
     return lambda a, b, c: torch.matmul(a, b, out=c)
 
 
-TORCH = {"int8": _int_mm, "bfloat16": _mm, "float32": _mm}
+TORCH = {"int8": _int_mm, "bfloat16": _mm, "float16": _mm, "float32": _mm}
 
 
 def label(dtype: str) -> str:
@@ -196,7 +197,7 @@ def compare(dtype: str, threads: int, repeat: int, target: str | None = None) ->
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks mixed",
-        description="int8, bfloat16 and float32 matmul 1024^3 against torch",
+        description="int8, bfloat16, float16 and float32 matmul 1024^3 against torch",
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
     p.add_argument("--repeat", type=int, default=15, help="interleaved calls of each (15)")

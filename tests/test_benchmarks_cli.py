@@ -89,6 +89,7 @@ def test_kernels_come_from_the_standard_workloads():
     assert [(k.template, k.args, k.dtype) for k in ks[len(std) :]] == [
         ("matmul", (1024, 1024, 1024, "int8"), "int8"),
         ("matmul", (1024, 1024, 1024, "bfloat16"), "bfloat16"),
+        ("matmul", (1024, 1024, 1024, "float16"), "float16"),
         ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1, "int8"), "int8"),
         ("conv2d_nchw", (1, 64, 56, 56, 64, 3, 3, 1, 1, "bfloat16"), "bfloat16"),
     ]
