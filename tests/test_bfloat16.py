@@ -173,3 +173,52 @@ def test_a_value_cast_to_its_store_is_rounded_once(dtype):
     mod(x, y)
     want = (x.astype(np.float32) * np.float32(1.37)).astype(nd)
     assert np.array_equal(_bits(y), _bits(want))
+
+
+@pytest.mark.parametrize("target", ["host", "generic", "aarch64-neon"])
+def test_float16_conversions_are_numpy_s_bit_for_bit(target):
+    """float16's loads and stores (``pt_f16_load`` / ``pt_f16_store``, vectorized):
+    every one of the 65536 halves widened exactly; float32 values narrowed as numpy
+    rounds them, to nearest even: the halfway points between neighbouring halves (ties,
+    in the subnormal range too), their neighbours one float32 ulp away, overflow to
+    infinity from 65520 on, underflow to zero, signed zeros, infinities, and random bit
+    patterns. NaN stays NaN."""
+    from pypto import emulate
+
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    n = 1 << 16
+    H = pt.placeholder((n,), "float16", name="H")
+    W = pt.compute((n,), lambda i: pt.cast("float32", H[i]), name="W")
+    s = pt.create_schedule(W.op)
+    s[W].vectorize(s[W].split(W.op.axis[0], factor=16)[1])
+    halves = np.arange(n, dtype=np.uint16).view(np.float16)
+    wide = pt.build(s, [H, W], target=t, name="widen")(halves)
+    want = halves.astype(np.float32)
+    same = (wide.view(np.uint32) == want.view(np.uint32)) | (np.isnan(wide) & np.isnan(want))
+    assert same.all(), halves[~same][:8]
+
+    finite = np.unique(want[np.isfinite(want)].astype(np.float64))
+    mid = ((finite[1:] + finite[:-1]) / 2).astype(np.float32)  # exact: the ties
+    rng = np.random.default_rng(7)
+    noise = rng.integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
+    edges = [65504, 65519.996, 65520, 65536, 1e30, 2.0**-24, 2.0**-25, 2.0**-26, 0.0, -0.0]
+    x = np.concatenate([
+        mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf)),
+        want, noise.view(np.float32), np.array(edges + [np.inf, -np.inf], np.float32),
+    ]).astype(np.float32)  # fmt: skip
+    x = np.concatenate([x, -x])
+    m = x.size
+    F = pt.placeholder((m,), "float32", name="F")
+    N = pt.compute((m,), lambda i: pt.cast("float16", F[i]), name="N")
+    s = pt.create_schedule(N.op)
+    s[N].vectorize(s[N].split(N.op.axis[0], factor=16)[1])
+    got = pt.build(s, [F, N], target=t, name="narrow")(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = x.astype(np.float16)
+    nan = np.isnan(x)
+    assert np.isnan(got[nan]).all()
+    bad = got[~nan].view(np.uint16) != ref[~nan].view(np.uint16)
+    assert not bad.any(), x[~nan][bad][:8]
