@@ -70,7 +70,8 @@ def test_list_shows_arguments_docs_and_standard_workloads(capsys):
     assert "standard: --args 1024,1024,1024  (records for x86-amx, x86-avx2, x86-avx512)" in out
     assert "standard: --args 1,8,1024,64  (records for x86-amx)" in out  # attention
     assert "standard: --args 1,8,1024,64,True  (records for x86-amx)" in out  # causal
-    assert "standard: --args 1,128,28,28,128,3,3,1,1  (no shipped records)" in out  # winograd
+    assert "standard: --args 1,128,28,28,128,3,3,1,1  (records for x86-amx)" in out  # winograd
+    assert "standard: --args 128,3072,768,int8  (no shipped records)" in out  # int8 dense
 
 
 def test_args_read_true_false_and_none_as_python_does():
