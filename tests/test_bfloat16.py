@@ -222,3 +222,23 @@ def test_float16_conversions_are_numpy_s_bit_for_bit(target):
     assert np.isnan(got[nan]).all()
     bad = got[~nan].view(np.uint16) != ref[~nan].view(np.uint16)
     assert not bad.any(), x[~nan][bad][:8]
+
+
+def test_float16_subnormals_survive_flush_to_zero():
+    """Under flush-to-zero and denormals-are-zero (``torch.set_flush_denormal(True)``
+    sets both for the calling thread on x86) float16's subnormals still widen exactly,
+    as numpy and PyTorch widen them: the load never goes through a float32 subnormal."""
+    torch = pytest.importorskip("torch")
+    H = pt.placeholder((1024,), "float16", name="H")
+    W = pt.compute((1024,), lambda i: pt.cast("float32", H[i]) * 2.0, name="W")
+    s = pt.create_schedule(W.op)
+    s[W].vectorize(s[W].split(W.op.axis[0], factor=16)[1])
+    mod = pt.build(s, [H, W], name="subnormals")
+    halves = np.arange(1024, dtype=np.uint16).view(np.float16)  # 0 and every subnormal
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-to-zero mode")
+    try:
+        got = mod(halves)
+    finally:
+        torch.set_flush_denormal(False)
+    np.testing.assert_array_equal(got, halves.astype(np.float32) * 2)
