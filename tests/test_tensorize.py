@@ -299,10 +299,13 @@ SIMD_TARGETS = ("x86-avx512", "x86-avx2", "aarch64-neon")
         ((1, 4, 8, 8, 4, 3, 3, 1, 1), (1, 2, 4)),  # more vectors than pixels: pixels held
         ((2, 3, 10, 9, 1, 3, 3, 2, 1), (1, 4, 1)),  # stride 2, batch 2
         ((1, 6, 7, 7, 2, 1, 1, 1, 0), (2, 3, 2)),  # 1x1, no padding, two rows
+        ((1, 5, 9, 13, 2, 3, 3, 1, 1), (2, 6, 2)),  # copy: four columns, then two; ragged
+        ((1, 3, 8, 17, 1, 3, 3, 1, 1), (1, 8, 1)),  # copy: twice four columns
     ],
 )
 def test_conv_micro_kernel_matches_reference(target, args, tile):
-    """The micro-kernel of each SIMD target, run natively or under qemu, against numpy."""
+    """The micro-kernel of each SIMD target and its tile copy back to NCHW (transposed
+    in registers), run natively or under qemu, against numpy."""
     t = pt.Target(target)
     why = emulate.why_not_runnable(t)
     if why:
@@ -318,6 +321,7 @@ def test_conv_micro_kernel_matches_reference(target, args, tile):
     isa = ukernels.simd_isa(t).name
     tile_name = f"conv_tile_{isa}_c{args[1]}_r{args[5]}s{args[6]}_st{args[7]}_{hb}x{wb}x{nk * L}("
     assert tile_name in mod.source
+    assert f"tile_transpose_{isa}_{hb}x{wb}x{nk * L}(" in mod.source
     rng = np.random.default_rng(1)
     data, weight, out = ([int(d.value) for d in t.shape] for t in tensors)
     data = rng.standard_normal(data).astype("float32")

@@ -78,13 +78,14 @@ def define_channel_tile_knobs(cfg, K: int, OH: int, OW: int, lanes: int, budget:
     inner_tile(cfg, "vk_h", OH, [1, 2], hb_d)
 
 
-def schedule_channel_tiles(cfg, s, out, acc, red_order) -> list:
+def schedule_channel_tiles(cfg, s, out, acc, red_order, copy=None) -> list:
     """The ``vec_k`` tile loops of a convolution ``out[n, k, y, x]`` computed from its
     accumulator ``acc[n, y, x, k]``: k, y, x split into ``vk_k`` x ``vk_h`` x ``vk_w``
     tiles, batch and channel tiles (and row tiles, ``par``) fused into the parallel loop,
     ``acc`` computed at the tile with the reduction outermost in the order
     ``red_order()`` gives (called once ``acc`` is attached), the tile's rows and columns
-    unrolled and its channels vectorized. Returns that reduction order."""
+    unrolled and its channels vectorized; the tile copied back by the intrinsic ``copy``
+    (``ukernels.tile_transpose``) when there is one. Returns that reduction order."""
     n, k, y, x = out.op.axis
     ko, ki = cfg["vk_k"].apply(s, out, k)
     yo, yi = cfg["vk_h"].apply(s, out, y)
@@ -99,6 +100,8 @@ def schedule_channel_tiles(cfg, s, out, acc, red_order) -> list:
     s[acc].unroll(ay)
     s[acc].unroll(ax)
     s[acc].vectorize(ak)
+    if copy is not None:
+        s[out].tensorize(ki, copy)
     return order
 
 

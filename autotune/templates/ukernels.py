@@ -14,6 +14,9 @@ which spills some tile shapes: the tuner measures them like any other config):
       acc[y][x][v] += p[y][x] * w[v]
     out[y, x, L*v : L*v + L] = acc[y][x][v]
 
+``tile_transpose`` copies such a tile (channels innermost) back to NCHW, four
+columns at a time transposed in registers: gcc copies it one element at a time.
+
 The vector instructions come from a table per ISA (AVX-512, AVX2 + FMA, NEON),
 chosen by the task's target, never by the host: ``L`` is that ISA's float32
 lanes. With the strides of a call known (they are constants), the compiler
@@ -41,7 +44,19 @@ class SimdISA:
     bcast: str  # {p}: address of the scalar
     fma: str  # acc + a * b
     store: str  # {p}, {v}
+    # four vectors a0..a3 to u0..u3, transposed within each group of four lanes
+    # (u_j's group g holds lane 4g + j of a0..a3)
+    transpose4: str
+    store4: str  # {p}: address, {v}: vector, {g}: its group of four lanes to store
 
+
+# x86: unpack pairs of a0..a3, then shuffle pairs of pairs, in every 128-bit lane
+_X86_TRANSPOSE4 = (
+    "{V} t0 = {P}_unpacklo_ps(a0, a1), t1 = {P}_unpackhi_ps(a0, a1);\n"
+    "{V} t2 = {P}_unpacklo_ps(a2, a3), t3 = {P}_unpackhi_ps(a2, a3);\n"
+    "{V} u0 = {P}_shuffle_ps(t0, t2, 0x44), u1 = {P}_shuffle_ps(t0, t2, 0xEE);\n"
+    "{V} u2 = {P}_shuffle_ps(t1, t3, 0x44), u3 = {P}_shuffle_ps(t1, t3, 0xEE);"
+)
 
 ISAS = (
     SimdISA(
@@ -55,6 +70,8 @@ ISAS = (
         "_mm512_set1_ps(*({p}))",
         "_mm512_fmadd_ps({a}, {b}, {acc})",
         "_mm512_storeu_ps({p}, {v});",
+        _X86_TRANSPOSE4.replace("{V}", "__m512").replace("{P}", "_mm512"),
+        "_mm_storeu_ps({p}, _mm512_extractf32x4_ps({v}, {g}));",
     ),
     SimdISA(
         "avx2",
@@ -67,6 +84,8 @@ ISAS = (
         "_mm256_broadcast_ss({p})",
         "_mm256_fmadd_ps({a}, {b}, {acc})",
         "_mm256_storeu_ps({p}, {v});",
+        _X86_TRANSPOSE4.replace("{V}", "__m256").replace("{P}", "_mm256"),
+        "_mm_storeu_ps({p}, _mm256_extractf128_ps({v}, {g}));",
     ),
     SimdISA(
         "neon",
@@ -78,6 +97,12 @@ ISAS = (
         "vld1q_f32({p})",
         "vld1q_dup_f32({p})",
         "vfmaq_f32({acc}, {a}, {b})",
+        "vst1q_f32({p}, {v});",
+        "float32x4x2_t t0 = vtrnq_f32(a0, a1), t1 = vtrnq_f32(a2, a3);\n"
+        "float32x4_t u0 = vcombine_f32(vget_low_f32(t0.val[0]), vget_low_f32(t1.val[0]));\n"
+        "float32x4_t u1 = vcombine_f32(vget_low_f32(t0.val[1]), vget_low_f32(t1.val[1]));\n"
+        "float32x4_t u2 = vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0]));\n"
+        "float32x4_t u3 = vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1]));",
         "vst1q_f32({p}, {v});",
     ),
 )
@@ -233,4 +258,63 @@ def _gemm_source(isa: SimdISA, name: str, mr: int, nc: int, K: int) -> str:
         "  " + isa.store.format(p=f"out + {i} * o0 + {v * L}", v=c) for (i, v), c in acc.items()
     ]
     lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int):
+    """The intrinsic ``out[k, y, x] = in[y, x, k]`` over a tile of ``hb`` rows, ``wb``
+    columns and ``kb`` channels (whole vectors of ``isa``): a channels-innermost register
+    tile copied back to NCHW. Four columns at a time, in registers (the rest one by one):
+
+        for y < hb: for v < kb / L: for x0 in 0, 4, ..:
+          a[j] = load(in[y, x0 + j, L*v : L*v + L])            (j < 4)
+          u = transpose4(a)        (u[j]'s group g: channel 4g + j of the four columns)
+          out[L*v + 4g + j, y, x0 : x0 + 4] = u[j].group(g)    (L stores of four floats)
+    """
+    if kb % isa.lanes:
+        raise ValueError(
+            f"tile_transpose: {kb} channels are not whole {isa.name} vectors of {isa.lanes}"
+        )
+    A = pt.placeholder((hb, wb, kb), name="inp")
+    out = pt.compute((kb, hb, wb), lambda k, y, x: A[y, x, k], name="tile")
+    name = f"tile_transpose_{isa.name}_{hb}x{wb}x{kb}"
+    return pt.TensorIntrin.register(name, out.op, _transpose_source(isa, name, hb, wb, kb))
+
+
+def _transpose_source(isa: SimdISA, name: str, hb: int, wb: int, kb: int) -> str:
+    L, V = isa.lanes, isa.vtype
+    lines = [
+        f"#include <{isa.header}>",
+        f"static inline void {name}(const float* restrict in, int64_t i0, int64_t i1,",
+        "    int64_t i2, float* restrict out, int64_t o0, int64_t o1, int64_t o2) {",
+        "  if (i2 != 1 || o2 != 1) {  /* channels or columns not contiguous: plain loops */",
+        f"    for (int64_t k = 0; k < {kb}; ++k)",
+        f"      for (int64_t y = 0; y < {hb}; ++y)",
+        f"        for (int64_t x = 0; x < {wb}; ++x)",
+        "          out[k * o0 + y * o1 + x * o2] = in[y * i0 + x * i1 + k * i2];",
+        "    return;",
+        "  }",
+        f"  for (int64_t y = 0; y < {hb}; ++y) {{",
+        f"    for (int64_t v = 0; v < {kb // L}; ++v) {{",
+        f"      const float* ip = in + y * i0 + v * {L};",
+        f"      float* op = out + v * {L} * o0 + y * o1;",
+    ]
+    for x0 in range(0, wb - 3, 4):
+        lines.append(
+            f"      {{ {V} "
+            + ", ".join(f"a{j} = " + isa.load.format(p=f"ip + {x0 + j} * i1") for j in range(4))
+            + ";"
+        )
+        lines += ["        " + t for t in isa.transpose4.split("\n")]
+        lines += [
+            "        " + isa.store4.format(p=f"op + {4 * g + j} * o0 + {x0}", v=f"u{j}", g=g)
+            for g in range(L // 4)
+            for j in range(4)
+        ]
+        lines.append("      }")
+    lines += [
+        f"      for (int64_t k = 0; k < {L}; ++k) op[k * o0 + {x}] = ip[{x} * i1 + k];"
+        for x in range(wb - wb % 4, wb)
+    ]
+    lines += ["    }", "  }", "}"]
     return "\n".join(lines) + "\n"
