@@ -179,17 +179,25 @@ def _conv_int8(t, args, seed=5):
 @pytest.mark.parametrize("target", INT8_TARGETS)
 @pytest.mark.parametrize(
     "args",
-    [(2, 8, 11, 9, 32, 3, 3, 2, 1), (1, 16, 9, 10, 32, 3, 3, 1, 1), (1, 8, 6, 6, 32, 1, 1, 1, 0)],
+    [
+        (2, 8, 11, 9, 32, 3, 3, 2, 1),
+        (1, 16, 9, 10, 32, 3, 3, 1, 1),
+        (1, 8, 6, 6, 32, 1, 1, 1, 0),
+        (1, 8, 5, 5, 32, 3, 3, 2, 1),  # tiles of 3 columns: copied back one column at a time
+    ],
 )
 def test_int8_conv_uses_the_dot_kernel_and_is_bit_exact(target, args):
     """Channels grouped by the instruction's g, the input padded (offset by 128 for
-    vpdpbusd, widened for vpmaddwd), partial tiles as plain loops: exact at the extremes."""
+    vpdpbusd, widened for vpmaddwd), partial tiles as plain loops, whole tiles copied
+    back to NCHW transposed in registers (less 128 x the weights' sums for vpdpbusd):
+    exact at the extremes."""
     t = pt.Target(target)
     why = emulate.why_not_runnable(t)
     if why:
         pytest.skip(why)
     mod, out, ref = _conv_int8(t, args)
     assert f"conv_{dot_isa(t, 'int8').name}_" in mod.source
+    assert "tile_transpose_" in mod.source
     np.testing.assert_array_equal(out, ref)
 
 

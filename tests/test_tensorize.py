@@ -321,7 +321,7 @@ def test_conv_micro_kernel_matches_reference(target, args, tile):
     isa = ukernels.simd_isa(t).name
     tile_name = f"conv_tile_{isa}_c{args[1]}_r{args[5]}s{args[6]}_st{args[7]}_{hb}x{wb}x{nk * L}("
     assert tile_name in mod.source
-    assert f"tile_transpose_{isa}_{hb}x{wb}x{nk * L}(" in mod.source
+    assert f"tile_transpose_{isa}_float32_{hb}x{wb}x{nk * L}(" in mod.source
     rng = np.random.default_rng(1)
     data, weight, out = ([int(d.value) for d in t.shape] for t in tensors)
     data = rng.standard_normal(data).astype("float32")

@@ -48,6 +48,13 @@ class SimdISA:
     # (u_j's group g holds lane 4g + j of a0..a3)
     transpose4: str
     store4: str  # {p}: address, {v}: vector, {g}: its group of four lanes to store
+    # int32 lanes, for copies of int32 tiles: the vector type, a load ({p}: address),
+    # a - b, a * the constant {m}, and the lanes' bits as the float vector type
+    ivtype: str
+    iload: str
+    isub: str
+    imul: str
+    as_float: str
 
 
 # x86: unpack pairs of a0..a3, then shuffle pairs of pairs, in every 128-bit lane
@@ -72,6 +79,11 @@ ISAS = (
         "_mm512_storeu_ps({p}, {v});",
         _X86_TRANSPOSE4.replace("{V}", "__m512").replace("{P}", "_mm512"),
         "_mm_storeu_ps({p}, _mm512_extractf32x4_ps({v}, {g}));",
+        "__m512i",
+        "_mm512_loadu_si512({p})",
+        "_mm512_sub_epi32({a}, {b})",
+        "_mm512_mullo_epi32({a}, _mm512_set1_epi32({m}))",
+        "_mm512_castsi512_ps({a})",
     ),
     SimdISA(
         "avx2",
@@ -86,6 +98,11 @@ ISAS = (
         "_mm256_storeu_ps({p}, {v});",
         _X86_TRANSPOSE4.replace("{V}", "__m256").replace("{P}", "_mm256"),
         "_mm_storeu_ps({p}, _mm256_extractf128_ps({v}, {g}));",
+        "__m256i",
+        "_mm256_loadu_si256((const __m256i*)({p}))",
+        "_mm256_sub_epi32({a}, {b})",
+        "_mm256_mullo_epi32({a}, _mm256_set1_epi32({m}))",
+        "_mm256_castsi256_ps({a})",
     ),
     SimdISA(
         "neon",
@@ -104,6 +121,11 @@ ISAS = (
         "float32x4_t u2 = vcombine_f32(vget_high_f32(t0.val[0]), vget_high_f32(t1.val[0]));\n"
         "float32x4_t u3 = vcombine_f32(vget_high_f32(t0.val[1]), vget_high_f32(t1.val[1]));",
         "vst1q_f32({p}, {v});",
+        "int32x4_t",
+        "vld1q_s32({p})",
+        "vsubq_s32({a}, {b})",
+        "vmulq_n_s32({a}, {m})",
+        "vreinterpretq_f32_s32({a})",
     ),
 )
 
@@ -261,59 +283,96 @@ def _gemm_source(isa: SimdISA, name: str, mr: int, nc: int, K: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int):
+def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int, dtype="float32", offset=None):
     """The intrinsic ``out[k, y, x] = in[y, x, k]`` over a tile of ``hb`` rows, ``wb``
     columns and ``kb`` channels (whole vectors of ``isa``): a channels-innermost register
-    tile copied back to NCHW. Four columns at a time, in registers (the rest one by one):
+    tile copied back to NCHW. ``dtype``: float32 or int32; ``offset`` (int32): the copy
+    subtracts ``offset * ws[k]`` (``conv_dot``'s unsigned input). Four columns at a
+    time, in registers (the rest one by one):
 
         for y < hb: for v < kb / L: for x0 in 0, 4, ..:
-          a[j] = load(in[y, x0 + j, L*v : L*v + L])            (j < 4)
+          a[j] = load(in[y, x0 + j, L*v : L*v + L])            (j < 4; - offset * ws)
           u = transpose4(a)        (u[j]'s group g: channel 4g + j of the four columns)
-          out[L*v + 4g + j, y, x0 : x0 + 4] = u[j].group(g)    (L stores of four floats)
+          out[L*v + 4g + j, y, x0 : x0 + 4] = u[j].group(g)    (L stores of four lanes)
     """
     if kb % isa.lanes:
         raise ValueError(
             f"tile_transpose: {kb} channels are not whole {isa.name} vectors of {isa.lanes}"
         )
-    A = pt.placeholder((hb, wb, kb), name="inp")
-    out = pt.compute((kb, hb, wb), lambda k, y, x: A[y, x, k], name="tile")
-    name = f"tile_transpose_{isa.name}_{hb}x{wb}x{kb}"
-    return pt.TensorIntrin.register(name, out.op, _transpose_source(isa, name, hb, wb, kb))
+    A = pt.placeholder((hb, wb, kb), dtype, name="inp")
+    inputs = [A]
+    if offset is None:
+        out = pt.compute((kb, hb, wb), lambda k, y, x: A[y, x, k], name="tile")
+        name = f"tile_transpose_{isa.name}_{dtype}_{hb}x{wb}x{kb}"
+    else:
+        ws = pt.placeholder((kb,), "int32", name="ws")
+        inputs.append(ws)
+        out = pt.compute(
+            (kb, hb, wb),
+            lambda k, y, x: A[y, x, k] - pt.const(offset, "int32") * ws[k],
+            name="tile",
+        )
+        name = f"tile_transpose_{isa.name}_{dtype}_off{offset}_{hb}x{wb}x{kb}"
+    src = _transpose_source(isa, name, (hb, wb, kb), dtype, offset)
+    return pt.TensorIntrin.register(name, out.op, src, inputs=inputs)
 
 
-def _transpose_source(isa: SimdISA, name: str, hb: int, wb: int, kb: int) -> str:
-    L, V = isa.lanes, isa.vtype
+def _transpose_source(isa: SimdISA, name: str, tile: tuple, dtype: str, offset) -> str:
+    (hb, wb, kb), L, V = tile, isa.lanes, isa.vtype
+    T = {"float32": "float", "int32": "int32_t"}[dtype]
+    sub = "" if offset is None else f" - {offset} * ws[k * w0]"
     lines = [
         f"#include <{isa.header}>",
-        f"static inline void {name}(const float* restrict in, int64_t i0, int64_t i1,",
-        "    int64_t i2, float* restrict out, int64_t o0, int64_t o1, int64_t o2) {",
-        "  if (i2 != 1 || o2 != 1) {  /* channels or columns not contiguous: plain loops */",
+        f"static inline void {name}(const {T}* restrict in, int64_t i0, int64_t i1,",
+        "    int64_t i2, "
+        + ("" if offset is None else "const int32_t* restrict ws, int64_t w0, ")
+        + f"{T}* restrict out, int64_t o0, int64_t o1, int64_t o2) {{",
+        "  if (i2 != 1 || o2 != 1"
+        + ("" if offset is None else " || w0 != 1")
+        + ") {  /* not contiguous: plain loops */",
         f"    for (int64_t k = 0; k < {kb}; ++k)",
         f"      for (int64_t y = 0; y < {hb}; ++y)",
         f"        for (int64_t x = 0; x < {wb}; ++x)",
-        "          out[k * o0 + y * o1 + x * o2] = in[y * i0 + x * i1 + k * i2];",
+        f"          out[k * o0 + y * o1 + x * o2] = in[y * i0 + x * i1 + k * i2]{sub};",
         "    return;",
         "  }",
         f"  for (int64_t y = 0; y < {hb}; ++y) {{",
         f"    for (int64_t v = 0; v < {kb // L}; ++v) {{",
-        f"      const float* ip = in + y * i0 + v * {L};",
-        f"      float* op = out + v * {L} * o0 + y * o1;",
+        f"      const {T}* ip = in + y * i0 + v * {L};",
+        f"      {T}* op = out + v * {L} * o0 + y * o1;",
     ]
+    if offset is not None:
+        lines.append(
+            f"      {isa.ivtype} off = "
+            + isa.imul.format(a=isa.iload.format(p=f"ws + v * {L}"), m=offset)
+            + ";"
+        )
+
+    def load(p):  # four columns' lanes as the float vector type (an int32's bits)
+        if dtype == "float32":
+            return isa.load.format(p=p)
+        v = isa.iload.format(p=p)
+        return isa.as_float.format(a=v if offset is None else isa.isub.format(a=v, b="off"))
+
+    def cast(p):  # the float vector type's store, of an int32's bits
+        return p if dtype == "float32" else f"(float*)({p})"
+
     for x0 in range(0, wb - 3, 4):
         lines.append(
             f"      {{ {V} "
-            + ", ".join(f"a{j} = " + isa.load.format(p=f"ip + {x0 + j} * i1") for j in range(4))
+            + ", ".join(f"a{j} = " + load(f"ip + {x0 + j} * i1") for j in range(4))
             + ";"
         )
         lines += ["        " + t for t in isa.transpose4.split("\n")]
         lines += [
-            "        " + isa.store4.format(p=f"op + {4 * g + j} * o0 + {x0}", v=f"u{j}", g=g)
+            "        " + isa.store4.format(p=cast(f"op + {4 * g + j} * o0 + {x0}"), v=f"u{j}", g=g)
             for g in range(L // 4)
             for j in range(4)
         ]
         lines.append("      }")
+    wsub = "" if offset is None else f" - {offset} * ws[v * {L} + k]"
     lines += [
-        f"      for (int64_t k = 0; k < {L}; ++k) op[k * o0 + {x}] = ip[{x} * i1 + k];"
+        f"      for (int64_t k = 0; k < {L}; ++k) op[k * o0 + {x}] = ip[{x} * i1 + k]{wsub};"
         for x in range(wb - wb % 4, wb)
     ]
     lines += ["    }", "  }", "}"]
