@@ -330,6 +330,17 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     assert best.values["mode"] in ("ok", "ok_tiled")
 
 
+def test_candidates_are_measured_on_buffers_that_start_on_cache_lines(tmp_path):
+    """As the outputs a module allocates and torch's tensors (numpy's own arrays start
+    16 bytes into a line): the probe's output is off by the offsets it sees."""
+    log = tmp_path / "aligned.jsonl"
+    task = at.Task("alignment_probe", ())
+    opt = at.MeasureOption(number=1, repeat=1)
+    at.GridSearchTuner(task).tune(1, measure=opt, callbacks=[at.log_to_file(log)])
+    (rec,) = at.load_records(log)
+    assert rec.ok, rec.error_msg
+
+
 def test_xgb_tuner_passes_over_a_config_its_template_fails_on():
     """Featurizing lowers the candidate: a template's own exception (an assert) leaves
     the config without features (the builder records its error), not the tuner dead."""

@@ -98,3 +98,22 @@ def crashing_default(cfg, N):
     else:
         s[C].vectorize(ci)
     return s, [A, C]
+
+
+_ALIGNMENT_SRC = r"""
+#include <stdint.h>
+void probe(const float* a, float* c) {
+  /* the copy, plus how far each buffer starts from a cache line */
+  float off = (float)((uintptr_t)a % 64 + (uintptr_t)c % 64);
+  for (int i = 0; i < 256; ++i) c[i] = a[i] + off;
+}
+"""
+
+
+@template("alignment_probe", reference=lambda a: a)
+def alignment_probe(cfg):
+    """A copy that is right only when its input and output start on cache lines."""
+    cfg.define_knob("variant", [0], default=0)
+    A = pt.placeholder((256,), "float32", name="A")
+    C = pt.extern((256,), [A], "probe", _ALIGNMENT_SRC, name="C")
+    return pt.create_schedule(C.op), [A, C]
