@@ -149,7 +149,7 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: boo
     held = 2 * cfg["tile_q"].size[-1] * Sk * 4
     flash = causal or held > cfg.target.cache_sizes["L2"] // 2
     cfg.define_knob("form", ["two_pass", "flash"], default="flash" if flash else "two_pass")
-    flash_knobs(cfg, Sk, lanes)
+    flash_knobs(cfg, Sk, D, lanes)
 
 
 def _tile_intrin(cfg, dtype: str, mr: int, cols: int, K: int, rows: int, ncols: int):

@@ -50,14 +50,17 @@ import pypto as pt
 FLOOR = -3.0e38  # below every finite score; exp(FLOOR - x) is 0
 
 
-def flash_knobs(cfg, Sk: int, lanes: int):
+def flash_knobs(cfg, Sk: int, Dv: int, lanes: int):
     """``key_block``: keys per step of the online softmax (multiples of the lanes); by
-    default the largest whose scores and probabilities (2 x tile_q x key_block floats)
-    fill at most 3/4 of the target's L1: the per-block work (row max and sum, the state
-    update) is paid once per block."""
+    default the largest whose scores, probabilities and block of V (``(2 x tile_q +
+    Dv) x key_block`` floats: the P V tile's operands) fit in the target's L1: the
+    per-block work (row max and sum, the state update) is paid once per block, but a
+    block of V that spills to L2 is read from there by every row tile. Causal 1 x 8 x
+    1024 x 64 on a Sapphire Rapids-class Xeon (48 KiB L1), one thread: 128 keys (80
+    KiB with K's block) 1.4x 256, 1.05x 64."""
     top = -(-Sk // lanes) * lanes
     sizes = sorted({min(top, b) for b in (lanes, 2 * lanes, 64, 128, 256, 512) if b % lanes == 0})
-    room = cfg.target.cache_sizes["L1"] * 3 // 4 // (2 * cfg["tile_q"].size[-1] * 4)
+    room = cfg.target.cache_sizes["L1"] // ((2 * cfg["tile_q"].size[-1] + Dv) * 4)
     cfg.define_knob("key_block", sizes, default=max([b for b in sizes if b <= room] or sizes[:1]))
 
 
