@@ -160,6 +160,9 @@ _SHAPE_OPS = {
 }
 
 
+_CHECKED_SHAPES = 64  # shape signatures a module remembers as checked
+
+
 def _shape_expr(text: str, sizes: dict) -> Expr:
     """A shape dimension as printed (``n``, ``64``, ``(n + 7) // 8``, ``min(n, 8)``) back
     into an Expr over the size variables; anything else is refused."""
@@ -258,6 +261,9 @@ class Module:
         self._slots = ScalarSlots(
             sig.name, sig.scalars, [p.name for p in sig.params], self._written
         )
+        # shapes (and dtypes) of earlier calls whose checks passed -> the call's sizes:
+        # a call with the same shapes repeats only the checks of its arrays themselves
+        self._checked: dict = {}
 
     def __repr__(self):
         return f"Module({self.name}, target={self.target.name})"
@@ -325,7 +331,12 @@ class Module:
                 f"got {len(args)}"
             )
         arrays = [as_array(a, name) for a, (name, _, _) in zip(args, self._specs)]
-        bound = self._bind(arrays, self._specs)
+        key = tuple((arr.shape, arr.dtype) for arr in arrays)
+        sizes = self._checked.get(key)
+        if sizes is None:
+            sizes = self._check_shapes(arrays)
+            if len(self._checked) < _CHECKED_SHAPES:
+                self._checked[key] = sizes
         for arr, (name, _, _), out in zip(arrays, self._specs, self._written):
             if not arr.flags.c_contiguous:
                 fix = (
@@ -336,6 +347,14 @@ class Module:
                 raise ValueError(f"argument {name} is not C-contiguous; pass {fix}")
             if out and not arr.flags.writeable:
                 raise ValueError(f"argument {name} is written but the array is read-only")
+        check_overlap(arrays, self._specs, self._written)
+        ptrs = [arr.ctypes.data for arr in arrays]
+        return [*ptrs, *sizes, *scalars], arrays
+
+    def _check_shapes(self, arrays) -> list:
+        """Dtypes, ranks, dimensions, sizes and temporaries of a call's arrays; returns
+        the size arguments."""
+        bound = self._bind(arrays, self._specs)
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
         for arr, (name, _, shape), fixed in zip(arrays, self._specs, self._fixed):
             if fixed is not None and fixed == arr.shape:
@@ -352,10 +371,7 @@ class Module:
         check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
         for t in self.signature.temps:
             check_temporary(self.name, t, values)
-        check_overlap(arrays, self._specs, self._written)
-        ptrs = [arr.ctypes.data for arr in arrays]
-        sizes = [bound[v][0] for v in self.signature.size_vars]
-        return [*ptrs, *sizes, *scalars], arrays
+        return [bound[v][0] for v in self.signature.size_vars]
 
     def release_workspace(self) -> bool:
         """Free the blocks that the kernel's temporaries keep from one call to the next

@@ -82,6 +82,29 @@ def test_output_aliasing_input(add_one):
         add_one(a, a)
 
 
+def test_a_shape_seen_before_still_checks_each_call_s_arrays():
+    """Calls repeat only the checks of their arrays once their shapes were checked: a
+    non-contiguous, read-only, overlapping or differently typed array of a shape that
+    passed before is still refused."""
+    s, A, B = _add_one()
+    mod = pt.build(s, [A, B], name="add_one_seen")
+    a, b = np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32)
+    mod(a, b)  # (4, 4) and (4, 4): checked
+    np.testing.assert_array_equal(b, a + 1)
+    with pytest.raises(ValueError, match="argument A is not C-contiguous"):
+        mod(np.zeros((4, 8), np.float32)[:, ::2], b)
+    ro = np.zeros((4, 4), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="argument B is written but the array is read-only"):
+        mod(a, ro)
+    with pytest.raises(ValueError, match="arguments A and B overlap in memory"):
+        mod(a, a)
+    with pytest.raises(TypeError, match="argument A: dtype float64, expected float32"):
+        mod(np.zeros((4, 4), np.float64), b)
+    with pytest.raises(ValueError, match="dimension 0 is 3, but n = 4 from argument A"):
+        mod(a, np.zeros((3, 4), np.float32))
+
+
 def test_not_an_array(add_one):
     with pytest.raises(TypeError, match="argument A: expected a numpy array, got list"):
         add_one([[0.0] * 4], np.zeros((1, 4), np.float32))
