@@ -320,20 +320,26 @@ def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int, dtype="float32", off
 def _transpose_source(isa: SimdISA, name: str, tile: tuple, dtype: str, offset) -> str:
     (hb, wb, kb), L, V = tile, isa.lanes, isa.vtype
     T = {"float32": "float", "int32": "int32_t"}[dtype]
-    sub = "" if offset is None else f" - {offset} * ws[k * w0]"
+
+    # int32: the offset subtracted in unsigned arithmetic (wrapping, as the vector
+    # instructions do, where a signed overflow would be undefined)
+    def minus(v, w):
+        return v if offset is None else f"(int32_t)((uint32_t){v} - {offset}u * (uint32_t){w})"
+
     lines = [
         f"#include <{isa.header}>",
-        f"static inline void {name}(const {T}* restrict in, int64_t i0, int64_t i1,",
-        "    int64_t i2, "
-        + ("" if offset is None else "const int32_t* restrict ws, int64_t w0, ")
-        + f"{T}* restrict out, int64_t o0, int64_t o1, int64_t o2) {{",
+        f"static inline void {name}(const {T}* restrict in, int64_t i0, int64_t i1, int64_t i2,",
+        *([] if offset is None else ["    const int32_t* restrict ws, int64_t w0,"]),
+        f"    {T}* restrict out, int64_t o0, int64_t o1, int64_t o2) {{",
         "  if (i2 != 1 || o2 != 1"
         + ("" if offset is None else " || w0 != 1")
         + ") {  /* not contiguous: plain loops */",
         f"    for (int64_t k = 0; k < {kb}; ++k)",
         f"      for (int64_t y = 0; y < {hb}; ++y)",
         f"        for (int64_t x = 0; x < {wb}; ++x)",
-        f"          out[k * o0 + y * o1 + x * o2] = in[y * i0 + x * i1 + k * i2]{sub};",
+        "          out[k * o0 + y * o1 + x * o2] = "
+        + minus("in[y * i0 + x * i1 + k * i2]", "ws[k * w0]")
+        + ";",
         "    return;",
         "  }",
         f"  for (int64_t y = 0; y < {hb}; ++y) {{",
@@ -370,9 +376,10 @@ def _transpose_source(isa: SimdISA, name: str, tile: tuple, dtype: str, offset) 
             for j in range(4)
         ]
         lines.append("      }")
-    wsub = "" if offset is None else f" - {offset} * ws[v * {L} + k]"
     lines += [
-        f"      for (int64_t k = 0; k < {L}; ++k) op[k * o0 + {x}] = ip[{x} * i1 + k]{wsub};"
+        f"      for (int64_t k = 0; k < {L}; ++k) op[k * o0 + {x}] = "
+        + minus(f"ip[{x} * i1 + k]", f"ws[v * {L} + k]")
+        + ";"
         for x in range(wb - wb % 4, wb)
     ]
     lines += ["    }", "  }", "}"]
