@@ -31,7 +31,7 @@ import numpy as np
 
 import pypto as pt
 from pypto import dtypes
-from pypto.arg_checks import aligned_empty
+from pypto.arg_checks import aligned_copy
 from pypto.codegen_c import codegen
 from pypto.dtypes import numpy_dtype
 from pypto.expr import tensor_reads
@@ -221,12 +221,6 @@ def _random_inputs(tensors, rng):
     return arrays, outputs
 
 
-def _aligned_copy(a: np.ndarray) -> np.ndarray:
-    out = aligned_empty(a.shape, a.dtype)
-    out[...] = a
-    return out
-
-
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
 
@@ -338,7 +332,7 @@ class Runner:
             # no earlier candidate touched these; each starts on a cache line, as the
             # outputs a module allocates and torch's tensors do (numpy's own start 16
             # bytes into one: streamed rows then ran a layernorm 1.6x slower)
-            arrays = [_aligned_copy(a) for a in pristine]
+            arrays = [aligned_copy(a) for a in pristine]
             mod(*arrays)
             bad = self._wrote_input(arrays, pristine, outs, names)
             if bad is None and opt["check_correctness"]:

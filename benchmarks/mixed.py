@@ -33,7 +33,7 @@ import numpy as np
 import pypto as pt
 from autotune.templates.dot_ukernels import usable
 from pypto import peak, runtime
-from pypto.arg_checks import aligned_empty
+from pypto.arg_checks import aligned_copy
 from pypto.dtypes import numpy_dtype
 from pypto.target import KNOWN
 
@@ -60,13 +60,6 @@ def random_array(rng, shape, dtype: str) -> np.ndarray:
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
     return rng.standard_normal(shape, dtype=np.float32).astype(numpy_dtype(dtype))
-
-
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """``a`` in an array starting on a cache line."""
-    out = aligned_empty(a.shape, a.dtype)
-    out[...] = a
-    return out
 
 
 def to_torch(torch, a: np.ndarray):

@@ -82,6 +82,13 @@ def aligned_empty(shape: tuple, dtype) -> np.ndarray:
     return raw[start : start + n].view(dt).reshape(shape)
 
 
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """``a`` copied into an array that starts on a cache line (``aligned_empty``)."""
+    out = aligned_empty(a.shape, a.dtype)
+    out[...] = a
+    return out
+
+
 def fmt_shape(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
 
