@@ -91,7 +91,8 @@ def _terminate(signum, frame):
 def main(argv=None) -> int:
     """``pypto-tune``: parse ``argv`` (default ``sys.argv[1:]``), run the subcommand, and
     return the exit status (2 for a bad command line, with a one-line reason; 130 after
-    Ctrl-C, 143 after SIGTERM, the log holding every finished trial)."""
+    Ctrl-C, 143 after SIGTERM, the log holding every finished trial; 141, quietly, when
+    the reader of the output has gone)."""
     try:
         before = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone
@@ -129,6 +130,10 @@ def _main(argv) -> int:
         print(f"pypto-tune: {how}; the log holds every finished trial (use --resume)",
               file=sys.stderr)  # fmt: skip
         return 143 if isinstance(e, _Terminated) else 130
+    except BrokenPipeError:  # the reader left (pypto-tune list | head): quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes stdout
+        return 141
     except Exception as e:  # noqa: BLE001 - one line, not a traceback
         if os.environ.get("PYPTO_DEBUG"):
             raise

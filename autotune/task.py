@@ -281,7 +281,9 @@ class Task:
         self.flop = declared if declared else count_flop(tensors)
 
     def instantiate(self, cfg):
-        return self.template.instantiate(cfg, *self.args)
+        """``(schedule, tensors)`` for a Config or a dict of knob values, on the task's
+        target (a dict is checked against the task's own config space)."""
+        return self.template.instantiate(cfg, *self.args, target=self.target)
 
     @property
     def record_keys(self) -> tuple:

@@ -18,13 +18,34 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import math
 from dataclasses import dataclass
 
+from .task import get_template
+
 
 class WorkloadError(ValueError):
     """A workload (or a file of them) that cannot be tuned as written."""
+
+
+def place_dtype(template: str, args, dtype: str, given: str = "'args'") -> tuple:
+    """``args`` with ``dtype`` at the template's ``dtype`` parameter, the parameters
+    between them at their defaults (conv2d_nchw's stride and padding). ``WorkloadError``
+    when the template takes no dtype, when ``args`` already reach that parameter, or
+    lack one before it; ``given`` names the arguments in the message (``--args``)."""
+    params = list(inspect.signature(get_template(template).func).parameters.values())[1:]
+    names = [q.name for q in params]
+    if "dtype" not in names:
+        raise WorkloadError(f"template {template!r} takes no dtype")
+    pos = names.index("dtype")
+    if len(args) > pos:
+        raise WorkloadError(f"{given} already gives {names[pos]} ({args[pos]!r})")
+    missing = [q.name for q in params[len(args) : pos] if q.default is inspect.Parameter.empty]
+    if missing:
+        raise WorkloadError(f"{given} lacks {', '.join(missing)} of {template!r}")
+    return (*args, *(q.default for q in params[len(args) : pos]), dtype)
 
 
 def _dims(args) -> str:
@@ -81,8 +102,9 @@ class Workload:
 
     @property
     def task_args(self) -> tuple:
-        """The template's arguments, the dtype last when one is given."""
-        return (*self.args, self.dtype) if self.dtype else tuple(self.args)
+        """The template's arguments, the dtype at its ``dtype`` parameter when one is given
+        (``place_dtype``)."""
+        return place_dtype(self.template, self.args, self.dtype) if self.dtype else self.args
 
     @property
     def label(self) -> str:
@@ -178,6 +200,13 @@ def _entry(i: int, d) -> Workload:
         or weight <= 0
     ):
         raise WorkloadError(f"{where} ({tpl}): 'weight' must be a positive number, got {weight!r}")
+    if dtype is not None:
+        try:
+            place_dtype(tpl, args, dtype)
+        except KeyError:
+            pass  # an unknown template: refused with the others' names where it is looked up
+        except WorkloadError as e:
+            raise WorkloadError(f"{where} ({tpl}): 'dtype' {dtype!r}: {e}") from None
     return Workload(tpl, tuple(args), weight=float(weight), dtype=dtype)
 
 

@@ -58,7 +58,15 @@ def _leaf_distance(m: GroupModel, d, st: Stage) -> str:
     return "(" + ", ".join(out) + ")"
 
 
-def explain(sch: Schedule) -> str:
+class Explanation(str):
+    """The report as text; at a Python prompt (its ``repr``) it shows as the report
+    itself rather than as a quoted string of ``\\n``: ``s.explain()`` there prints it."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def explain(sch: Schedule) -> Explanation:
     """Text for every stage: loop nest, dependences (distance vectors), legal annotations."""
     low = Bounds(sch)
     cmap = cluster_map(sch)
@@ -121,4 +129,4 @@ def explain(sch: Schedule) -> str:
         else:
             lines.append("  dependences: none")
         lines.append("")
-    return "\n".join(lines)
+    return Explanation("\n".join(lines))

@@ -115,7 +115,8 @@ class Schedule:
 
     def explain(self) -> str:
         """Per stage: the loop nest, the dependences with their distance vectors, and
-        which loops may be parallelized or vectorized. ``print(s.explain())``."""
+        which loops may be parallelized or vectorized: text (``print(s.explain())`` in a
+        script) that a Python prompt shows as it is."""
         return explain(self)
 
     @property

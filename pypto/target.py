@@ -164,8 +164,9 @@ _COMPUTED_AS_F32 = ("float16", "bfloat16")
 class Target:
     """What code generation, templates, features and records know about a machine.
 
-    ``Target("x86-avx2")`` takes the table's fixed parameters; ``Target("host")``
-    the best named target this machine runs, with its own caches and cores; any
+    ``Target("x86-avx2")`` takes the table's fixed parameters (caches per core, one
+    nominal core: its code is the same on any machine); ``Target("host")`` the best
+    named target this machine runs, with its own caches and cores; any
     field given explicitly wins (``Target("x86-avx2", l2_bytes=2 << 20)``).
     """
 
@@ -339,7 +340,9 @@ def _named(name: str) -> dict:
         vector_bits=spec.vector_bits,
         vector_registers=spec.vector_registers,
         features=spec.features,
-        cores=os.cpu_count() or 1,  # the cores that run it; no effect on the code
+        # nominal: a named target's parameters (caches per core) are fixed, whatever
+        # machine builds its code; ``host`` has this machine's cores
+        cores=1,
         l1d_bytes=l1,
         l2_bytes=l2,
         l3_bytes=l3,
@@ -364,7 +367,7 @@ def _host_defaults(name: str) -> dict:
     architecture for the portable target; the CPU features stay the target's (the
     code uses those, whatever else the CPU has)."""
     vals = dict(_named(name), is_host=True, arch=platform.machine() or KNOWN[name].arch)
-    vals.update(_cache_sizes())
+    vals.update(_cache_sizes(), cores=os.cpu_count() or 1)
     return vals
 
 

@@ -339,3 +339,16 @@ def test_a_workload_larger_than_the_machine_is_refused_in_one_line(capsys):
     err = capsys.readouterr().err  # 12 TB: more than any machine the tests run on
     assert code == 2 and err.count("\n") == 1
     assert "--args 1000000,1000000,1000000: the workload's arrays take 1.12e+04 GiB" in err
+
+
+def test_a_reader_that_leaves_ends_the_command_quietly():
+    """``pypto-tune list | head``: the closed pipe ends it with 141 and no error."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "list"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=root,
+    )  # fmt: skip
+    proc.stdout.close()  # the reader leaves before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""

@@ -253,6 +253,26 @@ def test_network_cli_refusals(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["network", "resnet18"], ["all", "--only", "matmul"]])
+@pytest.mark.parametrize(
+    "extra, message",
+    [(["--log", "{tmp}"], "--log {tmp} is a directory"),
+     (["--log-dir", "{tmp}/afile"], "--log-dir {tmp}/afile is a file, not a directory"),
+     (["--log-dir", "{tmp}/afile/sub"], "afile is a file, not a directory")],
+)  # fmt: skip
+def test_log_paths_are_refused_before_measuring(tmp_path, capsys, command, extra, message):
+    """``network`` and ``all`` check their logs as ``tune`` does: one line, exit 2, and
+    nothing measured (no log written anywhere)."""
+    from autotune import cli
+
+    (tmp_path / "afile").write_text("")
+    extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
+    assert cli.main([*command, "--trials", "1", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message.replace("{tmp}", str(tmp_path)) in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 def _bert_layer():
     torch = pytest.importorskip("torch")
     nn, F = torch.nn, torch.nn.functional

@@ -429,6 +429,8 @@ def test_explain_reports_dependences_and_parallel_loops():
     assert "parallel/vectorize: yes" in ri_line
     assert "RAW  T[ri, rj] reads T[ri - 1, rj - 1], written by T[ri, rj]   distance (2, 1)" in text
     assert pt.explain(s) == text
+    # at a Python prompt the report shows as text, not as a quoted string of \n
+    assert isinstance(text, str) and repr(text) == str(text) and "\\n" not in repr(text)
 
 
 # ---------------------------------------------------------------- compute_at inside parallel loops

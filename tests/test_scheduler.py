@@ -247,11 +247,23 @@ def test_workload_files(tmp_path):
         Workload("softmax", (8, 8)),
     ]
     assert ws[0].task_args == (64, 64, 64, "int8") and ws[0].label == "matmul 64^3 int8"
+    # the dtype goes to the template's dtype parameter, past conv2d's stride and padding
+    conv = parse_workloads([{"template": "conv2d_nchw", "args": [1, 8, 8, 8, 8, 3, 3],
+                             "dtype": "int8"}])[0]  # fmt: skip
+    assert conv.task_args == (1, 8, 8, 8, 8, 3, 3, 1, 0, "int8")
     bad = [
         ({"template": "matmul"}, r"workload 0 \(matmul\): 'args' must be a list of numbers"),
         ({"template": "matmul", "args": [1], "weight": 0}, r"'weight' must be a positive"),
         ({"template": "matmul", "args": [1], "wieght": 2}, r"unknown field\(s\) \['wieght'\]"),
         ({"args": [1]}, r"workload 0: 'template' must be a template name"),
+        (
+            {"template": "matmul", "args": [8, 8, 8, "int8"], "dtype": "float16"},
+            r"workload 0 \(matmul\): 'dtype' 'float16': 'args' already gives dtype \('int8'\)",
+        ),
+        (
+            {"template": "softmax", "args": [8, 8], "dtype": "int8"},
+            r"'dtype' 'int8': template 'softmax' takes no dtype",
+        ),
     ]
     for entry, message in bad:
         with pytest.raises(WorkloadError, match=message):

@@ -86,3 +86,42 @@ def test_records_of_other_targets_only_warn_once_and_use_the_default():
     assert str(pt.lower(s, tensors, name="m")) == str(pt.lower(ds, dt, name="m"))
     rs, rt = task.instantiate(task.config_space.config(rec.config))
     assert str(pt.lower(s, tensors, name="m")) != str(pt.lower(rs, rt, name="m"))
+
+
+@pytest.mark.parametrize("target", ["x86-avx2", "generic"])
+def test_a_dict_of_knob_values_instantiates_on_the_task_target(target):
+    """``task.instantiate(dict)`` checks the values against the task's own space (AVX2's
+    8-lane tiles are not in an AVX-512 host's) and schedules for its target."""
+    task = autotune.Task("matmul", (64, 64, 64), target=target)
+    lanes = pt.Target(target).vector_lanes("float32")
+    values = {**task.config_space.default_config().values, "tile_j": [-1, lanes]}
+    s, tensors = task.instantiate(values)
+    want_s, want_t = task.instantiate(task.config_space.config(values))
+    assert str(pt.lower(s, tensors, name="m")) == str(pt.lower(want_s, want_t, name="m"))
+    with pytest.raises(autotune.SpaceError, match="tile_j"):
+        task.instantiate({**values, "tile_j": [-1, 3]})
+
+
+def test_a_named_target_is_the_same_on_every_machine(monkeypatch):
+    """A named target's parameters (cores included) do not depend on the machine, so its
+    default configs and code do not either; ``host`` has the machine's cores."""
+    import os
+
+    from pypto import target as target_mod
+
+    def named_with(cores):
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        target_mod._named.cache_clear()
+        return pt.Target("x86-amx")
+
+    try:
+        two, many = named_with(2), named_with(64)
+        assert two == many and two.cores == 1
+    finally:
+        monkeypatch.undo()
+        target_mod._named.cache_clear()
+    assert pt.Target("host").cores == (os.cpu_count() or 1)
+    spaces = [
+        autotune.get_template("matmul").space(128, 1024, 256, "int8", target=t) for t in (two, many)
+    ]
+    assert spaces[0].default_config().values == spaces[1].default_config().values

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import inspect
 import math
 import os
 import sys
@@ -16,6 +15,8 @@ from pypto.dtypes import dtype as dtype_info
 from pypto.errors import PyptoError
 from pypto.target import Target, can_run
 from pypto.tensor import PlaceholderOp
+
+from ..workloads import WorkloadError, place_dtype
 
 
 class UsageError(Exception):
@@ -238,36 +239,32 @@ def _check_memory(args: str, tensors) -> None:
 
 
 def with_dtype(template: str, args: list, dtype: str) -> list:
-    """``args`` with ``dtype`` at the template's ``dtype`` parameter, the parameters
-    between them at their defaults (conv2d_nchw's stride and padding)."""
-    params = list(inspect.signature(at.get_template(template).func).parameters.values())[1:]
-    names = [q.name for q in params]
-    if "dtype" not in names:
-        raise UsageError(f"--dtype: template {template!r} takes no dtype")
-    pos = names.index("dtype")
-    if len(args) > pos:
-        raise UsageError(f"--dtype {dtype}: --args already gives {names[pos]} ({args[pos]!r})")
-    missing = [q.name for q in params[len(args) : pos] if q.default is inspect.Parameter.empty]
-    if missing:
-        raise UsageError(f"--dtype: --args lacks {', '.join(missing)} of {template!r}")
-    return [*args, *(q.default for q in params[len(args) : pos]), dtype]
+    """``args`` with ``dtype`` at the template's ``dtype`` parameter (``place_dtype``)."""
+    try:
+        return list(place_dtype(template, args, dtype, given="--args"))
+    except WorkloadError as e:
+        raise UsageError(f"--dtype {dtype}: {e}") from None
 
 
-def writable_log(path: str) -> str:
-    """``path`` if a log can be appended there (checked before the first measurement)."""
+def writable_log(path: str, what: str | None = None) -> str:
+    """``path`` if a log can be appended there (checked before the first measurement);
+    ``what`` names it in the message (default ``--log PATH``)."""
     if os.path.isdir(path):
+        if what:
+            raise UsageError(f"{what}: {path} is a directory, not a log file")
         raise UsageError(f"--log {path} is a directory; give a file such as {path}/log.jsonl")
+    what = what or f"--log {path}"
     folder = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
-        raise UsageError(f"--log {path}: {folder} is a file, not a directory")
+        raise UsageError(f"{what}: {folder} is a file, not a directory")
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "a"):
             pass
     except OSError as e:
-        raise UsageError(f"--log {path}: cannot write there ({e.strerror})") from None
+        raise UsageError(f"{what}: cannot write there ({e.strerror})") from None
     return path
 
 

@@ -51,11 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def kernel_threads(target) -> int:
     """The threads pypto's parallel loops ran with when measured: OpenMP's default,
-    ``OMP_NUM_THREADS`` or else the target's cores (this machine's for ``host``)."""
+    ``OMP_NUM_THREADS`` or else this machine's cores (the measurements run here, whatever
+    the target; a named target's ``cores`` is nominal)."""
     env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return target.cores or os.cpu_count() or 1
+    return (target.cores if target.is_host else None) or os.cpu_count() or 1
 
 
 def _installed(module: str) -> bool:
@@ -143,7 +144,7 @@ def run(a: argparse.Namespace) -> int:
     except WorkloadError as e:
         raise UsageError(str(e)) from None
     tasks = tasks_of(ws, target)
-    logs = log_paths(a, ws)
+    logs = log_paths(a, ws, write=not a.report_only)
     if not a.report_only:
         tune_workloads(a, target, ws, tasks, logs, t0)
     threads = a.torch_threads or kernel_threads(target)

@@ -41,6 +41,7 @@ from .common import (
     measure_option,
     positive,
     target_of,
+    writable_log,
 )
 
 DESCRIPTION = (
@@ -149,13 +150,20 @@ def tasks_of(ws, target) -> list:
     return tasks
 
 
-def log_paths(a, ws) -> list[str]:
+def log_paths(a, ws, write: bool = True) -> list[str]:
     """Each workload's log: ``--log`` for all, else ``DIR/<template>.jsonl`` (DIR: --log-dir
-    or the store)."""
-    if a.log:
-        return [a.log] * len(ws)
+    or the store). ``write``: each is checked (and created) before the first measurement,
+    ``UsageError`` where it cannot be appended to."""
     d = a.log_dir or store.logs_dir()
-    return [os.path.join(d, f"{w.template}.jsonl") for w in ws]
+    paths = [a.log or os.path.join(d, f"{w.template}.jsonl") for w in ws]
+    if not write:
+        return paths
+    if a.log:
+        return [writable_log(a.log)] * len(ws)
+    what = f"--log-dir {d}" if a.log_dir else f"the record store {d}"
+    if os.path.exists(d) and not os.path.isdir(d):
+        raise UsageError(f"{what} is a file, not a directory")
+    return [writable_log(p, what) for p in paths]
 
 
 def check_budget(a) -> None:
