@@ -263,6 +263,8 @@ def as_expr(x, like: str | None = None) -> Expr:
     if isinstance(x, int):
         if like is not None and dtypes.dtype(like).kind != "bool":
             return const(x, like)
+        if not -(1 << 63) <= x < (1 << 63):  # C would wrap it (a split of 2**64: by 0)
+            raise OverflowError(f"integer {x} does not fit int64, the type of sizes and indices")
         return Const(x, INDEX)
     if isinstance(x, float):
         if like is not None and not dtypes.dtype(like).is_float:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import steps
+from . import dtypes, steps
 from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
 from .errors import ScheduleError, tvm_only
@@ -202,7 +202,13 @@ class Stage:
         self._leaf(parent, "split")
         if (factor is None) == (nparts is None):
             raise self.error("split", "give exactly one of factor= or nparts=")
-        amount = as_expr(factor if factor is not None else nparts)
+        given, what = (factor, "factor") if factor is not None else (nparts, "nparts")
+        try:
+            amount = as_expr(given)
+        except (OverflowError, TypeError) as e:
+            raise self.error("split", f"{what}: {e}") from None
+        if amount.dtype == "bool" or not dtypes.dtype(amount.dtype).is_int:
+            raise self.error("split", f"{what} must be an integer, got {given!r}")
         if isinstance(amount, Const) and amount.value <= 0:
             raise self.error("split", f"factor/nparts must be positive, got {amount.value}")
         outer = self._new_iv(parent.name + ".outer", parent.kind)

@@ -364,10 +364,22 @@ for (_op, _py), _r in ((x, r) for x in PY_OPERATORS.items() for r in ("", "r")):
     setattr(Tensor, f"__{_r}{_py}__", _elementwise_op(_op, reflected=bool(_r)))
 
 
+MAX_ELEMENTS = 1 << 60  # with 8-byte elements, byte offsets still fit int64
+
+
 def _shape(shape) -> tuple:
     if isinstance(shape, (int, Expr)):
         shape = (shape,)
-    return tuple(_extent(s, "a dimension") for s in shape)
+    dims = tuple(_extent(s, "a dimension") for s in shape)
+    count = 1
+    for d in dims:
+        count *= d.value if isinstance(d, Const) else 1
+    if count > MAX_ELEMENTS:
+        raise ValueError(
+            f"shape ({', '.join(str(d) for d in dims)}) has {count} elements, more than "
+            f"2**60: their byte offsets would not fit int64"
+        )
+    return dims
 
 
 def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Tensor:

@@ -287,9 +287,45 @@ def test_heap_size_that_overflows_is_a_memory_error_not_a_segfault():
     assert mod._c(a.ctypes.data, b.ctypes.data, 65536) == -3
 
 
+@pytest.mark.parametrize(
+    "split, message",
+    [(dict(factor=2**63), r"factor: integer 9223372036854775808 does not fit int64"),
+     (dict(nparts=2**64), r"nparts: integer 18446744073709551616 does not fit int64"),
+     (dict(factor=2.5), r"factor must be an integer, got 2\.5"),
+     (dict(nparts=True), r"nparts must be an integer, got True"),
+     (dict(factor=float("nan")), r"factor must be an integer, got nan")],
+)  # fmt: skip
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_a_split_amount_c_could_not_hold_is_refused(split, message, symbolic):
+    """A factor past int64 would wrap in C (a kernel that computes nothing, or a division
+    by zero that kills the process): refused at the split, as are non-integers."""
+    n = pt.var("n") if symbolic else 10
+    A = pt.placeholder((n,), F32, name="A")
+    C = pt.compute((n,), lambda i: A[i] * 2, name="C")
+    s = pt.create_schedule(C.op)
+    with pytest.raises(pt.ScheduleError, match=r"split on stage 'C': " + message):
+        s[C].split(C.op.axis[0], **split)
+    s[C].split(C.op.axis[0], factor=2**40)  # large but in range: one outer iteration
+    c = np.full(10, np.nan, F32)
+    pt.build(s, [A, C])(np.arange(10, dtype=F32), c)
+    np.testing.assert_array_equal(c, np.arange(10, dtype=F32) * 2)
+
+
+@pytest.mark.parametrize(
+    "shape, error, message",
+    [((2**64,), OverflowError, r"integer 18446744073709551616 does not fit int64"),
+     ((2**40, 2**40), ValueError, r"has 1208925819614629174706176 elements, more than 2\*\*60")],
+)  # fmt: skip
+def test_a_shape_whose_offsets_would_overflow_is_refused(shape, error, message):
+    with pytest.raises(error, match=message):
+        pt.placeholder(shape, F32, name="A")
+    with pytest.raises(error, match=message):
+        pt.compute(shape, lambda *ix: pt.const(0.0, F32), name="B")
+
+
 def test_constant_buffer_too_large_to_exist_is_refused_at_build():
-    A = pt.placeholder((2,), F32, name="A")
-    T = pt.compute((2**31, 2**31, 2), lambda i, j, k: A[k], name="T")
+    A = pt.placeholder((2,), "float64", name="A")  # 2**60 elements of 8 bytes
+    T = pt.compute((2**30, 2**29, 2), lambda i, j, k: A[k], name="T")
     B = pt.compute((2,), lambda i: T[0, 0, i], name="B")
     with pytest.raises(MemoryError, match=r"temporary buffer T would need \d+ bytes"):
         pt.build(pt.create_schedule(B.op), [A, B], emit_only=True)
