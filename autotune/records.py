@@ -30,6 +30,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from pypto import __version__ as PYPTO_VERSION
+from pypto.cache import atomic_write
 
 FORMAT_VERSION = 1
 MAX_LINE = 1 << 20  # characters; a longer line is skipped as corrupt
@@ -220,16 +221,20 @@ def load_records(src) -> list[Record]:
     """Records from a path, a list of paths, or records; corrupt lines skipped with a warning."""
     if isinstance(src, Record):
         return [src]
-    if isinstance(src, (str, os.PathLike)):
+    if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
     out: list[Record] = []
     for item in src:
         if isinstance(item, Record):
             out.append(item)
             continue
-        path = os.fspath(item)
+        if not isinstance(item, (str, bytes, os.PathLike)):
+            raise TypeError(f"tuning records come from log paths or Records, got {item!r}")
+        path = os.fsdecode(item)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no tuning log at {path}")
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"{path} is a directory, not a tuning log (a .jsonl file)")
         recs, bad = read_log(path)
         key = (os.path.realpath(path), bad)
         if bad and key not in _WARNED:  # once per log and count, however often it is read
@@ -288,11 +293,18 @@ def best_by_workload(records) -> dict:
 
 
 def pick_best(in_path, out_path: str) -> int:
-    """Write the best valid record per (workload, target) of ``in_path`` to ``out_path``."""
-    best = best_by_workload(load_records(in_path))
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        for r in sorted(best.values(), key=lambda r: (r.workload, r.target)):
-            f.write(r.to_json() + "\n")
-    os.replace(tmp, out_path)
+    """Write the best valid record per (workload, target) of ``in_path`` to ``out_path``
+    (at once, whole; ``ValueError`` for an ``out_path`` that is one of the inputs: it
+    would replace the history it is picked from)."""
+    ins = [in_path] if isinstance(in_path, (str, bytes, os.PathLike)) else list(in_path)
+    for p in ins:
+        if not isinstance(p, Record) and os.path.realpath(os.fsdecode(p)) == os.path.realpath(
+            out_path
+        ):
+            raise ValueError(f"pick_best: {out_path} is also an input; write the best elsewhere")
+    best = best_by_workload(load_records(ins))
+    text = "".join(
+        r.to_json() + "\n" for r in sorted(best.values(), key=lambda r: (r.workload, r.target))
+    )
+    atomic_write(os.path.abspath(out_path), text.encode(), 0o644)
     return len(best)

@@ -323,7 +323,9 @@ class ConfigSpace:
         if extra:
             raise SpaceError(f"config has unknown knobs {sorted(extra)}")
         self.index_of(values)  # validates
-        return Config(self, {n: _canon(values[n]) for n in self.knobs})
+        # the space's own values: a record's 8.0 (or true) equals 8 (1) but would not
+        # schedule as one
+        return Config(self, {n: k.values[k.index(values[n])] for n, k in self.knobs.items()})
 
     def fits(self, values: dict) -> bool:
         """Whether ``values`` is a point of this space (a record made with another version

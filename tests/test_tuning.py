@@ -156,6 +156,23 @@ def test_records_of_another_template_version_are_passed_over(tmp_path):
     assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [4, 8]
 
 
+def test_a_record_spelling_its_values_as_floats_schedules_as_the_space_values(tmp_path):
+    """A record written by another tool (8.0 for 8, true for 1) equals a point of the
+    space and is used as that point: the schedule's factors are integers."""
+    task = at.Task("toy_matmul", (32, 32, 16))
+    cfg = {"tile_i": [-1, 2.0], "tile_j": [-1, 16.0], "unroll": False}
+    assert task.config_space.config(cfg).values == {
+        "tile_i": [-1, 2], "tile_j": [-1, 16], "unroll": 0
+    }  # fmt: skip
+    log = str(tmp_path / "floats.jsonl")
+    at.append_records(log, [at.Record(task.workload_key, task.target.key, cfg, costs=[1e-6])])
+    with at.apply_history_best(log):
+        s, tensors = at.get_template("toy_matmul")(32, 32, 16)
+    factors = [st["factor"] for st in s.steps if st["prim"] == "split"]
+    assert factors == [2, 16] and all(type(f) is int for f in factors)
+    pt.build(s, tensors)  # schedules and compiles as the integer config does
+
+
 def test_a_config_counts_by_the_median_of_all_its_timings(tmp_path):
     """One lucky draw does not outrank a config that held up to several; a config
     that failed once is not used."""
@@ -495,6 +512,24 @@ def test_pick_best(tmp_path):
     assert at.pick_best(str(src), str(dst)) == 1
     (only,) = at.load_records(str(dst))
     assert only.config == {"c": 1}
+    # writing over an input would replace the history with its best: refused, kept whole
+    before = src.read_text()
+    for out in (src, tmp_path / "." / "all.jsonl"):
+        with pytest.raises(ValueError, match="is also an input; write the best elsewhere"):
+            at.pick_best([str(src), str(dst)], str(out))
+    assert src.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all.jsonl", "best.jsonl"]
+
+
+def test_records_from_what_is_not_a_log_are_refused_by_name(tmp_path):
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory, not a tuning log"):
+        at.load_records(str(tmp_path))
+    with pytest.raises(TypeError, match="tuning records come from log paths or Records, got 5"):
+        at.load_records([5])
+    log = tmp_path / "a.jsonl"
+    at.append_records(str(log), [at.Record(at.workload_key("toy_matmul", [8, 8, 8]), "t",
+                                           {"c": 1}, costs=[1.0])])  # fmt: skip
+    assert len(at.load_records(os.fsencode(log))) == 1  # a bytes path is a path
 
 
 # ---------------------------------------------------------------- the command line
