@@ -41,7 +41,15 @@ from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
 from .simplify import simplify
 from .target import Target
 
-SIGNATURE_FORMAT = 1
+SIGNATURE_FORMAT = 2  # 2: the sha256 covers the signature file's fields too
+_BOUND = ("format", "target", "signature", "source")  # what the sha256 binds to the object
+
+
+def saved_digest(data: bytes, meta: dict) -> str:
+    """The sha256 of an exported module: its object and the fields of its signature file
+    that decide how it is called, so that neither is used with an edited other."""
+    fields = json.dumps({k: meta.get(k) for k in _BOUND}, sort_keys=True).encode()
+    return hashlib.sha256(data + b"\0" + fields).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,11 +457,11 @@ class Module:
         atomic_write(path, data, 0o644)
         meta = {
             "format": SIGNATURE_FORMAT,
-            "sha256": hashlib.sha256(data).hexdigest(),
             "target": self.target.name,
             "signature": self.signature.to_json(),
             "source": self.source,
         }
+        meta["sha256"] = saved_digest(data, meta)
         atomic_write(path + ".json", json.dumps(meta, indent=1).encode(), 0o644)
         return path
 

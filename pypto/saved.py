@@ -3,9 +3,11 @@
     mod.export_library("k.so")     # k.so, and k.so.json: signature, C source, sha256, target
     mod = pt.load_module("k.so")   # no compiler needed; the same argument checks
 
-The object must be the one its signature file describes (sha256) and its target one
-this machine runs (a module exported on an AVX-512 machine is refused on an AVX2-only
-one instead of dying of an illegal instruction). The loader keeps one object per path,
+The sha256 in the signature file covers the object and the fields that decide how it
+is called (shapes, which arguments are written, the C symbol), so neither is used with
+an edited or swapped other; and its target must be one this machine runs (a module
+exported on an AVX-512 machine is refused on an AVX2-only one instead of dying of an
+illegal instruction). The loader keeps one object per path,
 so each content is loaded from its own copy (``loaded-<sha256>.so``, checked again on
 every load: a damaged copy is rewritten) in the build cache, or, where that cannot be
 written (a read-only deployment), in a private temporary directory.
@@ -14,14 +16,13 @@ written (a read-only deployment), in a private temporary directory.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import tempfile
 
 from .cache import atomic_write, cache_dir
 from .errors import BuildEnvironmentError, TargetError
-from .module import SIGNATURE_FORMAT, Module, Signature
+from .module import SIGNATURE_FORMAT, Module, Signature, saved_digest
 from .target import Target, can_run, missing_features
 
 
@@ -39,20 +40,30 @@ def load_module(path: str) -> Module:
         except ValueError as e:
             raise ValueError(f"{side}: not a pypto module signature ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
-        raise ValueError(f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}")
+        got = meta.get("format") if isinstance(meta, dict) else None
+        again = "; export it again with this version" if isinstance(got, int) else ""
+        raise ValueError(
+            f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}{again}"
+        )
     with open(path, "rb") as f:
         data = f.read()
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != meta["sha256"]:
-        raise ValueError(f"{path} is not the object {side} describes (its sha256 differs)")
-    target = Target(meta["target"])
+    digest = saved_digest(data, meta)
+    if digest != meta.get("sha256"):
+        raise ValueError(
+            f"{path} and {side} do not belong together (their sha256 differs: one of them "
+            "was edited or replaced); export the module again"
+        )
+    try:
+        target = Target(meta["target"])
+        sig = Signature.from_json(meta["signature"])
+    except (KeyError, TypeError, ValueError, AttributeError, SyntaxError, RecursionError) as e:
+        raise ValueError(f"{side}: not a valid pypto module signature ({e!r})") from None
     if not can_run(target):
         raise TargetError(
             f"{path} was built for {target.name}, which this machine cannot run (it lacks "
             f"{', '.join(missing_features(target)) or 'its architecture'}); export it again "
             "from a build for this machine's target"
         )
-    sig = Signature.from_json(meta["signature"])
     loaded = os.path.join(_copies_dir(), f"loaded-{digest}.so")
     if not _holds(loaded, data):  # missing, or damaged since: written again
         atomic_write(loaded, data, 0o700)

@@ -16,6 +16,7 @@ import tuning_templates  # noqa: F401  (registers the test templates)
 import autotune as at
 import pypto as pt
 from autotune import store
+from pypto.module import saved_digest
 from pypto.target import KNOWN, can_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,11 +181,47 @@ def test_load_module_refuses_a_missing_or_mismatched_signature(tmp_path):
     path = pt.build(s, args, name="two_out").export_library(str(tmp_path / "k.so"))
     with open(path, "ab") as f:
         f.write(b"\0")
-    with pytest.raises(ValueError, match=r"k.so is not the object .*k.so.json describes"):
+    with pytest.raises(ValueError, match=r"k.so and .*k.so.json do not belong together"):
         pt.load_module(path)
     os.unlink(path + ".json")
     with pytest.raises(FileNotFoundError, match=r"its signature file .*k.so.json is missing"):
         pt.load_module(path)
+
+
+def test_an_edited_signature_file_is_refused_before_the_kernel_runs(tmp_path):
+    """The signature file decides shapes and which arguments are written: edited (shapes
+    shrunk, arguments swapped) it no longer belongs to its object; malformed with a
+    matching sha256, or of an older format, it is refused by name, not by a KeyError."""
+    n = pt.var("n")
+    A = pt.placeholder((n, 64), "float32", name="A")
+    B = pt.compute((n, 64), lambda i, j: A[i, j] * 2, name="B")
+    path = pt.build(pt.create_schedule(B.op), [A, B], name="dbl").export_library(
+        str(tmp_path / "k.so")
+    )
+    meta, data = json.loads(open(path + ".json").read()), open(path, "rb").read()
+
+    def save(m, rehash=False):
+        m = {**m, "sha256": saved_digest(data, m)} if rehash else m
+        json.dump(m, open(path + ".json", "w"))
+
+    sig = meta["signature"]
+    shrunk = {**sig, "params": [{**p, "shape": ["n", "1"]} for p in sig["params"]]}
+    for edited in (shrunk, {**sig, "params": sig["params"][::-1]}):
+        save({**meta, "signature": edited})
+        with pytest.raises(ValueError, match="do not belong together"):
+            pt.load_module(path)
+    deep = "(" * 1000 + "n" + ")" * 1000
+    nested = {**sig, "params": [{**p, "shape": [deep, "64"]} for p in sig["params"]]}
+    for bad in ({**sig, "size_vars": ["n", "m"], "params": [{"name": "A"}]}, [], nested):
+        save({**meta, "signature": bad}, rehash=True)
+        with pytest.raises(ValueError, match=r"k.so.json: not a valid pypto module signature"):
+            pt.load_module(path)
+    save({**meta, "format": 1})
+    with pytest.raises(ValueError, match="not a pypto module signature of format 2; export it"):
+        pt.load_module(path)
+    save(meta)
+    x = np.ones((3, 64), np.float32)
+    np.testing.assert_array_equal(pt.load_module(path)(x), x * 2)
 
 
 def test_a_module_exported_again_to_the_same_path_loads_its_new_code(tmp_path):
@@ -221,8 +258,10 @@ def test_load_module_checks_its_copy_its_target_and_needs_no_writable_cache(tmp_
                        timeout=120)  # fmt: skip
     assert r.returncode == 0 and "[3. 3. 3. 3.]" in r.stdout, r.stderr  # (was: Bus error)
     meta = json.loads(open(path + ".json").read())
+    data = open(path, "rb").read()
     for other in ("aarch64-neon", *[n for n in KNOWN if not pt.Target(n).can_run()][:1]):
-        json.dump({**meta, "target": other}, open(path + ".json", "w"))
+        moved = {**meta, "target": other}  # as an export on that machine would say
+        json.dump({**moved, "sha256": saved_digest(data, moved)}, open(path + ".json", "w"))
         with pytest.raises(pt.TargetError, match=f"k.so was built for {other}, which this mac"):
             pt.load_module(path)
     json.dump(meta, open(path + ".json", "w"))
