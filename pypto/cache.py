@@ -98,6 +98,9 @@ def _own_file_bytes(path: str) -> bytes | None:
         return f.read()
 
 
+ELF_MAGIC = b"\x7fELF"  # what every object the compilers we drive write starts with
+
+
 class Entry:
     """One cached object: ``<key>.so``, its hash ``<key>.so.sha256`` and the source
     ``<key>.c`` (kept for error messages)."""
@@ -138,10 +141,11 @@ class Entry:
                 data = f.read()
         except OSError:
             data = b""
-        if not data:
+        if not data.startswith(ELF_MAGIC):  # nothing, or not an object: never cached
             remove_file(tmp)
+            wrote = "no object" if not data else f"{len(data)} bytes that are not an ELF object"
             raise BuildEnvironmentError(
-                "the C compiler reported success but wrote no object "
+                f"the C compiler reported success but wrote {wrote} "
                 f"(is $CC a compiler? CC={os.environ.get('CC') or 'cc'!r})",
                 source_path=self.source,
             )

@@ -137,17 +137,30 @@ def _fake_cc(tmp_path, body: str) -> str:
     return str(path)
 
 
+def _garbage_cc(tmp_path) -> str:
+    """A "compiler" that exits 0 having written 7 bytes that are no object to -o's path."""
+    return _fake_cc(
+        tmp_path,
+        """\
+        prev=""
+        for a in "$@"; do [ "$prev" = "-o" ] && printf garbage > "$a"; prev="$a"; done
+        exit 0
+        """,
+    )
+
+
 @pytest.mark.parametrize(
     "cc, match",
     [
         ("/nonexistent/cc", "cannot run the C compiler '/nonexistent/cc'"),
         ("/bin/false", "cannot build even a trivial kernel with these flags \\(exit 1\\)"),
         ("/bin/true", "reported success but wrote no object"),
+        ("garbage", "wrote 7 bytes that are not an ELF object"),
     ],
 )
-def test_a_broken_compiler_is_an_environment_error(private_cache, monkeypatch, cc, match):
+def test_a_broken_compiler_is_an_environment_error(private_cache, tmp_path, monkeypatch, cc, match):
     name = _unique("envcc")
-    monkeypatch.setenv("CC", cc)
+    monkeypatch.setenv("CC", _garbage_cc(tmp_path) if cc == "garbage" else cc)
     with pytest.raises(pt.BuildEnvironmentError, match=match):
         pt.build(*_kernel(name), name=name)
     monkeypatch.delenv("CC")
@@ -279,13 +292,15 @@ def _log_records(log) -> list:
         ("/nonexistent/cc", "cannot run the C compiler"),
         ("/bin/false", "cannot build even a trivial kernel"),
         ("/bin/true", "reported success but wrote no object"),
+        ("garbage", "wrote 7 bytes that are not an ELF object"),
     ],
 )
 def test_a_broken_compiler_stops_tuning_and_blames_no_config(
     private_cache, tmp_path, monkeypatch, cc, match
 ):
-    """Was: every candidate recorded as COMPILE_ERROR, so a resumed run lost good configs."""
-    monkeypatch.setenv("CC", cc)
+    """Was: every candidate recorded as COMPILE_ERROR (INSTANTIATION_ERROR for an object
+    that would not load), so a resumed run lost good configs."""
+    monkeypatch.setenv("CC", _garbage_cc(tmp_path) if cc == "garbage" else cc)
     log = tmp_path / "t.jsonl"
     tuner = at.RandomTuner(at.Task("toy_matmul", (16, 16, 8)), seed=1)
     with pytest.raises(at.EnvironmentFault, match=f"cannot build candidates: .*{match}"):
