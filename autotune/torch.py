@@ -34,7 +34,16 @@ from pypto.torch import dtype_name, empty
 from .templates.attention import sdpa_parts
 from .templates.attention_amx import tile_isa
 from .templates.attention_mask import spec_of
-from .torch_call import ROW_DTYPES, call, check_vector, flat, module, rows_cols, target_of
+from .torch_call import (
+    ROW_DTYPES,
+    call,
+    check_like,
+    check_vector,
+    flat,
+    module,
+    rows_cols,
+    target_of,
+)
 from .torch_moe import moe
 
 # ---------------------------------------------------------------- gelu
@@ -58,6 +67,7 @@ def _(x, approximate="none"):
 @torch.library.custom_op("pypto::gelu_backward", mutates_args=())
 def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     dt = dtype_name(x, "gelu_backward: x", allowed=ROW_DTYPES)
+    check_like(dy, x, "gelu_backward: dy", "x")
     rows, cols = rows_cols(x)
     ins = [(flat(x, rows, cols), "x"), (flat(dy, rows, cols), "dy")]
     (dx,) = call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt)
@@ -112,6 +122,7 @@ def rms_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     dt = dtype_name(x, "rms_norm_backward: x", allowed=ROW_DTYPES)
+    check_like(dy, x, "rms_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     dx, dw = call("rmsnorm_backward", (rows, cols, eps, dt), ins, [(rows, cols), (cols,)], dt)
@@ -164,6 +175,7 @@ def layer_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dt = dtype_name(x, "layer_norm_backward: x", allowed=ROW_DTYPES)
+    check_like(dy, x, "layer_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     shapes = [(rows, cols), (cols,), (cols,)]
@@ -217,6 +229,7 @@ def _(x, dim=-1):
 @torch.library.custom_op("pypto::softmax_backward", mutates_args=())
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
     dt = dtype_name(y, "softmax_backward: y", allowed=ROW_DTYPES)
+    check_like(dy, y, "softmax_backward: dy", "y")
     yl, dyl = _last(y, dim), _last(dy, dim)
     rows, cols = rows_cols(yl)
     ins = [(flat(yl, rows, cols), "y"), (flat(dyl, rows, cols), "dy")]

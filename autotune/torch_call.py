@@ -85,3 +85,12 @@ def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str):
 
 def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return t.contiguous().reshape(rows, cols)
+
+
+def check_like(t: torch.Tensor, ref: torch.Tensor, what: str, ref_name: str) -> None:
+    """``ValueError`` unless ``t`` has ``ref``'s shape (a gradient of the wrong shape with
+    as many elements must not be reshaped into place)."""
+    if tuple(t.shape) != tuple(ref.shape):
+        raise ValueError(
+            f"{what}: shape {tuple(t.shape)} differs from {ref_name}'s {tuple(ref.shape)}"
+        )

@@ -2,6 +2,7 @@
 and under torch.compile(fullgraph=True); gradcheck in float64; pypto.torch.custom_op."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -389,6 +390,20 @@ def test_bad_inputs_are_refused_by_name():
     args[5] = -args[5]  # negative ids
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\), got -"):
         ops.moe(*args)
+    # a gradient of another shape is refused, even with as many elements
+    x, w = torch.randn(4, 16), torch.ones(16)
+    for dy in (torch.randn(16, 4), torch.randn(4, 15)):
+        shape = re.escape(str(tuple(dy.shape)))
+        with pytest.raises(ValueError, match=rf"gelu_backward: dy: shape {shape} differs "
+                                             r"from x's \(4, 16\)"):  # fmt: skip
+            ops.gelu_backward(x, dy, "none")
+        with pytest.raises(ValueError, match=rf"rms_norm_backward: dy: shape {shape}"):
+            ops.rms_norm_backward(x, w, dy, 1e-6)
+        with pytest.raises(ValueError, match=rf"layer_norm_backward: dy: shape {shape}"):
+            ops.layer_norm_backward(x, w, dy, 1e-5)
+        with pytest.raises(ValueError, match=rf"softmax_backward: dy: shape {shape} differs "
+                                             r"from y's \(4, 16\)"):  # fmt: skip
+            ops.softmax_backward(x, dy, -1)
 
 
 def test_module_is_built_once_per_shape():
