@@ -126,7 +126,8 @@ class Record(Measured):
             d = json.loads(line)
         except RecursionError:
             raise ValueError("nested too deeply") from None
-        if not isinstance(d, dict) or d.get("version", d.get("v")) != FORMAT_VERSION:
+        version = d.get("version", d.get("v")) if isinstance(d, dict) else None
+        if type(version) is not int or version != FORMAT_VERSION:  # (true == 1.0 == 1)
             raise ValueError("unknown format version")
         error, error_msg = d.get("error"), d.get("error_msg", "")
         if isinstance(error, dict) and set(error) <= {"kind", "message"}:

@@ -274,3 +274,14 @@ def test_moe_with_fewer_tokens_than_the_index_range_is_measured():
     (r,) = at.measure(task, [task.config_space.default_config()],
                       at.MeasureOption(number=1, repeat=1, n_parallel=1))  # fmt: skip
     assert r.error is None, r.error_msg
+
+
+@pytest.mark.parametrize("eps", [float("nan"), -1.0, float("inf"), "1e-5"])
+@pytest.mark.parametrize(
+    "name", ["rmsnorm", "layernorm", "rmsnorm_fwd", "layernorm_fwd", "rmsnorm_backward",
+             "layernorm_backward"],
+)  # fmt: skip
+def test_a_norm_refuses_an_eps_that_makes_every_output_nan(name, eps):
+    """A negative or NaN eps gives all-NaN rows, which a NaN reference would call right."""
+    with pytest.raises(ValueError, match=r"eps must be a finite number >= 0, got "):
+        at.get_template(name)(4, 8, eps)

@@ -432,10 +432,12 @@ def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
         good.to_json()[:40],
         json.dumps(other),
         "[1, 2]",
+        json.dumps({**other, "version": True}),  # equals 1 in Python, not the version
+        json.dumps({**other, "version": 1.0}),
         good.to_json(),
     ]
     log.write_text("\n".join(lines) + "\n")
-    with pytest.warns(UserWarning, match=r"skipped 4 corrupt or unknown-version line\(s\)"):
+    with pytest.warns(UserWarning, match=r"skipped 6 corrupt or unknown-version line\(s\)"):
         recs = at.load_records(str(log))
     assert len(recs) == 2 and recs[0].config == good.config
     with warnings.catch_warnings():

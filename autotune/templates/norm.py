@@ -38,6 +38,9 @@ float32 in and out; the references compute in float64.
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
 import pypto as pt
@@ -52,6 +55,14 @@ def _reducer(kind):
     return {"sum": pt.sum, "max": pt.max}[kind]
 
 
+def checked_eps(eps) -> float:
+    """``eps`` as a float, ``ValueError`` unless finite and non-negative: a negative or NaN
+    one makes every output NaN, which the NaN reference would call correct."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 <= eps < math.inf:
+        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+    return float(eps)
+
+
 def layer_stats(X, rows, cols, eps, dtype, L):
     """The mean and ``rsqrt(var + eps)`` of each row of ``X``, and the stages of each
     (``row_reduce``'s, then the statistic), two passes. The first sums the row shifted
@@ -63,6 +74,7 @@ def layer_stats(X, rows, cols, eps, dtype, L):
                mean[i] = sm[i] / cols              mean[i] = X[i, 0] + sm[i] / cols
     """
     c = lambda v: pt.const(v, dtype)  # noqa: E731
+    eps = checked_eps(eps)
     sm, sm_st = row_reduce("sum", lambda i, j: X[i, j] - X[i, 0], rows, cols, L, "sm")
     mean = pt.compute((rows,), lambda i: X[i, 0] + sm[i] * c(1.0 / cols), name="mean")
 
@@ -287,6 +299,7 @@ def _rmsnorm_reference(x, gamma, *, eps):
 @template("rmsnorm", reference=_rmsnorm_reference)
 def rmsnorm(cfg, rows, cols, eps=1e-6):
     """Y = X / sqrt(mean(X^2) + eps) * gamma over the last axis."""
+    eps = checked_eps(eps)
     V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
     cfg.add_flop(5.0 * rows * cols)

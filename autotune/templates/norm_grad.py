@@ -29,7 +29,14 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .norm import _schedule_reduction, _schedule_rows, define_row_knobs, layer_stats, row_reduce
+from .norm import (
+    _schedule_reduction,
+    _schedule_rows,
+    checked_eps,
+    define_row_knobs,
+    layer_stats,
+    row_reduce,
+)
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
 
@@ -96,6 +103,7 @@ def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str):
 def _stats_rms(X, rows, cols, eps, dtype, L):
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     ss, ss_st = row_reduce("sum", lambda i, j: X[i, j] * X[i, j], rows, cols, L, "ss")
+    eps = checked_eps(eps)
     r = pt.compute((rows,), lambda i: pt.rsqrt(ss[i] * c(1.0 / cols) + c(eps)), name="r")
     return r, [*ss_st, r]
 
