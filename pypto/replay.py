@@ -20,6 +20,8 @@ from .intrin import TensorIntrin
 from .steps import STEPS
 from .tensor import Tensor, collect_ops
 
+JSON_VERSION = 1  # of Schedule.to_json's documents
+
 
 def _named(items, name: str, what: str, where: str):
     found = [x for x in items if x.name == name]
@@ -120,7 +122,11 @@ def _owner(loop: str, parent, stage):
 def replay(schedule_cls, doc, tensors, intrinsics=()):
     """A new ``schedule_cls`` of ``doc["outputs"]`` with every step of ``doc`` applied."""
     if isinstance(doc, str):
-        doc = json.loads(doc)
+        try:
+            doc = json.loads(doc)
+        except ValueError as e:
+            raise ScheduleError(f"from_json: not JSON ({e})") from None
+    _check_document(doc)
     tensors = list(tensors)
     if not all(isinstance(t, Tensor) for t in tensors):
         raise TypeError("from_json needs the tensors of the computation, e.g. [A, B, C]")
@@ -134,5 +140,25 @@ def replay(schedule_cls, doc, tensors, intrinsics=()):
     sch = schedule_cls([known[n] for n in doc["outputs"]])
     res = _Resolver(sch, tensors, intrinsics)
     for d in doc["steps"]:
-        sch.apply(res.step(d))
+        try:
+            step = res.step(d)
+        except (TypeError, AttributeError) as e:  # a field of the wrong kind
+            raise ScheduleError(f"from_json: step {d} is malformed ({e})") from None
+        sch.apply(step)
     return sch
+
+
+def _check_document(doc) -> None:
+    """``ScheduleError`` unless ``doc`` has the shape ``Schedule.to_json`` gives it."""
+    if not isinstance(doc, dict):
+        raise ScheduleError(f"from_json: a schedule is a JSON object, got {type(doc).__name__}")
+    version = doc.get("version", JSON_VERSION)
+    if type(version) is not int or version != JSON_VERSION:
+        raise ScheduleError(f"from_json: version {version!r}; this pypto reads {JSON_VERSION}")
+    outputs, steps = doc.get("outputs"), doc.get("steps")
+    if not isinstance(outputs, list) or not outputs or not all(isinstance(o, str) for o in outputs):
+        raise ScheduleError(f"from_json: 'outputs' must be a list of names, got {outputs!r}")
+    if not isinstance(steps, list) or not all(
+        isinstance(x, dict) and isinstance(x.get("prim"), str) for x in steps
+    ):
+        raise ScheduleError("from_json: 'steps' must be a list of objects, each with a 'prim'")

@@ -31,7 +31,7 @@ from .expr import (
 from .extern import extern_of, refuse_extern
 from .group import create_group
 from .relayout import relayout
-from .replay import replay
+from .replay import JSON_VERSION, replay
 from .rfactor import rfactor_ops
 from .stage import Stage, TensorizedAt, as_op
 from .tensor import (
@@ -341,8 +341,6 @@ class Schedule:
         self._insert_before(Stage(self, rf), [st])
         return rf.output(0)
 
-
-JSON_VERSION = 1
 
 # the steps that add stages (and change their readers); any other changes its own stage only
 _ADDS_STAGES = (steps.CacheRead, steps.CacheWrite, steps.RFactor)

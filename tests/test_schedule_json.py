@@ -85,6 +85,28 @@ def test_from_json_names_what_it_cannot_find():
         pt.Schedule.from_json({**doc, "steps": [step]}, [A, B, C])
 
 
+@pytest.mark.parametrize(
+    "edit, message",
+    [(lambda d: [], "a schedule is a JSON object, got list"),
+     (lambda d: "{not json", "not JSON"),
+     (lambda d: {**d, "version": 99}, "version 99; this pypto reads 1"),
+     (lambda d: {**d, "version": True}, "version True; this pypto reads 1"),
+     (lambda d: {k: v for k, v in d.items() if k != "outputs"}, "'outputs' must be a list"),
+     (lambda d: {**d, "steps": 5}, "'steps' must be a list of objects, each with a 'prim'"),
+     (lambda d: {**d, "steps": [5]}, "'steps' must be a list of objects"),
+     (lambda d: {**d, "steps": [{**d["steps"][0], "prim": ["split"]}]}, "each with a 'prim'"),
+     (lambda d: {**d, "steps": [{**d["steps"][0], "factor": [4]}]}, r"step .* is malformed"),
+     (lambda d: {**d, "steps": [{**d["steps"][0], "factor": 2**64}]}, "does not fit int64")],
+)  # fmt: skip
+def test_from_json_refuses_a_malformed_document_by_what_is_wrong(edit, message):
+    A, B, C = _matmul()
+    s = pt.create_schedule(C.op)
+    s[C].split(C.op.axis[0], factor=4)
+    with pytest.raises(pt.ScheduleError, match=message):
+        pt.Schedule.from_json(edit(s.to_json()), [A, B, C])
+    assert pt.Schedule.from_json(s.to_json(), [A, B, C]).steps == s.steps
+
+
 def test_from_json_binds_a_symbolic_factor_to_the_tensors_size():
     n = pt.var("n")
     X = pt.placeholder((n,), "float32", name="X")
