@@ -59,6 +59,8 @@ def cache_dir() -> str:
 
 def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
+    if os.path.isdir(path):  # (the rename would name the temporary file)
+        raise IsADirectoryError(f"{path} is a directory; give a file name")
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:

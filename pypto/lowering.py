@@ -263,6 +263,8 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = True) -> 
     loop IR is always the simple form."""
     if not isinstance(sch, Schedule):
         raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
+    if not isinstance(name, str):
+        raise TypeError(f"the kernel's name must be a string, got {name!r}")
     tensors, scalars, scalar_vars = check_args(sch, args)
     report = check_bounds(sch)
     nests = infer(sch, report, tensors)

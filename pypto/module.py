@@ -413,8 +413,11 @@ class Module:
 
     def time_evaluator(self, number: int = 10, repeat: int = 5, min_repeat_ms: float = 0):
         """A function that times calls: ``.results`` (s per call, per repeat), ``.median``."""
-        if number < 1 or repeat < 1:
-            raise ValueError("number and repeat must be at least 1")
+        for what, v in (("number", number), ("repeat", repeat)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{what} must be an integer of at least 1, got {v!r}")
+        if not 0 <= min_repeat_ms < float("inf"):
+            raise ValueError(f"min_repeat_ms must be a finite number >= 0, got {min_repeat_ms!r}")
 
         def evaluate(*args) -> TimeResult:
             cargs, keep = self._prepare(self._with_outputs(args)[0])

@@ -47,7 +47,12 @@ __all__ = [
 
 
 def compiler() -> list[str]:
-    return shlex.split(os.environ.get("CC") or "cc")
+    """``$CC`` as a command line (default ``cc``)."""
+    cc = os.environ.get("CC") or "cc"
+    try:
+        return shlex.split(cc)
+    except ValueError as e:  # an unbalanced quote
+        raise BuildEnvironmentError(f"$CC is not a valid command line ({e}): CC={cc!r}") from None
 
 
 DEFAULT_TIMEOUT = 300.0  # seconds one compiler run may take

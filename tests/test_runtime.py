@@ -293,6 +293,26 @@ def test_time_evaluator(add_one):
     res = add_one.time_evaluator(number=1, repeat=2, min_repeat_ms=5)(a, b)
     assert len(res.results) == 2
     np.testing.assert_allclose(b, a + 1)
+    for kw, message in [
+        ({"number": 1.5}, "number must be an integer of at least 1, got 1.5"),
+        ({"repeat": True}, "repeat must be an integer of at least 1, got True"),
+        ({"min_repeat_ms": float("nan")}, "min_repeat_ms must be a finite"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            add_one.time_evaluator(**kw)
+
+
+def test_unusable_build_arguments_are_named(add_one, tmp_path, monkeypatch):
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute((4,), lambda i: A[i] + 1, name="B")
+    with pytest.raises(TypeError, match="the kernel's name must be a string, got 5"):
+        pt.build(pt.create_schedule(B.op), [A, B], name=5)
+    with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory; give a file name"):
+        add_one.export_library(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("CC", 'gcc -DX="')
+    with pytest.raises(pt.BuildEnvironmentError, match=r"\$CC is not a valid command line"):
+        pt.build(pt.create_schedule(B.op), [A, B], name="unbalanced_cc")
 
 
 def test_num_threads_setting_keeps_results():
