@@ -31,7 +31,7 @@ import numpy as np
 
 import pypto as pt
 from pypto import dtypes
-from pypto.arg_checks import aligned_copy
+from pypto.arg_checks import aligned_empty
 from pypto.codegen_c import codegen
 from pypto.dtypes import numpy_dtype
 from pypto.expr import tensor_reads
@@ -221,6 +221,42 @@ def _random_inputs(tensors, rng):
     return arrays, outputs
 
 
+GUARD = 4096  # canary bytes on each side of every argument a candidate gets
+CANARY = 0xA5
+
+
+class Guarded:
+    """``a`` copied to a cache-line-aligned place between two ``GUARD``-byte canaries:
+    a candidate's hand-written kernel (a tensor intrinsic) writing past an argument's
+    end or before its start changes them (pypto's own loops are proven in bounds)."""
+
+    def __init__(self, a: np.ndarray):
+        self.n = a.nbytes
+        self.buf = aligned_empty((self.n + 2 * GUARD,), np.uint8)
+        self.buf[:] = CANARY
+        self.array = self.buf[GUARD : GUARD + self.n].view(a.dtype).reshape(a.shape)
+        self.array[...] = a
+
+    def overrun(self) -> str | None:
+        """Where the canaries changed (bytes past the end, before the start), else None."""
+        after = np.flatnonzero(self.buf[GUARD + self.n :] != CANARY)
+        before = np.flatnonzero(self.buf[:GUARD] != CANARY)
+        where = [f"{after[-1] + 1} byte(s) past its end"] if after.size else []
+        where += [f"{GUARD - before[0]} byte(s) before its start"] if before.size else []
+        return " and ".join(where) or None
+
+
+def _overran(guarded, names) -> dict | None:
+    for i, g in enumerate(guarded):
+        where = g.overrun()
+        if where:
+            return {
+                "error": ErrorKind.RUNTIME.value,
+                "msg": f"wrote outside argument {names[i]} (argument {i}): {where}",
+            }
+    return None
+
+
 def _same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
     return np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
 
@@ -332,9 +368,10 @@ class Runner:
             # no earlier candidate touched these; each starts on a cache line, as the
             # outputs a module allocates and torch's tensors do (numpy's own start 16
             # bytes into one: streamed rows then ran a layernorm 1.6x slower)
-            arrays = [aligned_copy(a) for a in pristine]
+            guarded = [Guarded(a) for a in pristine]
+            arrays = [g.array for g in guarded]
             mod(*arrays)
-            bad = self._wrote_input(arrays, pristine, outs, names)
+            bad = _overran(guarded, names) or self._wrote_input(arrays, pristine, outs, names)
             if bad is None and opt["check_correctness"]:
                 bad = self._compare(arrays, outs, ref, names, opt, tpl.atol_scale)
             if bad is not None:
@@ -347,7 +384,7 @@ class Runner:
                 if opt["flush_cache"]:
                     self.flush()
                 costs.append(ev(*arrays).results[0])
-            bad = self._wrote_input(arrays, pristine, outs, names)
+            bad = _overran(guarded, names) or self._wrote_input(arrays, pristine, outs, names)
             if bad is not None:
                 return bad
         except Exception as e:  # noqa: BLE001

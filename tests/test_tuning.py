@@ -358,6 +358,24 @@ def test_candidates_are_measured_on_buffers_that_start_on_cache_lines(tmp_path):
     assert rec.ok, rec.error_msg
 
 
+def test_a_candidate_writing_outside_its_arguments_is_not_a_measurement(tmp_path):
+    """Canaries around every argument catch a hand-written kernel (an extern, a tensor
+    intrinsic) writing past an end or before a start, which the comparison cannot see."""
+    log = tmp_path / "overrun.jsonl"
+    task = at.Task("overrunning", ())
+    opt = at.MeasureOption(number=1, repeat=1)
+    at.GridSearchTuner(task).tune(4, measure=opt, callbacks=[at.log_to_file(log)])
+    got = {r.config["mode"]: r for r in at.load_records(log)}
+    assert got["none"].ok, got["none"].error_msg
+    want = {
+        "past_end": "wrote outside argument C (argument 1): 64 byte(s) past its end",
+        "before_start": "wrote outside argument C (argument 1): 4 byte(s) before its start",
+        "past_input": "wrote outside argument A (argument 0): 4 byte(s) past its end",
+    }
+    for mode, msg in want.items():
+        assert got[mode].error == "RUNTIME_ERROR" and msg in got[mode].error_msg, got[mode]
+
+
 def test_xgb_tuner_passes_over_a_config_its_template_fails_on():
     """Featurizing lowers the candidate: a template's own exception (an assert) leaves
     the config without features (the builder records its error), not the tuner dead."""

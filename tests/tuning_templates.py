@@ -117,3 +117,35 @@ def alignment_probe(cfg):
     A = pt.placeholder((256,), "float32", name="A")
     C = pt.extern((256,), [A], "probe", _ALIGNMENT_SRC, name="C")
     return pt.create_schedule(C.op), [A, C]
+
+
+_OVERRUN_SRC = r"""
+void overrun_%s(const float* a, float* c) {
+  /* the copy, then %s */
+  for (int i = 0; i < 256; ++i) c[i] = a[i];
+  %s
+}
+"""
+_OVERRUNS = {
+    "none": "nothing more",
+    "past_end": "16 floats past c's end",
+    "before_start": "one float before c's start",
+    "past_input": "one float past a's end",
+}
+_OVERRUN_C = {
+    "none": "",
+    "past_end": "for (int i = 256; i < 272; ++i) c[i] = 7.0f;",
+    "before_start": "c[-1] = 7.0f;",
+    "past_input": "((float*)a)[256] = 7.0f;",
+}
+
+
+@template("overrunning", reference=lambda a: a)
+def overrunning(cfg):
+    """A right copy whose hand-written C also writes outside its arguments (or not)."""
+    cfg.define_knob("mode", list(_OVERRUNS), default="none")
+    m = cfg["mode"].val
+    A = pt.placeholder((256,), "float32", name="A")
+    src = _OVERRUN_SRC % (m, _OVERRUNS[m], _OVERRUN_C[m])
+    C = pt.extern((256,), [A], f"overrun_{m}", src, name="C")
+    return pt.create_schedule(C.op), [A, C]
