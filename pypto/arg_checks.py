@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .c_helpers import MAX_BYTES
-from .expr import Call, Const, substitute, walk
+from .expr import Call, Const, Var, substitute, walk
 from .loop_ir import own_exprs, walk_stmts
 from .simplify import simplify
 from .target import CACHE_LINE
@@ -91,6 +91,47 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
 
 def fmt_shape(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def bind_sizes(arrays, specs) -> dict:
+    """Size variables bound from the arrays' shapes: Var -> (value, argument name);
+    ``specs`` are ``(name, dtype, shape)`` per array. Dtypes, ranks and the agreement of
+    each variable's dimensions are checked on the way."""
+    bound: dict = {}
+    for arr, (name, dt, shape) in zip(arrays, specs):
+        if arr.dtype != dt:
+            raise TypeError(f"argument {name}: dtype {arr.dtype}, expected {dt}")
+        if arr.ndim != len(shape):
+            raise ValueError(
+                f"argument {name}: {arr.ndim} dimension(s), expected "
+                f"{len(shape)} (shape {fmt_shape(shape)})"
+            )
+        for d, (want, got) in enumerate(zip(shape, arr.shape)):
+            if isinstance(want, Var):
+                if want in bound and bound[want][0] != got:
+                    v, src = bound[want]
+                    raise ValueError(
+                        f"argument {name}: dimension {d} is {got}, but {want.name} = {v} "
+                        f"from argument {src}"
+                    )
+                bound.setdefault(want, (got, name))
+    return bound
+
+
+def expected_dim(name: str, d: int, want, values: dict, bound: dict) -> int:
+    """Dimension ``d`` of argument ``name`` (the expression ``want``) for the bound sizes
+    (``values``: Var -> Const; ``bound``: ``bind_sizes``'); ``ValueError`` when they do
+    not determine it, or make it negative (``n - 2`` with ``n = 1``)."""
+    w = simplify(substitute(want, values))
+    if not isinstance(w, Const):
+        raise ValueError(f"argument {name}: cannot determine dimension {d} ({want})")
+    if w.value < 0:
+        sizes = ", ".join(f"{v.name} = {x} (from argument {src})" for v, (x, src) in bound.items())
+        raise ValueError(
+            f"argument {name}: dimension {d} ({want}) would be {w.value} with {sizes}: "
+            "sizes this small do not fit the kernel"
+        )
+    return w.value
 
 
 def as_array(a, name: str) -> np.ndarray:

@@ -27,8 +27,10 @@ from . import dtypes, emulate
 from .arg_checks import (
     aligned_empty,
     as_array,
+    bind_sizes,
     check_overlap,
     check_temporary,
+    expected_dim,
     fmt_shape,
     index_checks,
     raise_status,
@@ -288,7 +290,7 @@ class Module:
         ):
             return self._slots.join(args, scalars), []
         arrays = [as_array(a, name) for a, (name, _, _) in zip(args, inputs)]
-        bound = self._bind(arrays, inputs)
+        bound = bind_sizes(arrays, inputs)
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
         full, made, it = [], [], iter(arrays)
         for (name, dt, shape), w in zip(self._specs, self._written):
@@ -302,31 +304,10 @@ class Module:
                     f"output {name}: its shape {fmt_shape(shape)} depends on "
                     f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
                 )
-            made.append(aligned_empty(tuple(d.value for d in dims), dt))
+            dims = [expected_dim(name, d, want, values, bound) for d, want in enumerate(shape)]
+            made.append(aligned_empty(tuple(dims), dt))
             full.append(made[-1])
         return self._slots.join(full, scalars), made
-
-    def _bind(self, arrays, specs) -> dict:
-        """Size variables bound from the arrays' shapes: Var -> (value, argument name)."""
-        bound: dict = {}
-        for arr, (name, dt, shape) in zip(arrays, specs):
-            if arr.dtype != dt:
-                raise TypeError(f"argument {name}: dtype {arr.dtype}, expected {dt}")
-            if arr.ndim != len(shape):
-                raise ValueError(
-                    f"argument {name}: {arr.ndim} dimension(s), expected "
-                    f"{len(shape)} (shape {fmt_shape(shape)})"
-                )
-            for d, (want, got) in enumerate(zip(shape, arr.shape)):
-                if isinstance(want, Var):
-                    if want in bound and bound[want][0] != got:
-                        v, src = bound[want]
-                        raise ValueError(
-                            f"argument {name}: dimension {d} is {got}, but {want.name} = {v} "
-                            f"from argument {src}"
-                        )
-                    bound.setdefault(want, (got, name))
-        return bound
 
     def _prepare(self, args) -> list:
         args, scalars = self._slots.split(args)
@@ -362,19 +343,17 @@ class Module:
     def _check_shapes(self, arrays) -> list:
         """Dtypes, ranks, dimensions, sizes and temporaries of a call's arrays; returns
         the size arguments."""
-        bound = self._bind(arrays, self._specs)
+        bound = bind_sizes(arrays, self._specs)
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
         for arr, (name, _, shape), fixed in zip(arrays, self._specs, self._fixed):
             if fixed is not None and fixed == arr.shape:
                 continue
             for d, (want, got) in enumerate(zip(shape, arr.shape)):
-                w = simplify(substitute(want, values))
-                if not isinstance(w, Const):
-                    raise ValueError(f"argument {name}: cannot determine dimension {d} ({want})")
-                if w.value != got:
+                w = expected_dim(name, d, want, values, bound)
+                if w != got:
                     raise ValueError(
                         f"argument {name}: dimension {d} is {got}, expected "
-                        f"{w.value} (shape {fmt_shape(shape)})"
+                        f"{w} (shape {fmt_shape(shape)})"
                     )
         check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
         for t in self.signature.temps:

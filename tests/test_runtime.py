@@ -63,6 +63,20 @@ def test_symbolic_extent_disagrees(add_one):
         add_one(np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32))
 
 
+def test_sizes_that_make_a_dimension_negative_are_named():
+    """``n - 2`` with ``n = 1``: said so, whether the output is passed or allocated (an
+    allocated one was made empty, then reported as 'dimension 0 is 0, expected -1')."""
+    n = pt.var("n")
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((n - 2,), lambda i: A[i] + A[i + 2], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B], name="pairs")
+    msg = r"argument B: dimension 0 \(n - 2\) would be -1 with n = 1 \(from argument A\)"
+    for outs in ([], [np.zeros(0, np.float32)]):
+        with pytest.raises(ValueError, match=msg):
+            mod(np.ones(1, np.float32), *outs)
+    np.testing.assert_array_equal(mod(np.arange(5, dtype=np.float32)), [2, 4, 6])
+
+
 def test_non_contiguous(add_one):
     a = np.zeros((4, 8), np.float32)[:, ::2]
     with pytest.raises(ValueError, match="argument A is not C-contiguous"):
