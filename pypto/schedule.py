@@ -208,7 +208,11 @@ class Schedule:
             )
         for st in rstages:
             if tensor not in {t for t in st.op.input_tensors}:
-                raise ScheduleError(f"cache_read: stage '{st.name}' does not read {tensor.name}")
+                now = [x.name for x in self.stages if tensor in x.op.input_tensors]
+                who = f" ({' and '.join(now)} read{'s' * (len(now) == 1)} it)" if now else ""
+                raise ScheduleError(
+                    f"cache_read: stage '{st.name}' does not read {tensor.name}{who}"
+                )
             if not any(r.tensor is tensor for b in st.op.bodies for r in tensor_reads(b)):
                 raise ScheduleError(
                     f"cache_read: '{st.name}' reads {tensor.name} only in its update "
@@ -332,7 +336,10 @@ class Schedule:
             )
         fa = step.factor_axis
         if not isinstance(fa, int) or isinstance(fa, bool):
-            raise TypeError(f"rfactor: factor_axis must be an int, got {fa!r}")
+            raise TypeError(
+                f"rfactor: factor_axis must be an int (the factored loop's position among "
+                f"the partial stage's axes), got {fa!r}; the loop to factor is one argument"
+            )
         rf, new, kept, leaves = rfactor_ops(st.op, st.relations, st.leaf_iter_vars, step.loop, fa)
         st.op = new
         st.reset_leaves()

@@ -124,3 +124,19 @@ def test_cache_read_for_a_stage_that_reads_only_in_its_updates_is_refused():
     s = pt.create_schedule(Y.op)
     with pytest.raises(pt.ScheduleError, match="'Y' reads P only in its update definitions"):
         s.cache_read(P, "local", [Y])
+
+
+def test_cache_read_for_a_stage_that_no_longer_reads_names_the_one_that_does():
+    """After cache_write the reads of A are the local stage's: the refusal says so."""
+    A = pt.placeholder((8, 8), "float32", name="A")
+    B = pt.placeholder((8, 8), "float32", name="B")
+    k = pt.reduce_axis((0, 8), name="k")
+    C = pt.compute((8, 8), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C.op)
+    CL = s.cache_write(C, "local")
+    with pytest.raises(pt.ScheduleError, match=r"stage 'C' does not read A \(C.local reads it\)"):
+        s.cache_read(A, "local", [C])
+    AL = s.cache_read(A, "local", [CL])  # the stage that reads it
+    s[AL].compute_at(s[CL], s[CL].op.axis[0])
+    a, b = np.random.rand(8, 8).astype("f4"), np.random.rand(8, 8).astype("f4")
+    np.testing.assert_allclose(pt.build(s, [A, B, C])(a, b), a @ b, rtol=1e-5)
