@@ -87,7 +87,8 @@ def test_the_tile_space_holds_only_tiles_the_registers_hold():
     assert [v[-1] for v in cfg.knobs["tile_j"].values] == [16, 32, 64, 128, 256, 512]
     assert [v for v in cfg.knobs["block_i"].values] == [0, 2, 4, 8, 16]
     d = cfg.default_config()
-    assert (d["tile_i"].size[-1], d["tile_j"].size[-1], d["ukernel"].val) == (32, 256, 1)
+    # a named target has one nominal core: one panel of B, 512 x 512 int8 (256 KiB)
+    assert (d["tile_i"].size[-1], d["tile_j"].size[-1], d["ukernel"].val) == (32, 512, 1)
     small = at.get_template("matmul").space(20, 24, 128, "int8", target=AMX).default_config()
     assert (small["tile_i"].size[-1], small["tile_j"].size[-1]) == (16, 16)
     # the tile leaving the fewest columns to the ragged edge's loops: 1000 = 31 x 32 + 8
