@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import warnings
 
 import cost_models
 from pypto import cache
@@ -50,8 +51,14 @@ def user_log(template: str) -> str:
 
 
 def user_logs() -> list[str]:
-    """Every log in the user's store (none yet: an empty list)."""
-    return sorted(glob.glob(os.path.join(logs_dir(), "*.jsonl")))
+    """Every log in the user's store that can be read (none yet: an empty list). One that
+    cannot (another user's, after a ``sudo`` run; a dangling symlink) is passed over with
+    a warning naming it: it must not stop every operator that looks for records."""
+    logs = sorted(glob.glob(os.path.join(logs_dir(), "*.jsonl")))
+    unreadable = [p for p in logs if not (os.path.isfile(p) and os.access(p, os.R_OK))]
+    for p in unreadable:
+        warnings.warn(f"{p}: cannot read this tuning log; its records are not used", stacklevel=2)
+    return [p for p in logs if p not in unreadable]
 
 
 def shipped_dir() -> str | None:

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from pypto.cache import atomic_write
 from pypto.target import as_target
 
 from .features import N_FEATURES, SCHEMA
@@ -135,10 +136,9 @@ class XGBoostCostModel:
             "n_train": self.n_train,
             "booster": raw,
         }
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(meta, f)
-        os.replace(tmp, path)
+        # a fresh temporary name (a fixed one in a shared directory could be a planted
+        # symlink), renamed into place
+        atomic_write(os.path.abspath(path), json.dumps(meta).encode(), 0o644)
 
     @_class_or_instance
     def load(cls, model, path: str) -> XGBoostCostModel:

@@ -5,9 +5,10 @@
     so = entry.store(tmp_object)        # hash it, keep the hash beside it, rename into place
 
 The directory (``$PYPTO_CACHE_DIR``, default ``~/.cache/pypto``) is created
-0700 and must be the user's own. An object is loaded only when its content
-hash matches the one written beside it when it was stored, and it is a
-regular file owned by the user that neither group nor others may write: a
+0700 and must be the user's own, writable by no one else (``own_dir``). An
+object is loaded only when its content hash matches the one written beside it
+when it was stored, and it is a regular file owned by the user that neither
+group nor others may write: a
 foreign or damaged file under the expected name (an empty one, a truncated
 one, another program's library) is removed and rebuilt, never loaded, so its
 constructors never run. Objects and hashes are written to a temporary file
@@ -32,36 +33,59 @@ def home() -> str:
     return os.environ.get("PYPTO_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "pypto")
 
 
-def cache_dir() -> str:
-    """The build cache directory, created 0700; ``BuildEnvironmentError`` when it cannot
-    be created, is another user's, or is not writable."""
-    d = os.environ.get("PYPTO_CACHE_DIR") or home()
-    hint = "; set PYPTO_CACHE_DIR to a directory of your own"
+def own_dir(d: str, what: str, hint: str = "") -> str:
+    """``d``, created 0700 (with its missing parents) where it does not exist;
+    ``BuildEnvironmentError`` when it cannot be, is a dangling symlink, is another
+    user's, may be written by others (they could plant files this process would trust),
+    or would be made by root inside another user's directory (``sudo -E`` keeps that
+    user's HOME: the directories would lock them out)."""
+    d, tail = os.path.abspath(d), f"; {hint}" if hint else ""
+    if os.path.islink(d) and not os.path.exists(d):
+        raise BuildEnvironmentError(
+            f"{what} {d} is a symlink to {os.readlink(d)}, which does not exist{tail}"
+        )
+    above = d
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if above != d and os.geteuid() == 0 and os.stat(above).st_uid != 0:
+        raise BuildEnvironmentError(
+            f"{what} {d} would be created by root inside {above}, which belongs to uid "
+            f"{os.stat(above).st_uid} (another user's HOME, as under sudo -E?){tail}"
+        )
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.stat(d)
     except OSError as e:
-        raise BuildEnvironmentError(
-            f"cannot create the build cache directory {d}: {e.strerror or e}{hint}"
-        ) from None
+        raise BuildEnvironmentError(f"cannot create {what} {d}: {e.strerror or e}{tail}") from None
     if not stat.S_ISDIR(st.st_mode):
-        raise BuildEnvironmentError(f"the build cache {d} is not a directory{hint}")
+        raise BuildEnvironmentError(f"{what} {d} is not a directory{tail}")
     if st.st_uid != os.getuid():
+        raise BuildEnvironmentError(f"{what} {d} belongs to another user (uid {st.st_uid}){tail}")
+    if st.st_mode & 0o022:  # (one this call made is 0700, whatever the umask)
         raise BuildEnvironmentError(
-            f"the build cache directory {d} belongs to another user (uid {st.st_uid}){hint}"
+            f"{what} {d} may be written by other users (mode {stat.S_IMODE(st.st_mode):o}): "
+            f"they could plant files in it; chmod go-w it{', or ' + hint if hint else ''}"
         )
-    if st.st_mode & 0o022:  # ours, but others could plant objects in it
-        os.chmod(d, stat.S_IMODE(st.st_mode) & 0o700)
     if not os.access(d, os.W_OK | os.X_OK):
-        raise BuildEnvironmentError(f"the build cache directory {d} is not writable{hint}")
+        raise BuildEnvironmentError(f"{what} {d} is not writable{tail}")
     return d
+
+
+def cache_dir() -> str:
+    """The build cache directory (``own_dir``: created 0700, the user's own, writable by
+    no one else)."""
+    d = os.environ.get("PYPTO_CACHE_DIR") or home()
+    return own_dir(d, "the build cache directory", "set PYPTO_CACHE_DIR to a directory of your own")
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
     if os.path.isdir(path):  # (the rename would name the temporary file)
         raise IsADirectoryError(f"{path} is a directory; give a file name")
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    except OSError as e:  # named after the destination, not the temporary file
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

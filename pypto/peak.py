@@ -24,12 +24,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 
 from .amx import C_HELPERS
-from .cache import home
+from .cache import atomic_write, home
 from .target import Target
 
 PEAK_ACCUMULATORS = 12  # independent FMA chains: latency x ports on current cores
@@ -333,9 +332,9 @@ def measure_peaks(target: Target, compile_source, threads: int) -> Peaks:
         raise RuntimeError(f"measuring the peaks of {target.name} failed: {peaks}")
     data = _read()
     data[key] = {"gflops": peaks.gflops, "gbps": peaks.gbps, "dot": dict(dot)}
-    os.makedirs(home(), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=home(), suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, _store())
+    try:  # only a cache: the peaks stand whether or not they are kept
+        os.makedirs(home(), mode=0o700, exist_ok=True)
+        atomic_write(_store(), json.dumps(data, indent=1).encode(), 0o600)
+    except OSError as e:
+        warnings.warn(f"the measured peaks could not be kept in {_store()} ({e})", stacklevel=2)
     return peaks

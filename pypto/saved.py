@@ -15,9 +15,11 @@ written (a read-only deployment), in a private temporary directory.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
+import shutil
 import tempfile
 
 from .cache import atomic_write, cache_dir
@@ -80,7 +82,11 @@ def _holds(path: str, data: bytes) -> bool:
 
 @functools.cache
 def _private_dir() -> str:
-    return tempfile.mkdtemp(prefix="pypto-loaded-")
+    """A temporary directory of this process's, removed when it exits (the objects loaded
+    from it stay mapped)."""
+    d = tempfile.mkdtemp(prefix="pypto-loaded-")
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def _copies_dir() -> str:

@@ -352,3 +352,54 @@ def test_a_reader_that_leaves_ends_the_command_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == ""
+
+
+def test_the_store_is_made_private_and_an_open_one_refused(home, tmp_path, capsys, monkeypatch):
+    """Logs in a store others may write could be fed records that choose the user's
+    configs: the store pypto makes is 0700 (its logs 0600) whatever the umask, and one
+    others may write is refused before anything is measured."""
+    import stat
+
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "cache"))
+    old = os.umask(0)
+    try:
+        assert cli_main(["tune", "matmul", "--args", "8,8,8", "--trials", "1", "--confirm", "0",
+                         "--no-progress"]) == 0  # fmt: skip
+    finally:
+        os.umask(old)
+    log = home / "logs" / "matmul.jsonl"
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "logs").stat().st_mode) == 0o700
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600 and at.load_records(str(log))
+    capsys.readouterr()
+    home.chmod(0o777)
+    assert cli_main(["tune", "matmul", "--args", "8,8,8", "--trials", "1"]) == 2
+    _one_line_error(capsys, "may be written by other users (mode 777)")
+    assert len(at.load_records(str(log))) == 1  # nothing measured
+
+
+def test_a_log_in_the_store_that_cannot_be_read_is_passed_over(home):
+    """A dangling symlink (or another user's log) in the store: a warning naming it, and
+    the records of the others and the shipped ones still serve."""
+    logs = home / "logs"
+    logs.mkdir(parents=True)
+    (logs / "softmax.jsonl").symlink_to(home / "gone.jsonl")
+    (logs / "gelu.jsonl").mkdir()  # not a file either
+    with pytest.warns(UserWarning, match=r"softmax.jsonl: cannot read this tuning log"):
+        with at.apply_history_best():
+            s, tensors = at.get_template("matmul")(16, 16, 16)
+    a, b = np.ones((16, 16), np.float32), np.ones((16, 16), np.float32)
+    np.testing.assert_allclose(pt.build(s, tensors)(a, b), a @ b)
+
+
+def test_train_model_checks_its_output_before_training(tmp_path, capsys, monkeypatch):
+    """An --out that cannot be made is refused at once, not after the training."""
+    (tmp_path / "file").write_text("")
+    log = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "tuning_logs", "x86-avx2", "softmax.jsonl")  # fmt: skip
+    trained = []
+    monkeypatch.setattr("autotune.commands.train_model.train", lambda *a, **k: trained.append(1))
+    out = tmp_path / "file" / "models"
+    assert cli_main(["train-model", log, "--out", str(out)]) == 2
+    _one_line_error(capsys, f"--out {out}: cannot create it (Not a directory)")
+    assert trained == []

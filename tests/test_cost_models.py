@@ -100,6 +100,19 @@ def test_save_load_round_trip_and_schema_refusal(tmp_path):
         model.predict(X[:, :10])
 
 
+def test_save_writes_through_a_fresh_name_not_a_planted_symlink(tmp_path):
+    """In a shared directory another user could plant ``m.json.tmp`` as a symlink to one
+    of ours: saving must not write through it."""
+    X, y = _synthetic()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "m.json.tmp").symlink_to(victim)
+    path = tmp_path / "m.json"
+    cm.XGBoostCostModel(TARGET).fit(X, y).save(str(path))
+    assert victim.read_text() == "precious" and not path.is_symlink()
+    assert cm.XGBoostCostModel.load(str(path)).predict(X).shape == (len(X),)
+
+
 def test_load_into_a_model_as_autotvm_and_bad_files_and_labels(tmp_path):
     """``model.load(path)`` (AutoTVM's instance form) fills that model; a file that is
     JSON but not a model, and labels that are not finite, are refused by name."""

@@ -200,6 +200,17 @@ def test_cached_peaks_without_the_dot_roofs_are_measured_again(tmp_path, monkeyp
     assert json.loads((tmp_path / "peaks.json").read_text())["x86-avx2/1"]["dot"]["int8"] > 0
 
 
+def test_peaks_that_cannot_be_kept_are_returned_with_a_warning(tmp_path, monkeypatch):
+    """The cache of the peaks is only a cache: a store that cannot be written (a path
+    under a file here; read-only for another user) costs a warning, not the profile."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "file" / "home"))
+    t = pt.Target("host")
+    with pytest.warns(UserWarning, match=r"the measured peaks could not be kept in .*peaks.json"):
+        p = peak.measure_peaks(t, compile_source, 1)
+    assert p.gflops > 0 and p.gbps > 0
+
+
 def test_several_threads_short_of_one_are_measured_again():
     """Two threads below 1.5 times one thread's FMA or dot roof, or below its triad: other
     work had a core; such figures would be cached for every later profile."""

@@ -209,14 +209,46 @@ def test_unusable_cache_dir_is_an_environment_error(tmp_path, monkeypatch):
             pt.build(*_kernel("theirs"), name="theirs")
 
 
-def test_an_open_cache_dir_of_the_users_is_made_private(tmp_path, monkeypatch):
+def test_an_open_cache_dir_is_refused_and_left_as_it_is(tmp_path, monkeypatch):
+    """Others could plant objects in it; its mode is the user's business (a team
+    directory's, or /tmp's): refused, not changed."""
     d = tmp_path / "open"
     d.mkdir()
-    d.chmod(0o777)
+    d.chmod(0o2775)
     monkeypatch.setenv("PYPTO_CACHE_DIR", str(d))
     name = _unique("open")
-    _check_kernel(pt.build(*_kernel(name), name=name))
-    assert stat.S_IMODE(d.stat().st_mode) == 0o700
+    msg = r"may be written by other users \(mode 2775\).*chmod go-w it, or set"
+    with pytest.raises(pt.BuildEnvironmentError, match=msg):
+        pt.build(*_kernel(name), name=name)
+    assert stat.S_IMODE(d.stat().st_mode) == 0o2775
+    new = tmp_path / "made" / "cache"  # made by pypto: private, whatever the umask
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(new))
+    old = os.umask(0)
+    try:
+        _check_kernel(pt.build(*_kernel(name), name=name))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(new.stat().st_mode) == 0o700
+
+
+def test_a_dangling_cache_symlink_and_roots_dirs_in_another_users_home_are_named(
+    tmp_path, monkeypatch
+):
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(link))
+    with pytest.raises(pt.BuildEnvironmentError, match=r"link is a symlink to .*nowhere, which"):
+        pt.build(*_kernel("dangling"), name="dangling")
+    if os.geteuid() != 0:
+        pytest.skip("only root can create directories in another user's")
+    theirs = tmp_path / "home"
+    theirs.mkdir()
+    os.chown(theirs, 12345, -1)
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(theirs / ".cache" / "pypto"))
+    with pytest.raises(pt.BuildEnvironmentError, match=r"would be created by root inside .*home"
+                                                      r", which belongs to uid 12345"):  # fmt: skip
+        pt.build(*_kernel("sudo_e"), name="sudo_e")
+    assert list(theirs.iterdir()) == []
 
 
 def _gone(pid: int) -> bool:

@@ -11,11 +11,13 @@ import sys
 import warnings
 
 import autotune as at
+from pypto.cache import own_dir
 from pypto.dtypes import dtype as dtype_info
-from pypto.errors import PyptoError
+from pypto.errors import BuildEnvironmentError, PyptoError
 from pypto.target import Target, can_run
 from pypto.tensor import PlaceholderOp
 
+from .. import store
 from ..workloads import WorkloadError, place_dtype
 
 
@@ -246,6 +248,20 @@ def with_dtype(template: str, args: list, dtype: str) -> list:
         raise UsageError(f"--dtype {dtype}: {e}") from None
 
 
+def store_logs(*templates: str) -> list[str]:
+    """The default logs of ``templates`` in the user's store, its directories private
+    (``own_dir``: made 0700, the user's, written by no one else), checked as
+    ``writable_log``; ``UsageError`` naming the store and what to do otherwise."""
+    what = f"your tuning store ($PYPTO_HOME: {store.home()})"
+    hint = "set PYPTO_HOME to a directory of your own, or pass --log FILE"
+    try:
+        for d in (store.home(), store.logs_dir()):
+            own_dir(d, "the tuning store directory", hint)
+    except BuildEnvironmentError as e:
+        raise UsageError(str(e)) from None
+    return [writable_log(store.user_log(t), what) for t in templates]
+
+
 def writable_log(path: str, what: str | None = None) -> str:
     """``path`` if a log can be appended there (checked before the first measurement);
     ``what`` names it in the message (default ``--log PATH``)."""
@@ -261,8 +277,7 @@ def writable_log(path: str, what: str | None = None) -> str:
         raise UsageError(f"{what}: {folder} is a file, not a directory")
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "a"):
-            pass
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
     except OSError as e:
         raise UsageError(f"{what}: cannot write there ({e.strerror})") from None
     return path

@@ -35,8 +35,15 @@ def run(a: argparse.Namespace) -> int:
     import_modules(a.imports)
     recs = load_logs(logs)  # every log exists and reads (warnings for corrupt lines)
     out = a.out or store.models_dir()
+    what = f"--out {out}" if a.out else f"your model store ($PYPTO_HOME/models: {out})"
     if os.path.exists(out) and not os.path.isdir(out):
-        raise UsageError(f"--out {out} is not a directory")
+        raise UsageError(f"{what} is not a directory")
+    try:  # before the training, not after it
+        os.makedirs(out, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{what}: cannot create it ({e.strerror})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"{what}: cannot write there")
     done = train(logs, out_dir=out)
     if not done:
         unknown = sorted({r.template for r in recs if not _registered(r.template)})

@@ -18,6 +18,7 @@ from .common import (
     load_logs,
     measure_option,
     positive,
+    store_logs,
     task_of,
     writable_log,
 )
@@ -71,7 +72,7 @@ def run(a: argparse.Namespace) -> int:
     """Run the subcommand on parsed arguments; returns the exit status."""
     check_ray(a)
     task = task_of(a, must_run=not a.ray)  # on a cluster the nodes measure
-    log = writable_log(a.log or store.user_log(task.name))
+    log = writable_log(a.log) if a.log else store_logs(task.name)[0]
     opt = measure_option(a)
     measurer = connect_ray(a, opt) if a.ray else None
     try:

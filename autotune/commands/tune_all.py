@@ -40,6 +40,7 @@ from .common import (
     import_modules,
     measure_option,
     positive,
+    store_logs,
     target_of,
     writable_log,
 )
@@ -160,7 +161,9 @@ def log_paths(a, ws, write: bool = True) -> list[str]:
         return paths
     if a.log:
         return [writable_log(a.log)] * len(ws)
-    what = f"--log-dir {d}" if a.log_dir else f"the record store {d}"
+    if not a.log_dir:
+        return store_logs(*(w.template for w in ws))
+    what = f"--log-dir {d}"
     if os.path.exists(d) and not os.path.isdir(d):
         raise UsageError(f"{what} is a file, not a directory")
     return [writable_log(p, what) for p in paths]
