@@ -8,11 +8,11 @@ The directory (``$PYPTO_CACHE_DIR``, default ``~/.cache/pypto``) is created
 0700 and must be the user's own, writable by no one else (``own_dir``). An
 object is loaded only when its content hash matches the one written beside it
 when it was stored, and it is a regular file owned by the user that neither
-group nor others may write: a
-foreign or damaged file under the expected name (an empty one, a truncated
-one, another program's library) is removed and rebuilt, never loaded, so its
-constructors never run. Objects and hashes are written to a temporary file
-and renamed into place, so a killed build leaves no half-written entry.
+group nor others may write: a foreign or damaged file under the expected name
+(an empty one, a truncated one, another program's library) is removed and
+rebuilt, never loaded, so its constructors never run. Objects and hashes are
+written to a temporary file and renamed into place, so a killed build leaves no
+half-written entry.
 """
 
 from __future__ import annotations

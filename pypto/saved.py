@@ -7,10 +7,10 @@ The sha256 in the signature file covers the object and the fields that decide ho
 is called (shapes, which arguments are written, the C symbol), so neither is used with
 an edited or swapped other; and its target must be one this machine runs (a module
 exported on an AVX-512 machine is refused on an AVX2-only one instead of dying of an
-illegal instruction). The loader keeps one object per path,
-so each content is loaded from its own copy (``loaded-<sha256>.so``, checked again on
-every load: a damaged copy is rewritten) in the build cache, or, where that cannot be
-written (a read-only deployment), in a private temporary directory.
+illegal instruction). The loader keeps one object per path, so each content is loaded
+from its own copy (``loaded-<sha256>.so``, checked again on every load: a damaged copy
+is rewritten) in the build cache, or, where that cannot be written (a read-only
+deployment), in a private temporary directory, removed when the process exits.
 """
 
 from __future__ import annotations
