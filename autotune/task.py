@@ -230,13 +230,16 @@ def workload_key(name: str, args) -> str:
 
 def plain_args(args) -> tuple:
     """Workload arguments as plain Python values: numpy scalars (``np.int64(32)``) become
-    the ints, floats and strings they hold, so keys and records are the same either way."""
+    the ints, floats and strings they hold, so keys and records are the same either way.
+    ``ValueError`` for a float that is not finite (records are JSON: no NaN there)."""
 
     def plain(a):
         if isinstance(a, np.generic):
-            return a.item()
+            a = a.item()
         if isinstance(a, (list, tuple)):
             return type(a)(plain(x) for x in a)
+        if isinstance(a, float) and not math.isfinite(a):
+            raise ValueError(f"workload arguments must be finite numbers, got {a}")
         return a
 
     return tuple(plain(a) for a in args)
