@@ -118,11 +118,12 @@ def bind_sizes(arrays, specs) -> dict:
     return bound
 
 
-def expected_dim(name: str, d: int, want, values: dict, bound: dict) -> int:
+def expected_dim(name: str, d: int, want, values: dict, bound: dict, w=None) -> int:
     """Dimension ``d`` of argument ``name`` (the expression ``want``) for the bound sizes
     (``values``: Var -> Const; ``bound``: ``bind_sizes``'); ``ValueError`` when they do
-    not determine it, or make it negative (``n - 2`` with ``n = 1``)."""
-    w = simplify(substitute(want, values))
+    not determine it, or make it negative (``n - 2`` with ``n = 1``). ``w``: ``want``
+    with the sizes substituted, where the caller has it already."""
+    w = simplify(substitute(want, values)) if w is None else w
     if not isinstance(w, Const):
         raise ValueError(f"argument {name}: cannot determine dimension {d} ({want})")
     if w.value < 0:

@@ -304,8 +304,11 @@ class Module:
                     f"output {name}: its shape {fmt_shape(shape)} depends on "
                     f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
                 )
-            dims = [expected_dim(name, d, want, values, bound) for d, want in enumerate(shape)]
-            made.append(aligned_empty(tuple(dims), dt))
+            sizes = [
+                expected_dim(name, d, x, values, bound, w)
+                for d, (x, w) in enumerate(zip(shape, dims))
+            ]
+            made.append(aligned_empty(tuple(sizes), dt))
             full.append(made[-1])
         return self._slots.join(full, scalars), made
 
