@@ -118,6 +118,20 @@ def bind_sizes(arrays, specs) -> dict:
     return bound
 
 
+def bind_passed(bound: dict, size_vars, passed: dict) -> dict:
+    """``bound`` (``bind_sizes``') with the sizes a call passes as arguments (``passed``:
+    name -> value, see ``pypto.scalar_args``); one that a shape binds too must agree."""
+    for v in size_vars:
+        if v.name not in passed:
+            continue
+        x = passed[v.name]
+        if v in bound and bound[v][0] != x:
+            got, src = bound[v]
+            raise ValueError(f"argument {v.name}: {x}, but argument {src}'s shape makes it {got}")
+        bound.setdefault(v, (x, v.name))
+    return bound
+
+
 def expected_dim(name: str, d: int, want, values: dict, bound: dict, w=None) -> int:
     """Dimension ``d`` of argument ``name`` (the expression ``want``) for the bound sizes
     (``values``: Var -> Const; ``bound``: ``bind_sizes``'); ``ValueError`` when they do

@@ -143,8 +143,9 @@ class LoweredFunc:
     body: Stmt
     attrs: dict = field(default_factory=dict)
     tensors: tuple = ()  # the Tensors behind params (for argument checks)
-    scalars: tuple = ()  # scalar_args.ScalarParam: float arguments passed by value
-    scalar_vars: tuple = ()  # their Vars, in the same order (C parameters after the sizes)
+    # scalar_args.ScalarParam: arguments passed by value (integers among the size_vars)
+    scalars: tuple = ()
+    scalar_vars: tuple = ()  # the float ones' Vars, in order (C parameters after the sizes)
 
     def __str__(self):
         return IRPrinter().func(self)

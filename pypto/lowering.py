@@ -42,7 +42,7 @@ from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
 from .multi_output import multi_output_stmt
 from .prefetch import prefetch_stmts
-from .scalar_args import check_scalar_var, is_scalar_var, scalar_params
+from .scalar_args import check_scalar_var, is_scalar_var, is_size_arg, scalar_params
 from .schedule import Schedule, Stage
 from .simplify import simplify
 from .tensor import IterVar, PlaceholderOp, Tensor
@@ -50,27 +50,25 @@ from .tensorize import bind
 from .update_reduce import update_store
 
 
-def check_args(sch: Schedule, args) -> tuple[list, tuple, tuple]:
-    """The argument list of ``lower``: (tensors, scalar parameters, scalar variables),
-    each tensor part of ``sch``, every output and every read placeholder among them."""
+def check_args(sch: Schedule, args) -> tuple[list, tuple, tuple, tuple]:
+    """The argument list of ``lower``: (tensors, scalar parameters, float scalar
+    variables, integer ones: sizes the call passes), each tensor part of ``sch``, every
+    output and every read placeholder among them."""
     if not isinstance(args, (list, tuple)):
         raise TypeError("args must be a list of tensors")
     scalars = scalar_params(args)
-    scalar_vars = tuple(a for a in args if is_scalar_var(a)) if scalars else ()
+    scalar_vars = tuple(a for a in args if is_scalar_var(a))
+    size_args = tuple(a for a in args if is_size_arg(a))
     seen = set()
     for v in scalar_vars:
         check_scalar_var(v)
-    if len({id(v) for v in scalar_vars}) < len(scalar_vars):
+    passed = (*scalar_vars, *size_args)
+    if len({id(v) for v in passed}) < len(passed):
         raise ScheduleError("a scalar argument is passed twice")
-    args = [a for a in args if not is_scalar_var(a)]
+    args = [a for a in args if not (is_scalar_var(a) or is_size_arg(a))]
     for a in args:
         if not isinstance(a, Tensor):
-            if isinstance(a, Var):  # an integer size: no argument of its own
-                raise TypeError(
-                    f"argument {a.name}: an integer pt.var is a size, bound from the "
-                    "arrays' shapes, not an argument; pass tensors and float scalars"
-                )
-            raise TypeError(f"args must be tensors, got {a!r}")
+            raise TypeError(f"args must be tensors or pt.var scalars, got {a!r}")
         if a.op not in sch.stage_map and not isinstance(a.op, PlaceholderOp):
             raise ScheduleError(f"argument {a.name} is not part of this schedule")
         st = sch.stage_map.get(a.op)  # None: a placeholder nothing reads (passed, unused)
@@ -88,7 +86,7 @@ def check_args(sch: Schedule, args) -> tuple[list, tuple, tuple]:
     for st in sch.stages:
         if st.is_placeholder and st not in seen and _is_read(sch, st):
             raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
-    return list(args), scalars, scalar_vars
+    return list(args), scalars, scalar_vars, size_args
 
 
 def _is_read(sch: Schedule, st: Stage) -> bool:
@@ -104,9 +102,10 @@ class Lowering:
     """Statements from inferred nests (``bounds.Nests``) and their buffers
     (``layout.Layout``): stores, reductions, attached stages in place, allocations."""
 
-    def __init__(self, nests: Nests, layout: Layout, name: str, scalars=(), scalar_vars=()):
+    def __init__(self, nests: Nests, layout: Layout, name: str, args=((), (), ())):
         self.inferred, self.layout, self.name = nests, layout, name
-        self.scalars, self.scalar_vars = scalars, scalar_vars
+        # ``check_args``'s scalar parameters, float scalar Vars, sizes passed as arguments
+        self.scalars, self.scalar_vars, self.size_args = args
         self.sch, self.nests, self.args = nests.sch, nests.nests, nests.args
         self.bodies, self.more_bodies, self.lhs = nests.bodies, nests.more_bodies, nests.lhs
         self.ranges = nests.ranges.child()  # lowering adds counters of its own
@@ -238,11 +237,9 @@ class Lowering:
                     if b.scope != "param":
                         body = _allocate(b, body)
         size_vars = []
-        for b in params:
-            for d in b.shape:
-                for v in vars_of(d):
-                    if v not in size_vars:
-                        size_vars.append(v)
+        for v in [*(v for b in params for d in b.shape for v in vars_of(d)), *self.size_args]:
+            if all(v is not w for w in size_vars):
+                size_vars.append(v)
         func = LoweredFunc(
             self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args),
             scalars=self.scalars, scalar_vars=self.scalar_vars,
@@ -265,11 +262,11 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = True) -> 
         raise TypeError(f"lower expects a Schedule, got {type(sch).__name__}")
     if not isinstance(name, str):
         raise TypeError(f"the kernel's name must be a string, got {name!r}")
-    tensors, scalars, scalar_vars = check_args(sch, args)
+    tensors, *scalars = check_args(sch, args)
     report = check_bounds(sch)
     nests = infer(sch, report, tensors)
     check_schedule(sch, nests)
-    func = Lowering(nests, plan(nests), name, scalars, scalar_vars).run()
+    func = Lowering(nests, plan(nests), name, scalars).run()
     unbound = unbound_vars(func)
     floats = [v.name for v in unbound if is_scalar_var(v)]
     if floats:
@@ -281,10 +278,18 @@ def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = True) -> 
         names = ", ".join(v.name for v in unbound)
         raise ScheduleError(
             f"{func.name}: the size variable(s) {names} appear in the schedule but in no "
-            "argument's shape, so no call can bind them; pass a tensor whose shape has "
-            "them, or use constants"
+            "argument's shape, so no call can bind them; pass them as arguments (as TVM: "
+            "[A, n, B]), or a tensor whose shape has them, or use constants"
+        )
+    names = [v.name for v in func.size_vars]
+    clash = sorted({v.name for v in scalars[2] if names.count(v.name) > 1})
+    if clash:  # a call binds a passed size by its name
+        raise ScheduleError(
+            f"{func.name}: the size argument(s) {', '.join(clash)} share a name with another "
+            "size variable; give each pt.var its own name"
         )
     whole = {id(d) for b in func.params for d in b.shape if isinstance(d, Var)}
+    whole |= {id(v) for v in scalars[2]}
     inside = [v.name for v in func.size_vars if id(v) not in whole]
     if inside:  # a call binds a size from a dimension that is the variable itself
         raise ScheduleError(

@@ -27,6 +27,7 @@ from . import dtypes, emulate
 from .arg_checks import (
     aligned_empty,
     as_array,
+    bind_passed,
     bind_sizes,
     check_overlap,
     check_temporary,
@@ -248,7 +249,7 @@ class Module:
         self._c.argtypes = (
             [ctypes.c_void_p] * len(sig.params)
             + [ctypes.c_int64] * len(sig.size_vars)
-            + [SCALAR_CTYPES[p.dtype] for p in sig.scalars]
+            + [SCALAR_CTYPES[p.dtype] for p in sig.scalars if not p.is_size]
         )
 
     def _describe(self, func, source, cname, lib_path, target, signature=None):
@@ -290,7 +291,8 @@ class Module:
         ):
             return self._slots.join(args, scalars), []
         arrays = [as_array(a, name) for a, (name, _, _) in zip(args, inputs)]
-        bound = bind_sizes(arrays, inputs)
+        passed = self._slots.sizes(scalars)
+        bound = bind_passed(bind_sizes(arrays, inputs), self.signature.size_vars, passed)
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
         full, made, it = [], [], iter(arrays)
         for (name, dt, shape), w in zip(self._specs, self._written):
@@ -323,10 +325,11 @@ class Module:
                 f"got {len(args)}"
             )
         arrays = [as_array(a, name) for a, (name, _, _) in zip(args, self._specs)]
-        key = tuple((arr.shape, arr.dtype) for arr in arrays)
+        passed = self._slots.sizes(scalars)
+        key = (tuple((arr.shape, arr.dtype) for arr in arrays), tuple(passed.values()))
         sizes = self._checked.get(key)
         if sizes is None:
-            sizes = self._check_shapes(arrays)
+            sizes = self._check_shapes(arrays, passed)
             if len(self._checked) < _CHECKED_SHAPES:
                 self._checked[key] = sizes
         for arr, (name, _, _), out in zip(arrays, self._specs, self._written):
@@ -341,12 +344,12 @@ class Module:
                 raise ValueError(f"argument {name} is written but the array is read-only")
         check_overlap(arrays, self._specs, self._written)
         ptrs = [arr.ctypes.data for arr in arrays]
-        return [*ptrs, *sizes, *scalars], arrays
+        return [*ptrs, *sizes, *self._slots.floats(scalars)], arrays
 
-    def _check_shapes(self, arrays) -> list:
-        """Dtypes, ranks, dimensions, sizes and temporaries of a call's arrays; returns
-        the size arguments."""
-        bound = bind_sizes(arrays, self._specs)
+    def _check_shapes(self, arrays, passed: dict) -> list:
+        """Dtypes, ranks, dimensions, sizes and temporaries of a call's arrays (and the
+        sizes it ``passed``: name -> value); returns the size arguments."""
+        bound = bind_passed(bind_sizes(arrays, self._specs), self.signature.size_vars, passed)
         values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
         for arr, (name, _, shape), fixed in zip(arrays, self._specs, self._fixed):
             if fixed is not None and fixed == arr.shape:

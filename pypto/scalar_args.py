@@ -7,11 +7,21 @@ value (``pt.var("alpha", "float64")``), as TVM's ``te.var``.
     mod(a, b, 1.5, c)                       # a Python float (or int, or numpy scalar)
     c = mod(a, b, 1.5)                      # outputs omitted: scalars count as inputs
 
-An integer size (``pt.var("n")``) is bound from the arrays' shapes and is never passed;
-a floating-point variable cannot be, so it is an argument. In C it is a ``double`` or
-``float`` parameter after the buffers and sizes:
+An integer size (``pt.var("n")``) is bound from the arrays' shapes; a floating-point
+variable cannot be, so it is an argument. In C it is a ``double`` or ``float`` parameter
+after the buffers and sizes:
 
     int32_t axpy(const double* restrict A, ..., int64_t n, double alpha)
+
+An integer ``pt.var`` in the argument list is an argument too, as in TVM (a count that no
+shape carries: a number of time steps). It is one of the sizes (``int64_t`` after the
+buffers), a count of at least 0 as every size is; a call passing a negative one, or
+one that differs from the size a shape binds it to, is refused:
+
+    steps = pt.var("steps")
+    t, i = pt.rdom([(0, steps), (1, n - 1)], names="t i")
+    mod = pt.build(s, [U0, U, steps])       # int32_t gs(..., int64_t n, int64_t steps)
+    mod(u0, u, 10)
 
 This module says which arguments are scalars and turns a call's Python values into
 the C values, refusing anything else with a ``TypeError`` naming the argument.
@@ -57,13 +67,18 @@ class ScalarParam:
     dtype: str
     position: int
 
+    @property
+    def is_size(self) -> bool:
+        """An integer: passed among the sizes, not after them."""
+        return dtypes.dtype(self.dtype).is_int
+
     def to_json(self) -> dict:
         return {"name": self.name, "dtype": self.dtype, "position": self.position}
 
     @staticmethod
     def from_json(d: dict) -> ScalarParam:
         dt = dtypes.check(d["dtype"])
-        if dt not in SCALAR_CTYPES:
+        if dt not in SCALAR_CTYPES and dt != INDEX:
             raise ValueError(f"scalar argument {d['name']!r}: unsupported dtype {dt}")
         return ScalarParam(str(d["name"]), dt, int(d["position"]))
 
@@ -71,6 +86,11 @@ class ScalarParam:
 def is_scalar_var(x) -> bool:
     """A floating-point ``pt.var``: an argument passed by value."""
     return isinstance(x, Var) and x.axis is None and dtypes.dtype(x.dtype).is_float
+
+
+def is_size_arg(x) -> bool:
+    """An integer ``pt.var`` in an argument list: a size the call passes."""
+    return isinstance(x, Var) and x.axis is None and dtypes.dtype(x.dtype).is_int
 
 
 def check_scalar_var(v: Var):
@@ -82,13 +102,35 @@ def check_scalar_var(v: Var):
 
 
 def scalar_params(args) -> tuple:
-    """The scalars among a build's arguments, with their positions."""
-    return tuple(ScalarParam(a.name, a.dtype, i) for i, a in enumerate(args) if is_scalar_var(a))
+    """The scalars among a build's arguments, with their positions (integers as
+    ``INDEX``, the sizes' type)."""
+    return tuple(
+        ScalarParam(a.name, INDEX if is_size_arg(a) else a.dtype, i)
+        for i, a in enumerate(args)
+        if is_scalar_var(a) or is_size_arg(a)
+    )
 
 
-def c_value(p: ScalarParam, value) -> float:
+def _size_value(p: ScalarParam, value) -> int:
+    """A call's integer for the size argument ``p``: an int of 0 to 2^63 - 1."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(
+            f"argument {p.name}: expected an integer (a size), got {type(value).__name__} {value!r}"
+        )
+    value = int(value)
+    if not 0 <= value < 1 << 63:
+        raise ValueError(
+            f"argument {p.name}: {value} is not a size (an integer argument counts "
+            "something: 0 to 2^63 - 1)"
+        )
+    return value
+
+
+def c_value(p: ScalarParam, value) -> float | int:
     """The value of a call's argument for ``p`` (ctypes narrows a float32), or
     TypeError naming it."""
+    if p.is_size:
+        return _size_value(p, value)
     ok = isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(
         value, (bool, np.bool_)
     )
@@ -139,6 +181,14 @@ class ScalarSlots:
         values = [c_value(p, args[i]) for p, i in zip(self.scalars, at)]
         rest = [a for i, a in enumerate(args) if i not in at]
         return rest, values
+
+    def sizes(self, values: list) -> dict:
+        """The sizes among ``split``'s values: name -> value."""
+        return {p.name: x for p, x in zip(self.scalars, values) if p.is_size}
+
+    def floats(self, values: list) -> list:
+        """The floats among ``split``'s values (C parameters after the sizes)."""
+        return [x for p, x in zip(self.scalars, values) if not p.is_size]
 
     def join(self, buffers: list, values: list) -> list:
         """The full argument list from the buffer arguments and the scalar values."""

@@ -34,10 +34,10 @@ def _prefix_sum_after_matmul():
 
 def test_the_pipeline_by_hand_is_lower():
     s, args = _prefix_sum_after_matmul()
-    tensors, scalars, scalar_vars = check_args(s, args)
+    tensors, *scalars = check_args(s, args)
     nests = infer(s, check_bounds(s), tensors)
     check_schedule(s, nests)
-    func = Lowering(nests, plan(nests), "f", scalars, scalar_vars).run()
+    func = Lowering(nests, plan(nests), "f", scalars).run()
     assert str(func) == str(pt.lower(s, args, name="f"))
 
 

@@ -184,14 +184,6 @@ def test_scalar_arguments_under_emulation():
     np.testing.assert_allclose(mod(0.5, b, -1.0), 0.5 * b - 1.0)
 
 
-def test_integer_size_among_the_arguments_is_refused():
-    n = pt.var("n")
-    A = pt.placeholder((n,), "float32", name="A")
-    B = pt.compute((n,), lambda i: A[i] + 1, name="B")
-    with pytest.raises(TypeError, match="argument n: an integer pt.var is a size, bound from"):
-        pt.build(pt.create_schedule(B.op), [A, B, n])
-
-
 def test_tuple_reduction_into_float16_is_refused():
     def combine(x, y):
         return x[0] + y[0], x[1] + y[1]
