@@ -248,6 +248,20 @@ def load_records(src) -> list[Record]:
 _WARNED: set = set()  # (log, corrupt lines) already reported in this process
 
 
+def _plain(v):
+    """A knob value as the space compares it: ``8.0`` and ``true`` are ``8`` and ``1``."""
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, bool) or (isinstance(v, float) and v.is_integer()):
+        return int(v)
+    return v
+
+
+def config_key(config: dict) -> str:
+    """One key per config, whichever way a record spells its values."""
+    return json.dumps({k: _plain(v) for k, v in config.items()}, sort_keys=True)
+
+
 def ranked_configs(records) -> dict:
     """(workload, target) -> its configs as records, fastest first.
 
@@ -259,7 +273,7 @@ def ranked_configs(records) -> dict:
     """
     groups: dict = {}
     for r in records:
-        key = (r.workload, r.target, json.dumps(r.config, sort_keys=True))
+        key = (r.workload, r.target, config_key(r.config))
         groups.setdefault(key, []).append(r)
     ranked: dict = {}
     for (workload, target, _), recs in groups.items():
@@ -279,10 +293,10 @@ def one_per_config(records) -> list:
     """Each measured config once: with all its timings (``ranked_configs``), or, for a
     config that failed any measurement, its first failed record. For fitting models."""
     ok = [r for recs in ranked_configs(records).values() for r in recs]
-    seen = {(r.workload, r.target, json.dumps(r.config, sort_keys=True)) for r in ok}
+    seen = {(r.workload, r.target, config_key(r.config)) for r in ok}
     failed: dict = {}
     for r in records:
-        key = (r.workload, r.target, json.dumps(r.config, sort_keys=True))
+        key = (r.workload, r.target, config_key(r.config))
         if key not in seen and not r.ok:
             failed.setdefault(key, r)
     return ok + list(failed.values())

@@ -175,7 +175,7 @@ def test_a_record_spelling_its_values_as_floats_schedules_as_the_space_values(tm
 
 def test_a_config_counts_by_the_median_of_all_its_timings(tmp_path):
     """One lucky draw does not outrank a config that held up to several; a config
-    that failed once is not used."""
+    that failed once is not used (however a record spells its values)."""
     task = at.Task("toy_matmul", (32, 32, 16))
     lucky = {"tile_i": [-1, 2], "tile_j": [-1, 16], "unroll": 0}
     steady = {"tile_i": [-1, 4], "tile_j": [-1, 8], "unroll": 0}
@@ -191,10 +191,10 @@ def test_a_config_counts_by_the_median_of_all_its_timings(tmp_path):
             rec(lucky, 1.0e-3),
             rec(steady, 1.1e-3),
             rec(flaky, 0.5e-3),
-            rec(lucky, 1.5e-3),
+            rec({**lucky, "tile_i": [-1.0, 2.0]}, 1.5e-3),  # the same config, spelled 2.0
             rec(steady, 1.2e-3),
             rec(lucky, 1.6e-3),
-            rec(flaky, error="timeout"),
+            rec({**flaky, "unroll": False}, error="timeout"),  # and false for 0
         ],
     )
     (ranked,) = at.ranked_configs(at.load_records(log)).values()
