@@ -147,7 +147,16 @@ def fused_depth(stage) -> int:
     other, loop = stage.fused_with.stage, stage.fused_with.loop
     for st in (other, stage):
         if loop in st.leaf_iter_vars:
-            return st.leaf_iter_vars.index(loop) + 1
+            d = st.leaf_iter_vars.index(loop) + 1
+            short = min((stage, other), key=lambda x: len(x.leaf_iter_vars))
+            if d > len(short.leaf_iter_vars):  # a reorder moved loops inside the shared ones
+                raise ScheduleError(
+                    f"compute_with on stage '{stage.name}': it shares the loops of "
+                    f"'{other.name}' down to {loop.name}, {d} of them, but '{short.name}' "
+                    f"has only {len(short.leaf_iter_vars)}; keep the shared loops outermost "
+                    "(reorder and skew every member alike before compute_with)"
+                )
+            return d
     raise ScheduleError(
         f"compute_with on stage '{stage.name}': loop {loop.name} is no longer a loop of "
         f"'{stage.name}' or '{other.name}' (it was split or fused after compute_with)"

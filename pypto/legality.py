@@ -77,7 +77,11 @@ def cluster_groups(sch: Schedule, pure: Stage) -> list | None:
 def check_stage(sch: Schedule, stage: Stage, call: str, loop=None) -> None:
     """Check one stage right after a primitive (``call`` is how the error names it)."""
     pure = _pure(stage)
-    needs_order = bool(pure.update_stages) or cluster_groups(sch, pure) is not None
+    try:
+        groups = cluster_groups(sch, pure)
+    except ScheduleError as e:  # the primitive broke a compute_with
+        raise ScheduleError(f"{call} on '{stage.name}' breaks {e}") from None
+    needs_order = bool(pure.update_stages) or groups is not None
     if not needs_order:
         # A pure definition's only dependences are those of a reduction on itself:
         # its loop order is free (they commute) and lowering checks its annotations.
@@ -221,12 +225,18 @@ def check_order(m: GroupModel, stage: Stage, call: str | None) -> None:
     if found is None:
         return
     d, pairs = found
-    st = d.dst.stage
+    st = stage if call else d.dst.stage  # the stage the primitive was called on
     what = call or f"the loop order ({', '.join(iv.name for iv in st.leaf_iter_vars)})"
     hint = ""
     if call and ".compute_with(" in call:  # loops that start apart pair iterations by count
         hint = ("; shared loops pair their iterations in order, each from its own first "
                 "value: shift(loop, k) offsets one")  # fmt: skip
+    elif call and isinstance(m, ClusterModel):  # one member's loops moved, not the others'
+        hint = (f"; '{stage.name}' shares loops with other stages (compute_with): transform "
+                "every member alike, before compute_with")  # fmt: skip
+    between = {d.src.stage.name: 0, d.dst.stage.name: 0}
+    if list(between) != [st.name]:  # the dependence is another statement's, or two
+        hint = f" (statements of {' and '.join(repr(x) for x in between)}){hint}"
     raise ScheduleError(
         f"{what} on '{st.name}' would break a dependence: {describe(d)}; the source "
         f"would no longer run first (witness: {witness(pairs, d, m.params)}){hint}"

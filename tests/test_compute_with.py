@@ -392,3 +392,53 @@ def test_a_producer_of_final_values_inside_shared_loops_is_refused(place):
     want = np.zeros(7)
     want[1:] = 2 * np.cumsum(x)[np.minimum(np.arange(2, 8), 6)] + 1
     np.testing.assert_array_equal(pt.build(s, [X, Y, Z])(x)[1], want)
+
+
+def _cholesky_like(n):
+    """cholesky's off-diagonal statements: a triangular nest, the divide after the inner k."""
+    A0 = pt.placeholder((n, n), F, name="A0")
+    A = pt.compute((n, n), lambda i, j: A0[i, j], name="A")
+    i = pt.reduce_axis((0, n), name="i")
+    j = pt.reduce_axis((0, i), name="j")
+    k = pt.reduce_axis((0, j), name="k")
+    A[i, j] = A[i, j] - A[i, k] * A[j, k]
+    A[i, j] = A[i, j] / A[j, j]
+    s = pt.create_schedule(A.op)
+    s[A].update(1).compute_with(s[A].update(0), j)
+    return s, A0, A, (i, j, k)
+
+
+def test_a_reorder_into_the_shared_loops_is_refused_at_the_call():
+    """Moving k inside the loops shared down to j would share 3 loops with a 2-loop
+    statement: refused by name at the reorder (it once crashed in isl on a triangular
+    nest, and was refused only at lower on a rectangular one)."""
+    for n in (8, pt.var("n")):
+        s, A0, A, (i, j, k) = _cholesky_like(n)
+        with pytest.raises(
+            pt.ScheduleError,
+            match=r"reorder\(i, k, j\) on 'A.update\(0\)' breaks compute_with on stage "
+            r"'A.update\(1\)': .* down to j, 3 of them, but 'A.update\(1\)' has only 2",
+        ):
+            s[A].update(0).reorder(i, k, j)
+        a = np.tril(np.random.default_rng(3).random((8, 8))) + 8 * np.eye(8)
+        ref = a.copy()
+        for x in range(8):
+            for y in range(x):
+                for z in range(y):
+                    ref[x, y] -= ref[x, z] * ref[y, z]
+                ref[x, y] /= ref[y, y]
+        np.testing.assert_allclose(pt.build(s, [A0, A])(a), ref)  # the schedule as it was
+
+
+def test_a_refusal_names_the_stage_called_and_the_statements_of_the_dependence():
+    A0, A, B, (t, i), _ = _jacobi_1d(10, 3)
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"reorder\(i, t\) on 'B.update\(0\)' would break a dependence: A\[i2\] reads "
+        r"B\[i2 - 1\], written by B\[i\].*\(statements of 'B.update\(0\)' and 'A.update\(0\)'\);"
+        r" 'B.update\(0\)' shares loops with other stages \(compute_with\): transform every "
+        r"member alike, before compute_with",
+    ):
+        s[B].update(0).reorder(i, t)
