@@ -68,7 +68,7 @@ def reduction_start(low, n, body: Reduce, dtype: str) -> Expr:
     if not body.init:
         return body.combiner.identity(dtype)
     e = substitute(body.init[0], {iv.var: v for iv, v in n.init_value.items()})
-    e = low.lower_expr(n, e)
+    e = low.lower_expr(n, e, placed=True)  # init_value is the point already
     return e if e.dtype == dtype else Cast(e, dtype)
 
 

@@ -114,7 +114,10 @@ class Lowering:
 
     # ------------------------------------------------------------ statements
 
-    def lower_expr(self, n: StageNest, e: Expr) -> Expr:
+    def lower_expr(self, n: StageNest, e: Expr, placed: bool = False) -> Expr:
+        """``e`` (over the stage's root variables; ``placed``: over its loops already, as
+        an ``init=`` at the init nest's point) with its tensor reads as buffer loads."""
+
         def go(x):
             x = map_children(x, go)
             if isinstance(x, TensorRead):
@@ -123,7 +126,7 @@ class Lowering:
                 return Load(buf, idx, x.dtype)
             return x
 
-        return simplify(go(self.in_leaves(n, e)), self.ranges)
+        return simplify(go(e if placed else self.in_leaves(n, e)), self.ranges)
 
     def stage_stmt(self, st: Stage):
         n = self.nests[st]

@@ -33,7 +33,7 @@ def _starts(low, n, bodies: tuple) -> tuple:
     if all(b.init for b in bodies):
         values = [substitute(b.init[0], {iv.var: v for iv, v in n.init_value.items()})
                   for b in bodies]  # fmt: skip
-        return tuple(low.lower_expr(n, v) for v in values)
+        return tuple(low.lower_expr(n, v, placed=True) for v in values)
     ident = bodies[0].combiner.identity_tuple(tuple(b.dtype for b in bodies))
     return tuple(e if e.dtype == b.dtype else Cast(e, b.dtype) for e, b in zip(ident, bodies))
 

@@ -258,6 +258,16 @@ def _solve(eqs, ndim: int):
     return s
 
 
+def _start(r: Reduce) -> str:
+    """Where a reduction starts: its reducer's identity, or a constant ``init=`` (one
+    that reads tensors is never the intrinsic's)."""
+    if not r.init:
+        return "the identity"
+    if all(isinstance(x, Const) for x in r.init):
+        return f"init={', '.join(str(x.value) for x in r.init)}"
+    return f"init={', '.join(str(x) for x in r.init)} (read per output)"
+
+
 def bind(nests, layout, n, pos: int, intrin: TensorIntrin):
     """The call replacing the leaves ``pos``.. of nest ``n`` and the condition under
     which a tile is whole (None when every tile is). ``nests`` (``bounds.Nests``) and
@@ -279,6 +289,13 @@ def bind(nests, layout, n, pos: int, intrin: TensorIntrin):
                 intrin,
                 f"the stage reduces with {mine.combiner.name}, the intrinsic with "
                 f"{theirs.combiner.name}",
+            )
+        if _start(mine) != _start(theirs):  # the call's sums start from the intrinsic's
+            raise _err(
+                st,
+                intrin,
+                f"the stage's reduction starts from {_start(mine)}, the intrinsic's from "
+                f"{_start(theirs)}: not the same body",
             )
         mine, theirs = mine.source, theirs.source
     if st.op.dtype != intrin.op.dtype:

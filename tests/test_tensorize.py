@@ -216,6 +216,37 @@ def test_other_reducer_is_refused():
     _refused(setup, "the stage reduces with sum, the intrinsic with max")
 
 
+@pytest.mark.parametrize("stage_init, intrin_init, match", [
+    (lambda t, i, j: t[i, j], None,
+     r"starts from init=I\[i, j\] \(read per output\), the intrinsic's from the identity"),
+    (lambda t, i, j: pt.const(1.0, "float32"), None,
+     "starts from init=1.0, the intrinsic's from the identity"),
+    (lambda t, i, j: pt.const(5.0, "float32"), 0.0,
+     "starts from init=5.0, the intrinsic's from init=0.0"),
+])  # fmt: skip
+def test_an_init_the_intrinsic_does_not_start_from_is_refused(stage_init, intrin_init, match):
+    """The call's sums start where the intrinsic's do: a stage whose init= differs would
+    lose it (it once did, silently)."""
+    a = pt.placeholder((16,), name="a")
+    b = pt.placeholder((4, 16), name="b")
+    k = pt.reduce_axis((0, 16), name="k")
+    init = None if intrin_init is None else pt.const(intrin_init, "float32")
+    c = pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k, init=init), name="c")
+    dot4 = pt.decl_tensor_intrin(c.op, "dot4", DOT4)
+    A, B, Ini = (pt.placeholder((8, 16), name=x) for x in "ABI")
+    kk = pt.reduce_axis((0, 16), name="kk")
+    C = pt.compute(
+        (8, 8),
+        lambda i, j: pt.sum(A[i, kk] * B[j, kk], axis=kk, init=stage_init(Ini, i, j)),
+        name="C",
+    )
+    s = pt.create_schedule(C.op)
+    jo, ji = s[C].split(C.op.axis[1], factor=4)
+    s[C].tensorize(ji, dot4)
+    with pytest.raises(pt.ScheduleError, match=f"tensorize\\(dot4\\) on stage 'C': .*{match}"):
+        pt.build(s, [A, B, Ini, C])
+
+
 def test_parallel_loop_inside_is_refused():
     def setup(s, C, kk):
         jo, ji = s[C].split(C.op.axis[1], factor=4)

@@ -1,0 +1,91 @@
+"""``init=`` that reads tensors (TVM's ``te.sum(..., init=Ini[i, j])``) wherever the
+reduction is computed: at the root, attached (``compute_at``), through ``cache_write``,
+in a multi-output stage. The init is read at the output point, once; against numpy."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+RNG = np.random.default_rng(33)
+
+
+def row_sum(n, length):
+    A = pt.placeholder((n, length), name="A")
+    Ini = pt.placeholder((n,), name="I")
+    k = pt.reduce_axis((0, length), name="k")
+    C = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, init=Ini[i]), name="C")
+    return A, Ini, C
+
+
+@pytest.mark.parametrize("n", [6, 13])
+def test_init_in_an_attached_reduction(n):
+    A, Ini, C = row_sum(n, 20)
+    D = pt.compute((n,), lambda i: C[i] * 2, name="D")
+    s = pt.create_schedule(D.op)
+    io, ii = s[D].split(D.op.axis[0], factor=4)
+    s[C].compute_at(s[D], ii)
+    a, i0 = RNG.random((n, 20), dtype="float32"), RNG.random(n, dtype="float32")
+    np.testing.assert_allclose(pt.build(s, [A, Ini, D])(a, i0), 2 * (i0 + a.sum(1)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [6, 4001])
+def test_init_through_cache_write(n):
+    """A large n once read far past Ini's end (the tile offset added twice)."""
+    A, Ini, C = row_sum(n, 3)
+    s = pt.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    io, ii = s[C].split(C.op.axis[0], factor=4)
+    s[CC].compute_at(s[C], io)
+    a, i0 = RNG.random((n, 3), dtype="float32"), RNG.random(n, dtype="float32")
+    np.testing.assert_allclose(pt.build(s, [A, Ini, C])(a, i0), i0 + a.sum(1), rtol=1e-5)
+
+
+def test_tiled_matmul_with_init_as_tvm_writes_it():
+    M, N, K = 20, 24, 16
+    A = pt.placeholder((M, K), name="A")
+    B = pt.placeholder((K, N), name="B")
+    Ini = pt.placeholder((M, N), name="I")
+    k = pt.reduce_axis((0, K), name="k")
+    C = pt.compute((M, N), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k, init=Ini[i, j]), name="C")
+    s = pt.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], x_factor=8, y_factor=8)
+    s[CC].compute_at(s[C], jo)
+    ko, ki = s[CC].split(s[CC].op.reduce_axis[0], factor=4)
+    s[CC].reorder(ko, *s[CC].op.axis, ki)
+    a, b, i0 = (RNG.random(sh, dtype="float32") for sh in ((M, K), (K, N), (M, N)))
+    np.testing.assert_allclose(pt.build(s, [A, B, Ini, C])(a, b, i0), i0 + a @ b, rtol=1e-5)
+
+
+def _argmax_combine(x, y):
+    keep = (x[1] > y[1]) | ((x[1] == y[1]) & (x[0] < y[0]))
+    return pt.select(keep, x[0], y[0]), pt.select(keep, x[1], y[1])
+
+
+def _argmax_identity(t0, t1):
+    return pt.const(-1, t0), pt.min_value(t1)
+
+
+def test_multi_output_init_in_an_attached_reduction():
+    n, length = 7, 9
+    argmax = pt.comm_reducer(_argmax_combine, _argmax_identity, name="argmax")
+    A = pt.placeholder((n, length), name="A")
+    I0 = pt.placeholder((n,), "int32", name="I0")
+    V0 = pt.placeholder((n,), name="V0")
+    k = pt.reduce_axis((0, length), name="k")
+    idx, val = pt.compute(
+        (n,),
+        lambda i: argmax((k.astype("int32"), A[i, k]), axis=k, init=(I0[i], V0[i])),
+        name="am",
+    )
+    D = pt.compute((n,), lambda i: val[i] + pt.cast("float32", idx[i]), name="D")
+    s = pt.create_schedule(D.op)
+    io, ii = s[D].split(D.op.axis[0], factor=3)
+    s[idx].compute_at(s[D], ii)
+    a = RNG.random((n, length), dtype="float32")
+    i0 = np.arange(100, 100 + n, dtype="int32")
+    v0 = np.where(np.arange(n) % 2 == 0, 2.0, 0.0).astype("float32")  # even rows: the init wins
+    best = np.where(v0 > a.max(1), v0, a.max(1))
+    at = np.where(v0 > a.max(1), i0, a.argmax(1))
+    np.testing.assert_allclose(pt.build(s, [A, I0, V0, D])(a, i0, v0), best + at, rtol=1e-6)
