@@ -23,6 +23,8 @@ import tempfile
 import time
 
 from . import emulate
+from .bound_checks import instrument as instrument_bound_checks
+from .bound_checks import wanted as bound_checks_wanted
 from .cache import Entry, remove_file
 from .cache import cache_dir as cache_dir  # public here before pypto.cache existed
 from .codegen_c import codegen
@@ -233,15 +235,19 @@ def build(
     name: str = "default_function",
     emit_only: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
+    bound_checks: bool | None = None,
 ):
     """``pt.build(s, args, target, name)``: lower, generate C, compile, load.
 
     With ``emit_only=True`` the C source is returned as a string and nothing
     is compiled (the way to get code for a target other than this host).
     ``timeout``: seconds the C compiler may take; past it, the compiler and its
-    children are killed and ``BuildError`` says so.
+    children are killed and ``BuildError`` says so. ``bound_checks=True`` (or
+    ``$PYPTO_BOUND_CHECKS=1``): every load and store checks its index at run time
+    (``pypto.bound_checks``; slower, for debugging).
     """
     timeout = check_timeout(timeout)
+    checks = bound_checks_wanted(bound_checks)
     tgt = as_target(target)
     if isinstance(sch, LoweredFunc):
         func = sch
@@ -251,6 +257,8 @@ def build(
         func = lower(sch, args, name=name)
     else:
         raise TypeError(f"build expects a Schedule or a lowered function, got {type(sch).__name__}")
+    if checks:
+        func = instrument_bound_checks(func)
     source, cname = codegen(func, tgt)
     if emit_only:
         return source

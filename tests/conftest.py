@@ -21,3 +21,12 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request):
     return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(autouse=True)
+def _bound_checks(request, monkeypatch):
+    """Modules that set ``BOUND_CHECKS = True`` (the schedule fuzzers) build every kernel
+    with run-time bound checkers (``pypto.bound_checks``): a lowering that takes an
+    access outside its buffer fails there, even where the values happen to agree."""
+    if getattr(request.module, "BOUND_CHECKS", False):
+        monkeypatch.setenv("PYPTO_BOUND_CHECKS", "1")

@@ -5,6 +5,8 @@ import pytest
 
 import pypto as pt
 
+BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
+
 F = "float64"
 
 

@@ -8,6 +8,8 @@ import pytest
 import pypto as pt
 from pypto.loop_ir import For, walk_stmts
 
+BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
+
 RNG = np.random.default_rng(14)
 
 

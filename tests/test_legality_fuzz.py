@@ -45,6 +45,8 @@ from hypothesis.control import currently_in_test_context
 
 import pypto as pt
 
+BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
+
 FUZZ = settings(
     max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
     deadline=None,

@@ -1,4 +1,4 @@
-"""``init=`` that reads tensors (TVM's ``te.sum(..., init=Ini[i, j])``) wherever the
+"""``init=`` that reads tensors (TVM's ``te.sum(..., init=I[i, j])``) wherever the
 reduction is computed: at the root, attached (``compute_at``), through ``cache_write``,
 in a multi-output stage. The init is read at the output point, once; against numpy."""
 
@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 import pypto as pt
+
+BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
 
 RNG = np.random.default_rng(33)
 

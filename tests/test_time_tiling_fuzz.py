@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import pypto as pt
 
+BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
+
 FUZZ = settings(
     max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
     deadline=None,
