@@ -314,10 +314,11 @@ class Schedule:
         self._insert_before(cst, [st])
         return cache.output(0) if len(bodies) == 1 else list(cache.outputs)
 
-    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
+    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0):
         """TVM's ``s.rfactor(C, k)``: a partial reduction ``C.rf`` with loop ``k`` (a reduce
         axis of ``C``, or a loop of its split) as a spatial axis at ``factor_axis``; ``C``
-        becomes a reduction over it. Returns ``C.rf``; see ``pypto.rfactor``.
+        becomes a reduction over it. Returns ``C.rf`` (as TVM, a list of its tensors for a
+        tuple reduction such as argmax); see ``pypto.rfactor``.
 
             for i: for ko: for ki: C[i] += A[i, ko*4 + ki]
               ->  for ki: for i: for ko: C.rf[ki, i] += A[i, ko*4 + ki]
@@ -346,6 +347,8 @@ class Schedule:
         st.relations, st.leaf_iter_vars = kept, leaves
         self.stage_map[new] = st
         self._insert_before(Stage(self, rf), [st])
+        if rf.num_outputs > 1:  # a tuple reduction (argmax): one partial tensor per output
+            return [rf.output(k) for k in range(rf.num_outputs)]
         return rf.output(0)
 
 

@@ -303,6 +303,13 @@ class Tensor:
                 raise TypeError(f"index {i} of {self.name} is {i.dtype}, not an integer")
         return TensorRead(self, ind, self.dtype)
 
+    def __iter__(self):
+        # without it Python would iterate A[0], A[1], ... without end
+        raise TypeError(
+            f"tensor {self.name} is not iterable: index it ({self.name}[i, ...]); a "
+            "pt.compute or rfactor with several outputs returns a list of tensors"
+        )
+
     def __call__(self, *idx) -> TensorRead:
         """``A(i, k)`` is ``A[i, k]`` (TVM's call form; ``S()`` reads a 0-d tensor)."""
         return self[idx]

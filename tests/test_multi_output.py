@@ -51,8 +51,8 @@ def test_argmax_rfactor_vectorized_lanes_with_ties(factor):
     A, idx, val, k = row_argmax(m=37)
     s = pt.create_schedule(idx.op)
     ko, ki = s[idx].split(k, factor=factor)
-    RF = s.rfactor(idx, ki, factor_axis=1)
-    assert [t.name for t in RF.op.outputs] == ["am.rf.v0", "am.rf.v1"]
+    RF, RF_val = s.rfactor(idx, ki, factor_axis=1)  # TVM's: a list for a tuple reduction
+    assert [t.name for t in (RF, RF_val)] == ["am.rf.v0", "am.rf.v1"] and RF.op is RF_val.op
     i, lane = s[RF].op.axis
     s[RF].reorder(i, s[RF].op.reduce_axis[0], lane)
     s[RF].vectorize(lane)
@@ -148,7 +148,7 @@ def test_multi_output_schedule_replays_from_json():
     A, idx, val, k = row_argmax(m=32)
     s = pt.create_schedule(idx.op)
     ko, ki = s[idx].split(k, factor=8)
-    RF = s.rfactor(idx, ki, factor_axis=1)
+    RF, _ = s.rfactor(idx, ki, factor_axis=1)
     s[RF].vectorize(s[RF].op.axis[1])
     Y = pt.compute((4,), lambda i: A[i, 0] * 2, name="Y")
     s_cache = pt.create_schedule([idx.op, Y.op])
@@ -191,3 +191,13 @@ def test_cache_write_of_every_output_of_an_argmax_as_tvm():
             i, v = mod(a)
             np.testing.assert_array_equal(i, a.argmax(1))
             np.testing.assert_array_equal(v, a.max(1))
+
+
+def test_a_tensor_is_not_iterable():
+    """Python would otherwise iterate A[0], A[1], ... without end (or unpack a 2-D tensor
+    into nothing); several outputs come as a list."""
+    A = pt.placeholder((4,), name="A")
+    with pytest.raises(TypeError, match=r"tensor A is not iterable: index it \(A\[i, \.\.\.\]\)"):
+        list(A)
+    with pytest.raises(TypeError, match="tensor B is not iterable"):
+        x, y = pt.placeholder((4, 5), name="B")
