@@ -16,6 +16,7 @@ neighbours for search.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -203,6 +204,15 @@ class ConfigSpace:
         self.flop = 0.0
         # the Target the template schedules for: lanes, registers, caches (cfg.target)
         self.target = as_target(target)
+
+    def __repr__(self):
+        """As AutoTVM prints a space: its size, then each knob with its candidates."""
+        lines = [f"ConfigSpace ({len(self)} configs, target {self.target.name})"]
+        for k in self.knobs.values():
+            shown = ", ".join(json.dumps(v) for v in k.values[:8])
+            more = f", ... ({len(k.values)} in all)" if len(k.values) > 8 else ""
+            lines.append(f"  {k.name} ({k.kind}): [{shown}{more}]")
+        return "\n".join(lines)
 
     # ---- definitions (the template calls these)
 

@@ -66,6 +66,11 @@ class Tuner:
             return 0.0
         return flop / self.best_cost / 1e9
 
+    @property
+    def best_flops(self) -> float:
+        """AutoTVM's name: the best config's FLOP/s (0 before any valid measurement)."""
+        return self.best_gflops * 1e9
+
     def has_next(self) -> bool:
         return len(self.visited) < len(self.space)
 

@@ -737,3 +737,15 @@ def test_a_template_name_that_is_no_file_name_is_refused():
     for bad in ("../../escape", ".hidden", "a/b", ""):
         with pytest.raises(ValueError, match="template name .*: use letters, digits"):
             at.template(bad)
+
+
+def test_a_space_prints_its_knobs_and_a_tuner_its_best_flops():
+    """AutoTVM's ``print(task.config_space)`` and ``tuner.best_flops``."""
+    task = at.Task("toy_matmul", (32, 32, 16))
+    text = repr(task.config_space)
+    assert text.startswith(f"ConfigSpace ({len(task.config_space)} configs, target ")
+    assert "  tile_i (split): [[-1, 1], [-1, 2]" in text and "unroll (knob)" in text
+    tuner = at.RandomTuner(task, seed=2)
+    assert tuner.best_flops == 0.0
+    tuner.tune(3, measure=FAST)
+    assert tuner.best_flops > 0 and tuner.best_flops == pytest.approx(tuner.best_gflops * 1e9)
