@@ -347,7 +347,8 @@ def _fuse_run(run: list, ranges, outer: tuple):
             raise ScheduleError(
                 f"compute_with on stage '{m.stage.name}': its loop {loop.var.name} is "
                 f"{loop.kind}, loop {lead.var.name} of '{lead_stage.name}' {lead.kind}; "
-                "shared loops need the same annotation"
+                "shared loops need the same annotation: give it to the loop of every stage "
+                "that shares it"
             )
         body = subst_stmt(body, {loop.var: at})
         if not _same(loop.extent, box, ranges):

@@ -444,3 +444,33 @@ def test_a_refusal_names_the_stage_called_and_the_statements_of_the_dependence()
         r"member alike, before compute_with",
     ):
         s[B].update(0).reorder(i, t)
+
+
+def test_a_shared_loop_parallel_in_one_member_only_is_refused_then_runs_in_all():
+    """trmm: B[i, j] += A[k, i] B[k, j] (k > i), then B[i, j] *= 2, sharing i and j."""
+    m, n = 6, 5
+    A = pt.placeholder((m, m), F, name="A")
+    B0 = pt.placeholder((m, n), F, name="B0")
+    B = pt.compute((m, n), lambda a, b: B0[a, b], name="B")
+    i, j = pt.reduce_axis((0, m), name="i"), pt.reduce_axis((0, n), name="j")
+    k = pt.reduce_axis((i + 1, m), name="k")
+    B[i, j] = B[i, j] + A[k, i] * B[k, j]
+    B[i, j] = 2.0 * B[i, j]
+    s = pt.create_schedule(B.op)
+    s[B].update(1).compute_with(s[B].update(0), j)
+    s[B].update(0).parallel(j)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"its loop j is serial, loop j of 'B.update\(0\)' parallel; shared loops need the "
+        "same annotation: give it to the loop of every stage that shares it",
+    ):
+        pt.build(s, [A, B0, B])
+    s[B].update(1).parallel(j)
+    a, b0 = np.random.default_rng(5).random((m, m)), np.random.default_rng(6).random((m, n))
+    ref = b0.copy()
+    for x in range(m):
+        for y in range(n):
+            for z in range(x + 1, m):
+                ref[x, y] += a[z, x] * ref[z, y]
+            ref[x, y] *= 2.0
+    np.testing.assert_allclose(pt.build(s, [A, B0, B])(a, b0), ref)
