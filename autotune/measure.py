@@ -1,7 +1,7 @@
 """Measurement: build candidates in parallel, run each in an isolated process.
 
     builders (a process pool)     template(cfg) -> lower -> C -> cc       (fills the object cache)
-    runner (one child process)    template(cfg) -> build (cache hit) -> check -> time
+    runner (one child process)    template(cfg), the built object -> check -> time
 
 The runner is a long-lived child; a candidate that crashes it (a segfault)
 or outlives the timeout (an endless loop) is recorded as an error, the
@@ -32,7 +32,14 @@ from pypto.errors import TargetError
 from pypto.target import Target
 
 from .records import ErrorKind, Measured
-from .workers import build_worker, init_build_worker, probe_worker, runner_main, short_error
+from .workers import (
+    build_worker,
+    init_build_worker,
+    loadable,
+    probe_worker,
+    runner_main,
+    short_error,
+)
 
 __all__ = ["EnvironmentFault", "ErrorKind", "MeasureOption", "MeasureResult", "Measurer"]
 
@@ -335,7 +342,7 @@ class Measurer:
                 results.append(MeasureResult(error=ErrorKind(b["error"]), error_msg=b["msg"]))
                 continue
             try:
-                r = self.run(spec)
+                r = self.run({**spec, **loadable(b)})
             except (EnvironmentFault, KeyboardInterrupt) as e:  # Ctrl-C: log what finished
                 e.done = results
                 raise

@@ -45,7 +45,7 @@ from pypto.target import Target
 
 from .measure import EnvironmentFault, MeasureOption, Measurer, MeasureResult, candidate_specs
 from .records import ErrorKind
-from .workers import build_worker, short_error
+from .workers import build_worker, loadable, short_error
 
 try:  # the optional `distributed` extra
     import ray
@@ -352,7 +352,8 @@ class RayMeasurer:
                 for node in self._usable(task.target.name):
                     if queue and not node.busy:
                         k, b = queue.popleft()
-                        ref = node.actor.run.remote(specs[k], option, b.get("object"))
+                        spec = {**specs[k], **loadable(b)}
+                        ref = node.actor.run.remote(spec, option, b.get("object"))
                         running[ref] = (k, b, node)
                         node.busy = True
                 waiting_since = self._check_stranded(task, queue, running, waiting_since)

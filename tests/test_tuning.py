@@ -749,3 +749,27 @@ def test_a_space_prints_its_knobs_and_a_tuner_its_best_flops():
     assert tuner.best_flops == 0.0
     tuner.tune(3, measure=FAST)
     assert tuner.best_flops > 0 and tuner.best_flops == pytest.approx(tuner.best_gflops * 1e9)
+
+
+def test_the_runner_loads_the_built_object_without_lowering_it_again(monkeypatch):
+    """A run's own cost is the kernel's: the runner takes the object its build made, by
+    its cache key and signature (matmul 96^3 on Ray: 20-30 ms per run -> 3)."""
+    from autotune.measure import candidate_specs
+    from autotune.workers import Runner, build_worker, loadable
+
+    task = at.Task("toy_matmul", (32, 32, 16))
+    opt = dict(number=1, repeat=2, min_repeat_ms=0, flush_cache=False, check_correctness=True,
+               rtol=1e-5, atol=1e-5, seed=0)  # fmt: skip
+    (spec,) = candidate_specs(task, [task.config_space.get(3)], FAST)
+    built = build_worker(spec)
+    assert set(loadable(built)) == {"object_key", "cname", "signature"}
+    runner = Runner()
+    runner.prepare(spec, opt)
+
+    def no_lowering(*a, **kw):
+        raise AssertionError("lowered again")
+
+    monkeypatch.setattr(pt.runtime, "lower", no_lowering)
+    r = runner.run({**spec, **loadable(built)}, opt)
+    assert len(r["costs"]) == 2 and all(c > 0 for c in r["costs"]), r
+    assert "lowered again" in runner.run(spec, opt)["msg"]  # without the key: built again

@@ -1,8 +1,6 @@
 """Templates for the tuning tests (importable by the measurement processes)."""
 
-import ctypes
 import multiprocessing as mp
-import os
 import time
 
 import pypto as pt
@@ -34,6 +32,16 @@ def toy_matmul(cfg, M, N, K):
     return s, [A, B, C]
 
 
+# kernels that misbehave when they run (an extern's C function): the runner must survive
+_CRASH = """void crash(const float* A, const float* B, float* C) {
+  volatile float* nowhere = 0;
+  C[0] = *nowhere + A[0] + B[0];  /* SIGSEGV */
+}"""
+_SPIN = """void spin(const float* A, const float* B, float* C) {
+  for (volatile long i = 0;; ++i) C[0] = A[0] + B[0];  /* never returns */
+}"""
+
+
 @template("misbehaving", reference=lambda a, b: a @ b)
 def misbehaving(cfg, M, N, K):
     """Candidates that segfault, hang, compute wrong values, are illegal or that the
@@ -44,11 +52,10 @@ def misbehaving(cfg, M, N, K):
     )
     mode = cfg["mode"].val
     assert mode != "assert", "the template's own check fails"
-    measuring = os.environ.get("PYPTO_MEASURING") == "1"
-    if mode == "segfault" and measuring:
-        ctypes.string_at(0)  # a real SIGSEGV in the measurement process
-    if mode == "hang" and measuring:
-        time.sleep(3600)
+    if mode in ("segfault", "hang"):
+        func, src = ("crash", _CRASH) if mode == "segfault" else ("spin", _SPIN)
+        X = pt.extern((M, N), [A, B], func, src, name="C")
+        return pt.create_schedule(X.op), [A, B, X]
     if mode == "wrong":
         D = pt.compute((M, N), lambda i, j: C[i, j] * 1.5, name="D")
         s = pt.create_schedule(D.op)
