@@ -39,6 +39,12 @@ from .tensor import Tensor, compute, placeholder, reduce_axis
 def extern(shape, inputs, func: str, source: str, name: str = "extern", dtype: str = "float32"):
     """A tensor of ``shape`` and ``dtype`` written whole by the C function ``func``
     (defined in ``source``) from ``inputs`` (see the module docstring)."""
+    if isinstance(shape, list) and shape and isinstance(shape[0], (list, tuple)):
+        if len(shape) != 1:  # TVM's te.extern takes a list of output shapes
+            raise ScheduleError(
+                f"pt.extern {name}: one output, of one shape; got {len(shape)} shapes"
+            )
+        shape = shape[0]
     shape = _constant_shape(shape, f"pt.extern {name}")
     if not shape:
         raise ScheduleError(f"pt.extern {name}: the output needs at least one dimension")

@@ -107,6 +107,19 @@ def test_bad_extern_declarations():
         pt.extern((4,), [], "f", "void f(float* b) {}")
     with pytest.raises(TypeError, match=r"unsupported dtype 'float7'"):
         pt.extern((4,), [A], "f", "void f(const float* a, float* b) {}", dtype="float7")
+    with pytest.raises(pt.ScheduleError, match=r"pt.extern E: one output, of one shape; got 2"):
+        pt.extern([(4,), (4,)], [A], "f", "void f(const float* a, float* b) {}", name="E")
+
+
+def test_tvm_list_of_one_shape():
+    """TVM's ``te.extern([shape], ...)`` form: a list holding the output's shape."""
+    A = pt.placeholder((6, 5), "float32", name="A")
+    B = pt.placeholder((5,), "float64", name="B")
+    C = pt.extern([(6, 5)], [A, B], "my_scale", SRC, name="C")
+    assert tuple(int(d.value) for d in C.shape) == (6, 5)
+    a, b = np.ones((6, 5), np.float32), np.arange(5.0)
+    got = pt.build(pt.create_schedule(C.op), [A, B, C])(a, b)
+    np.testing.assert_allclose(got, 2.0 * a + b.astype(np.float32))
 
 
 def test_extern_is_emitted_for_another_target():
