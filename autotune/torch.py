@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from pypto.torch import dtype_name, empty
+from pypto.torch import dtype_name, empty, fake_kernel
 
 from .templates.attention import sdpa_parts
 from .templates.attention_amx import tile_isa
@@ -60,6 +60,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 
 @gelu.register_fake
+@fake_kernel("pypto::gelu")
 def _(x, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -75,6 +76,7 @@ def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") 
 
 
 @gelu_backward.register_fake
+@fake_kernel("pypto::gelu_backward")
 def _(x, dy, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -113,6 +115,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
 
 
 @rms_norm.register_fake
+@fake_kernel("pypto::rms_norm")
 def _(x, weight, eps=1e-6):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -124,12 +127,14 @@ def rms_norm_backward(
     dt = dtype_name(x, "rms_norm_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "rms_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
+    check_vector(weight, cols, dt, "rms_norm_backward: weight")
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     dx, dw = call("rmsnorm_backward", (rows, cols, eps, dt), ins, [(rows, cols), (cols,)], dt)
     return dx.reshape(x.shape), dw
 
 
 @rms_norm_backward.register_fake
+@fake_kernel("pypto::rms_norm_backward")
 def _(x, weight, dy, eps):
     return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
 
@@ -166,6 +171,7 @@ def layer_norm(
 
 
 @layer_norm.register_fake
+@fake_kernel("pypto::layer_norm")
 def _(x, weight, bias, eps=1e-5):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -177,6 +183,7 @@ def layer_norm_backward(
     dt = dtype_name(x, "layer_norm_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "layer_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
+    check_vector(weight, cols, dt, "layer_norm_backward: weight")
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     shapes = [(rows, cols), (cols,), (cols,)]
     dx, dw, db = call("layernorm_backward", (rows, cols, eps, dt), ins, shapes, dt)
@@ -184,6 +191,7 @@ def layer_norm_backward(
 
 
 @layer_norm_backward.register_fake
+@fake_kernel("pypto::layer_norm_backward")
 def _(x, weight, dy, eps):
     w = torch.empty_like(weight)
     return torch.empty_like(x, memory_format=torch.contiguous_format), w, torch.empty_like(w)
@@ -222,6 +230,7 @@ def _back(y: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 @softmax.register_fake
+@fake_kernel("pypto::softmax")
 def _(x, dim=-1):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -238,6 +247,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
 
 
 @softmax_backward.register_fake
+@fake_kernel("pypto::softmax_backward")
 def _(y, dy, dim):
     return torch.empty_like(y, memory_format=torch.contiguous_format)
 
@@ -349,6 +359,7 @@ def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torc
 
 
 @attention.register_fake
+@fake_kernel("pypto::attention")
 def _(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 

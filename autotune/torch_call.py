@@ -89,8 +89,10 @@ def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 def check_like(t: torch.Tensor, ref: torch.Tensor, what: str, ref_name: str) -> None:
     """``ValueError`` unless ``t`` has ``ref``'s shape (a gradient of the wrong shape with
-    as many elements must not be reshaped into place)."""
+    as many elements must not be reshaped into place), ``TypeError`` unless its dtype."""
     if tuple(t.shape) != tuple(ref.shape):
         raise ValueError(
             f"{what}: shape {tuple(t.shape)} differs from {ref_name}'s {tuple(ref.shape)}"
         )
+    if t.dtype != ref.dtype:
+        raise TypeError(f"{what}: dtype {t.dtype} differs from {ref_name}'s {ref.dtype}")

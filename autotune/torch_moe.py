@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 
 import pypto as pt
-from pypto.torch import as_numpy, dtype_name, empty, from_numpy, run
+from pypto.torch import as_numpy, dtype_name, empty, fake_kernel, from_numpy, run
 
 from .task import get_template
 from .templates.moe import DTYPES as MOE_DTYPES
@@ -119,6 +119,8 @@ def moe(
     if w_gate.dim() != 3 or w_gate.shape[2] != d:
         raise ValueError(f"moe: w_gate must be [E, d_ff, {d}], got {tuple(w_gate.shape)}")
     E, F = w_gate.shape[0], w_gate.shape[1]
+    if E == 0:
+        raise ValueError("moe: w_gate has no experts (E = 0)")
     for t, n, want in ((w_up, "w_up", (E, F, d)), (w_down, "w_down", (E, d, F))):
         if tuple(t.shape) != want:
             raise ValueError(f"moe: {n} must be {list(want)}, got {list(t.shape)}")
@@ -170,5 +172,6 @@ def _experts(x, weights: tuple, topk_weights, topk_ids, dt: str) -> torch.Tensor
 
 
 @moe.register_fake
+@fake_kernel("pypto::moe")
 def _(x, w_gate, w_up, w_down, topk_weights, topk_ids):
     return torch.empty_like(x, memory_format=torch.contiguous_format)

@@ -25,6 +25,8 @@ no tensor or view of it is alive; ``empty_cache()`` releases the idle ones.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import sys
 import threading
@@ -56,6 +58,8 @@ _BY_NAME = {v: k for k, v in TORCH_DTYPES.items()}
 
 def dtype_name(t: torch.Tensor, name: str, allowed=("float32", "float64")) -> str:
     """The pypto dtype of tensor ``t``; a ``TypeError`` naming ``name`` if not ``allowed``."""
+    if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+        raise TypeError(f"{name}: a {t.layout} tensor; pypto takes dense ones (t.to_dense())")
     d = TORCH_DTYPES.get(t.dtype)
     if d not in allowed:
         raise TypeError(f"{name}: dtype {t.dtype} is not supported (expected {', '.join(allowed)})")
@@ -72,6 +76,34 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     if not t.is_contiguous():
         t = t.contiguous()
     return _numpy_view(t)
+
+
+def fake_kernel(op: str):
+    """Decorate an operator's fake kernel with a check that its tensors share a device.
+
+    PyTorch calls the fake kernel, not the CPU one, whenever any argument is on
+    ``meta``: with the others on the CPU it would hand back an uninitialized CPU tensor.
+    Mixed devices are refused, naming the tensors (all on ``meta``, or all fake under
+    ``torch.compile``, is shape inference and goes on)."""
+
+    def wrap(f):
+        sig = inspect.signature(f)
+
+        @functools.wraps(f)
+        def checked(*args, **kw):
+            bound = sig.bind(*args, **kw)
+            where = {n: t.device for n, t in bound.arguments.items() if isinstance(t, torch.Tensor)}
+            if len(set(where.values())) > 1:
+                said = ", ".join(f"{n} on {d}" for n, d in where.items())
+                raise ValueError(
+                    f"{op}: the tensors are on different devices ({said}); pypto kernels "
+                    "run on the CPU: pass every tensor there"
+                )
+            return f(*args, **kw)
+
+        return checked
+
+    return wrap
 
 
 def from_numpy(a: np.ndarray) -> torch.Tensor:
@@ -191,7 +223,12 @@ def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> lis
     """The outputs' shapes, their size variables bound from the inputs' shapes (the
     first input that has one as a dimension binds it, as a module call does)."""
     bound: dict = {}
-    for t, shape in zip(inputs, shapes):
+    for k, (t, shape) in enumerate(zip(inputs, shapes)):
+        if len(t.shape) != len(shape):
+            raise ValueError(
+                f"{name} input {k}: {len(shape)}-D, the kernel takes {len(t.shape)}-D "
+                f"(shape {tuple(shape)})"
+            )
         for want, got in zip(t.shape, shape):
             if isinstance(want, Var):
                 bound.setdefault(want, Const(int(got), "int64"))
@@ -209,6 +246,7 @@ def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> lis
 
 
 _OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*")
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "torch"})
 
 
 def custom_op(
@@ -236,6 +274,11 @@ def custom_op(
             f"digits and _, got {name!r}"
         )
     ns, op_name = name.split("::")
+    if ns in _TORCH_NAMESPACES:
+        raise ValueError(f"custom_op: the namespace {ns!r} is PyTorch's own; choose another")
+    for what, n, least in (("n_inputs", n_inputs, 0), ("n_outputs", n_outputs, 1)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < least:
+            raise ValueError(f"custom_op: {what} must be an integer of at least {least}, got {n!r}")
     if hasattr(getattr(torch.ops, ns), op_name):  # PyTorch would replace it without a word
         raise ValueError(f"custom_op: {name} is already a PyTorch operator; choose another name")
     tgt = as_target(target)
@@ -274,6 +317,7 @@ def custom_op(
         run(mod, [(a, f"{name} input {k}") for k, a in enumerate(args)], outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    @fake_kernel(name)
     def fake(*args):
         device = args[0].device if args else "cpu"
         outs = outputs(args, lambda shape, dt: torch.empty(shape, dtype=dt, device=device))

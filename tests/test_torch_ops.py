@@ -406,6 +406,37 @@ def test_bad_inputs_are_refused_by_name():
             ops.softmax_backward(x, dy, -1)
 
 
+def test_more_bad_inputs_are_refused_by_name():
+    x, w = torch.randn(4, 8), torch.ones(8)
+    # an argument on meta sends the call to the fake kernel: it used to return an
+    # uninitialized CPU tensor
+    for call, name in (
+        (lambda: ops.layer_norm(x, w.to("meta"), torch.zeros(8), 1e-5), "layer_norm"),
+        (lambda: ops.rms_norm(x.to("meta"), w, 1e-6), "rms_norm"),
+        (
+            lambda: ops.moe(*[a.to("meta") if k == 1 else a for k, a in enumerate(_moe_inputs())]),
+            "moe",
+        ),  # fmt: skip
+    ):
+        with pytest.raises(ValueError, match=rf"pypto::{name}: the tensors are on different "
+                                             r"devices \(.*on meta"):  # fmt: skip
+            call()
+    assert ops.gelu(x.to("meta")).device.type == "meta"  # all on meta: shape inference
+    with pytest.raises(TypeError, match=r"gelu: x: a torch.sparse_coo tensor; pypto takes dense"):
+        ops.gelu(x.to_sparse())
+    with pytest.raises(ValueError, match=r"rms_norm_backward: weight: shape \(3,\), expected"):
+        ops.rms_norm_backward(x, torch.ones(3), x, 1e-6)
+    with pytest.raises(ValueError, match=r"layer_norm_backward: weight: shape \(3,\)"):
+        ops.layer_norm_backward(x, torch.ones(3), x, 1e-5)
+    with pytest.raises(TypeError, match=r"gelu_backward: dy: dtype torch.float64 differs from "
+                                        r"x's torch.float32"):  # fmt: skip
+        ops.gelu_backward(x, x.double(), "none")
+    args = list(_moe_inputs())
+    args[1:4] = [a[:0] for a in args[1:4]]
+    with pytest.raises(ValueError, match=r"moe: w_gate has no experts \(E = 0\)"):
+        ops.moe(*args)
+
+
 def test_module_is_built_once_per_shape():
     cache = autotune.torch_call.MODULES
     n = len(cache)
@@ -468,6 +499,29 @@ def test_user_custom_op():
         with pytest.raises(ValueError, match=f"{taken} is already a PyTorch operator"):
             ptt.custom_op(taken, build, n_inputs=1)
     _close(torch.ops.pypto.gelu(x), torch.nn.functional.gelu(x))
+    with pytest.raises(ValueError, match=r"the namespace 'aten' is PyTorch's own"):
+        ptt.custom_op("aten::sq1_pypto", build, n_inputs=1)
+    for what, kw in (
+        ("n_inputs", {"n_inputs": -1}),
+        ("n_outputs", {"n_inputs": 1, "n_outputs": 0}),
+    ):
+        with pytest.raises(ValueError, match=f"custom_op: {what} must be an integer of at least"):
+            ptt.custom_op("pypto_test::never", build, **kw)
+
+
+def test_user_custom_op_input_of_another_rank_is_named():
+    def build(a_shape, b_shape):
+        n, m = pt.var("n"), pt.var("m")
+        A = pt.placeholder((n, m), "float32", name="A")
+        B = pt.placeholder((n, m), "float32", name="B")
+        C = pt.compute((n, m), lambda i, j: A[i, j] + B[i, j], name="C")
+        return pt.create_schedule(C.op), [A, B, C]
+
+    add = ptt.custom_op("pypto_test::add2d", build, n_inputs=2)
+    a = torch.randn(3, 4)
+    _close(add(a, a), 2 * a)
+    with pytest.raises(ValueError, match=r"pypto_test::add2d input 0: 1-D, the kernel takes 2-D"):
+        add(torch.randn(7), torch.randn(7))
 
 
 def test_user_custom_op_recompiles_for_new_shapes_and_takes_8_bit_dtypes():
