@@ -44,7 +44,7 @@ from .torch_call import (
     rows_cols,
     target_of,
 )
-from .torch_moe import moe
+from .torch_moe import moe, release_packed_weights  # noqa: F401  (public here)
 
 # ---------------------------------------------------------------- gelu
 

@@ -59,6 +59,14 @@ def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     return got[1]
 
 
+def release_packed_weights() -> None:
+    """Forget every packed copy of expert weights (and their memory): the next call
+    packs its weights again. For weights written where PyTorch's version counter does
+    not see it (``.data``, a numpy view, an inference tensor) and the 64 sampled
+    weights may not either."""
+    _PANELS.clear()
+
+
 class _MoeModules(NamedTuple):
     """What a MoE layer shape runs: the expert module (template ``moe``'s best config,
     built with its rows bound at call time, one module for every segment length, its
