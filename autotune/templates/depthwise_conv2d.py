@@ -6,6 +6,7 @@ from __future__ import annotations
 import pypto as pt
 
 from ..task import template
+from . import precision
 from .conv_tiles import (
     conv_ref,
     define_tile_knobs,
@@ -25,10 +26,12 @@ def depthwise_conv2d_reference(data, weight, *, stride=1, padding=0):
 def depthwise_conv2d_nchw(cfg, N, C, H, W, R, S, stride=1, padding=0, dtype="float32"):
     """out[n, c, y, x] = sum_{r, s} padded[n, c, y*stride + r, x*stride + s] * weight[c, 0, r, s].
 
-    ``data`` is N x C x H x W, ``weight`` C x 1 x R x S; the output is N x C x OH x OW.
+    ``data`` is N x C x H x W, ``weight`` C x 1 x R x S; the output is N x C x OH x OW,
+    of ``dtype`` as ``precision`` says (int8 and uint8: int32, exact).
     """
+    p = precision.precision(dtype, "depthwise_conv2d_nchw")
     OH, OW = out_size(H, R, stride, padding), out_size(W, S, stride, padding)
-    lanes = cfg.target.vector_lanes(dtype)
+    lanes = cfg.target.vector_lanes(p.out if p.widen else dtype)  # the accumulator's
     data = pt.placeholder((N, C, H, W), dtype, name="data")
     weight = pt.placeholder((C, 1, R, S), dtype, name="weight")
     rr = pt.reduce_axis((0, R), name="rr")
@@ -39,7 +42,8 @@ def depthwise_conv2d_nchw(cfg, N, C, H, W, R, S, stride=1, padding=0, dtype="flo
     out = pt.compute(
         (N, C, OH, OW),
         lambda n, c, y, x: pt.sum(
-            read(n, c, y * stride + rr, x, rs) * weight[c, 0, rr, rs], axis=[rr, rs]
+            precision.product(p, read(n, c, y * stride + rr, x, rs), weight[c, 0, rr, rs]),
+            axis=[rr, rs],
         ),
         name="dwconv",
     )
