@@ -292,3 +292,31 @@ def test_a_norm_refuses_an_eps_that_makes_every_output_nan(name, eps):
     if isinstance(eps, float) and eps != eps:  # records are JSON: no NaN in a workload
         with pytest.raises(ValueError, match=finite):
             at.Task(name, (4, 8, eps))
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("matmul", (16, 16, 32, "int8")),
+        ("dense", (17, 33, 64, "int8")),
+        ("batch_matmul", (2, 5, 9, 64, "int8")),
+    ],
+)
+def test_a_register_tile_wider_than_the_gemm_runs_the_plain_loops(name, args):
+    """The space holds tiles wider than a small GEMM: with ``ukernel`` on they failed at
+    build (tensorize), a trial lost; they run the plain loops instead."""
+    task = at.Task(name, args)
+    space = task.config_space
+    base = space.default_config().to_json()
+    if "ukernel" not in base:
+        pytest.skip(f"no dot kernel for {args[-1]} on {task.target.name}")
+    N = args[-3]
+    widest = max(space.knobs["tile_j"].values, key=lambda v: v[-1])
+    if widest[-1] <= N:
+        pytest.skip(f"{task.target.name}'s space holds no tile wider than N={N}")
+    s, tensors = task.instantiate(space.config({**base, "tile_j": widest, "ukernel": 1}))
+    mod = pt.build(s, tensors)
+    rng = np.random.default_rng(2)
+    inputs = [_ints(rng, _shape(t), t.dtype) for t in tensors[:-1]]
+    (ref,) = task.template.reference_output(inputs, args)
+    np.testing.assert_array_equal(mod(*inputs), ref)

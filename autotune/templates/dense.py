@@ -22,7 +22,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import dot_ukernels, precision
+from . import dot_knobs, dot_ukernels, precision
 from .matmul import _ceil_div, define_dot_knobs, schedule_gemm
 
 F32 = "float32"
@@ -52,7 +52,7 @@ def _dense_product(cfg, X, W, p, M: int, N: int, K: int):
     k = pt.reduce_axis((0, K), name="k")
     isa = dot_ukernels.usable(cfg.target, p.name, K, M, N)
     nr = cfg["tile_j"].size[-1]
-    if isa is not None and cfg["ukernel"].val:
+    if dot_knobs.ukernel_on(cfg, isa, M, N):
         g = dot_ukernels.dot_gemm(
             isa, X, lambda kk, n: W[n, kk], (M, N, K), cfg["tile_i"].size[-1], nr,
             lambda a, b: precision.product(p, a, b), names=("D", "W"),

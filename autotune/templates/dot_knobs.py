@@ -56,6 +56,15 @@ def fits(tile: tuple, M: int, N: int) -> int:
     return int(M >= tile[0] and N >= tile[1])
 
 
+def ukernel_on(cfg, isa: DotISA | None, M: int, N: int) -> bool:
+    """Whether a GEMM config runs the dot kernel: a kernel for it, the ``ukernel`` knob
+    on, and a register tile of whole tiles of the M x N GEMM (a wider or taller one,
+    which the space also holds, runs the plain loops, as ``fits`` makes the default)."""
+    if isa is None or not cfg["ukernel"].val:
+        return False
+    return bool(fits((cfg["tile_i"].size[-1], cfg["tile_j"].size[-1]), M, N))
+
+
 def tile_options(isa: DotISA | None) -> tuple | None:
     """``(rows, columns)`` the register tile may take with ``isa``'s kernel (None: the
     GEMM's own choices)."""

@@ -273,7 +273,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
         cfg, isa, M, N, lanes, K, a_bytes=a_bytes, pack_options=pack, block_default=block,
         wide=wide,
     )  # fmt: skip
-    if isa is None or not cfg["ukernel"].val:
+    if not dot_knobs.ukernel_on(cfg, isa, M, N):
         s, C = plain_gemm(cfg, p, A, B, M, K)
         return s, [A, B, C]
     # the dot-product kernel: B packed with g reduction elements adjacent per column
@@ -349,7 +349,7 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     define_dot_knobs(
         cfg, isa, M, N, lanes, K, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
     )
-    if isa is None or not cfg["ukernel"].val:
+    if not dot_knobs.ukernel_on(cfg, isa, M, N):
         s, C = plain_gemm(cfg, p, A, Bm, M, K)
         return s, [A, Bm, C]
     # the dot-product kernel per batch: B's panels packed as matmul's, one set per batch
