@@ -98,3 +98,18 @@ def test_a_reference_gets_the_template_arguments_it_names():
     np.testing.assert_allclose(loose, 2 / np.sqrt(5.0), rtol=1e-6)
     (tight,) = tmpl.reference_output([x, w], (4, 8))  # the default eps
     np.testing.assert_allclose(tight, 2 / np.sqrt(4 + 1e-6), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "name, args, message",
+    [
+        ("conv2d_nchw", (1, 3, 8, 8, 4, 3, 3, 0, 0), "stride must be at least 1 .* stride=0"),
+        ("depthwise_conv2d_nchw", (1, 3, 8, 8, 3, 3, 1, -1), r"padding at least 0, .*padding=-1"),
+        ("conv2d_nchw", (1, 3, 2, 2, 5, 3, 3, 1, 0), "a 3-wide kernel does not fit 2 \\+ 2 x 0"),
+        ("moe", (16, 32, 64, 4, 5), r"moe: topk must be 1 to experts \(4\), got 5"),
+    ],
+)
+def test_impossible_workloads_are_refused_by_name(name, args, message):
+    """A stride of 0 used to divide by zero; a topk above the experts was accepted."""
+    with pytest.raises(ValueError, match=message):
+        autotune.Task(name, args)

@@ -24,6 +24,13 @@ from .knobs import inner_tile
 
 
 def out_size(x: int, k: int, stride: int, padding: int) -> int:
+    """The output extent of a convolution; ``ValueError`` for a stride under 1, a
+    negative padding, or a kernel larger than the padded input."""
+    if stride < 1 or padding < 0:
+        raise ValueError(f"convolution: stride must be at least 1 and padding at least 0, "
+                         f"got stride={stride}, padding={padding}")  # fmt: skip
+    if x + 2 * padding < k:
+        raise ValueError(f"convolution: a {k}-wide kernel does not fit {x} + 2 x {padding}")
     return (x + 2 * padding - k) // stride + 1
 
 

@@ -294,6 +294,8 @@ def _expert_ref(x, tok, wt, wg, wu, wd):
 def moe(cfg, tokens, d_model, d_ff, experts, topk, dtype="float32"):
     """One expert of a top-k MoE layer on a balanced routing's rows:
     ``Y[s] = wt[s] * (silu(x[tok[s]] Wg) * (x[tok[s]] Wu)) Wd``."""
+    if not 1 <= topk <= experts:
+        raise ValueError(f"moe: topk must be 1 to experts ({experts}), got {topk}")
     rows = nominal_rows(tokens, topk, experts)
     cfg.add_flop(6.0 * rows * d_model * d_ff)
     return expert_ffn(cfg, tokens, d_model, d_ff, rows, rows, dtype)
