@@ -91,8 +91,12 @@ def fake_kernel(op: str):
 
         @functools.wraps(f)
         def checked(*args, **kw):
-            bound = sig.bind(*args, **kw)
-            where = {n: t.device for n, t in bound.arguments.items() if isinstance(t, torch.Tensor)}
+            where = {}
+            for n, v in sig.bind(*args, **kw).arguments.items():
+                many = isinstance(v, (tuple, list))  # *args, or a list of tensors
+                for k, t in enumerate(v if many else (v,)):
+                    if isinstance(t, torch.Tensor):
+                        where[f"input {k}" if many else n] = t.device
             if len(set(where.values())) > 1:
                 said = ", ".join(f"{n} on {d}" for n, d in where.items())
                 raise ValueError(

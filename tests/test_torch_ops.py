@@ -527,6 +527,9 @@ def test_user_custom_op_input_of_another_rank_is_named():
     _close(add(a, a), 2 * a)
     with pytest.raises(ValueError, match=r"pypto_test::add2d input 0: 1-D, the kernel takes 2-D"):
         add(torch.randn(7), torch.randn(7))
+    mixed = r"pypto_test::add2d: the tensors are on different devices \(input 0 on cpu, input 1"
+    with pytest.raises(ValueError, match=mixed):
+        add(a, a.to("meta"))
 
 
 def test_user_custom_op_recompiles_for_new_shapes_and_takes_8_bit_dtypes():
