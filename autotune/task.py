@@ -113,12 +113,26 @@ class Template:
         t = as_target(target)
         key = (json.dumps(list(args)), t)
         if key not in self._spaces:
+            self._check_arity(args)
             sp = ConfigSpace(t)
             out = self.func(sp, *args)
             self._spaces[key] = sp
             tensors = out[1] if isinstance(out, tuple) and len(out) == 2 else ()
             self._dtypes[key] = tuple(str(x.dtype) for x in tensors if hasattr(x, "dtype"))
         return self._spaces[key]
+
+    def _check_arity(self, args) -> None:
+        """A ``TypeError`` naming the template's parameters (and a variant that takes a
+        dtype, ``softmax_fwd`` for ``softmax``) when ``args`` do not fit them."""
+        try:
+            self._signature.bind(None, *args)
+        except TypeError:
+            params = ", ".join(list(self._signature.parameters)[1:])
+            other = f"{self.name}_fwd"
+            hint = ""
+            if other in _TEMPLATES and "dtype" in _TEMPLATES[other]._signature.parameters:
+                hint = f"; {other} takes a dtype"
+            raise TypeError(f"{self.name} takes ({params}), got {tuple(args)}{hint}") from None
 
     def instantiate(self, cfg, *args, target=None):
         """``(schedule, tensors)`` for a Config, or for a dict of knob values on ``target``."""

@@ -113,3 +113,11 @@ def test_impossible_workloads_are_refused_by_name(name, args, message):
     """A stride of 0 used to divide by zero; a topk above the experts was accepted."""
     with pytest.raises(ValueError, match=message):
         autotune.Task(name, args)
+
+
+def test_arguments_that_do_not_fit_a_template_name_its_parameters():
+    with pytest.raises(TypeError, match=r"softmax takes \(rows, cols\), got \(128, 256, "
+                                        r"'float16'\); softmax_fwd takes a dtype"):  # fmt: skip
+        autotune.Task("softmax", (128, 256, "float16"))
+    with pytest.raises(TypeError, match=r"matmul takes \(M, N, K, dtype\), got \(1, 2\)$"):
+        autotune.Task("matmul", (1, 2))
