@@ -106,6 +106,8 @@ def _norm_args(tuned: str, generic: str, rows, cols, eps, dt):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x * rsqrt(mean(x^2, -1) + eps) * weight`` over the last dim."""
     dt = dtype_name(x, "rms_norm: x", allowed=ROW_DTYPES)
+    if x.dim() == 0:  # as PyTorch: a norm is over a last dimension
+        raise ValueError("rms_norm: x is 0-d; it needs a last dimension to normalize")
     rows, cols = rows_cols(x)
     check_vector(weight, cols, dt, "rms_norm: weight")
     name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt)
@@ -161,6 +163,8 @@ def layer_norm(
 ) -> torch.Tensor:
     """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the last dim (biased var)."""
     dt = dtype_name(x, "layer_norm: x", allowed=ROW_DTYPES)
+    if x.dim() == 0:  # as PyTorch: a norm is over a last dimension
+        raise ValueError("layer_norm: x is 0-d; it needs a last dimension to normalize")
     rows, cols = rows_cols(x)
     check_vector(weight, cols, dt, "layer_norm: weight")
     check_vector(bias, cols, dt, "layer_norm: bias")

@@ -436,6 +436,10 @@ def test_more_bad_inputs_are_refused_by_name():
     with pytest.raises(TypeError, match=r"gelu_backward: dy: dtype torch.float64 differs from "
                                         r"x's torch.float32"):  # fmt: skip
         ops.gelu_backward(x, x.double(), "none")
+    with pytest.raises(ValueError, match="rms_norm: x is 0-d; it needs a last dimension"):
+        ops.rms_norm(torch.tensor(2.0), torch.ones(1), 1e-6)
+    with pytest.raises(ValueError, match="layer_norm: x is 0-d"):
+        ops.layer_norm(torch.tensor(2.0), torch.ones(1), torch.zeros(1), 1e-5)
     args = list(_moe_inputs())
     args[1:4] = [a[:0] for a in args[1:4]]
     with pytest.raises(ValueError, match=r"moe: w_gate has no experts \(E = 0\)"):
