@@ -259,8 +259,8 @@ def _solve(eqs, ndim: int):
 
 
 def _start(r: Reduce) -> str:
-    """Where a reduction starts: its reducer's identity, or a constant ``init=`` (one
-    that reads tensors is never the intrinsic's)."""
+    """Where a reduction starts: its reducer's identity, or a constant ``init=``; one
+    that reads tensors is marked: the call never passes them, so it matches nothing."""
     if not r.init:
         return "the identity"
     if all(isinstance(x, Const) for x in r.init):
@@ -290,7 +290,7 @@ def bind(nests, layout, n, pos: int, intrin: TensorIntrin):
                 f"the stage reduces with {mine.combiner.name}, the intrinsic with "
                 f"{theirs.combiner.name}",
             )
-        if _start(mine) != _start(theirs):  # the call's sums start from the intrinsic's
+        if _start(mine) != _start(theirs) or _start(mine).endswith("(read per output)"):
             raise _err(
                 st,
                 intrin,

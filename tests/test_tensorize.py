@@ -223,6 +223,8 @@ def test_other_reducer_is_refused():
      "starts from init=1.0, the intrinsic's from the identity"),
     (lambda t, i, j: pt.const(5.0, "float32"), 0.0,
      "starts from init=5.0, the intrinsic's from init=0.0"),
+    (lambda t, i, j: t[i, j], "tensor",  # an init read from a tensor: the call passes none
+     r"starts from init=I\[i, j\] \(read per output\), the intrinsic's from init=I\[i"),
 ])  # fmt: skip
 def test_an_init_the_intrinsic_does_not_start_from_is_refused(stage_init, intrin_init, match):
     """The call's sums start where the intrinsic's do: a stage whose init= differs would
@@ -230,8 +232,14 @@ def test_an_init_the_intrinsic_does_not_start_from_is_refused(stage_init, intrin
     a = pt.placeholder((16,), name="a")
     b = pt.placeholder((4, 16), name="b")
     k = pt.reduce_axis((0, 16), name="k")
-    init = None if intrin_init is None else pt.const(intrin_init, "float32")
-    c = pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k, init=init), name="c")
+    i_init = pt.placeholder((4, 4), name="I")
+
+    def init(i):
+        if intrin_init == "tensor":
+            return i_init[i, i]
+        return None if intrin_init is None else pt.const(intrin_init, "float32")
+
+    c = pt.compute((4,), lambda i: pt.sum(a[k] * b[i, k], axis=k, init=init(i)), name="c")
     dot4 = pt.decl_tensor_intrin(c.op, "dot4", DOT4)
     A, B, Ini = (pt.placeholder((8, 16), name=x) for x in "ABI")
     kk = pt.reduce_axis((0, 16), name="kk")
