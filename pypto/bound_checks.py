@@ -22,7 +22,7 @@ import os
 from dataclasses import replace
 
 from .dtypes import INDEX
-from .expr import Binary, Call, Cast, Const, Expr, Load, map_children
+from .expr import Call, Cast, Expr, Load, map_children
 from .loop_ir import Buffer, IntrinCall, LoweredFunc, Prefetch, StmtMutator, Store
 from .printer import Printer
 from .simplify import simplify
@@ -39,17 +39,10 @@ def wanted(bound_checks: bool | None) -> bool:
     return bound_checks
 
 
-def _size(buf: Buffer) -> Expr:
-    out: Expr = Const(1, INDEX)
-    for d in buf.shape:
-        out = Binary("mul", out, d if d.dtype == INDEX else Cast(d, INDEX), INDEX)
-    return simplify(out)
-
-
 def _checked(buf: Buffer, index: Expr) -> Expr:
     if isinstance(index, Call) and index.name == "checked_index":
         return index
-    size = _size(buf)
+    size = simplify(buf.elements)
     note = f"{buf.name}[{Printer()(index)}] (of {Printer()(size)} elements)"
     i = index if index.dtype == INDEX else Cast(index, INDEX)
     return Call("checked_index", (i, size), INDEX, note)

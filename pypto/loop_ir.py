@@ -16,7 +16,7 @@ from typing import Any
 
 from . import dtypes
 from .c_names import RESERVED
-from .expr import Expr, Not, Var, vars_of
+from .expr import Binary, Cast, Const, Expr, Not, Var, vars_of
 from .printer import Printer
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -32,6 +32,15 @@ class Buffer:
     @property
     def elem_bytes(self) -> int:
         return dtypes.dtype(self.dtype).bytes
+
+    @property
+    def elements(self) -> Expr:
+        """The number of elements: the product of the shape (unsimplified)."""
+        out: Expr = Const(1, dtypes.INDEX)
+        for d in self.shape:
+            d = d if d.dtype == dtypes.INDEX else Cast(d, dtypes.INDEX)
+            out = Binary("mul", out, d, dtypes.INDEX)
+        return out
 
 
 class Stmt:

@@ -22,11 +22,8 @@ from .accumulate import accumulated_reduction, needs_accumulator, reduction_star
 from .bounds import Nests, StageNest, infer
 from .bounds_check import check_bounds
 from .compute_with import root_stmts
-from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
-    Binary,
-    Const,
     Expr,
     Load,
     Reduce,
@@ -251,10 +248,7 @@ class Lowering:
 
 
 def _allocate(buf: Buffer, body):
-    size = Const(1, INDEX)
-    for d in buf.shape:
-        size = Binary("mul", size, d, INDEX)
-    return Allocate(buf, simplify(size), body)
+    return Allocate(buf, simplify(buf.elements), body)
 
 
 def lower(sch: Schedule, args, name: str = "main", simple_mode: bool = True) -> LoweredFunc:
