@@ -571,7 +571,7 @@ def _cli(args, tmp_path, **kw):
 def test_killed_run_resumes_without_remeasuring(tmp_path):
     log = tmp_path / "resume.jsonl"
     args = [
-        "toy_matmul",
+        "toy_slow_matmul",
         "--import",
         "tuning_templates",
         "--args",

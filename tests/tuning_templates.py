@@ -32,6 +32,13 @@ def toy_matmul(cfg, M, N, K):
     return s, [A, B, C]
 
 
+@template("toy_slow_matmul", reference=lambda a, b: a @ b)
+def toy_slow_matmul(cfg, M, N, K):
+    """toy_matmul whose every build takes a quarter second: a run lasts long enough to kill."""
+    time.sleep(0.25)
+    return toy_matmul.func(cfg, M, N, K)
+
+
 # kernels that misbehave when they run (an extern's C function): the runner must survive
 _CRASH = """void crash(const float* A, const float* B, float* C) {
   volatile float* nowhere = 0;
