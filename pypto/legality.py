@@ -162,6 +162,7 @@ def check_schedule(sch: Schedule, nests: Nests) -> None:
     """Check every stage of a finished schedule over its inferred nests (``bounds.infer``;
     called by ``lower``)."""
     check_acyclic(sch, nests)
+    check_attached_arguments(nests)
     done = set()
     for st in sch.stages:
         if st.is_placeholder or st.inline or st.is_update or st in done:
@@ -179,6 +180,23 @@ def check_schedule(sch: Schedule, nests: Nests) -> None:
             check_order(m, st, None)
         for s, iv, kind in annotated:
             check_carried(m, s, iv, f"{_VERB[kind]}({iv.name})")
+
+
+def check_attached_arguments(nests: Nests) -> None:
+    """An argument computed at another stage's loop (``compute_at``) is computed where
+    that stage reads it, into the caller's array: those parts must make the whole
+    tensor, or the caller would get an array partly written."""
+    for t in nests.args:
+        st = nests.sch.stage_map.get(t.op)
+        if st is None or st.attach is None or regions.covers_whole(nests.nest(st), t.shape):
+            continue
+        q, _ = st.attach
+        raise ScheduleError(
+            f"argument {t.name} is computed at {q.name}'s loop {st.attach_loop.var.name} "
+            f"(compute_at), only where {q.name} reads it, and {q.name} does not read all "
+            f"of it: the caller's array would be partly written; keep {t.name} at the "
+            "root to pass it, or leave it out of the arguments"
+        )
 
 
 def check_shared_regions(sch: Schedule, st: Stage, nests: Nests) -> None:

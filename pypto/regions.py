@@ -150,19 +150,17 @@ def read_region(shape, accesses: list, prefix: list) -> list | None:
     return region
 
 
-def racing_loop(n, parallel: list) -> int | None:
-    """The position in ``n.prefix`` (``n``: an attached stage's nest) of the first of
-    the ``parallel`` loops whose different iterations compute a common element of the
-    stage's region (a shared buffer would be written by two threads), or None; the
-    first parallel loop when isl cannot tell (the region is not affine)."""
-    if not parallel:
-        return None
+def _region_map(n, extra=()):
+    """The map from the iterations of the loops enclosing an attached stage's nest ``n``
+    to the elements it computes there, with the names of those loops' dimensions and the
+    parameters' string and its printer (which knows the variables of ``extra`` too); None
+    when the region is not affine."""
     names = Namer()
     pvars = [names(iv.var, "l_" + iv.name) for iv, _ in n.prefix]
     printer_names = {iv.var: nm for (iv, _), nm in zip(n.prefix, pvars)}
     params = {}
     exprs = [e for lo_ext in n.region for e in lo_ext] + [ext for _, ext in n.prefix]
-    for v in (x for e in exprs for x in walk(e)):
+    for v in (x for e in [*exprs, *extra] for x in walk(e)):
         if isinstance(v, Var) and v not in printer_names:
             params[v] = printer_names[v] = names(v, "p_" + v.name)
     pr = IslPrinter(printer_names)
@@ -170,12 +168,27 @@ def racing_loop(n, parallel: list) -> int | None:
         cons = [f"0 <= {p} < {pr(ext)}" for p, (_, ext) in zip(pvars, n.prefix)]
         outs = [f"e{d}" for d in range(len(n.region))]
         cons += [f"{pr(lo)} <= e{d} < {pr(lo)} + {pr(ext)}" for d, (lo, ext) in enumerate(n.region)]
-    except NonAffine:  # not analysable (a split by nparts of a symbolic size): may race
-        return parallel[0]
+        cons += [f"{p} >= 0" for p in params.values()]  # sizes
+    except NonAffine:
+        return None
     ps = "[" + ", ".join(params.values()) + "]"
     region = isl.Map(
         f"{ps} -> {{ [{', '.join(pvars)}] -> [{', '.join(outs)}] : {' and '.join(cons)} }}"
     )
+    return region, pvars, ps, pr
+
+
+def racing_loop(n, parallel: list) -> int | None:
+    """The position in ``n.prefix`` (``n``: an attached stage's nest) of the first of
+    the ``parallel`` loops whose different iterations compute a common element of the
+    stage's region (a shared buffer would be written by two threads), or None; the
+    first parallel loop when isl cannot tell (the region is not affine)."""
+    if not parallel:
+        return None
+    made = _region_map(n)
+    if made is None:  # not analysable (a split by nparts of a symbolic size): may race
+        return parallel[0]
+    region, pvars, ps, _ = made
     same = region.apply_range(region.reverse())  # iterations computing a common element
     for k in parallel:
         eq = ", ".join(f"{p} = {q}" for p, q in zip(pvars[:k], [v + "'" for v in pvars[:k]]))
@@ -185,3 +198,22 @@ def racing_loop(n, parallel: list) -> int | None:
         if not same.intersect(other).is_empty():
             return k
     return None
+
+
+def covers_whole(n, shape) -> bool:
+    """Whether the iterations of the loops enclosing an attached stage's nest ``n``
+    compute, together, every element of a tensor of ``shape`` (for every size; False
+    when isl cannot tell)."""
+    made = _region_map(n, shape)
+    if made is None:
+        return False
+    region, _, ps, pr = made
+    try:
+        dims = [f"e{d}" for d in range(len(shape))]
+        box = " and ".join(f"0 <= {e} < {pr(s)}" for e, s in zip(dims, shape)) or "true"
+        whole = isl.Set(f"{ps} -> {{ [{', '.join(dims)}] : {box} }}")
+    except NonAffine:
+        return False
+    sizes = " and ".join(f"{p} >= 0" for p in ps[1:-1].split(", ") if p) or "true"
+    whole = whole.intersect_params(isl.Set(f"{ps} -> {{ : {sizes} }}"))
+    return whole.is_subset(region.range())

@@ -184,7 +184,7 @@ def test_a_region_isl_cannot_analyse_in_a_parallel_loop_gets_a_buffer_per_iterat
 
 def test_an_argument_attached_in_a_parallel_loop_with_overlapping_parts_is_refused():
     """Its buffer is the caller's: no buffer per iteration can stand in for it."""
-    n = pt.var("n")
+    n = 10  # symbolic, n = 1 would leave B unwritten (refused first, see below)
     A = pt.placeholder((n,), "float32", name="A")
     B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
     C = pt.compute((n - 1,), lambda i: B[i] + B[i + 1], name="C")
@@ -232,3 +232,56 @@ def test_an_attached_producer_read_out_of_range_still_raises():
     mod = pt.build(s, [A, C])
     with pytest.raises(IndexError, match=r"the index of B\[\(i \* m \+ j \+ 1\) // m, .*out of"):
         mod(np.ones((3, 4), "float32"))
+
+
+def _partly_read(n, split_at):
+    A = pt.placeholder((n, 5), "float32", name="A")
+    B = pt.compute((n, 5), lambda i, j: A[i, j] * 2, name="B")
+    C = pt.compute((n, 3), lambda i, j: B[i, j + split_at] + 1, name="C")
+    s = pt.create_schedule(C.op)
+    o, _ = s[C].split(C.op.axis[0], factor=3)
+    s[B].compute_at(s[C], o)
+    return s, [A, B, C]
+
+
+@pytest.mark.parametrize("n", [7, pt.var("n")])
+def test_an_argument_attached_where_its_consumer_reads_a_part_of_it_is_refused(n):
+    """C reads columns 1..3 of B: the caller's B would keep columns 0 and 4 as they were."""
+    s, args = _partly_read(n, 1)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"argument B is computed at C's loop i.outer \(compute_at\), only where C "
+        "reads it, and C does not read all of it: the caller's array would be partly written",
+    ):
+        pt.build(s, args)
+    s, args = _partly_read(n, 1)
+    pt.build(s, [args[0], args[2]])  # B as a temporary: fine
+
+
+def test_an_argument_attached_where_it_is_read_whole_is_computed_whole():
+    A = pt.placeholder((7, 5), "float32", name="A")
+    B = pt.compute((7, 5), lambda i, j: A[i, j] * 2, name="B")
+    C = pt.compute((7, 5), lambda i, j: B[i, j] + 1, name="C")
+    s = pt.create_schedule(C.op)
+    o, _ = s[C].split(C.op.axis[0], factor=3)  # a tail: the last iteration's part is short
+    s[B].compute_at(s[C], o)
+    mod = pt.build(s, [A, B, C])
+    a = np.random.default_rng(0).random((7, 5), dtype=np.float32)
+    b, c = np.full((7, 5), np.nan, np.float32), np.zeros((7, 5), np.float32)
+    mod(a, b, c)
+    np.testing.assert_array_equal(b, a * 2)
+    np.testing.assert_array_equal(c, a * 2 + 1)
+
+
+def test_an_argument_attached_in_a_loop_that_may_not_run_is_refused():
+    """Symbolic n: at n = 1, C has no element, its loop no iteration, and B's one element
+    would not be written."""
+    n = pt.var("n")
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = pt.compute((n - 1,), lambda i: B[i] + B[i + 1], name="C")
+    s = pt.create_schedule(C.op)
+    io, _ = s[C].split(C.op.axis[0], 4)
+    s[B].compute_at(s[C], io)
+    with pytest.raises(pt.ScheduleError, match="argument B is computed at C's loop i.outer"):
+        pt.build(s, [A, B, C])
