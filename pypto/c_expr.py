@@ -139,7 +139,8 @@ class CPrinter(Printer):
     def cast(self, e):
         inner = self(e.value)
         if forms := self.storage(e.dtype):
-            return forms.cast.format(inner), ATOM
+            twice = forms.cast_double and e.value.dtype == "float64"  # would round twice
+            return (forms.cast_double if twice else forms.cast).format(inner), ATOM
         if e.dtype == "bool":  # numpy's: any nonzero value (NaN too) is true
             return f"({inner} != 0)", ATOM
         d, src = dtypes.dtype(e.dtype), dtypes.dtype(e.value.dtype)

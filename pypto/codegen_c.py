@@ -184,7 +184,10 @@ class CodeGen:
             value = f"{self.namer(s.value.buffer, s.value.buffer.name)}[{self.p(s.value.index)}]"
         elif forms := self.p.storage(b.dtype):
             if isinstance(s.value, Cast) and s.value.dtype == b.dtype:
-                value = self.p(s.value.value)  # stored rounded: the store rounds, once
+                inner = s.value.value  # stored rounded: the store rounds, once
+                value = self.p(inner)
+                if forms.cast_double and inner.dtype == "float64":  # not twice
+                    value = f"pt_f32_odd({value})"
             value = forms.store.format(value)
         elif d.c_storage != d.c_compute and not value.startswith(f"(({d.c_storage})"):
             value = f"({d.c_storage})({value})"  # (unless the value is truncated already)

@@ -181,12 +181,14 @@ def numpy_dtype(name: str) -> np.dtype:
 class StorageForms:
     """C for a storage type computed in float: a load widening an element (``{0}``), a
     store narrowing a float, a cast rounding a float to the type (a float again), and
-    the helper functions they call."""
+    the helper functions they call; ``cast_double``: the cast from a double, where going
+    through float would round twice (else None: the float cast is right)."""
 
     load: str
     store: str
     cast: str
     helpers: str = ""
+    cast_double: str | None = None
 
 
 # float -> bfloat16 rounds to nearest even; NaN stays a (quiet) NaN
@@ -235,16 +237,26 @@ static inline uint16_t pt_f16_store(float f) {
     o = (v.u + 0xc8000fffu + ((v.u >> 13) & 1u)) >> 13;
   }
   return (uint16_t)(o | (sign >> 16));
+}
+/* a double rounded to float toward zero with the last bit set where inexact ("round to
+   odd"): rounded again, to float16's 11 bits, it rounds as the double would have */
+static inline float pt_f32_odd(double d) {
+  union { float f; uint32_t u; } v = { (float)d };
+  if ((double)v.f != d && d == d) {
+    if (fabs((double)v.f) > fabs(d)) v.u -= 1;  /* rounded away from zero: step back */
+    v.u |= 1u;
+  }
+  return v.f;
 }"""
 
 STORAGE = {
     "float16": StorageForms(
         "pt_f16_load({0})", "pt_f16_store({0})", "pt_f16_load(pt_f16_store({0}))",
-        _F16_HELPERS,
+        _F16_HELPERS, "pt_f16_load(pt_f16_store(pt_f32_odd({0})))",
     ),
     "bfloat16": StorageForms(
         "pt_bf16_load({0})", "pt_bf16_store({0})", "pt_bf16_load(pt_bf16_store({0}))",
-        _BF16_HELPERS,
+        _BF16_HELPERS,  # from a double through float, as ml_dtypes converts
     ),
 }  # fmt: skip
 

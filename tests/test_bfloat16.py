@@ -242,3 +242,32 @@ def test_float16_subnormals_survive_flush_to_zero():
     finally:
         torch.set_flush_denormal(False)
     np.testing.assert_array_equal(got, halves.astype(np.float32) * 2)
+
+
+@pytest.mark.parametrize("target", ["host", "generic"])
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_float64_narrowed_to_float16_rounds_once(target, vectorize):
+    """A double cast to float16 rounds once, as numpy does: through float32 it would
+    round twice (a value just above a float16 tie becomes the tie in float32, and the
+    tie goes to even: the wrong way). Stored (Y) and computed on (Z)."""
+    halves = np.arange(1 << 15, dtype=np.uint16).view(np.float16)
+    finite = np.unique(halves[np.isfinite(halves)].astype(np.float64))
+    mid = (finite[1:] + finite[:-1]) / 2  # the ties
+    near = np.concatenate([mid * (1 + 2.0**-30), mid * (1 - 2.0**-30), mid])
+    edges = [65519.99, 65520.0, 65520.01, 2.0**-25 * (1 + 2.0**-40), 2.0**-25, 1e-300, 1e300]
+    rng = np.random.default_rng(3)
+    x = np.concatenate([near, edges, [np.inf], rng.standard_normal(4096) * 100])
+    x = np.concatenate([x, -x])
+    n = x.size
+    A = pt.placeholder((n,), "float64", name="A")
+    Y = pt.compute((n,), lambda i: pt.cast("float16", A[i]), name="Y")
+    Z = pt.compute((n,), lambda i: pt.cast("float32", pt.cast("float16", A[i])) * 2.0, name="Z")
+    s = pt.create_schedule([Y.op, Z.op])
+    if vectorize:
+        for T in (Y, Z):
+            s[T].vectorize(s[T].split(T.op.axis[0], factor=16)[1])
+    y, z = pt.build(s, [A, Y, Z], target=target, name="narrow64")(x)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    assert np.array_equal(_bits(y), _bits(want)), x[_bits(y) != _bits(want)][:4]
+    np.testing.assert_array_equal(z, want.astype(np.float32) * 2)
