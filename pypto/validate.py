@@ -149,9 +149,8 @@ def _ordered_bits(a: np.ndarray) -> np.ndarray:
 
 def _ulp_distance(got: np.ndarray, want: np.ndarray, dt: np.dtype) -> np.ndarray:
     """ULP distances in ``dt`` of elements finite in both (flat)."""
-    if dt.kind in "iub":
-        g, w = got.astype(np.int64), np.asarray(want).astype(np.int64)
-        return np.abs(g - w)
+    if dt.kind in "iub":  # an integer's ULP is 1; a fractional reference is a part away
+        return np.ceil(np.abs(got.astype(np.float64) - np.asarray(want, np.float64)))
     w = want.astype(dt)  # the reference rounded to the output's dtype
     # float64 differences: two int64 far apart would overflow (a few ULPs are still exact)
     return np.abs(_ordered_bits(got.astype(dt)).astype(np.float64) - _ordered_bits(w))
@@ -187,6 +186,9 @@ def compare_one(got, want, name: str = "output", rtol=None, atol=None) -> Output
         fin_g, fin_w = np.isfinite(gf), np.isfinite(wf)
         both = fin_g & fin_w
         same_special = ~fin_g & ~fin_w & ((np.isnan(gf) & np.isnan(wf)) | (gf == wf))
+        if got.dtype.kind == "f" or dt_name == "bfloat16":  # a finite reference whose
+            with np.errstate(over="ignore"):  # rounding to the output's dtype overflows
+                same_special |= np.isinf(gf) & (gf == w.astype(got.dtype).astype(np.float64))
         nonfinite = ~both & ~same_special
         with np.errstate(invalid="ignore", over="ignore"):
             diff = np.where(both, np.abs(gf - wf), 0.0)

@@ -102,6 +102,25 @@ def test_integer_outputs_are_exact_and_float16_has_its_own_tolerance():
     assert not compare_one(h.astype(np.float32), h.astype(np.float64) * (1 + 4e-3)).ok
 
 
+def test_an_overflow_the_output_dtype_rounds_to_is_no_disagreement():
+    """40000 * 2 in float16 is inf, as numpy's float16 gives: the float64 reference's
+    80000 rounds to inf in the output's dtype. An inf where the reference rounds to a
+    finite value still disagrees."""
+    A = pt.placeholder((3,), "float16", name="A")
+    B = pt.compute((3,), lambda i: A[i] * pt.const(2, "float16"), name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B], name="dbl")
+    r = pt.validate(mod, lambda a: a.astype(np.float64) * 2, [np.float16([40000, 1, -40000])])
+    assert r.ok and r.nan_mismatches == 0 and r.mismatches == 0
+    c = compare_one(np.float16([np.inf, 1]), np.float64([60000.0, 1]))
+    assert (c.nan_mismatches, c.first_mismatches) == (1, ((0,),))
+
+
+def test_an_integer_output_off_a_fractional_reference_is_off_by_ulps():
+    c = compare_one(np.int32([1, 2, 3]), np.float64([1.4, 2.0, 5.5]))
+    assert c.mismatches == 2 and c.first_mismatches == ((0,), (2,))
+    assert dict(c.ulp) == {"0": 1, "1": 1, "2-4": 1, "5-16": 0, "17-256": 0, ">256": 0}
+
+
 def test_several_outputs_and_bad_calls():
     A = pt.placeholder((N,), "float32", name="A")
     X = pt.compute((N,), lambda i: A[i] * 2.0, name="X")
