@@ -1,15 +1,13 @@
 """Stages: the schedule of one operation, and the primitives that reshape its loops.
 
-Every primitive is a Step record (plain JSON data) given to ``Schedule.apply``,
-which runs the stage's rule for it (the ``_split``, ``_reorder``, ... methods:
-private, as only ``apply`` may call them, keeping the record and putting the
-schedule back when the step is refused), so a schedule can be stored, diffed
-and replayed.
-Loop variables created by primitives get their extents at lowering, when
-the region each stage must compute is known. A primitive that can break a
-dependence asks its schedule to check the stage (``Schedule.check_stage``).
-Where a stage is computed (``compute_at``, ``compute_inline``, ``compute_root``)
-is ruled in ``pypto.attach``.
+Every primitive is a Step record (plain JSON data) given to ``Schedule.apply``, which
+runs the stage's rule for it (the ``_split``, ``_reorder``, ... methods: private, as
+only ``apply`` may call them, keeping the record and putting the schedule back when the
+step is refused), so a schedule can be stored, diffed and replayed. Loop variables
+created by primitives get their extents at lowering, when the region each stage must
+compute is known. A primitive that can break a dependence asks its schedule to check
+the stage (``Schedule.check_stage``). Where a stage is computed (``compute_at``,
+``compute_inline``, ``compute_root``) is ruled in ``pypto.attach``.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from . import dtypes, steps
 from .compute_with import FusedWith, check_compute_with, order_depth
 from .dtypes import INDEX
 from .errors import ScheduleError, tvm_only
-from .expr import Const, as_expr, tensor_reads
+from .expr import Const, Reduce, as_expr, tensor_reads, walk
 from .extern import refuse_extern
 from .intrin import TensorIntrin
 from .prefetch import check_prefetch
@@ -32,8 +30,7 @@ if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to i
 
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
-# TVM pragma -> the primitive that does it here
-PRAGMAS = {"unroll_explicit": "unroll"}
+PRAGMAS = {"unroll_explicit": "unroll"}  # TVM pragma -> the primitive that does it here
 
 
 def as_op(x) -> Operation:
@@ -156,7 +153,11 @@ class Stage:
         if not isinstance(iv, IterVar):
             raise self.error(prim, f"expected a loop variable (IterVar), got {iv!r}")
         if iv not in self.leaf_iter_vars:
-            where = "was split or fused already" if self._known(iv) else "belongs to another stage"
+            known, body = self._known(iv), getattr(self.op, "body", None)
+            where = "was split or fused already" if known else "belongs to another stage"
+            if not known and any(isinstance(e, Reduce) and iv in e.axes for e in walk(body)):
+                where = "it is the axis of a reduction inside this stage's expression; make that "
+                where += "reduction a stage of its own to schedule it"
             raise self.error(
                 prim,
                 f"loop {iv.name} is not a current loop of this stage ({where}); "
@@ -165,9 +166,7 @@ class Stage:
         return iv
 
     def _known(self, iv) -> bool:
-        if iv in self.root_iter_vars:
-            return True
-        return any(iv in r.created for r in self.relations)
+        return iv in self.root_iter_vars or any(iv in r.created for r in self.relations)
 
     def _new_iv(self, name: str, kind: str) -> IterVar:
         taken = {v.name for v in self.root_iter_vars}

@@ -36,6 +36,19 @@ def test_matvec_in_an_update(schedule):
     np.testing.assert_allclose(y, y0 + a @ xv, rtol=1e-13)
 
 
+def test_the_axis_of_a_reduction_inside_an_update_is_no_loop_to_schedule():
+    A, x, Y0, Y, i = _matvec_update(5, 13)
+    k = Y.op.updates[0][1].b.axes[0]  # Y[i] + sum(...): the sum's axis
+    u = pt.create_schedule(Y.op)[Y].update(0)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"split on stage 'Y.update\(0\)': loop k is not a current loop of this stage "
+        r"\(it is the axis of a reduction inside this stage's expression; make that "
+        r"reduction a stage of its own to schedule it\); current loops: i",
+    ):
+        u.split(k, factor=4)
+
+
 def test_forward_substitution_with_a_triangular_reduction():
     n = 10
     L = pt.placeholder((n, n), F, name="L")
