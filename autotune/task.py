@@ -207,18 +207,32 @@ def template(name: str, reference=None, atol_scale: float | dict = 0.0):
         )
 
     def deco(func):
+        _load_builtins()  # first: a built-in loaded later would replace this one
         t = Template(name, func, reference, atol_scale)
+        was = _TEMPLATES.get(name)
+        builtin = [x is not None and x.module.startswith(_BUILTIN) for x in (was, t)]
+        if builtin == [True, False]:
+            warnings.warn(
+                f"template {name!r} ({t.module}.{func.__name__}) replaces the built-in one "
+                f"from now on, in this process; its records share the log name {name}.jsonl "
+                "with the built-in's (those do not fit its knobs: a warning says so); give "
+                "it a name of its own to keep them apart",
+                stacklevel=2,
+            )
         _TEMPLATES[name] = t
         return t
 
     return deco
 
 
+_BUILTIN = "autotune.templates"
+
+
 def _load_builtins():
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("autotune.templates")
+        importlib.import_module(_BUILTIN)
 
 
 def get_template(name: str) -> Template:

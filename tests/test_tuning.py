@@ -626,6 +626,7 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
         (["matmul", "--args", "64,,64"], "--args: empty value"),
         (["best"], "usage: pypto-tune best LOG"),
         (["best", "/nonexistent/log.jsonl"], "no tuning log at /nonexistent/log.jsonl"),
+        (["best", "/tmp"], "/tmp is a directory, not a tuning log"),
         (["list", "extra"], "'list' takes no arguments"),
         (
             ["toy_matmul", "--import", "no_such_module_xyz", "--args", "1"],
@@ -737,6 +738,27 @@ def test_a_template_name_that_is_no_file_name_is_refused():
     for bad in ("../../escape", ".hidden", "a/b", ""):
         with pytest.raises(ValueError, match="template name .*: use letters, digits"):
             at.template(bad)
+
+
+def test_a_template_named_as_a_built_in_replaces_it_and_says_so(monkeypatch):
+    """API.md's own example registers a "matmul": it is the one ``get_template`` returns
+    afterwards (the built-ins, loaded later, replaced it before), with a warning."""
+    from autotune import task as task_mod
+
+    monkeypatch.setattr(task_mod, "_TEMPLATES", dict(task_mod._TEMPLATES))
+    monkeypatch.setattr(task_mod, "_BUILTINS_LOADED", False)  # as in a fresh process
+
+    def mine(cfg, M, N, K):
+        raise AssertionError("not instantiated here")
+
+    mine.__module__ = "user_script"
+    with pytest.warns(UserWarning, match="template 'matmul' .user_script.mine. replaces the "
+                      "built-in one from now on"):  # fmt: skip
+        at.template("matmul")(mine)
+    assert at.get_template("matmul").func is mine
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        at.template("matmul")(mine)  # the user's own again: no warning
 
 
 def test_a_space_prints_its_knobs_and_a_tuner_its_best_flops():
