@@ -23,6 +23,7 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 
 from pypto.errors import TargetError
 
@@ -97,11 +98,18 @@ def main(argv=None) -> int:
         before = signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread: leave signals alone
         before = None
+    shown = warnings.formatwarning
+    warnings.formatwarning = _one_line  # a warning is a line for the user, not a source line
     try:
         return _main(argv)
     finally:
+        warnings.formatwarning = shown
         if before is not None:
             signal.signal(signal.SIGTERM, before)
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {message}\n"
 
 
 def _main(argv) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 
 from .measure import EnvironmentFault, MeasureOption, Measurer
-from .records import append_records, load_records, ranked_configs
+from .records import CONFIRM, append_records, load_records, ranked_configs
 from .space import SpaceError
 from .tuners import MeasureInput, to_record
 
@@ -81,11 +81,10 @@ def confirm_best(
             try:
                 results = m.measure(task, todo)
             except EnvironmentFault as e:  # keep what was measured, then stop
-                append_records(
-                    log, [to_record(MeasureInput(task, c), r) for c, r in zip(todo, e.done)]
-                )
+                done = zip(todo, e.done)
+                append_records(log, [to_record(MeasureInput(task, c), r, CONFIRM) for c, r in done])
                 raise
-            new = [to_record(MeasureInput(task, c), r) for c, r in zip(todo, results)]
+            new = [to_record(MeasureInput(task, c), r, CONFIRM) for c, r in zip(todo, results)]
             append_records(log, new)
             records.extend(new)
             for c in todo:

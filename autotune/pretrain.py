@@ -55,10 +55,11 @@ def training_data(records, target_key: str | None):
     return (np.stack(X) if X else np.zeros((0, cm.N_FEATURES))), np.asarray(y), groups
 
 
-def train(paths=None, out_dir: str | None = None) -> dict:
+def train(paths=None, out_dir: str | None = None, say=None) -> dict:
     """Fit and save one model per target found in the logs, into ``out_dir`` (default
     ``cost_models.user_model_dir()``); returns {target: rows}. ``ValueError`` for the
-    shipped models' directory."""
+    shipped models' directory. ``say(target, rows, path)``, if given, hears of each model
+    as it is saved (featurizing thousands of records takes minutes)."""
     paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*", "*.jsonl")))
     if not paths:
         raise FileNotFoundError("no tuning logs given and none in tuning_logs/")
@@ -80,4 +81,6 @@ def train(paths=None, out_dir: str | None = None) -> dict:
         model = cm.XGBoostCostModel(target).fit(X, y, group=groups)
         model.save(os.path.join(out_dir, f"{target}.json"))
         done[target] = len(y)
+        if say is not None:
+            say(target, len(y), os.path.join(out_dir, f"{target}.json"))
     return done

@@ -70,6 +70,9 @@ class Measured:
         return statistics.median(self.costs) if self.ok else float("inf")
 
 
+CONFIRM = "confirm"  # the tuner of a re-measurement of a config found earlier (confirm_best)
+
+
 @dataclass
 class Record(Measured):
     workload: str  # workload key: '["matmul",[1024,1024,1024]]'
@@ -83,7 +86,7 @@ class Record(Measured):
     run_s: float = 0.0
     ts: float = field(default_factory=time.time)
     pypto: str = PYPTO_VERSION
-    tuner: str = ""  # the search that proposed the config ("" when not known)
+    tuner: str = ""  # the search that proposed the config ("" when not known; CONFIRM)
 
     @property
     def gflops(self) -> float:
@@ -174,13 +177,15 @@ def _number(v, what: str, positive: bool = False) -> float:
 
 
 def append_records(path: str, records) -> None:
-    """Append whole lines atomically (one write under an exclusive lock)."""
+    """Append whole lines atomically (one write under an exclusive lock). A log it
+    creates is private (0600, its missing directories 0700), as ``pypto-tune`` makes
+    them: records choose the configs a user's kernels run."""
     data = "".join(r.to_json() + "\n" for r in records)
     if not data:
         return
     d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size

@@ -74,9 +74,15 @@ EAGER = {
 }
 
 
+_WARM_S = 0.05  # calls before timing: at least 3, and this long
+_REPEAT_S = 0.02  # each timed repeat at least this long (more calls of a short workload)
+
+
 def eager_seconds(w: Workload, threads: int = 1, number: int = 5, repeat: int = 5):
-    """Median seconds of one PyTorch eager call computing workload ``w`` (float32), or
-    None when no rule of ``EAGER`` covers its template or its dtype is not float32."""
+    """Median seconds of one PyTorch eager call computing workload ``w`` (float32), over
+    ``repeat`` repeats of at least ``number`` calls (more where a call is short), after
+    a warm-up; None when no rule of ``EAGER`` covers its template or its dtype is not
+    float32."""
     make = EAGER.get(w.template)
     if make is None or w.dtype not in (None, "float32"):
         return None
@@ -85,7 +91,13 @@ def eager_seconds(w: Workload, threads: int = 1, number: int = 5, repeat: int = 
     try:
         with torch.no_grad():
             call = make(*w.args)
-            call()
+            t = time.perf_counter()
+            warm = 0
+            while warm < 3 or time.perf_counter() - t < _WARM_S:  # pools started, caches warm
+                call()
+                warm += 1
+            once = (time.perf_counter() - t) / warm
+            number = max(number, min(int(_REPEAT_S / max(once, 1e-9)), 10_000))
             times = []
             for _ in range(repeat):
                 t = time.perf_counter()

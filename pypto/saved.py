@@ -35,7 +35,8 @@ def load_module(path: str) -> Module:
     side = path + ".json"
     for p, what in ((path, "shared object"), (side, "signature file")):
         if not os.path.isfile(p):
-            raise FileNotFoundError(f"no saved module at {path}: its {what} {p} is missing")
+            why = "is a directory" if os.path.isdir(p) else "is missing"
+            raise FileNotFoundError(f"no saved module at {path}: its {what} {p} {why}")
     with open(side) as f:
         try:
             meta = json.load(f)

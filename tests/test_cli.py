@@ -185,9 +185,14 @@ def test_resume_with_the_default_log_counts_the_shipped_records(home, capsys):
     assert cli_main(argv) == 0  # every trial is already shipped: nothing to measure
     out = capsys.readouterr().out
     user, shipped = store.user_log("matmul"), os.path.join(SHIPPED_TARGET, "matmul.jsonl")
-    assert f"of this workload already in {user}, " in out and shipped in out
     key = (at.workload_key("matmul", [512, 512, 512]), SHIPPED_TARGET)
-    best = at.best_by_workload(at.load_records(store.shipped_logs(SHIPPED_TARGET)))[key]
+    recs = at.load_records(store.shipped_logs(SHIPPED_TARGET))
+    n = sum((r.workload, r.target) == key for r in recs)
+    line = next(x for x in out.splitlines() if x.startswith("resuming: "))
+    assert f"{shipped} ({n} record(s))" in line and user not in line  # only logs that hold some
+    assert "softmax.jsonl" not in line
+    best = at.best_by_workload(recs)[key]
+    assert "a shipped record: measured where the package was made)" in out
     assert f"config {best.config}\n  log {user}" in out
     assert at.load_records(user) == []  # nothing measured, nothing appended
 
@@ -240,7 +245,9 @@ def test_train_model_writes_to_the_users_store(home, tmp_path, capsys):
     before = {p: os.path.getmtime(p) for p in store.shipped_logs()}
     assert cli_main(["train-model", log]) == 0
     out = home / "models" / f"{SHIPPED_TARGET}.json"
-    assert f"{SHIPPED_TARGET}: trained on " in capsys.readouterr().out and out.exists()
+    said = capsys.readouterr().out
+    assert said.startswith("training on 12 record(s) of 1 target(s) from 1 log(s)")
+    assert f"{SHIPPED_TARGET}: trained on 12 configs -> {out}" in said and out.exists()
     assert {p: os.path.getmtime(p) for p in store.shipped_logs()} == before
     assert cli_main(["train-model", str(home / "none.jsonl")]) == 2
     _one_line_error(capsys, "no tuning log at")
@@ -301,10 +308,12 @@ def test_records_name_their_tuner_and_plot_draws_a_line_per_tuner(tmp_path):
     fast = at.MeasureOption(number=1, repeat=1)
     for tuner in (at.RandomTuner(task, seed=1), at.GridSearchTuner(task)):
         tuner.tune(2, measure=fast, callbacks=[at.log_to_file(log)])
+    made = at.confirm_best(task, log, 1, measure=fast)  # the fastest (and the default) again
     recs = at.load_records(log)
-    assert [r.tuner for r in recs] == ["random", "random", "grid", "grid"]
+    assert made >= 2 and len(recs) == 4 + made
+    assert [r.tuner for r in recs] == ["random", "random", "grid", "grid"] + ["confirm"] * made
     (lines,) = plot_cmd.series([log]).values()
-    assert sorted(lines) == ["both: grid", "both: random"]
+    assert sorted(lines) == ["both: grid", "both: random"]  # re-measurements are no trials
     assert all(len(v) == 2 for v in lines.values())
 
 
@@ -376,6 +385,21 @@ def test_the_store_is_made_private_and_an_open_one_refused(home, tmp_path, capsy
     assert cli_main(["tune", "matmul", "--args", "8,8,8", "--trials", "1"]) == 2
     _one_line_error(capsys, "may be written by other users (mode 777)")
     assert len(at.load_records(str(log))) == 1  # nothing measured
+
+
+def test_a_log_written_from_python_is_private_as_the_cli_makes_it(home):
+    """The README's ``at.log_to_file(at.store.user_log(...))`` makes the log as
+    ``pypto-tune`` does: 0600, in a logs directory made 0700."""
+    import stat
+
+    key = at.workload_key("softmax", (4, 8))
+    old = os.umask(0o022)
+    try:
+        at.append_records(store.user_log("softmax"), [at.Record(key, "x86-avx2", {}, [1.0])])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((home / "logs").stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "logs" / "softmax.jsonl").stat().st_mode) == 0o600
 
 
 def test_a_log_in_the_store_that_cannot_be_read_is_passed_over(home):

@@ -186,6 +186,9 @@ def test_load_module_refuses_a_missing_or_mismatched_signature(tmp_path):
     os.unlink(path + ".json")
     with pytest.raises(FileNotFoundError, match=r"its signature file .*k.so.json is missing"):
         pt.load_module(path)
+    (tmp_path / "d.so").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"its shared object .*d.so is a directory"):
+        pt.load_module(str(tmp_path / "d.so"))
 
 
 def test_an_edited_signature_file_is_refused_before_the_kernel_runs(tmp_path):

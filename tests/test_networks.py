@@ -211,6 +211,27 @@ def test_report_only_without_logs_exits_1(tmp_path):
     r = _tune("bert-base-layer", "--report-only", home=tmp_path)
     assert r.returncode == 1 and "pypto ms" in r.stdout
     assert "without both times are left out" in r.stdout
+    n = len(network_workloads("bert-base-layer"))
+    assert r.stderr.startswith(f"pypto-tune: {n} workload(s) have no valid record in the logs: ")
+
+
+def test_a_budget_the_logs_spent_already_says_why_a_workload_is_left_untuned(tmp_path):
+    f = tmp_path / "net.json"
+    f.write_text(json.dumps([{"template": "matmul", "args": [16, 16, 16], "weight": 2},
+                             {"template": "softmax", "args": [8, 16]}]))  # fmt: skip
+    key = at.workload_key("matmul", [16, 16, 16])
+    space = at.Task("matmul", (16, 16, 16)).config_space
+    at.append_records(
+        str(tmp_path / "logs" / "matmul.jsonl"),
+        [at.Record(key, space.target.key, space.get(i).to_json(), [1e-5]) for i in range(4)],
+    )
+    r = _tune(str(f), "--trials", "4", "--confirm", "0", "--no-progress", home=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().endswith(
+        "pypto-tune: 1 workload(s) have no valid record in the logs after this run (the "
+        "logs' trials count toward --trials: raise it, or give --minutes; or every candidate "
+        "failed: see the table): softmax 8x16"
+    ), r.stderr
 
 
 def test_report_table_totals_weight_times_time():

@@ -568,6 +568,20 @@ def _cli(args, tmp_path, **kw):
     )
 
 
+def test_the_cli_says_warnings_in_one_line_each(tmp_path):
+    """Python's warnings (here: a corrupt line, seen as the run reads its log again at
+    the end) reach a pypto-tune user as ``warning: ...`` lines, not source lines."""
+    log = tmp_path / "w.jsonl"
+    log.write_text("not a record\n")
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "16,16,16", "--trials",
+            "1", "--number", "1", "--repeat", "1", "--log", str(log), "--no-progress",
+            "--confirm", "0"]  # fmt: skip
+    out, err = _cli(args, tmp_path).communicate(timeout=300)
+    lines = err.strip().splitlines()
+    assert lines and all(x.startswith("warning: ") for x in lines), err
+    assert "skipped 1 corrupt or unknown-version line(s)" in err and "UserWarning" not in err
+
+
 def test_killed_run_resumes_without_remeasuring(tmp_path):
     log = tmp_path / "resume.jsonl"
     args = [

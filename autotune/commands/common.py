@@ -11,7 +11,7 @@ import sys
 import warnings
 
 import autotune as at
-from pypto.cache import own_dir
+from pypto.cache import cache_dir, own_dir
 from pypto.dtypes import dtype as dtype_info
 from pypto.errors import BuildEnvironmentError, PyptoError
 from pypto.target import Target, can_run
@@ -254,6 +254,8 @@ def store_logs(*templates: str) -> list[str]:
     ``writable_log``; ``UsageError`` naming the store and what to do otherwise."""
     what = f"your tuning store ($PYPTO_HOME: {store.home()})"
     hint = "set PYPTO_HOME to a directory of your own, or pass --log FILE"
+    if not os.environ.get("PYPTO_CACHE_DIR"):
+        hint += " and set PYPTO_CACHE_DIR (the build cache is kept in PYPTO_HOME too)"
     try:
         for d in (store.home(), store.logs_dir()):
             own_dir(d, "the tuning store directory", hint)
@@ -262,9 +264,19 @@ def store_logs(*templates: str) -> list[str]:
     return [writable_log(store.user_log(t), what) for t in templates]
 
 
+def usable_build_cache() -> None:
+    """``UsageError`` when the build cache cannot be used (checked before a log is made:
+    every candidate would fail to build)."""
+    try:
+        cache_dir()
+    except BuildEnvironmentError as e:
+        raise UsageError(str(e)) from None
+
+
 def writable_log(path: str, what: str | None = None) -> str:
     """``path`` if a log can be appended there (checked before the first measurement);
     ``what`` names it in the message (default ``--log PATH``)."""
+    usable_build_cache()
     if os.path.isdir(path):
         if what:
             raise UsageError(f"{what}: {path} is a directory, not a log file")
@@ -286,6 +298,8 @@ def writable_log(path: str, what: str | None = None) -> str:
 def load_logs(paths) -> list:
     """Records of the given logs, refused when one is missing; warnings go to stderr."""
     for path in paths:
+        if os.path.isdir(path):
+            raise UsageError(f"{path} is a directory, not a tuning log")
         if not os.path.isfile(path):
             raise UsageError(f"no tuning log at {path}")
     with warnings.catch_warnings(record=True) as caught:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import json
 import os
 import time
 from collections import Counter
@@ -27,7 +28,14 @@ from ..networks import NETWORKS, network_workloads
 from ..records import best_by_workload, load_records
 from ..workloads import WorkloadError
 from .common import UsageError, check_ray, import_modules, positive, target_of
-from .tune_all import add_tuning_arguments, check_budget, log_paths, tasks_of, tune_workloads
+from .tune_all import (
+    add_tuning_arguments,
+    check_budget,
+    log_paths,
+    tasks_of,
+    tune_workloads,
+    untuned_status,
+)
 
 DESCRIPTION = "Tune a model's workloads within one budget, then report its estimated time."
 
@@ -75,12 +83,14 @@ def _ms(s) -> str:
 
 
 def report_rows(ws, tasks, logs, threads: int = 1) -> list[dict]:
-    """Per workload: label, weight, trials in the logs, best seconds in them (None: none
-    valid) and PyTorch eager's seconds (None: no torch or no equivalent)."""
+    """Per workload: label, weight, trials in the logs (configs measured, each once), best
+    seconds in them (None: none valid) and PyTorch eager's seconds (None: no torch or no
+    equivalent)."""
     existing = sorted({p for p in logs if os.path.isfile(p)})
     records = load_records(existing) if existing else []
     best = best_by_workload(records)
-    trials = Counter((r.workload, r.target) for r in records)
+    configs = {(r.workload, r.target, json.dumps(r.config, sort_keys=True)) for r in records}
+    trials = Counter((w, t) for w, t, _ in configs)  # as the tuners count: a config once
     eager = _eager()
     rows = []
     for w, t in zip(ws, tasks):
@@ -154,4 +164,4 @@ def run(a: argparse.Namespace) -> int:
         f"({threads} thread(s))"
     )
     print(report_table(rows))
-    return 0 if all(r["best_s"] is not None for r in rows) else 1
+    return untuned_status(rows, a)

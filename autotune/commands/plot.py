@@ -1,6 +1,7 @@
 """``pypto-tune plot LOG [LOG ...] -o FILE.png``: best-so-far GFLOP/s against trials, one
 panel per workload and target, one line per log and tuner (records name the tuner that
-proposed them; records of older versions, which do not, make one line per log). Needs
+proposed them; records of older versions, which do not, make one line per log; the
+re-measurements of ``--confirm`` are no trials and are left out). Needs
 matplotlib (the ``plot`` extra: ``pip install 'pypto[plot]'``)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import json
 import math
 import os
 
+from ..records import CONFIRM
 from .common import UsageError, load_logs
 
 try:
@@ -38,12 +40,13 @@ def curves(records) -> list[tuple[int, float]]:
 
 def series(paths) -> dict:
     """(workload, target) -> line label -> its records in order: one line per log and
-    tuner (``log: xgb``), or per log for records that do not name their tuner."""
+    tuner (``log: xgb``), or per log for records that do not name their tuner; not the
+    confirmations' re-measurements (``pypto-tune --confirm``)."""
     panels: dict = {}
     for path in paths:
         label = os.path.splitext(os.path.basename(path))[0]
         for r in load_logs([path]):
-            if r.flop:
+            if r.flop and r.tuner != CONFIRM:  # a re-measurement is no trial
                 line = f"{label}: {r.tuner}" if r.tuner else label
                 panels.setdefault((r.workload, r.target), {}).setdefault(line, []).append(r)
     return panels

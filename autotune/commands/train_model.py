@@ -44,7 +44,15 @@ def run(a: argparse.Namespace) -> int:
         raise UsageError(f"{what}: cannot create it ({e.strerror})") from None
     if not os.access(out, os.W_OK | os.X_OK):
         raise UsageError(f"{what}: cannot write there")
-    done = train(logs, out_dir=out)
+    targets = sorted({r.target for r in recs})
+    print(f"training on {len(recs)} record(s) of {len(targets)} target(s) from {len(logs)} "
+          "log(s): a model per target, each featurizing its records (minutes for thousands)",
+          flush=True)  # fmt: skip
+
+    def say(target, rows, path):
+        print(f"{target}: trained on {rows} configs -> {path}", flush=True)
+
+    done = train(logs, out_dir=out, say=say)
     if not done:
         unknown = sorted({r.template for r in recs if not _registered(r.template)})
         why = (f" (records of templates not registered here were skipped: "
@@ -52,8 +60,6 @@ def run(a: argparse.Namespace) -> int:
                if unknown else "")  # fmt: skip
         print(f"no target had enough valid records to train a model{why}")
         return 1
-    for target, rows in done.items():
-        print(f"{target}: trained on {rows} configs -> {os.path.join(out, target + '.json')}")
     return 0
 
 

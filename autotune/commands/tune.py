@@ -87,8 +87,11 @@ def _tune(a, task, log, opt, measurer) -> int:
     done = 0
     sources = [log] + ([] if a.log else store.shipped_logs(task.target))
     if a.resume:
+        key = (task.workload_key, task.target.key)
+        held = {p: sum((r.workload, r.target) == key for r in load_logs([p])) for p in sources}
         done = tuner.load_history(load_logs(sources))
-        print(f"resuming: {done} trial(s) of this workload already in {', '.join(sources)}")
+        where = ", ".join(f"{p} ({n} record(s))" for p, n in held.items() if n) or log
+        print(f"resuming: {done} trial(s) of this workload already in {where}")
     remaining = max(0, a.trials - done)
     callbacks = [at.log_to_file(log)]
     if not a.no_progress:
@@ -115,8 +118,10 @@ def _tune(a, task, log, opt, measurer) -> int:
         print(f"no config held up to re-measurement; see {log}")
         return 1
     rate = f" ({best.gflops:.1f} GFLOP/s)" if best.gflops else ""
+    mine = any(r.config == best.config and r.ts == best.ts for r in at.load_records([log]))
+    shipped = "" if mine else ", a shipped record: measured where the package was made"
     print(
         f"best of {len(tuner.history)} trial(s): {best.cost * 1e3:.4g} ms{rate} "
-        f"(median of {len(best.costs)} timing(s))\n  config {best.config}\n  log {log}"
+        f"(median of {len(best.costs)} timing(s){shipped})\n  config {best.config}\n  log {log}"
     )
     return 0

@@ -192,7 +192,22 @@ def run(a: argparse.Namespace) -> int:
     t0 = time.monotonic()
     target, ws, tasks, logs = _prepare(a)
     sched = tune_workloads(a, target, ws, tasks, logs, t0)
-    return 0 if all(r["best_s"] is not None for r in sched.summary()) else 1
+    return untuned_status(sched.summary(), a)
+
+
+def untuned_status(rows: list, a: argparse.Namespace) -> int:
+    """The exit status of a run whose workloads are ``rows`` (``label``, ``best_s``): 0
+    when each has a valid record, else 1, with a line on stderr naming those without."""
+    left = [r["label"] for r in rows if r["best_s"] is None]
+    if not left:
+        return 0
+    why = "no valid record in the logs"
+    if not getattr(a, "report_only", False):
+        why += (" after this run (the logs' trials count toward --trials: raise it, or give "
+                "--minutes; or every candidate failed: see the table)")  # fmt: skip
+    shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+    print(f"pypto-tune: {len(left)} workload(s) have {why}: {shown}", file=sys.stderr)
+    return 1
 
 
 def tune_workloads(a, target, ws, tasks, logs, t0: float) -> TaskScheduler:
