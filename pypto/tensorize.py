@@ -217,7 +217,10 @@ def _operand(nests, n, intrin, pairs, leaf_of, region: set) -> Operand:
     strides = _solve(eqs, len(pairs[0][2]))
     if strides is None:
         raise _err(
-            st, intrin, f"the accesses of {buf.name} are not the intrinsic's indices times strides"
+            st,
+            intrin,
+            f"the accesses of {buf.name} are not the intrinsic's indices times strides (the "
+            "body is matched as written: are its operands in the intrinsic's order?)",
         )
     index = None
     for b0, consts in origins:

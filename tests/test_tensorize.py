@@ -208,6 +208,18 @@ def test_other_body_is_refused():
     _refused(setup, "not the same body")
 
 
+def test_operands_in_another_order_are_refused_with_a_hint():
+    """Matched as written (as TVM's structural match): B[j, kk] * A[i, kk] against
+    a[k] * b[i, k] pairs a with B; the message says to check the operands' order."""
+
+    def setup(s, C, kk):
+        jo, ji = s[C].split(C.op.axis[1], factor=4)
+        s[C].tensorize(ji, _dot4(body=lambda a, b, i, k: b[i, k] * a[k]))
+
+    _refused(setup, r"are not the intrinsic's indices times strides \(the body is matched "
+             r"as written: are its operands in the intrinsic's order\?\)")  # fmt: skip
+
+
 def test_other_reducer_is_refused():
     def setup(s, C, kk):
         jo, ji = s[C].split(C.op.axis[1], factor=4)
