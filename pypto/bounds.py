@@ -327,8 +327,9 @@ class Bounds(_Reads):
             cn = self.nest(c)
             cctx = cn.context
             if [id(iv) for iv, _ in cctx[: len(prefix_ids)]] != prefix_ids:
+                what = f"the pure definition of '{c.name}'" if c.n_updates else f"'{c.name}'"
                 raise ScheduleError(
-                    f"compute_at on stage '{st.name}': its consumer '{c.name}' runs outside "
+                    f"compute_at on stage '{st.name}': its consumer {what} runs outside "
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}

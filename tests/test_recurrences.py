@@ -479,3 +479,20 @@ def test_overlapping_regions_with_private_buffers_accepted():
     b = a * 2
     ref = b + b[np.maximum(np.arange(n) - 1, 0)]
     np.testing.assert_array_equal(run(s, [A, C], a, np.empty((n, m), np.float32)), ref)
+
+
+def test_a_producer_attached_in_an_update_that_the_pure_definition_reads_is_refused():
+    """S's pure definition reads P too, outside the update's loop: it names that one."""
+    A = pt.placeholder((11, 7), "float32", name="A")
+    P = pt.compute((11, 7), lambda y, x: A[y, x] * 2.0, name="P")
+    S = pt.compute((11, 7), lambda y, x: P[y, x], name="S")
+    r, c = pt.reduce_axis((1, 11), name="r"), pt.reduce_axis((0, 7), name="c")
+    S[r, c] = S[r - 1, c] + P[r, c]
+    s = pt.create_schedule(S.op)
+    s[P].compute_at(s[S].update(0), s[S].update(0).op.axis[0])
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_at on stage 'P': its consumer the pure definition of 'S' runs "
+        r"outside loop r of 'S.update\(0\)', so the values would not be ready",
+    ):
+        pt.build(s, [A, S])
