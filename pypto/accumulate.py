@@ -20,10 +20,11 @@ keeps it: ``cache_write`` (already a float32 stage) or a reduction cast to float
 from __future__ import annotations
 
 from .dtypes import INDEX, accumulator_dtype
-from .expr import Binary, Cast, Const, Expr, Load, Reduce, skey, substitute
+from .expr import Binary, Cast, Const, Expr, Load, Reduce, substitute
 from .intervals import INF
 from .loop_ir import Allocate, Buffer, Stmt, Store, seq
 from .simplify import simplify, upper_bound
+from .structural import skey
 
 
 def needs_accumulator(body) -> bool:

@@ -30,10 +30,11 @@ from __future__ import annotations
 import math
 
 from .dtypes import INDEX
-from .expr import Binary, Const, Load, Var, skey, substitute, vars_of, walk
+from .expr import Binary, Const, Load, Var, substitute, vars_of, walk
 from .intervals import Ranges, bounds
 from .loop_ir import For, IntrinCall, Store, own_exprs, stmt_children
 from .simplify import Lin, simplify
+from .structural import skey
 
 WHOLE_UNROLL = 16  # gcc's max-completely-peel-times: shorter constant loops vanish
 SERIAL = ("serial", "unrolled")

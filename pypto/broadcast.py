@@ -15,7 +15,8 @@ operators themselves are methods of ``pt.Tensor``.
 
 from __future__ import annotations
 
-from .expr import Const, Expr, skey
+from .expr import Const, Expr
+from .structural import skey
 
 # operator -> the name TVM's topi gives its output
 OP_NAMES = {

@@ -1,7 +1,7 @@
 """Expression nodes: small immutable records with Python operators.
 
 Nodes are frozen slotted dataclasses compared by identity (``==`` builds a
-comparison node, as in TVM). Structural equality goes through ``skey``.
+comparison node, as in TVM). Structural equality goes through ``structural.skey``.
 Python numbers adapt to the dtype of the other operand; two different
 dtypes need an explicit ``pt.cast`` unless ``dtypes.promote`` has a rule (an integer
 widens to one that holds all its values).
@@ -481,17 +481,3 @@ def vars_of(e: Expr) -> list:
         if isinstance(x, Var) and all(x is not y for y in out):
             out.append(x)
     return out
-
-
-def skey(e: Expr):
-    """A hashable structural key: equal keys mean equal expressions."""
-    if isinstance(e, Var):
-        return ("v", id(e))
-    if isinstance(e, Const):
-        return ("c", e.value, e.dtype)
-    if isinstance(e, Load):
-        return ("ld", id(e.buffer), skey(e.index))
-    if isinstance(e, TensorRead):
-        return ("tr", id(e.tensor), tuple(skey(i) for i in e.indices))
-    head = (type(e).__name__, getattr(e, "op", None), getattr(e, "name", None), e.dtype)
-    return head + tuple(skey(c) for c in children(e))

@@ -45,6 +45,39 @@ class Ranges(dict):
     def __init__(self, *a, extents=None, **kw):
         super().__init__(*a, **kw)
         self.extents = dict(extents or {})
+        self.memo: dict = {}  # (id, wrapped) -> (expression, bounds), while the ranges hold
+
+    def __setitem__(self, var, lo_hi):
+        self.memo.clear()
+        super().__setitem__(var, lo_hi)
+
+    def __delitem__(self, var):
+        self.memo.clear()
+        super().__delitem__(var)
+
+    def update(self, *a, **kw):
+        self.memo.clear()
+        super().update(*a, **kw)
+
+    def setdefault(self, var, lo_hi=None):
+        self.memo.clear()
+        return super().setdefault(var, lo_hi)
+
+    def pop(self, var, *default):
+        self.memo.clear()
+        return super().pop(var, *default)
+
+    def popitem(self):
+        self.memo.clear()
+        return super().popitem()
+
+    def clear(self):
+        self.memo.clear()
+        super().clear()
+
+    def __ior__(self, other):
+        self.memo.clear()
+        return super().__ior__(other)
 
     def child(self, var=None, extent=None) -> Ranges:
         """A copy with ``var`` ranging over ``[0, extent)``."""
@@ -60,11 +93,22 @@ class Ranges(dict):
 def bounds(e: Expr, ranges: Ranges, wrapped: bool = False) -> tuple:
     """Inclusive (lo, hi) of an integer expression; +-inf where unknown. Exact (the
     numbers, for reasoning), or with ``wrapped`` the values the kernel computes: an
-    operation that may leave its dtype gives anywhere in it."""
+    operation that may leave its dtype gives anywhere in it. Kept in ``ranges.memo``:
+    the shared parts of an expression (inlined stages read many times) are bounded once."""
     if isinstance(e, Const):
         return (e.value, e.value)
     if isinstance(e, Var):
         return ranges.get(e, (-INF, INF))
+    memo = getattr(ranges, "memo", None)
+    if memo is None:
+        return _bounds(e, ranges, wrapped)
+    hit = memo.get((id(e), wrapped))
+    if hit is None or hit[0] is not e:
+        hit = memo[(id(e), wrapped)] = (e, _bounds(e, ranges, wrapped))
+    return hit[1]
+
+
+def _bounds(e: Expr, ranges: Ranges, wrapped: bool) -> tuple:
     if isinstance(e, Binary):
         rule = _BOUND_RULES.get(e.op)
         if rule is not None:
@@ -123,22 +167,35 @@ def reads_data(e: Expr) -> bool:
     """Whether values, not index arithmetic, take part in ``e``: one read from a tensor
     (not as an index), or anything of an integer type other than the index's int64
     (``abs(int8(-128))``, ``pt.cast("uint32", i) - 3``).
-    Asked of every integer operation the simplifier meets, so a plain loop."""
-    stack = [e]
-    while stack:
+    Asked of every integer operation the simplifier meets (bottom up), so a plain loop
+    that stops at the parts it was asked of before."""
+    hit = _READS.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out, stack = False, [e]
+    while stack and not out:
         x = stack.pop()
         t = type(x)
         if t is TensorRead or t is Load or x.dtype in _VALUES:
-            return True
-        if t is Var or t is Const or (t is Call and x.name in INDEX_CALLS):
+            out = True
+        elif t is Var or t is Const or (t is Call and x.name in INDEX_CALLS):
             continue
-        for name in CHILD_FIELDS[t]:
-            v = getattr(x, name)
-            if isinstance(v, tuple):
-                stack.extend(v)
-            else:
-                stack.append(v)
-    return False
+        elif (seen := _READS.get(id(x))) is not None and seen[0] is x:
+            out = seen[1]
+        else:
+            for name in CHILD_FIELDS[t]:
+                v = getattr(x, name)
+                if isinstance(v, tuple):
+                    stack.extend(v)
+                else:
+                    stack.append(v)
+    if len(_READS) >= 1 << 16:  # the entries keep their expressions alive
+        _READS.clear()
+    _READS[id(e)] = (e, out)
+    return out
+
+
+_READS: dict = {}  # id -> (expression, reads_data's answer)
 
 
 def _value_nodes(e: Expr):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Const, Expr, Load, TensorRead, Var, skey, substitute, walk
+from .expr import Const, Expr, Load, TensorRead, Var, substitute, walk
 from .loop_ir import Prefetch
 from .simplify import Lin, simplify
+from .structural import skey
 from .target import CACHE_LINE
 from .tensor import Tensor
 

@@ -25,7 +25,7 @@ order of the operations is unchanged.
 from __future__ import annotations
 
 from .dtypes import INDEX
-from .expr import Const, Load, map_children, skey, vars_of, walk
+from .expr import Const, Load, map_children, vars_of, walk
 from .loop_ir import (
     Allocate,
     Buffer,
@@ -39,6 +39,7 @@ from .loop_ir import (
     seq,
     walk_stmts,
 )
+from .structural import skey
 
 ZERO = Const(0, INDEX)
 

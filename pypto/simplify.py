@@ -30,9 +30,9 @@ from .expr import (
     Select,
     Var,
     map_children,
-    skey,
 )
 from .intervals import INF, Ranges, bounds, may_wrap, reads_data
+from .structural import skey
 
 
 def _is_int(e: Expr) -> bool:
@@ -205,10 +205,17 @@ class Simplifier:
             Cast: self.cast,
         }
 
+        self.done: dict = {}  # id -> (expression, simplified): shared parts once
+
     def __call__(self, e: Expr) -> Expr:
-        e = map_children(e, self)
-        rule = self.rules.get(type(e))
-        return rule(e) if rule else e
+        hit = self.done.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        x = map_children(e, self)
+        rule = self.rules.get(type(x))
+        out = rule(x) if rule else x
+        self.done[id(e)] = (e, out)
+        return out
 
     def bounds(self, e):
         lo, hi = bounds(e, self.ranges)
@@ -261,12 +268,47 @@ class Simplifier:
             # (x - 1) % 3 -> (x + 2) % 3 holds for numbers, not where x + 2 wraps
             return e if data and may_wrap(out, self.ranges) else out
         if op in ("min", "max"):
-            lo, hi = self.bounds(Lin.of(a).plus(Lin.of(b), -1, dt).to_expr())
-            if hi <= 0:
-                return a if op == "min" else b
-            if lo >= 0:
-                return b if op == "min" else a
+            return self.minmax(e)
         return e
+
+    def minmax(self, e: Binary) -> Expr:
+        """A chain of ``min`` (``max``): its operands each once, without those another
+        one bounds (``min(min(x, y), x + 1) -> min(x, y)``), as regions that fold the
+        reads of many inlined taps build them."""
+        terms, stack = [], [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Binary) and x.op == e.op and x.dtype == e.dtype:
+                stack += [x.b, x.a]
+            else:
+                terms.append(x)
+        keep: list = []
+        for t in {skey(t): t for t in terms}.values():
+            if not any(self.bounds_first(u, t, e.op) for u in keep):
+                keep = [u for u in keep if not self.bounds_first(t, u, e.op)] + [t]
+        out = keep[0]
+        for t in keep[1:]:
+            out = Binary(e.op, out, t, e.dtype)
+        return out
+
+    def bounds_first(self, u: Expr, t: Expr, op: str) -> bool:
+        """Whether ``u`` is never above (``min``; below: ``max``) ``t``."""
+        lo, hi = self.diff_bounds(u, t, 3)
+        return hi <= 0 if op == "min" else lo >= 0
+
+    def diff_bounds(self, u: Expr, t: Expr, depth: int) -> tuple:
+        """Bounds of ``u - t``, a ``min`` or ``max`` on either side split into its
+        operands (``max(8i - 1, 0) - 8i`` is ``max(-1, -8i)``: at most 0), ``depth``
+        levels deep."""
+        for x, sign in ((u, 1), (t, -1)):
+            if depth and isinstance(x, Binary) and x.op in ("min", "max"):
+                pairs = [self.diff_bounds(*((y, t) if sign == 1 else (u, y)), depth - 1)
+                         for y in (x.a, x.b)]  # fmt: skip
+                lows, highs = [p[0] for p in pairs], [p[1] for p in pairs]
+                if (x.op == "max") == (sign == 1):  # a max of the differences
+                    return max(lows), max(highs)
+                return min(lows), min(highs)
+        return self.bounds(Lin.of(u).plus(Lin.of(t), -1, u.dtype).to_expr())
 
     def linear(self, lin: Lin, data: bool = True) -> Expr:
         """Rebuild a linear form; ``min(x, y) + r`` becomes ``min(x + r, y + r)``

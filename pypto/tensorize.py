@@ -48,7 +48,6 @@ from .expr import (
     Var,
     child_fields,
     conjunction,
-    skey,
     substitute,
 )
 from .expr import vars_of as _vars_of
@@ -58,6 +57,7 @@ from .loop_ir import IntrinCall, Operand
 from .regions import relax
 from .relations import Split
 from .simplify import Lin, simplify, upper_bound
+from .structural import skey
 from .tensor import ComputeOp
 
 _COMMUTATIVE = ("add", "mul", "min", "max", "and", "or", "bitand", "bitor", "bitxor")
