@@ -182,18 +182,23 @@ def test_a_region_isl_cannot_analyse_in_a_parallel_loop_gets_a_buffer_per_iterat
         np.testing.assert_allclose(mod(a), c[:-2] + c[2:], rtol=1e-12)
 
 
-def test_an_argument_attached_in_a_parallel_loop_with_overlapping_parts_is_refused():
-    """Its buffer is the caller's: no buffer per iteration can stand in for it."""
-    n = 10  # symbolic, n = 1 would leave B unwritten (refused first, see below)
+def _pair_sums_attached(n):
+    """C[i] = B[i] + B[i + 1], B = 2 A attached at C's split loop of 4."""
     A = pt.placeholder((n,), "float32", name="A")
     B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
     C = pt.compute((n - 1,), lambda i: B[i] + B[i + 1], name="C")
     s = pt.create_schedule(C.op)
     io, _ = s[C].split(C.op.axis[0], 4)
     s[B].compute_at(s[C], io)
-    s[C].parallel(io)
+    return s, [A, B, C], io
+
+
+def test_an_argument_attached_in_a_parallel_loop_with_overlapping_parts_is_refused():
+    """Its buffer is the caller's: no buffer per iteration can stand in for it."""
+    s, args, io = _pair_sums_attached(10)  # symbolic: n = 1 leaves B unwritten (below)
+    s[args[2]].parallel(io)
     with pytest.raises(pt.ScheduleError, match="would race: .* into the caller's buffer"):
-        pt.build(s, [A, B, C])
+        pt.build(s, args)
 
 
 @pytest.mark.parametrize("split", ["fuse", "nparts"])
@@ -276,12 +281,6 @@ def test_an_argument_attached_where_it_is_read_whole_is_computed_whole():
 def test_an_argument_attached_in_a_loop_that_may_not_run_is_refused():
     """Symbolic n: at n = 1, C has no element, its loop no iteration, and B's one element
     would not be written."""
-    n = pt.var("n")
-    A = pt.placeholder((n,), "float32", name="A")
-    B = pt.compute((n,), lambda i: A[i] * 2.0, name="B")
-    C = pt.compute((n - 1,), lambda i: B[i] + B[i + 1], name="C")
-    s = pt.create_schedule(C.op)
-    io, _ = s[C].split(C.op.axis[0], 4)
-    s[B].compute_at(s[C], io)
+    s, args, _ = _pair_sums_attached(pt.var("n"))
     with pytest.raises(pt.ScheduleError, match="argument B is computed at C's loop i.outer"):
-        pt.build(s, [A, B, C])
+        pt.build(s, args)
