@@ -172,10 +172,11 @@ def reads_data(e: Expr) -> bool:
     hit = _READS.get(id(e))
     if hit is not None and hit[0] is e:
         return hit[1]
-    out, stack = False, [e]
+    out, stack, walked = False, [e], 0
     while stack and not out:
         x = stack.pop()
         t = type(x)
+        walked += 1
         if t is TensorRead or t is Load or x.dtype in _VALUES:
             out = True
         elif t is Var or t is Const or (t is Call and x.name in INDEX_CALLS):
@@ -189,9 +190,10 @@ def reads_data(e: Expr) -> bool:
                     stack.extend(v)
                 else:
                     stack.append(v)
-    if len(_READS) >= 1 << 16:  # the entries keep their expressions alive
-        _READS.clear()
-    _READS[id(e)] = (e, out)
+    if walked > 32:  # worth keeping (small ones are walked again faster than kept)
+        if len(_READS) >= 1 << 16:  # the entries keep their expressions alive
+            _READS.clear()
+        _READS[id(e)] = (e, out)
     return out
 
 

@@ -208,6 +208,8 @@ class Simplifier:
         self.done: dict = {}  # id -> (expression, simplified): shared parts once
 
     def __call__(self, e: Expr) -> Expr:
+        if type(e) is Var or type(e) is Const:  # leaves: as they are
+            return e
         hit = self.done.get(id(e))
         if hit is not None and hit[0] is e:
             return hit[1]
