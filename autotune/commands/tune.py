@@ -88,8 +88,9 @@ def _tune(a, task, log, opt, measurer) -> int:
     sources = [log] + ([] if a.log else store.shipped_logs(task.target))
     if a.resume:
         key = (task.workload_key, task.target.key)
-        held = {p: sum((r.workload, r.target) == key for r in load_logs([p])) for p in sources}
-        done = tuner.load_history(load_logs(sources))
+        per_log = {p: load_logs([p]) for p in sources}  # each read once
+        done = tuner.load_history([r for recs in per_log.values() for r in recs])
+        held = {p: sum((r.workload, r.target) == key for r in recs) for p, recs in per_log.items()}
         where = ", ".join(f"{p} ({n} record(s))" for p, n in held.items() if n) or log
         print(f"resuming: {done} trial(s) of this workload already in {where}")
     remaining = max(0, a.trials - done)
