@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import autotune as at
+import pypto as pt
 from autotune.networks import NETWORKS, network_workloads
 from autotune.workloads import WorkloadError
 
@@ -208,11 +209,48 @@ def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
 
 
 def test_report_only_without_logs_exits_1(tmp_path):
-    r = _tune("bert-base-layer", "--report-only", home=tmp_path)
+    # a log directory of its own: no shipped records stand in
+    r = _tune("bert-base-layer", "--report-only", "--log-dir", str(tmp_path / "l"), home=tmp_path)
     assert r.returncode == 1 and "pypto ms" in r.stdout
     assert "without both times are left out" in r.stdout
     n = len(network_workloads("bert-base-layer"))
     assert r.stderr.startswith(f"pypto-tune: {n} workload(s) have no valid record in the logs: ")
+
+
+def test_report_with_the_user_store_falls_back_on_the_shipped_records(
+    tmp_path, monkeypatch, capsys
+):
+    """As ``apply_history_best`` does: a workload without a record in the user's store
+    shows the shipped record pypto runs it with, marked as measured elsewhere; the user's
+    own record wins, and a log directory of one's own reads no shipped records."""
+    from autotune import cli, store
+
+    f = tmp_path / "net.json"
+    f.write_text(json.dumps([{"template": "matmul", "args": [16, 16, 16]},
+                             {"template": "matmul", "args": [16, 32, 16]},
+                             {"template": "softmax", "args": [8, 16]}]))  # fmt: skip
+    target = pt.Target("host").key
+    shipped = tmp_path / "shipped.jsonl"
+    for n, cost in ((16, 2e-3), (32, 3e-3)):
+        cfg = at.Task("matmul", (16, n, 16)).config_space.get(0).to_json()
+        at.append_records(
+            str(shipped), [at.Record(at.workload_key("matmul", [16, n, 16]), target, cfg, [cost])]
+        )
+    mine = at.Task("matmul", (16, 32, 16)).config_space.get(1).to_json()
+    at.append_records(
+        str(tmp_path / "home" / "logs" / "matmul.jsonl"),
+        [at.Record(at.workload_key("matmul", [16, 32, 16]), target, mine, [5e-3])],
+    )
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(store, "shipped_logs", lambda t=None: [str(shipped)])
+    assert cli.main(["network", str(f), "--report-only"]) == 1  # softmax has none
+    out = capsys.readouterr().out
+    assert _report_line(out, "matmul 16^3")[2] == "2*"  # weight, trials, pypto ms
+    assert _report_line(out, "matmul 16x32x16")[2] == "5"
+    assert "* a shipped record: measured where the package was made, not here" in out
+    assert cli.main(["network", str(f), "--report-only", "--log-dir", str(tmp_path / "d")]) == 1
+    out = capsys.readouterr().out
+    assert "*" not in out.split("against PyTorch eager", 1)[1]
 
 
 def test_a_budget_the_logs_spent_already_says_why_a_workload_is_left_untuned(tmp_path):

@@ -7,7 +7,9 @@
 The network's workloads (``autotune.networks``) are tuned as ``pypto-tune all``
 tunes its own: one task scheduler shares the budget by expected gain, each
 workload counting by its weight (how many times the model runs it). Then a
-report: per workload its weight, the best time in the logs, PyTorch eager's
+report: per workload its weight, the best time in the logs (with the default logs, the
+user's store, a workload without a record there shows the shipped record pypto runs it
+with, marked ``*``: measured where the package was made), PyTorch eager's
 time for the same layer (when torch is installed) with as many intra-op threads as
 pypto's kernels ran with (``--torch-threads`` to change it), and the estimated
 end-to-end times ``sum weight x time`` of both with their ratio (over the workloads
@@ -24,6 +26,7 @@ import os
 import time
 from collections import Counter
 
+from .. import store
 from ..networks import NETWORKS, network_workloads
 from ..records import best_by_workload, load_records
 from ..workloads import WorkloadError
@@ -82,13 +85,16 @@ def _ms(s) -> str:
     return f"{s * 1e3:.4g}" if s is not None else "-"
 
 
-def report_rows(ws, tasks, logs, threads: int = 1) -> list[dict]:
+def report_rows(ws, tasks, logs, threads: int = 1, shipped=()) -> list[dict]:
     """Per workload: label, weight, trials in the logs (configs measured, each once), best
-    seconds in them (None: none valid) and PyTorch eager's seconds (None: no torch or no
+    seconds in them (None: none valid), whether that best is a record of ``shipped`` (the
+    shipped logs, read for a workload without a valid record in ``logs``, as
+    ``apply_history_best`` reads them) and PyTorch eager's seconds (None: no torch or no
     equivalent)."""
     existing = sorted({p for p in logs if os.path.isfile(p)})
     records = load_records(existing) if existing else []
     best = best_by_workload(records)
+    fallback = best_by_workload(load_records(list(shipped))) if shipped else {}
     configs = {(r.workload, r.target, json.dumps(r.config, sort_keys=True)) for r in records}
     trials = Counter((w, t) for w, t, _ in configs)  # as the tuners count: a config once
     eager = _eager()
@@ -96,12 +102,16 @@ def report_rows(ws, tasks, logs, threads: int = 1) -> list[dict]:
     for w, t in zip(ws, tasks):
         key = (t.workload_key, t.target.key)
         rec = best.get(key)
+        theirs = [
+            fallback[k] for k in ((t.workload_key, r) for r in t.record_keys) if k in fallback
+        ]
         rows.append(
             {
                 "label": w.label,
                 "weight": w.weight,
                 "trials": trials[key],
-                "best_s": rec.cost if rec is not None else None,
+                "best_s": rec.cost if rec is not None else theirs[0].cost if theirs else None,
+                "shipped": rec is None and bool(theirs),
                 "torch_s": eager(w, threads=threads) if eager else None,
             }
         )
@@ -116,7 +126,8 @@ def report_table(rows: list[dict]) -> str:
         both = r["best_s"] is not None and r["torch_s"] is not None
         ratio = f"{r['torch_s'] / r['best_s']:.2f}x" if both else "-"
         body.append(
-            [r["label"], f"{r['weight']:g}", str(r["trials"]), _ms(r["best_s"]),
+            [r["label"], f"{r['weight']:g}", str(r["trials"]),
+             _ms(r["best_s"]) + ("*" if r.get("shipped") else ""),
              _ms(r["torch_s"]), ratio]
         )  # fmt: skip
     both = [r for r in rows if r["best_s"] is not None and r["torch_s"] is not None]
@@ -133,6 +144,9 @@ def report_table(rows: list[dict]) -> str:
         )
         for row in [head, *body]
     ]
+    if any(r.get("shipped") for r in rows):
+        lines.append("* a shipped record: measured where the package was made, not here "
+                     "(tuning here replaces it)")  # fmt: skip
     left = len(rows) - len(both)
     if left:
         lines.append(f"({left} workload(s) without both times are left out of the model line)")
@@ -158,7 +172,9 @@ def run(a: argparse.Namespace) -> int:
     if not a.report_only:
         tune_workloads(a, target, ws, tasks, logs, t0)
     threads = a.torch_threads or kernel_threads(target)
-    rows = report_rows(ws, tasks, logs, threads=threads)
+    # with the user's store, what pypto runs: the user's records, else the shipped ones
+    shipped = [] if (a.log or a.log_dir) else store.shipped_logs(target)
+    rows = report_rows(ws, tasks, logs, threads=threads, shipped=shipped)
     print(
         f"\n{a.network} on {target.name}: pypto's best records against PyTorch eager "
         f"({threads} thread(s))"
