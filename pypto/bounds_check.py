@@ -62,6 +62,7 @@ from .expr import (
 from .intervals import INF, Ranges, bounds
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
+from .relations import Split
 from .tensor import UpdateOp
 
 if TYPE_CHECKING:  # a type only: the schedule module imports this one
@@ -134,7 +135,8 @@ def check_sizes(name: str, checks, values: dict) -> None:
         w = c.violation(values)
         if w is not None:
             sizes = ", ".join(f"{v.name}={values[v]}" for v in c.params)
-            raise ValueError(f"{name}: with {sizes}, {c.message} at {w}; nothing was run")
+            at = f" at {w}" if w else ""
+            raise ValueError(f"{name}: with {sizes}, {c.message}{at}; nothing was run")
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,45 @@ def check_bounds(sch: Schedule) -> BoundsReport:
             continue
         seen.add(id(op))
         _check_op(st.name, op, checks, reads, writes)
+    checks += _split_amount_checks(sch)
     return BoundsReport(tuple(checks), frozenset(reads), frozenset(writes))
+
+
+def _split_amount_checks(sch: Schedule) -> list:
+    """A call-time check per symbolic split factor or part count: at least 1.
+
+    s[B].split(i, factor=f)     mod(a, b, 0)
+    ValueError: default_function: with f=0, the split factor f of stage 'B' (loop i)
+                must be at least 1; nothing was run
+    """
+    checks = []
+    for st in sch.stages:
+        for rel in st.relations:
+            if not isinstance(rel, Split):
+                continue
+            amount, what = (
+                (rel.factor, "factor") if rel.factor is not None else (rel.nparts, "nparts")
+            )
+            if isinstance(amount, Const):
+                continue
+            params = sorted({x for x in walk(amount) if isinstance(x, Var)}, key=lambda v: v.name)
+            names = Namer()
+            pr = _Printer({v: names(v, "p_" + v.name) for v in params})
+            try:
+                cond = f"{pr(amount)} <= 0"
+            except NonAffine:
+                continue  # a product of sizes: the kernel's own division check remains
+            pstr = ", ".join(pr.names[v] for v in params)
+            checks.append(
+                SizeCheck(
+                    f"the split {what} {amount} of stage '{st.name}' (loop "
+                    f"{rel.parent.name}) must be at least 1",
+                    tuple(params),
+                    f"[{pstr}] -> {{ [] : {cond} }}",
+                    (),
+                )
+            )
+    return checks
 
 
 def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):

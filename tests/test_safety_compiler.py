@@ -140,6 +140,40 @@ def test_integer_division_by_a_run_time_zero_is_an_error_not_a_trap():
         mod(a, np.array([1, 0, 1, 1], "int32"), b)
 
 
+@pytest.mark.parametrize("how", ["factor", "nparts"])
+def test_a_symbolic_split_amount_below_one_is_refused_by_name(how):
+    n, f = pt.var("n"), pt.var("f")
+    A = pt.placeholder((n,), F32, name="A")
+    B = pt.compute((n,), lambda i: A[i] * 2, name="B")
+    s = pt.create_schedule(B.op)
+    s[B].split(B.op.axis[0], **{how: f})
+    mod = pt.build(s, [A, B, f])
+    a, b = np.arange(5, dtype=F32), np.full(5, -1.0, F32)
+    with pytest.raises(
+        ValueError,
+        match=rf"with f=0, the split {how} f of stage 'B' \(loop i\) must be at least 1; "
+        "nothing was run",
+    ):
+        mod(a, b, 0)
+    with pytest.raises(ValueError, match="argument f: -3 is not a size"):
+        mod(a, b, -3)
+    np.testing.assert_array_equal(b, -1.0)
+    mod(a, b, 2)
+    np.testing.assert_array_equal(b, a * 2)
+
+
+def test_a_split_factor_computed_from_a_size_is_checked_at_call():
+    n = pt.var("n")
+    A = pt.placeholder((n,), F32, name="A")
+    B = pt.compute((n,), lambda i: A[i] + 1, name="B")
+    s = pt.create_schedule(B.op)
+    s[B].split(B.op.axis[0], factor=n // 4)
+    mod = pt.build(s, [A, B])
+    with pytest.raises(ValueError, match=r"with n=3, the split factor n // 4 of stage 'B'"):
+        mod(np.ones(3, F32))
+    np.testing.assert_array_equal(mod(np.ones(9, F32)), 2.0)
+
+
 # ---------------------------------------------------------------- bounds: checked at call
 
 
