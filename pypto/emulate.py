@@ -25,7 +25,7 @@ import numpy as np
 from . import dtypes
 from .cache import Entry, remove_file
 from .errors import BuildError
-from .loop_ir import LoweredFunc, written_buffers
+from .loop_ir import LoweredFunc, output_flags
 from .target import CACHE_LINE, Target, cross_compiler, missing_features
 
 # the user-mode emulator of each architecture
@@ -65,7 +65,7 @@ def driver_source(func: LoweredFunc, cname: str) -> str:
     decl = ", ".join(["void*"] * npar + ["int64_t"] * nsz + ctypes_)
     call = ", ".join([f"buf[{i}]" for i in range(npar)] + [f"sizes[{i}]" for i in range(nsz)]
                      + [f"({t})scal[{i}]" for i, t in enumerate(ctypes_)])  # fmt: skip
-    written = [i for i, w in enumerate(_written_flags(func)) if w]
+    written = [i for i, w in enumerate(output_flags(func)) if w]
     return "\n".join(
         [
             "#include <stdint.h>",
@@ -99,11 +99,6 @@ def driver_source(func: LoweredFunc, cname: str) -> str:
             "",
         ]
     )
-
-
-def _written_flags(func: LoweredFunc) -> list[bool]:
-    written = written_buffers(func.body)
-    return [id(b) in written for b in func.params]
 
 
 def compile_program(source: str, driver: str, target: Target, timeout: float) -> str:

@@ -227,6 +227,13 @@ def written_buffers(s: Stmt) -> set:
     return out
 
 
+def output_flags(func: LoweredFunc) -> list[bool]:
+    """Per parameter of ``func``, whether it is an output: the body writes it, or a stage
+    defines it (``attrs["defined"]``: an output of shape (0, 4) has no loops left)."""
+    written, defined = written_buffers(func.body), func.attrs.get("defined", ())
+    return [id(b) in written or k in defined for k, b in enumerate(func.params)]
+
+
 class StmtMutator:
     """A bottom-up rewrite of statements: ``mutate_<kind>`` per statement kind
     (``STMT_KINDS``) and ``expr`` for every expression a statement holds. The defaults

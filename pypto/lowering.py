@@ -240,9 +240,11 @@ class Lowering:
         for v in [*(v for b in params for d in b.shape for v in vars_of(d)), *self.size_args]:
             if all(v is not w for w in size_vars):
                 size_vars.append(v)
+        # the arguments a stage defines are outputs even where their loops run nothing
+        defined = tuple(k for k, t in enumerate(self.args) if not isinstance(t.op, PlaceholderOp))
         func = LoweredFunc(
-            self.name, tuple(params), tuple(size_vars), body, tensors=tuple(self.args),
-            scalars=self.scalars, scalar_vars=self.scalar_vars,
+            self.name, tuple(params), tuple(size_vars), body, attrs={"defined": defined},
+            tensors=tuple(self.args), scalars=self.scalars, scalar_vars=self.scalar_vars,
         )  # fmt: skip
         return passes.finalize(func)
 

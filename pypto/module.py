@@ -39,7 +39,7 @@ from .arg_checks import (
 from .bounds_check import SizeCheck, check_sizes
 from .cache import atomic_write
 from .expr import Const, Expr, Var, binary, substitute
-from .loop_ir import Allocate, LoweredFunc, walk_stmts, written_buffers
+from .loop_ir import Allocate, LoweredFunc, output_flags, walk_stmts
 from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
 from .simplify import simplify
 from .target import Target
@@ -92,9 +92,9 @@ class Signature:
 
     @staticmethod
     def of(func: LoweredFunc, cname: str) -> Signature:
-        written = written_buffers(func.body)
         params = tuple(
-            Param(b.name, b.dtype, tuple(b.shape), id(b) in written) for b in func.params
+            Param(b.name, b.dtype, tuple(b.shape), w)
+            for b, w in zip(func.params, output_flags(func))
         )
         temps = tuple(
             Temp(a.buffer.name, a.buffer.elem_bytes, tuple(a.buffer.shape))

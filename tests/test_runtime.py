@@ -42,6 +42,18 @@ def test_wrong_argument_count(add_one):
         add_one(a, a, a)
 
 
+def test_an_output_with_no_elements_may_be_omitted_too():
+    """An output of constant shape (0, 4) has no loops left, yet is still an output."""
+    A = pt.placeholder((0, 4), name="A")
+    C = pt.compute((0, 4), lambda i, j: A[i, j] + 1, name="C")
+    mod = pt.build(pt.create_schedule(C.op), [A, C], name="empty")
+    c = mod(np.zeros((0, 4), np.float32))
+    assert c.shape == (0, 4) and c.dtype == np.float32
+    msg = r"empty takes 2 arguments \(A, C\), or 1 without the outputs \(C\); got 3"
+    with pytest.raises(TypeError, match=msg):
+        mod(c, c, c)
+
+
 def test_wrong_dtype_names_argument(add_one):
     a = np.zeros((3, 4), np.float64)
     with pytest.raises(TypeError, match="argument A: dtype float64, expected float32"):
