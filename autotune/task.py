@@ -26,7 +26,7 @@ import warnings
 import numpy as np
 
 from cost_models import featurize
-from pypto.expr import Binary, Call, Cast, Const, Reduce, Select, walk
+from pypto.expr import Binary, Call, Cast, Const, Expr, Reduce, Select, walk
 from pypto.lowering import lower
 from pypto.simplify import simplify
 from pypto.target import as_target
@@ -111,7 +111,7 @@ class Template:
         """The config space for these arguments on ``target`` (default: the host), found by
         running the template once to define its knobs."""
         t = as_target(target)
-        key = (json.dumps(list(args)), t)
+        key = (json.dumps(list(plain_args(args))), t)
         if key not in self._spaces:
             self._check_arity(args)
             sp = ConfigSpace(t)
@@ -268,6 +268,12 @@ def plain_args(args) -> tuple:
             return type(a)(plain(x) for x in a)
         if isinstance(a, float) and not math.isfinite(a):
             raise ValueError(f"workload arguments must be finite numbers, got {a}")
+        if isinstance(a, Expr):
+            raise TypeError(
+                f"workload arguments must be numbers or strings, got the expression {a}: a "
+                "template is tuned and recorded per shape; for a kernel of symbolic sizes, "
+                "write its pt.compute and schedule (pt.var sizes) and pt.build that"
+            )
         return a
 
     return tuple(plain(a) for a in args)

@@ -320,3 +320,17 @@ def test_a_register_tile_wider_than_the_gemm_runs_the_plain_loops(name, args):
     inputs = [_ints(rng, _shape(t), t.dtype) for t in tensors[:-1]]
     (ref,) = task.template.reference_output(inputs, args)
     np.testing.assert_array_equal(mod(*inputs), ref)
+
+
+@pytest.mark.parametrize("name, args", [("matmul", (None, 16, 16)), ("softmax", (None, 8))])
+def test_a_template_called_with_a_size_variable_says_what_to_do(name, args):
+    """Templates are tuned and recorded per shape: a pt.var argument is refused by name
+    (it reached the records' JSON encoder and failed there)."""
+    import pypto as pt
+
+    args = (pt.var("M"), *args[1:])
+    want = r"workload arguments must be numbers or strings, got the expression M: .* pt.build"
+    with pytest.raises(TypeError, match=want):
+        at.get_template(name)(*args)
+    with pytest.raises(TypeError, match=want):
+        at.Task(name, args)
