@@ -15,6 +15,7 @@ legality of the schedule around it is checked by lowering, as for every stage.
 from __future__ import annotations
 
 from . import steps
+from .errors import ScheduleError
 from .expr import Reduce
 from .extern import refuse_extern, refuse_extern_input
 from .stage import AttachedAt, Stage
@@ -41,7 +42,12 @@ def compute_at(stage: Stage, step: steps.ComputeAt):
             "a tensor with update definitions is computed at "
             "the root, its updates in sequence after it",
         )
-    parent._leaf(ivar, "compute_at")
+    try:
+        parent._leaf(ivar, "compute_at")
+    except ScheduleError as e:  # name the attached stage too, not only the target's
+        where = f"compute_at on stage '{parent.name}'"
+        msg = str(e).replace(where, f"compute_at of stage '{stage.name}' at '{parent.name}'", 1)
+        raise ScheduleError(msg.replace("this stage", f"'{parent.name}'", 1)) from None
     stage.attach, stage.inline = AttachedAt(parent, ivar), False
 
 

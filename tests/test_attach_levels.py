@@ -284,3 +284,18 @@ def test_an_argument_attached_in_a_loop_that_may_not_run_is_refused():
     s, args, _ = _pair_sums_attached(pt.var("n"))
     with pytest.raises(pt.ScheduleError, match="argument B is computed at C's loop i.outer"):
         pt.build(s, args)
+
+
+def test_an_attach_loop_that_is_not_the_targets_names_both_stages():
+    A = pt.placeholder((8, 8), name="A")
+    B = pt.compute((8, 8), lambda i, j: A[i, j] * 2, name="B")
+    C = pt.compute((8, 8), lambda i, j: B[i, j] + 1, name="C")
+    s = pt.create_schedule(C.op)
+    jo, _ = s[C].split(C.op.axis[1], 4)
+    s.cache_write(C, "local")  # C's loops start afresh
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_at of stage 'B' at 'C': loop j.outer is not a current loop of 'C' "
+        r"\(belongs to another stage\); current loops: i, j",
+    ):
+        s[B].compute_at(s[C], jo)
