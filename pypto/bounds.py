@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING
 from . import domain, regions
 from .bounds_check import NO_REPORT, BoundsReport, unchecked
 from .compute_with import shared_loops
-from .dtypes import INDEX, STORAGE
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Binary,
-    Cast,
     Const,
     Expr,
     Reduce,
     TensorRead,
     Var,
     map_children,
+    stored_as,
     substitute,
     tensor_reads,
     vars_of,
@@ -188,15 +188,6 @@ class Nests(_Reads):
         return self.nests[st]
 
 
-def _stored(e: Expr, dtype: str) -> Expr:
-    """``e`` as a stage of ``dtype`` stores it: a value of a storage type (float16,
-    bfloat16: computed in float32) rounded to it, as its buffer would; what an inlined
-    stage's readers see, whatever the schedule."""
-    if dtype not in STORAGE or (isinstance(e, (TensorRead, Const, Cast)) and e.dtype == dtype):
-        return e  # a load, a constant of the type, a cast to it: rounded already
-    return Cast(Cast(e, "float32"), dtype)
-
-
 def infer(sch: Schedule, checks: BoundsReport = NO_REPORT, args=()) -> Nests:
     """Bound inference as one function: the schedule's nests, each stage's loops, extents,
     guards and region (``args``: the argument tensors, already checked)."""
@@ -243,7 +234,7 @@ class Bounds(_Reads):
             if isinstance(e, TensorRead):
                 st = self.stage_of(e.tensor)
                 if st.inline:  # rounded to a 16-bit float stage's type, as its buffer does
-                    body = _stored(self.bodies[st], st.op.dtype)
+                    body = stored_as(self.bodies[st], st.op.dtype)  # rounded as stored
                     return substitute(body, {iv.var: i for iv, i in zip(st.op.axis, e.indices)})
             return e
 

@@ -13,8 +13,8 @@ import math
 
 from . import dtypes, fastmath
 from .arg_checks import index_status
-from .c_helpers import CLAMPED_INDEX, FLOAT_TO_INT, HELPERS
-from .expr import Const
+from .c_helpers import CLAMPED_INDEX, FLOAT_TO_INT, HELPERS, KEEP
+from .expr import Binary, Call, Cast, Const, walk
 from .intervals import INF, bounds, leaves_type, may_wrap
 from .loop_ir import Namer
 from .mathfuncs import FUNCS
@@ -37,6 +37,28 @@ _DIVISION = {"floordiv": ("ffloordiv", "/"), "mod": ("fmod", "%")}
 
 def _nonzero_const(e) -> bool:
     return isinstance(e, Const) and e.value != 0
+
+
+def _widened(e):
+    """``e`` with each integer operand in ``e``'s C type: C computes ``Y[i] + 1`` in
+    ``int`` for an int32 ``Y``, where the sum is int64 (``(int64_t)Y[i] + 1``); a
+    constant takes the type itself."""
+    t = _ctype(e.dtype)
+    if not dtypes.dtype(e.dtype).is_int:
+        return e
+
+    def cast(x):
+        if _ctype(x.dtype) == t or not dtypes.dtype(x.dtype).is_int:
+            return x
+        return Const(x.value, e.dtype) if isinstance(x, Const) else Cast(x, e.dtype)
+
+    a, b = cast(e.a), cast(e.b)
+    return e if a is e.a and b is e.b else Binary(e.op, a, b, e.dtype)
+
+
+def _from_float(e) -> bool:
+    """Whether an integer expression holds a conversion from a float."""
+    return any(isinstance(x, Cast) and dtypes.dtype(x.value.dtype).is_float for x in walk(e))
 
 
 class CPrinter(Printer):
@@ -86,7 +108,7 @@ class CPrinter(Printer):
         return bounds(e, self.ranges, wrapped=True)[0] >= 0
 
     def binary(self, e):
-        text, prec = self.operation(e)
+        text, prec = self.operation(_widened(e))
         if dtypes.is_narrow(e.dtype) and leaves_type(e, self.ranges):  # wraps, as numpy's
             return f"(({dtypes.dtype(e.dtype).c_storage})({text}))", ATOM
         return text, prec
@@ -138,6 +160,11 @@ class CPrinter(Printer):
 
     def cast(self, e):
         inner = self(e.value)
+        if dtypes.dtype(e.value.dtype).is_int and _from_float(e.value) and e.dtype != "bool":
+            # (float)(int)x: gcc folds it into truncf(x), which keeps -0.0 (x = -0.5) where
+            # the integer is 0; the barrier keeps the conversions
+            self.helpers.setdefault("PT_KEEP", KEEP)
+            inner = f"PT_KEEP({inner})"
         if forms := self.storage(e.dtype):
             twice = forms.cast_double and e.value.dtype == "float64"  # would round twice
             return (forms.cast_double if twice else forms.cast).format(inner), ATOM
@@ -195,6 +222,10 @@ class CPrinter(Printer):
                 return double.format(*args), ATOM
             self.helpers.setdefault(fn, fastmath.HELPERS[fn])
             return f"{fn}({args[0]})", ATOM
+        if e.name == "pow" and isinstance(e.args[1], Const) and e.args[1].value == 0.5:
+            # numpy's power takes sqrt for 0.5 (sqrt(-inf) is nan, C's pow gives inf), and
+            # gcc sometimes does: always, so no schedule differs
+            e, args = Call("sqrt", e.args[:1], e.dtype), args[:1]
         f = FUNCS[e.name]
         if f.c_int:  # the operand's bits: as the unsigned type of its storage width
             d = dtypes.dtype(e.args[0].dtype)

@@ -101,6 +101,17 @@ FLOAT_TO_INT = (
     "static inline {i} {name}({t} x) {{\n  return x >= {lo} && x < {hi} ? ({i})x : {min};\n}}"
 )
 
+# a value the compiler may not fold into its neighbours: (float)PT_KEEP((int64_t)x) stays
+# two conversions, where gcc would make (float)(int64_t)x truncf(x) (-0.0 for x = -0.5)
+KEEP = """#if defined(__has_builtin)
+#if __has_builtin(__builtin_assoc_barrier)
+#define PT_KEEP(x) __builtin_assoc_barrier(x)
+#endif
+#endif
+#ifndef PT_KEEP
+#define PT_KEEP(x) (x)
+#endif"""
+
 ALLOC = """static void* pt_alloc(size_t bytes) {
   void* p = NULL;
   size_t n = (bytes + 63) / 64 * 64;

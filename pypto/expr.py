@@ -348,7 +348,22 @@ def _wide_literal(x, other):
     return x
 
 
-def compare(op: str, a, b) -> Cmp:
+# x OP c, for a literal c above every value of x's type (below: the flipped answers)
+_ABOVE_ALL = {"lt": True, "le": True, "ne": True, "gt": False, "ge": False, "eq": False}
+_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def compare(op: str, a, b) -> Expr:
+    """``a OP b``; an integer against a Python int that no integer type holds with it
+    (``I64[i] < 2**63``) is decided by value, as numpy's: a constant."""
+    if type(a) is int and isinstance(b, ExprOp):
+        return compare(_FLIPPED[op], b, a)
+    if type(b) is int and isinstance(a, ExprOp) and dtypes.dtype(as_expr(a).dtype).is_int:
+        dt = as_expr(a).dtype
+        lo, hi = dtypes.value_range(dt)
+        widens = dtypes.promote("int64", dt) == "int64"  # then int64 holds both
+        if not lo <= b <= hi and not (widens and -(2**63) <= b < 2**63):
+            return Const(int(_ABOVE_ALL[op] if b > hi else _ABOVE_ALL[_FLIPPED[op]]), "bool")
     a, b, _ = unify(a, b, comparing=True)
     return Cmp(op, a, b)
 
@@ -374,7 +389,18 @@ def cast(dtype: str, x) -> Expr:
         raise TypeError(f"pt.cast takes the dtype first, got the expression {dtype}; write {fix}")
     dt = dtypes.check(dtype)
     x = as_expr(x)
-    return x if x.dtype == dt else Cast(x, dt)
+    return stored_as(x, dt) if x.dtype == dt else Cast(x, dt)
+
+
+def stored_as(e: Expr, dtype: str) -> Expr:
+    """``e`` of ``dtype`` as a buffer of it holds it: a value of a storage type (float16,
+    bfloat16: computed in float32) rounded to it; a load, a constant of the type or a
+    cast to it is rounded already (and any other type's value is ``e``)."""
+    if dtype not in dtypes.STORAGE or (
+        isinstance(e, (TensorRead, Const, Cast)) and e.dtype == dtype
+    ):
+        return e
+    return Cast(Cast(e, "float32"), dtype)
 
 
 # ---------------------------------------------------------------- traversal

@@ -57,15 +57,24 @@ class Lin:
         if isinstance(e, Const):
             return Lin({}, e.value, e.dtype)
         if isinstance(e, Binary) and e.op in ("add", "sub"):
-            a, b = Lin.of(e.a), Lin.of(e.b)
+            a, b = Lin.part(e.a, e.dtype), Lin.part(e.b, e.dtype)
             return a.plus(b, 1 if e.op == "add" else -1, e.dtype)
         if isinstance(e, Binary) and e.op == "mul":
-            a, b = Lin.of(e.a), Lin.of(e.b)
+            a, b = Lin.part(e.a, e.dtype), Lin.part(e.b, e.dtype)
             if not b.terms:
                 return a.scale(b.const, e.dtype)
             if not a.terms:
                 return b.scale(a.const, e.dtype)
         return Lin({skey(e): [e, 1]}, 0, e.dtype)
+
+    @staticmethod
+    def part(x: Expr, dtype: str) -> Lin:
+        """An operand of a ``dtype`` sum or product: its own terms where it is computed in
+        ``dtype`` too, else one atom. A narrower sum wraps in its own width first
+        (``(A_u8 + 18) + B_i16``: not ``A + B + 18``)."""
+        if x.dtype == dtype or isinstance(x, Const):
+            return Lin.of(x)
+        return Lin({skey(x): [x, 1]}, 0, x.dtype)
 
     def plus(self, o: Lin, sign: int, dtype: str) -> Lin:
         terms = {k: [a, c] for k, (a, c) in self.terms.items()}

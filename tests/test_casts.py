@@ -81,6 +81,10 @@ def test_a_literal_outside_the_dtype_is_refused_in_arithmetic():
         pt.const(2, "bool")
 
 
+def _as_int(cond):
+    return lambda i: pt.select(cond(i), 1, 0)
+
+
 def test_a_comparison_with_any_literal_is_numpys():
     # numpy compares an integer with a Python int by value: every uint32 is > -1
     U = pt.placeholder((3,), "uint32", name="U")
@@ -95,6 +99,20 @@ def test_a_comparison_with_any_literal_is_numpys():
     b, c = mod(u, i8)
     np.testing.assert_array_equal(b, np.where((u > -1) & (i8 < 200) & (-5 < u), 1, 0))
     np.testing.assert_array_equal(c, [0, 0, 0])
+    # no integer type holds a uint64 and -1, or an int64 and 2**63: decided by value
     W = pt.placeholder((3,), "uint64", name="W")
-    with pytest.raises(OverflowError, match=r"-1 does not fit uint64"):
-        pt.compute((3,), lambda i: W[i] > -1, name="D")
+    P = pt.placeholder((3,), "int64", name="P")
+    tests = {
+        "W > -1": (lambda i: W[i] > -1, lambda w, p: w > -1),
+        "-1 == W": (lambda i: -1 == W[i], lambda w, p: -1 == w),
+        "W < 2**64": (lambda i: W[i] < 2**64, lambda w, p: w < 2**64),
+        "P < 2**63": (lambda i: P[i] < 2**63, lambda w, p: p < 2**63),
+        "P >= -(2**64)": (lambda i: P[i] >= -(2**64), lambda w, p: p >= -(2**64)),
+        "2**63 <= P": (lambda i: 2**63 <= P[i], lambda w, p: 2**63 <= p),
+    }
+    w = np.array([0, 5, 2**64 - 1], np.uint64)
+    p = np.array([-(2**63), 0, 2**63 - 1], np.int64)
+    for text, (body, ref) in tests.items():
+        D = pt.compute((3,), _as_int(body), name="D")
+        got = pt.build(pt.create_schedule(D.op), [W, P, D])(w, p)
+        np.testing.assert_array_equal(got, np.where(ref(w, p), 1, 0), err_msg=text)

@@ -1,0 +1,112 @@
+"""Scalar expressions computed as numpy computes them, in every schedule and on every
+target here: integer operands widened before the operation, narrow sums wrapped before
+they widen, an explicit 16-bit cast rounding, float -> int -> float of -0.5 giving +0.0,
+``pow(x, 0.5)`` as numpy's ``sqrt``, and comparisons with literals no type holds."""
+
+import numpy as np
+import pytest
+
+import pypto as pt
+
+TARGETS = [t for t in ("host", "generic", "x86-avx2") if pt.Target(t).can_run()]
+
+
+def _schedules(out):
+    """The plain loop, a vectorized one with a tail and an unrolled one with a tail."""
+    s = pt.create_schedule(out.op)
+    yield "plain", s
+    s = pt.create_schedule(out.op)
+    _, xi = s[out].split(out.op.axis[0], factor=8)
+    s[out].vectorize(xi)
+    yield "vectorized", s
+    s = pt.create_schedule(out.op)
+    _, xi = s[out].split(out.op.axis[0], factor=5)
+    s[out].unroll(xi)
+    yield "unrolled", s
+
+
+def _check(out, args, arrays, want, target):
+    for name, s in _schedules(out):
+        got = pt.build(s, [*args, out], target=target)(*arrays)
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} on {target}")
+        if got.dtype.kind == "f":
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=name)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_operand_widens_before_the_operation_also_against_a_constant(target):
+    # Y_int32 + int64 1 was C's int32 sum (2147483647 + 1 wrapped to its minimum)
+    n = 11
+    Y = pt.placeholder((n,), "int32", name="Y")
+    U = pt.placeholder((n,), "uint32", name="U")
+    y = np.array([2**31 - 1, -5, -(2**31), 7, 0, 1, -1, 3, 2**30, -(2**30), 9], np.int32)
+    u = np.array([2**32 - 1, 5, 2**31, 0, 1, 2, 3, 4, 5, 6, 7], np.uint32)
+    forms = [
+        (lambda i: Y[i] + pt.const(1, "int64"), y.astype(np.int64) + 1),
+        (lambda i: pt.const(3, "int64") * Y[i], y.astype(np.int64) * 3),
+        (lambda i: U[i] * pt.const(2, "uint64"), u.astype(np.uint64) * 2),
+        (lambda i: U[i] + pt.const(-1, "int64"), u.astype(np.int64) - 1),
+    ]
+    for body, want in forms:
+        _check(pt.compute((n,), body, name="C"), [Y, U], [y, u], want, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_narrow_sum_wraps_before_it_widens(target):
+    # the simplifier had merged (A_u8 + 18) + B_i16 into one int16 sum: 272, not 16
+    n = 9
+    A = pt.placeholder((n,), "uint8", name="A")
+    B = pt.placeholder((n,), "int16", name="B")
+    S = pt.placeholder((n,), "int16", name="S")
+    W = pt.placeholder((n,), "int32", name="W")
+    a = np.array([254, 250, 1, 255, 0, 238, 237, 100, 200], np.uint8)
+    b = np.array([0, 1, -1, 300, -300, 5, 6, 7, 8], np.int16)
+    s = np.array([-(2**15), 20000, 3, 2**15 - 1, -1, 0, 16384, -16385, 12], np.int16)
+    w = np.arange(n, dtype=np.int32)
+    forms = [
+        (lambda i: (A[i] + 18) + B[i], (a + np.uint8(18)).astype(np.int16) + b),
+        (lambda i: A[i] * 2 + B[i], (a * np.uint8(2)).astype(np.int16) + b),
+        (lambda i: (S[i] + S[i]) + W[i], (s + s).astype(np.int32) + w),
+        (lambda i: pt.truncmod(S[i] + S[i], 7) + W[i], np.fmod(s + s, 7).astype(np.int32) + w),
+    ]
+    for body, want in forms:
+        _check(pt.compute((n,), body, name="C"), [A, B, S, W], [a, b, s, w], want, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_cast_to_the_same_16_bit_type_rounds_there(target):
+    # the cast was dropped: (A + B) - B of 60000s was 60000, not inf as numpy's
+    n = 6
+    A = pt.placeholder((n,), "float16", name="A")
+    B = pt.placeholder((n,), "float16", name="B")
+    a = np.array([60000, 2049, 1, 0.1, -60000, 3], np.float16)
+    b = np.array([60000, 1, 1e-4, 0.2, -60000, 2], np.float16)
+    with np.errstate(over="ignore"):
+        want = (a + b) - b
+    C = pt.compute((n,), lambda i: pt.cast("float16", A[i] + B[i]) - B[i], name="C")
+    _check(C, [A, B], [a, b], want, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("inner", ["int32", "int64"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_float_to_int_and_back_gives_plus_zero(target, inner, dt):
+    # gcc folded (float)(int64_t)x into truncf(x): -0.0 for -0.5 (x86-avx2, unrolled tails)
+    n = 13
+    A = pt.placeholder((n,), dt, name="A")
+    a = np.array([-0.5, -0.0, 0.5, -1.5, 2.5, -0.99, 0.99, -3.0, 3.0, -0.25, 7.5, -7.5, 0], dt)
+    B = pt.compute((n,), lambda i: pt.cast(dt, pt.cast(inner, A[i])), name="B")
+    _check(B, [A], [a], a.astype(inner).astype(dt), target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_pow_of_one_half_is_numpys_sqrt_in_every_schedule(target, dt):
+    # unrolled tails called C's pow: pow(-inf, 0.5) = inf, where numpy's is nan
+    a = np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 1.0, -1.0, 2.5, 1e-40, 88.7, 3e38, 1e30])
+    a = a.astype(dt)
+    A = pt.placeholder((len(a),), dt, name="A")
+    B = pt.compute((len(a),), lambda i: pt.pow(A[i], 0.5), name="B")
+    with np.errstate(invalid="ignore"):
+        want = np.power(a, np.array(0.5, dt))
+    _check(B, [A], [a], want, target)
