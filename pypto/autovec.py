@@ -23,16 +23,31 @@ vectorizes the rest: its results were right with one store or one load of the
 buffer per iteration (lu's row reductions, adi's sweeps), loads that meet stores
 only in the same iteration (``C[i] +=``) or never (``p[20 i + 1]`` from
 ``p[20 i]``), and loops holding a long loop.
+
+The ``omp simd`` of a vectorized loop misleads it too: where two iterations of an
+enclosing loop store the same element and the vectorized loop does not read it there,
+gcc vectorizes the enclosing loop as if that dependence did not exist, and an earlier
+iteration's value survives (``overwritten_across``)::
+
+    for (a = 0; a < 20; ++a)                 Y[a + b] of a = 0 stored after that
+      #pragma omp simd                       of a = 1: Y[1] holds X[1] * 0, not X[1] * 1
+      for (b = 0; b < 8; ++b) Y[a + b] = X[a + b] * a;
+
+Such a loop is marked ``#pragma GCC ivdep`` instead: its iterations are independent
+(isl proved it), and the enclosing loop keeps its order.
 """
 
 from __future__ import annotations
 
 import math
 
+import islpy as isl
+
 from .dtypes import INDEX
 from .expr import Binary, Const, Load, Var, substitute, vars_of, walk
 from .intervals import Ranges, bounds
-from .loop_ir import For, IntrinCall, Store, own_exprs, stmt_children
+from .isl_expr import IslPrinter, NonAffine
+from .loop_ir import For, IntrinCall, Store, own_exprs, stmt_children, walk_stmts
 from .simplify import Lin, simplify
 from .structural import skey
 
@@ -122,3 +137,53 @@ def _short(loop: For) -> bool:
     return (
         loop.kind in SERIAL and isinstance(loop.extent, Const) and loop.extent.value <= WHOLE_UNROLL
     )
+
+
+def overwritten_across(loop: For, enclosing: tuple, sizes) -> bool:
+    """Whether vectorized ``loop`` is where gcc 12 lets its ``omp simd`` hide a
+    dependence: the only loop in the body of the loop around it (which gcc then
+    vectorizes as an outer loop), storing an element that another iteration of that
+    loop stores too, without loading it at that index. ``enclosing``: the loops around
+    ``loop``, outermost first; ``sizes``: the kernel's size variables."""
+    if not enclosing or any(isinstance(x, For) for x in walk_stmts(loop.body)):
+        return False
+    outer = enclosing[-1]
+    if sum(isinstance(x, For) for x in walk_stmts(outer.body)) != 1:
+        return False  # gcc vectorizes an outer loop around one inner loop only
+    read = {
+        (id(y.buffer), skey(y.index))
+        for x in walk_stmts(loop.body)
+        for e in own_exprs(x)
+        for y in walk(e)
+        if isinstance(y, Load)
+    }
+    for st in walk_stmts(loop.body):
+        if isinstance(st, Store) and (id(st.buffer), skey(st.index)) not in read:
+            if _two_writers(st.index, (*enclosing, loop), len(enclosing) - 1, sizes):
+                return True
+    return False
+
+
+def _two_writers(index, loops: tuple, k: int, sizes) -> bool:
+    """Whether ``index`` takes one value at two points of ``loops`` that differ in
+    loop ``k`` (the loops before it the same; isl; True where it cannot tell)."""
+    mine = {lp.var for lp in loops}
+    params = [v for v in {*sizes} if v not in mine]
+    free = {v for lp in loops for v in vars_of(lp.extent)} | set(vars_of(index))
+    if any(v not in mine and v not in params for v in free):
+        return True
+    pnames = {v: f"p{n}" for n, v in enumerate(params)}
+    sides = [
+        IslPrinter({**pnames, **{lp.var: f"{c}{n}" for n, lp in enumerate(loops)}}) for c in "xy"
+    ]
+    try:
+        cons = [f"{sides[0](index)} = {sides[1](index)}", f"x{k} != y{k}"]
+        cons += [f"x{n} = y{n}" for n in range(k)]
+        for pr in sides:
+            for lp in loops:
+                cons.append(f"0 <= {pr(lp.var)} < {pr(lp.extent)}")
+    except NonAffine:
+        return True
+    xs, ys = (", ".join(f"{c}{n}" for n in range(len(loops))) for c in "xy")
+    text = f"[{', '.join(pnames.values())}] -> {{ [{xs}] -> [{ys}] : {' and '.join(cons)} }}"
+    return not isl.Map(text).is_empty()

@@ -13,7 +13,7 @@ import math
 
 from . import dtypes, fastmath
 from .arg_checks import index_status
-from .c_helpers import CLAMPED_INDEX, FLOAT_TO_INT, HELPERS, KEEP
+from .c_helpers import CLAMPED_INDEX, FLOAT_TO_INT, FLOAT_TO_UINT64, HELPERS, KEEP
 from .expr import Binary, Call, Cast, Const, walk
 from .intervals import INF, bounds, leaves_type, may_wrap
 from .loop_ir import Namer
@@ -171,7 +171,7 @@ class CPrinter(Printer):
         if e.dtype == "bool":  # numpy's: any nonzero value (NaN too) is true
             return f"({inner} != 0)", ATOM
         d, src = dtypes.dtype(e.dtype), dtypes.dtype(e.value.dtype)
-        if src.is_float and d.is_int and _ctype(e.dtype) != "uint64_t":
+        if src.is_float and d.is_int:
             return self.float_to_int(inner, e.value, _ctype(e.value.dtype), d), ATOM
         if dtypes.is_narrow(e.dtype):  # int8 <- int32 wraps
             lo, hi = bounds(e.value, self.ranges, True) if src.is_int else (-INF, INF)
@@ -183,10 +183,19 @@ class CPrinter(Printer):
     def float_to_int(self, inner: str, value, src: str, d) -> str:
         """A float converted to an integer type as x86 converts it (``FLOAT_TO_INT``):
         to int32 or int64 directly, to a narrower type through int32, to uint32 through
-        int64, wrapping (numpy's on x86). A value clamped into the type by constants
-        converts directly."""
+        int64, wrapping (numpy's on x86), to uint64 as x86-64 code does
+        (``FLOAT_TO_UINT64``). A value clamped into the type by constants converts
+        directly."""
         bits = 64 if d.bits >= 32 and (d.bits == 64 or d.kind == "uint") else 32
         via, f = f"int{bits}_t", "f" if src == "float" else ""
+        if d.c_storage == "uint64_t":  # through int64, as x86-64 code converts
+            name, i64 = f"pt_{f or 'd'}2u64", dtypes.dtype("int64")
+            low = self.float_to_int("x", value, src, i64)
+            high = self.float_to_int(f"x - 9223372036854775808.0{f}", value, src, i64)
+            self.helpers.setdefault(
+                name, FLOAT_TO_UINT64.format(name=name, t=src, f=f, i=low, i_high=high)
+            )
+            return f"{name}({inner})"
         if _clamped_within(value, -(2 ** (bits - 1)), 2 ** (bits - 1)):
             text = f"({via})({inner})"  # a requantizing epilogue: NaN alone, 0 in int8 on
         else:  # x86 and aarch64 alike; the guard costs it 5%

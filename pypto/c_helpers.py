@@ -101,6 +101,16 @@ FLOAT_TO_INT = (
     "static inline {i} {name}({t} x) {{\n  return x >= {lo} && x < {hi} ? ({i})x : {min};\n}}"
 )
 
+# float -> uint64 as x86-64 code converts it (numpy's there): below 2^63 as int64 (so
+# -8.7 wraps to 2^64 - 8, NaN gives 2^63), from 2^63 on as int64 after subtracting 2^63,
+# that bit set again (2^64 and inf give 0). C leaves it undefined outside [0, 2^64):
+# AVX-512's own instruction gives 2^64 - 1 for a negative value
+FLOAT_TO_UINT64 = (
+    "static inline uint64_t {name}({t} x) {{\n"
+    "  return x >= 9223372036854775808.0{f} ? (uint64_t){i_high} ^ (UINT64_C(1) << 63)\n"
+    "                                     : (uint64_t){i};\n}}"
+)
+
 # a value the compiler may not fold into its neighbours: (float)PT_KEEP((int64_t)x) stays
 # two conversions, where gcc would make (float)(int64_t)x truncf(x) (-0.0 for x = -0.5)
 KEEP = """#if defined(__has_builtin)

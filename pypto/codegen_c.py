@@ -14,7 +14,7 @@ import math
 from . import dtypes
 from ._version import __version__ as _version
 from .arg_checks import index_checks
-from .autovec import autovec_hazard
+from .autovec import autovec_hazard, overwritten_across
 from .c_expr import CPrinter
 from .c_helpers import (
     ALLOC,
@@ -71,6 +71,7 @@ class CodeGen:
         self.parallel_depth = 0
         self.simd_depth = 0  # inside a loop marked omp simd: no other loop is marked
         self.loop_depth = 0
+        self.enclosing: list = []  # the loops around the statement emitted
         self.block_body = None  # the statement that is a loop's whole body
         self.cleanups: list[str] = []  # declarations of function-level heap buffers
         self.frees: list[str] = []
@@ -124,7 +125,10 @@ class CodeGen:
                 self.emit(depth, "#pragma omp parallel for schedule(static)")
         elif s.kind == "vectorized" and not _has_inner_annotated_loop(s.body):
             # OpenMP forbids a simd or parallel region nested in a simd loop
-            self.emit(depth, "#pragma omp simd")
+            if overwritten_across(s, tuple(self.enclosing), self.func.size_vars):
+                self.emit(depth, "#pragma GCC ivdep  /* not omp simd: pypto/autovec.py */")
+            else:
+                self.emit(depth, "#pragma omp simd")
         elif s.kind == "unrolled":
             self.emit(depth, "#pragma GCC unroll 8")
         one_at_a_time = self.simd_depth == 0 and autovec_hazard(s)
@@ -135,7 +139,9 @@ class CodeGen:
         self.parallel_depth += s.kind == "parallel"
         self.loop_depth += 1
         self.block_body = s.body
+        self.enclosing.append(s)
         self.stmt(s.body, depth + 1)
+        self.enclosing.pop()
         if s.kind == "parallel" and self.parallel_depth == 1:
             for fence in intrin_fences(s.body):
                 self.emit(depth + 1, fence)

@@ -274,12 +274,27 @@ def _cycle_error(left: list, edges: dict) -> ScheduleError:
             pure = m.target_stage or m
             if f"'{pure.name}'" not in names:
                 names.append(f"'{pure.name}'")
-    who = " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
+    clusters = [a for a in path if isinstance(a, Cluster)]
+    if clusters:  # the compute_with made the cycle: say so, and what is left outside
+        shared = _names([f"'{m.name}'" for c in clusters for m in c.members])
+        outside = [a for a in path if not isinstance(a, Cluster)]
+        out = _names([f"'{m.name}'" for a in outside for m in getattr(a, "members", (a,))])
+        return ScheduleError(
+            f"compute_with shares loops among {shared}, and then no order of the "
+            f"definitions computes every value before it is read ({', '.join(reads)}): "
+            f"{out} would have to run both before and after those loops; share them with "
+            f"{out} too, or leave the compute_with out"
+        )
     return ScheduleError(
-        f"tensors {who} read each other ({', '.join(reads)}): no order of their definitions "
-        "computes every value before it is read; give their update definitions one loop "
-        "order with compute_with, or compute one from a copy of the other"
+        f"tensors {_names(names)} read each other ({', '.join(reads)}): no order of their "
+        "definitions computes every value before it is read; give their update definitions "
+        "one loop order with compute_with, or compute one from a copy of the other"
     )
+
+
+def _names(names: list) -> str:
+    """``'A'``, ``'A' and 'B'``, ``'A', 'B' and 'C'``."""
+    return " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 # ---------------------------------------------------------------- merging loop nests

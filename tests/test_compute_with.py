@@ -338,9 +338,33 @@ def test_a_cycle_through_a_fused_group_is_refused():
     s[A].update(0).compute_with(s[B].update(0), t)
     with pytest.raises(
         pt.ScheduleError,
-        match=r"tensors 'C', 'B' and 'A' read each other \('C' reads A, 'B.update\(0\)' reads C\)",
+        match=r"compute_with shares loops among 'B.update\(0\)' and 'A.update\(0\)', and then "
+        r"no order .* \('C' reads A, 'B.update\(0\)' reads C\): 'C' would have to run both "
+        r"before and after those loops",
     ):
         pt.lower(s, [A0, A, B])
+
+
+def test_a_cycle_that_compute_with_makes_names_it_and_what_it_leaves_outside():
+    """B only reads A; sharing A.update(0)'s loop leaves A.update(1) both before (B reads
+    A's final values) and after (it follows A.update(0)) the shared loops."""
+    A = pt.compute((5,), lambda i: pt.const(0.0, "float64"), name="A")
+    B = pt.compute((), lambda: pt.const(0.0, "float64"), name="B")
+    r = pt.reduce_axis((0, 5), name="r")
+    A[r] = A[r] + 1.0
+    B[()] = B[()] + A[r]
+    r2 = pt.reduce_axis((0, 5), name="r2")
+    A[r2] = A[r2] * 2.0
+    s = pt.create_schedule([A.op, B.op])
+    s[B].update(0).compute_with(s[A].update(0), r)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_with shares loops among 'A.update\(0\)' and 'B.update\(0\)', and then "
+        r"no order .* \('B.update\(0\)' reads A, 'A.update\(1\)' follows\): 'A.update\(1\)' "
+        r"would have to run both before and after those loops; share them with 'A.update\(1\)' "
+        "too, or leave the compute_with out",
+    ):
+        pt.lower(s, [A, B])
 
 
 def test_a_compute_with_refusal_names_the_calling_stage_and_shift():
@@ -383,7 +407,7 @@ def test_a_producer_of_final_values_inside_shared_loops_is_refused(place):
         s[P].compute_at(s[Z].update(0), q)
     s[Z].update(0).compute_with(s[Y].update(0), r)
     match = {
-        "inline": r"tensors 'Y', 'Z' and 'P' read each other \('Z.update\(0\)' reads P, 'P' r",
+        "inline": r"compute_with shares loops .* \('Z.update\(0\)' reads P, 'P' reads Y\): 'P' w",
         "compute_at": r"stage 'P' is computed inside the loops 'Y.update\(0\)' shares with co",
     }[place]
     with pytest.raises(pt.ScheduleError, match=match):

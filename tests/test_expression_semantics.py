@@ -110,3 +110,19 @@ def test_pow_of_one_half_is_numpys_sqrt_in_every_schedule(target, dt):
     with np.errstate(invalid="ignore"):
         want = np.power(a, np.array(0.5, dt))
     _check(B, [A], [a], want, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_float_to_uint64_is_x86s_conversion_on_every_target(target, dt):
+    # AVX-512's vcvttpd2uqq gave 2^64 - 1 for every negative value, other code wrapped
+    a = np.array([-8.7, -1.0, -0.5, 0.0, 1.5, 2.0**63, 1.8e19, 2.0**64, 1e30, -1e30, np.nan,
+                  np.inf, -np.inf, -(2.0**63), 2.0**62, 3.0])  # fmt: skip
+    a = a.astype(dt)
+    A = pt.placeholder((len(a),), dt, name="A")
+    B = pt.compute((len(a),), lambda i: pt.cast("uint64", A[i]), name="B")
+    want = np.array(
+        [18446744073709551608, 18446744073709551615, 0, 0, 1, 2**63, int(a[6]), 0, 0, 2**63,
+         2**63, 0, 2**63, 2**63, 2**62, 3], np.uint64,
+    )  # fmt: skip
+    _check(B, [A], [a], want, target)

@@ -496,3 +496,59 @@ def test_a_producer_attached_in_an_update_that_the_pure_definition_reads_is_refu
         r"outside loop r of 'S.update\(0\)', so the values would not be ready",
     ):
         pt.build(s, [A, S])
+
+
+TARGETS_HERE = [t for t in ("host", "generic", "x86-avx2") if pt.Target(t).can_run()]
+
+
+@pytest.mark.parametrize("target", TARGETS_HERE)
+def test_a_vectorized_loop_whose_rows_overwrite_each_other_keeps_the_last_row(target):
+    """gcc 12 let the inner loop's omp simd hide the outer loop's output dependence and
+    vectorized that loop too: an earlier row's value survived. Such a loop is marked
+    GCC ivdep instead."""
+    n, m = 20, 8
+    X = pt.placeholder((n + m,), "float64", name="X")
+    Y = pt.compute((n + m,), lambda i: pt.const(-7.0, "float64"), name="Y")
+    a, b = pt.rdom([(0, n), (0, m)], names="a b")
+    Y[a + b] = X[a + b] * pt.cast("float64", a)  # rows overlap: the last to write wins
+    s = pt.create_schedule(Y.op)
+    s[Y].update(0).vectorize(b)
+    mod = pt.build(s, [X, Y], target=target)
+    x = np.arange(n + m, dtype="f8")
+    want = np.full(n + m, -7.0)
+    for i in range(n):
+        want[i : i + m] = x[i : i + m] * i
+    np.testing.assert_array_equal(mod(x), want)
+    assert "#pragma GCC ivdep" in mod.source
+
+
+@pytest.mark.parametrize("target", TARGETS_HERE)
+def test_a_vectorized_triangular_loop_writing_backwards_keeps_the_last_write(target):
+    M = pt.placeholder((4, 4), "float64", name="M")
+    A = pt.compute((4,), lambda i: pt.const(-7.0, "float64"), name="A")
+    r0 = pt.reduce_axis((1, 4), name="r0")
+    r1 = pt.reduce_axis((r0, r0 + 2), name="r1")
+    A[4 - r1] = M[0, r0]
+    s = pt.create_schedule(A.op)
+    s[A].update(0).vectorize(r1)
+    m = np.arange(16, dtype="f8").reshape(4, 4)
+    want = np.full(4, -7.0)
+    for i in range(1, 4):
+        for j in range(i, i + 2):
+            want[4 - j] = m[0, i]
+    np.testing.assert_array_equal(pt.build(s, [M, A], target=target)(m), want)
+
+
+def test_a_vectorized_read_modify_write_keeps_omp_simd():
+    """Only overwrites change the pragma: a loop that reads what it stores (an
+    accumulation over the outer loop) stays omp simd."""
+    X = pt.placeholder((6, 8), "float32", name="X")
+    Y = pt.compute((8,), lambda j: pt.const(0.0, "float32"), name="Y")
+    k, j = pt.rdom([(0, 6), (0, 8)], names="k j")
+    Y[j] = Y[j] + X[k, j]
+    s = pt.create_schedule(Y.op)
+    s[Y].update(0).vectorize(j)
+    mod = pt.build(s, [X, Y])
+    x = np.arange(48, dtype="f4").reshape(6, 8)
+    np.testing.assert_array_equal(mod(x), x.sum(0))
+    assert "#pragma omp simd" in mod.source and "ivdep" not in mod.source
