@@ -206,6 +206,15 @@ class Measurer:
                 self._drop_pool()
                 again = dict(failed[0][1], msg=failed[0][1]["msg"] + " (twice)")
             out[k] = again
+        for k, r in enumerate(out):
+            if r.pop("retry", False):  # its compiler was killed: maybe for memory others used
+                (again,), failed = self._collect([self._pool().submit(build_worker, specs[k])], 1)
+                if failed:
+                    self._drop_pool()
+                    again = dict(failed[0][1])
+                if again.pop("retry", False):
+                    again["msg"] += " (twice, the second time alone)"
+                out[k] = again
         for r in out:
             if "fault" in r:
                 raise EnvironmentFault(f"cannot build candidates: {r['fault']}")

@@ -177,7 +177,8 @@ def _number(v, what: str, positive: bool = False) -> float:
 
 
 def append_records(path: str, records) -> None:
-    """Append whole lines atomically (one write under an exclusive lock). A log it
+    """Append whole lines atomically (one write under an exclusive lock; a write the disk
+    refuses is undone, and the error names the log). A log it
     creates is private (0600, its missing directories 0700), as ``pypto-tune`` makes
     them: records choose the configs a user's kernels run."""
     data = "".join(r.to_json() + "\n" for r in records)
@@ -195,9 +196,15 @@ def append_records(path: str, records) -> None:
                 if f.read(1) != b"\n":
                     data = "\n" + data
         buf = data.encode()
-        while buf:
-            n = os.write(fd, buf)
-            buf = buf[n:]
+        try:
+            while buf:
+                n = os.write(fd, buf)
+                buf = buf[n:]
+        except OSError as e:  # a full disk: no partial line left behind
+            os.ftruncate(fd, size)
+            raise OSError(
+                e.errno, f"cannot append to the tuning log {path}: {e.strerror}"
+            ) from None
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -35,6 +35,7 @@ from pypto.arg_checks import aligned_empty
 from pypto.cache import Entry
 from pypto.codegen_c import codegen
 from pypto.dtypes import numpy_dtype
+from pypto.errors import CompilerKilled
 from pypto.expr import tensor_reads
 from pypto.module import Module, Signature
 from pypto.runtime import compile_source, kill_compilers
@@ -171,6 +172,8 @@ def build_worker(spec: dict) -> dict:
         loadable = {"cname": cname, "signature": Signature.of(func, cname).to_json()}
     except pt.BuildEnvironmentError as e:
         return _fault(e)
+    except CompilerKilled as e:  # tried once more, alone (``Measurer.build``)
+        return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)[:4000], "retry": True}
     except pt.BuildError as e:
         return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)[:4000]}
     except Exception as e:  # noqa: BLE001

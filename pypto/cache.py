@@ -10,17 +10,23 @@ object is loaded only when its content hash matches the one written beside it
 when it was stored, and it is a regular file owned by the user that neither
 group nor others may write: a foreign or damaged file under the expected name
 (an empty one, a truncated one, another program's library) is removed and
-rebuilt, never loaded, so its constructors never run. Objects and hashes are
-written to a temporary file and renamed into place, so a killed build leaves no
-half-written entry.
+rebuilt, never loaded, so its constructors never run. The hash covers the
+entry's key too: another entry's object and hash copied under this name do not
+verify. Objects and hashes are written to a temporary file and renamed into place,
+so a killed build leaves no half-written entry (its temporaries are removed after an
+hour). A full or read-only disk is a ``BuildEnvironmentError`` naming the entry.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
 import hashlib
 import os
 import stat
 import tempfile
+import time
 
 from .errors import BuildEnvironmentError
 
@@ -132,10 +138,18 @@ class Entry:
     ``<key>.c`` (kept for error messages)."""
 
     def __init__(self, key: str, directory: str | None = None):
-        stem = os.path.join(directory or cache_dir(), key)
+        d = directory or cache_dir()
+        _sweep(d)
+        stem = os.path.join(d, key)
+        self.key = key
         self.so = stem + ".so"
         self.source = stem + ".c"
         self.hash = self.so + HASH_SUFFIX
+
+    def digest(self, data: bytes) -> str:
+        """The hash kept beside an object: of its key and its bytes, so another entry's
+        object and hash copied under this key do not verify."""
+        return hashlib.sha256(self.key.encode() + b"\0" + data).hexdigest()
 
     def lookup(self) -> str | None:
         """The object's path when it verifies; a damaged or foreign entry is removed."""
@@ -143,7 +157,7 @@ class Entry:
             return None
         data = _own_file_bytes(self.so)
         want = _own_file_bytes(self.hash)
-        if data and want and hashlib.sha256(data).hexdigest() == want.decode(errors="replace"):
+        if data and want and self.digest(data) == want.decode(errors="replace"):
             return self.so
         remove_file(self.so)
         remove_file(self.hash)
@@ -151,11 +165,17 @@ class Entry:
 
     def write_source(self, source: str) -> None:
         """Keep the C source beside the object (error messages point at it)."""
-        atomic_write(self.source, source.encode())
+        with _disk_faults(self.source):
+            if os.path.isdir(self.source):
+                raise BuildEnvironmentError(
+                    f"the build cache entry {self.source} is a directory; remove it"
+                )
+            atomic_write(self.source, source.encode())
 
     def temp_object(self) -> str:
         """A fresh temporary path in the cache directory for the compiler's output."""
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.so), prefix=".tmp-", suffix=".so")
+        with _disk_faults(self.so):
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(self.so), prefix=".tmp-", suffix=".so")
         os.close(fd)
         return tmp
 
@@ -175,7 +195,44 @@ class Entry:
                 f"(is $CC a compiler? CC={os.environ.get('CC') or 'cc'!r})",
                 source_path=self.source,
             )
-        os.chmod(tmp, 0o700)
-        atomic_write(self.hash, hashlib.sha256(data).hexdigest().encode())
-        os.replace(tmp, self.so)
+        with _disk_faults(self.so):
+            os.chmod(tmp, 0o700)
+            atomic_write(self.hash, self.digest(data).encode())
+            os.replace(tmp, self.so)
         return self.so
+
+
+# errors of the disk, not of the code: a build that meets one stops a tuner
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
+@contextlib.contextmanager
+def _disk_faults(path: str):
+    """``BuildEnvironmentError`` naming ``path`` for a full or read-only disk."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in _DISK_ERRNOS:
+            raise
+        raise BuildEnvironmentError(
+            f"cannot write the build cache entry {path}: {os.strerror(e.errno)}"
+        ) from None
+
+
+STALE_S = 3600.0  # a temporary file this old is a killed build's
+_swept: set = set()
+
+
+def _sweep(d: str) -> None:
+    """Remove what killed builds left in ``d`` (their compilers finish writing after the
+    process is gone): temporaries older than ``STALE_S``, once per process."""
+    if d in _swept:
+        return
+    _swept.add(d)
+    old = time.time() - STALE_S
+    for p in glob.glob(os.path.join(d, ".tmp-*")):
+        try:
+            if os.lstat(p).st_mtime < old:
+                os.unlink(p)
+        except OSError:
+            pass  # another process's, or gone: not ours to insist on

@@ -28,6 +28,11 @@ class BuildError(PyptoError, RuntimeError):
         return text
 
 
+class CompilerKilled(BuildError):
+    """The C compiler was killed by a signal (the out-of-memory killer, a user): not
+    the source's fault as such; a tuner tries the candidate once more, alone."""
+
+
 class TargetError(PyptoError, ValueError):
     """Code for a target this machine cannot run was asked to run or be measured."""
 

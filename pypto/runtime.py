@@ -17,6 +17,7 @@ import hashlib
 import math
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -28,7 +29,7 @@ from .bound_checks import wanted as bound_checks_wanted
 from .cache import Entry, remove_file
 from .cache import cache_dir as cache_dir  # public here before pypto.cache existed
 from .codegen_c import codegen
-from .errors import BuildEnvironmentError, BuildError
+from .errors import BuildEnvironmentError, BuildError, CompilerKilled
 from .loop_ir import LoweredFunc
 from .lowering import lower
 from .module import EmulatedModule, Module, TimeResult
@@ -67,8 +68,12 @@ _versions: dict = {}  # compiler command -> its --version line
 
 
 def _compiler_version(cc: tuple, timeout: float) -> str:
-    """The compiler's first ``--version`` line (part of every cache key), asked once."""
-    if cc not in _versions:
+    """The compiler's first ``--version`` line (part of every cache key), asked once per
+    binary (the command resolved on ``PATH``, with its modification time: a ``PATH``
+    switched to another toolchain asks again)."""
+    found = shutil.which(cc[0]) if cc else None
+    key = (cc, found, os.stat(found).st_mtime_ns if found and os.path.exists(found) else None)
+    if key not in _versions:
         try:
             r = _run_compiler([*cc, "--version"], min(timeout, 30.0))
         except OSError as e:
@@ -80,8 +85,8 @@ def _compiler_version(cc: tuple, timeout: float) -> str:
                 f"the C compiler {' '.join(cc)!r} did not answer --version within "
                 f"{min(timeout, 30.0):g} s (the build's timeout: too short, or check $CC)"
             ) from None
-        _versions[cc] = r.stdout.splitlines()[0] if r.stdout else ""
-    return _versions[cc]
+        _versions[key] = r.stdout.splitlines()[0] if r.stdout else ""
+    return _versions[key]
 
 
 def check_timeout(timeout) -> float:
@@ -133,6 +138,20 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None
         ) from None
     if r.returncode != 0:
         remove_file(tmp)
+        full = next((m for m in DISK_FULL if m in r.stderr), None)
+        if full is not None:
+            raise BuildEnvironmentError(
+                f"the C compiler could not write its output into the build cache "
+                f"{os.path.dirname(entry.source)}: {full}",
+                stderr=r.stderr,
+                source_path=entry.source,
+            )
+        if r.returncode < 0:  # a signal: the out-of-memory killer, a user
+            raise CompilerKilled(
+                f"the C compiler was killed by {_signal_name(-r.returncode)} (out of memory?)",
+                stderr=r.stderr,
+                source_path=entry.source,
+            )
         _check_compiler_works(cc, flags, timeout, r.stderr, entry.source)
         raise BuildError(
             f"the C compiler failed (exit {r.returncode})",
@@ -140,6 +159,17 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None
             source_path=entry.source,
         )
     return entry.store(tmp)
+
+
+# what a compiler or linker says when the disk, not the source, is at fault
+DISK_FULL = ("No space left on device", "Disk quota exceeded", "Read-only file system")
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
 
 
 def _check_compiler_works(

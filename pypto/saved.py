@@ -45,6 +45,8 @@ def load_module(path: str) -> Module:
     if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else None
         again = "; export it again with this version" if isinstance(got, int) else ""
+        if isinstance(got, int) and got > SIGNATURE_FORMAT:
+            again = f" (it is of format {got}, made by a newer pypto); upgrade pypto to load it"
         raise ValueError(
             f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}{again}"
         )

@@ -222,6 +222,9 @@ def test_an_edited_signature_file_is_refused_before_the_kernel_runs(tmp_path):
     save({**meta, "format": 1})
     with pytest.raises(ValueError, match="not a pypto module signature of format 2; export it"):
         pt.load_module(path)
+    save({**meta, "format": 3})
+    with pytest.raises(ValueError, match=r"it is of format 3, made by a newer pypto\); upgrade"):
+        pt.load_module(path)
     save(meta)
     x = np.ones((3, 64), np.float32)
     np.testing.assert_array_equal(pt.load_module(path)(x), x * 2)

@@ -195,6 +195,91 @@ def test_a_directory_under_an_objects_name_is_an_environment_error(private_cache
     _check_kernel(pt.build(*_kernel(name), name=name))
 
 
+def test_another_entrys_object_and_hash_copied_under_a_key_do_not_verify(private_cache):
+    """The hash covers the entry's key: a backup tool restoring the wrong pair of files
+    had the x3 kernel answer for the x2 one."""
+    one, two = _unique("pair"), _unique("pair")
+    so_one, so_two = _cached_object(one), _cached_object(two)
+    for ext in ("", ".sha256"):
+        with open(so_two + ext, "rb") as f, open(so_one + ext, "wb") as g:
+            g.write(f.read())
+    mod = pt.build(*_kernel(one), name=one)
+    _check_kernel(mod)
+    data = open(mod.lib_path, "rb").read()  # rebuilt: its own kernel's symbol, not the other's
+    assert one.encode() in data and two.encode() not in data
+
+
+def test_a_full_disk_is_an_environment_error_naming_the_entry(private_cache, tmp_path, monkeypatch):
+    """Was: a bare OSError, or the compiler's failure blamed on the source (a tuner then
+    recorded every candidate as a COMPILE_ERROR that --resume never measured again)."""
+    import errno
+
+    from pypto import cache
+
+    def full(path, data, mode=0o600):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    name = _unique("full")
+    with monkeypatch.context() as m:
+        m.setattr(cache, "atomic_write", full)
+        with pytest.raises(pt.BuildEnvironmentError, match=r"cannot write the build cache entry "
+                           r".*\.c: No space left on device"):  # fmt: skip
+            pt.build(*_kernel(name), name=name)
+    monkeypatch.setenv("CC", _fake_cc(tmp_path, """\
+        case "$*" in *--version*|*probe*) exec cc "$@";; esac
+        echo "ld: final link failed: No space left on device" >&2; exit 1
+        """))  # fmt: skip
+    with pytest.raises(pt.BuildEnvironmentError, match="could not write its output into the "
+                       "build cache .*: No space left on device"):  # fmt: skip
+        pt.build(*_kernel(name), name=name)
+    log = tmp_path / "t.jsonl"
+    tuner = at.RandomTuner(at.Task("toy_matmul", (16, 16, 8)), seed=1)
+    with pytest.raises(at.EnvironmentFault, match="No space left on device"):
+        tuner.tune(3, measure=FAST, callbacks=[at.log_to_file(log)])
+    assert _log_records(log) == []
+
+
+def test_a_compiler_killed_by_a_signal_is_named_and_its_candidate_built_again_alone(
+    private_cache, tmp_path, monkeypatch
+):
+    """A compiler the out-of-memory killer took was 'failed (exit -9)' and its candidate
+    a COMPILE_ERROR for good; now the signal is named, and a tuner builds it once more."""
+    always = _fake_cc(tmp_path, """\
+        case "$*" in *--version*|*probe*) exec cc "$@";; esac
+        kill -9 $$
+        """)  # fmt: skip
+    monkeypatch.setenv("CC", always)
+    name = _unique("killed")
+    with pytest.raises(pt.BuildError, match=r"killed by SIGKILL \(out of memory\?\)"):
+        pt.build(*_kernel(name), name=name)
+    task = at.Task("toy_matmul", (16, 16, 8))
+    cfg = task.config_space.default_config()
+    (r,) = at.measure(task, [cfg], FAST)
+    assert r.error is at.ErrorKind.COMPILE and "(twice, the second time alone)" in r.error_msg
+    once = tmp_path / "killed-once"  # the first compile of a kernel is killed, no other
+    monkeypatch.setenv("CC", _fake_cc(tmp_path, f"""\
+        case "$*" in *--version*|*probe*) exec cc "$@";; esac
+        if [ ! -e {once} ]; then touch {once}; kill -9 $$; fi
+        exec cc "$@"
+        """))  # fmt: skip
+    (r,) = at.measure(task, [task.config_space.get(1)], FAST)
+    assert r.error is None, r.error_msg
+
+
+def test_temporaries_of_killed_builds_are_removed_after_an_hour(private_cache):
+    from pypto import cache
+
+    private_cache.mkdir(mode=0o700)
+    old, new = private_cache / ".tmp-old.so", private_cache / ".tmp-new.so"
+    for p in (old, new):
+        p.write_bytes(b"half an object")
+    os.utime(old, (time.time() - 2 * cache.STALE_S,) * 2)
+    cache._swept.discard(str(private_cache))
+    name = _unique("sweep")
+    _check_kernel(pt.build(*_kernel(name), name=name))
+    assert not old.exists() and new.exists()
+
+
 def test_unusable_cache_dir_is_an_environment_error(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("not a directory")
     monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "file" / "cache"))
@@ -503,6 +588,29 @@ BAD_LINES = {
     "deep nesting in config": json.dumps(_good_line())[:-1] + ',"x":' + "[" * 200_000,
     "overlong line": json.dumps(_good_line(config={"pad": "x" * (2 << 20)})),
 }
+
+
+def test_an_append_the_disk_refuses_leaves_no_partial_line(tmp_path, monkeypatch):
+    import errno
+
+    from autotune import records
+
+    log = str(tmp_path / "t.jsonl")
+    task = at.Task("toy_matmul", (16, 16, 8))
+    rec = [at.Record(task.workload_key, task.target.key, task.config_space.get(0).to_json(), [1.0])]
+    at.append_records(log, rec)
+    real = os.write
+
+    def half_then_full(fd, buf):  # writes a part, then the disk is full
+        if len(buf) > 20:
+            return real(fd, buf[:20])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(records.os, "write", half_then_full)
+    with pytest.raises(OSError, match=f"cannot append to the tuning log {log}: No space left"):
+        at.append_records(log, rec * 3)
+    monkeypatch.undo()
+    assert open(log).read().count("\n") == 1 and len(at.load_records(log)) == 1
 
 
 def test_no_line_can_poison_a_log(tmp_path, capsys):
