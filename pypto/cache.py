@@ -86,19 +86,33 @@ def cache_dir() -> str:
 
 def atomic_write(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename."""
-    if os.path.isdir(path):  # (the rename would name the temporary file)
-        raise IsADirectoryError(f"{path} is a directory; give a file name")
+    atomic_write_all([(path, data, mode)])
+
+
+def atomic_write_all(files: list) -> None:
+    """Write each ``(path, data, mode)`` to a temporary file first, then rename them all
+    into place one after another: files that belong together (a saved module's object
+    and signature) are never seen half old, half new but for the instant between
+    renames."""
+    tmps = []
     try:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-    except OSError as e:  # named after the destination, not the temporary file
-        raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        for path, data, mode in files:
+            if os.path.isdir(path):  # (the rename would name the temporary file)
+                raise IsADirectoryError(f"{path} is a directory; give a file name")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".tmp-")
+            except OSError as e:  # named after the destination, not the temporary file
+                raise OSError(e.errno, f"cannot write {path}: {e.strerror}") from None
+            tmps.append(tmp)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, mode)
+        for (path, _, _), tmp in zip(files, tmps):
+            os.replace(tmp, path)
     except BaseException:
-        remove_file(tmp)
+        for tmp in tmps:
+            if os.path.lexists(tmp):
+                remove_file(tmp)
         raise
 
 

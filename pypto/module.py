@@ -37,7 +37,7 @@ from .arg_checks import (
     raise_status,
 )
 from .bounds_check import SizeCheck, check_sizes
-from .cache import atomic_write
+from .cache import atomic_write_all
 from .expr import Const, Expr, Var, binary, substitute
 from .loop_ir import Allocate, LoweredFunc, output_flags, walk_stmts
 from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
@@ -442,7 +442,6 @@ class Module:
         path = os.fspath(path)
         with open(self.lib_path, "rb") as f:
             data = f.read()
-        atomic_write(path, data, 0o644)
         meta = {
             "format": SIGNATURE_FORMAT,
             "target": self.target.name,
@@ -450,7 +449,8 @@ class Module:
             "source": self.source,
         }
         meta["sha256"] = saved_digest(data, meta)
-        atomic_write(path + ".json", json.dumps(meta, indent=1).encode(), 0o644)
+        side = json.dumps(meta, indent=1).encode()
+        atomic_write_all([(path, data, 0o644), (path + ".json", side, 0o644)])
         return path
 
 

@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 
 from .cache import atomic_write, cache_dir
 from .errors import BuildEnvironmentError, TargetError
@@ -37,27 +38,17 @@ def load_module(path: str) -> Module:
         if not os.path.isfile(p):
             why = "is a directory" if os.path.isdir(p) else "is missing"
             raise FileNotFoundError(f"no saved module at {path}: its {what} {p} {why}")
-    with open(side) as f:
-        try:
-            meta = json.load(f)
-        except ValueError as e:
-            raise ValueError(f"{side}: not a pypto module signature ({e})") from None
-    if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
-        got = meta.get("format") if isinstance(meta, dict) else None
-        again = "; export it again with this version" if isinstance(got, int) else ""
-        if isinstance(got, int) and got > SIGNATURE_FORMAT:
-            again = f" (it is of format {got}, made by a newer pypto); upgrade pypto to load it"
-        raise ValueError(
-            f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}{again}"
-        )
-    with open(path, "rb") as f:
-        data = f.read()
-    digest = saved_digest(data, meta)
-    if digest != meta.get("sha256"):
-        raise ValueError(
-            f"{path} and {side} do not belong together (their sha256 differs: one of them "
-            "was edited or replaced); export the module again"
-        )
+    for attempt in range(4):  # an export in progress renames its two files in turn
+        meta, data = _read_pair(path, side)
+        digest = saved_digest(data, meta)
+        if digest == meta.get("sha256"):
+            break
+        if attempt == 3:
+            raise ValueError(
+                f"{path} and {side} do not belong together (their sha256 differs: one of "
+                "them was edited or replaced); export the module again"
+            )
+        time.sleep(0.02)
     try:
         target = Target(meta["target"])
         sig = Signature.from_json(meta["signature"])
@@ -73,6 +64,25 @@ def load_module(path: str) -> Module:
     if not _holds(loaded, data):  # missing, or damaged since: written again
         atomic_write(loaded, data, 0o700)
     return Module(None, meta["source"], sig.cname, loaded, target, sig)
+
+
+def _read_pair(path: str, side: str) -> tuple:
+    """The signature file's content and the object's bytes."""
+    with open(side) as f:
+        try:
+            meta = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{side}: not a pypto module signature ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != SIGNATURE_FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        again = "; export it again with this version" if isinstance(got, int) else ""
+        if isinstance(got, int) and got > SIGNATURE_FORMAT:
+            again = f" (it is of format {got}, made by a newer pypto); upgrade pypto to load it"
+        raise ValueError(
+            f"{side}: not a pypto module signature of format {SIGNATURE_FORMAT}{again}"
+        )
+    with open(path, "rb") as f:
+        return meta, f.read()
 
 
 def _holds(path: str, data: bytes) -> bool:
