@@ -54,6 +54,7 @@ def compute_at(stage: Stage, step: steps.ComputeAt):
 def compute_inline(stage: Stage, step: steps.ComputeInline):
     if stage.is_placeholder:
         raise stage.error("compute_inline", "a placeholder cannot be inlined")
+    refuse_extern(stage, "compute_inline")
     refuse_extern_input(stage, "compute_inline")
     if isinstance(stage.op.body, Reduce):
         raise stage.error("compute_inline", "a reduction cannot be inlined; use compute_at")

@@ -10,6 +10,7 @@ SIMD loops.
 from __future__ import annotations
 
 import math
+import re
 
 from . import dtypes
 from ._version import __version__ as _version
@@ -49,6 +50,9 @@ from .target import CACHE_LINE, Target
 ALIGN = CACHE_LINE  # local buffers start on a cache line
 
 
+_C_CALLED = r"\b([A-Za-z_]\w*)\s*\("  # a function's name where it is defined or called
+
+
 class CodeGen:
     """Emit one C function (plus the helpers it uses) for a LoweredFunc."""
 
@@ -64,7 +68,10 @@ class CodeGen:
                     raise BuildError(
                         f"two tensor intrinsics are named {seen.name} with different C sources"
                     )
-        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins))
+        # the identifiers of the intrinsics' C (a user's function named default_function,
+        # as the kernel) are taken: the kernel's names step around them
+        theirs = {w for i in self.intrins.values() for w in re.findall(_C_CALLED, i.source)}
+        self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins, *theirs))
         self.ranges = {v: (0, INF) for v in func.size_vars}
         self.p = CPrinter(self.namer, self.ranges, index_checks(func.body))
         self.lines: list[str] = []
@@ -364,9 +371,12 @@ class CodeGen:
             out.append(f"double pt_prof_seconds[{max(self.timers.values()) + 1}];")
             out.append("static double pt_prof_t;")
         out.extend(self.p.helpers.values())
+        emitted = set()  # intrinsics declared on one C source: it is pasted once
         for intrin in self.intrins.values():
             out.append(f"// tensor intrinsic {intrin.name}: {intrin.signature}")
-            out.append(intrin.source.strip("\n"))
+            if intrin.source not in emitted:
+                out.append(intrin.source.strip("\n"))
+            emitted.add(intrin.source)
         if self.needs_alloc:
             out.append(ALLOC)
         if self.workspace_slots:

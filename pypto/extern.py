@@ -55,9 +55,10 @@ def extern(shape, inputs, func: str, source: str, name: str = "extern", dtype: s
         _constant_shape(t.shape, f"pt.extern {name}: input {t.name}")
     dtype_info(dtype)  # a known dtype, else a clear error
     check_c_function(func, source, f"pt.extern {name}")
-    params = [placeholder(t.shape, t.dtype, name=f"in{k}") for k, t in enumerate(inputs)]
-    declared = compute(shape, _reads_all(params, dtype), name="out", dtype=dtype)
-    key = repr((func, source, [(t.dtype, len(t.shape)) for t in (*params, declared)]))
+    # (pt_ names: no user function may have one, so none is hidden by a parameter)
+    params = [placeholder(t.shape, t.dtype, name=f"pt_in{k}") for k, t in enumerate(inputs)]
+    declared = compute(shape, _reads_all(params, dtype), name="pt_out", dtype=dtype)
+    key = repr((func, source, [(t.dtype, tuple(t.shape)) for t in (*params, declared)]))
     wrapper = f"ext_{func}_{hashlib.sha256(key.encode()).hexdigest()[:8]}"  # one per C text
     text = _wrapper_source(wrapper, func, source, params, declared)
     intrin = decl_tensor_intrin(declared.op, wrapper, text, params)
@@ -96,7 +97,9 @@ def _wrapper_source(wrapper: str, func: str, source: str, params: list, out) -> 
             args.append(f"int64_t {p}_s{d}")
             checks.append(f"{p}_s{d} != {math.prod(dims[d + 1 :])}")
         names.append(p)
-    lines = [source, f"static inline void {wrapper}({', '.join(args)}) {{"]
+    guard = f"PT_SOURCE_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+    lines = [f"#ifndef {guard}", f"#define {guard}", source, "#endif"]  # several externs'
+    lines.append(f"static inline void {wrapper}({', '.join(args)}) {{")  # functions, one file
     if checks:  # whole row-major buffers, as the function expects (folded: constants)
         lines.append(f"  if ({' || '.join(checks)}) __builtin_trap();")
     lines += [f"  {func}({', '.join(names)});", "}", ""]

@@ -110,8 +110,9 @@ def describe(sch) -> tuple:
     stage_of = lambda t: sch.stage_map.get(t.op)  # noqa: E731
     stages = [st for st in sch.stages if not st.is_placeholder]
     out = []
-    for root in (st for st in stages if not st.inline and st.attach is None):
-        inside, todo = [], [root]
+    for group in _loop_groups([st for st in stages if not st.inline and st.attach is None]):
+        root = group[0]
+        inside, todo = [], list(group)
         while todo:
             st = todo.pop()
             inside.append(st)
@@ -129,18 +130,34 @@ def describe(sch) -> tuple:
                 _reads(e, stage_of, reads)
             loop_vars += [iv.var for iv in (*st.leaf_iter_vars, *st.root_iter_vars)]
         outside = [t for k, t in reads.items() if k not in written]
+        outputs = list({id(st.op.output(0)): st.op.output(0) for st in group}.values())
         out.append(
             RootStage(
-                root.name,
+                " + ".join(st.name for st in group),
                 root.op.output(0).name,
                 tuple(loop_vars),
                 tuple(work),
                 tuple(_tensor_size(t) for t in outside),
-                (_tensor_size(root.op.output(0)),),
+                tuple(_tensor_size(t) for t in outputs),
                 _narrowest(outside),
             )
         )
     return tuple(out)
+
+
+def _loop_groups(roots: list) -> list:
+    """The root stages in program order, those sharing loops by ``compute_with`` as one
+    group (one entry of the profile: their statements run interleaved in those loops)."""
+
+    def first(st):
+        while st.fused_with is not None:
+            st = st.fused_with.stage
+        return st
+
+    groups: dict = {}
+    for st in roots:
+        groups.setdefault(id(first(st)), []).append(st)
+    return list(groups.values())
 
 
 def _value(e: Expr, sizes: dict, ranges: dict) -> int:

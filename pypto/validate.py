@@ -72,10 +72,11 @@ class ValidationReport:
     take the worst over them (``first_mismatches``: those of the first output with any)."""
 
     outputs: tuple  # of OutputCheck
+    inputs_written: tuple = ()  # names of the inputs the kernel changed (it must not)
 
     @property
     def ok(self) -> bool:
-        return all(o.ok for o in self.outputs)
+        return all(o.ok for o in self.outputs) and not self.inputs_written
 
     @property
     def max_abs_err(self) -> float:
@@ -104,6 +105,8 @@ class ValidationReport:
 
     def summary(self) -> str:
         """One line: ok, or the worst output's mismatches and first index."""
+        if self.inputs_written:
+            return f"the kernel wrote its input(s) {', '.join(self.inputs_written)}"
         bad = [o for o in self.outputs if not o.ok]
         if not bad:
             return (
@@ -132,7 +135,14 @@ class ValidationReport:
             if o.mismatches:
                 idx = ", ".join(_index(i) for i in o.first_mismatches)
                 lines.append(f"{o.name}: first mismatches at {idx}")
+        if self.inputs_written:
+            lines.append(f"the kernel wrote its input(s) {', '.join(self.inputs_written)}: NOT ok")
         return "\n".join(lines)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit for bit (NaN payloads and -0.0 included)."""
+    return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 def _index(idx: tuple) -> str:
@@ -172,14 +182,15 @@ def compare_one(got, want, name: str = "output", rtol=None, atol=None) -> Output
     g = got.reshape(-1)
     w = want.reshape(-1)
     exact_int = got.dtype.kind in "iub" and want.dtype.kind in "iub"
-    if exact_int:  # exact even for int64 values past 2**53
-        gi, wi = g.astype(np.int64), w.astype(np.int64)
-        diff_i = np.abs(gi - wi)
+    if exact_int:  # exact even for int64 values past 2**53, and 64-bit differences
+        wide = max(g.dtype.itemsize, w.dtype.itemsize) == 8  # int64 - int64 may overflow
+        work = object if wide else np.int64  # (Python's integers: exact at any size)
+        diff_i = np.abs(g.astype(work) - w.astype(work))
         both = np.ones(g.shape, bool)
-        bad_value = diff_i.astype(np.float64) > atol + rtol * np.abs(wi.astype(np.float64))
-        bad_value |= (diff_i != 0) & (rtol == 0) & (atol == 0)
         diff = diff_i.astype(np.float64)
-        wf = wi.astype(np.float64)
+        wf = w.astype(np.float64)
+        bad_value = diff > atol + rtol * np.abs(wf)
+        bad_value |= (diff_i != 0) & (rtol == 0) & (atol == 0)
         nonfinite = np.zeros(g.shape, bool)
     else:
         gf, wf = g.astype(np.float64), w.astype(np.float64)
@@ -198,7 +209,7 @@ def compare_one(got, want, name: str = "output", rtol=None, atol=None) -> Output
     max_abs = float(diff[both].max()) if both.any() else 0.0
     max_rel = float((diff[nz] / np.abs(wf[nz])).max()) if nz.any() else 0.0
     if exact_int:
-        ulps = diff_i
+        ulps = diff
     else:
         ulps = _ulp_distance(g[both], w[both], got.dtype)
     hist = tuple(
@@ -233,7 +244,8 @@ def compare(got, expected, names=None, rtol=None, atol=None) -> ValidationReport
 def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
     """``pt.validate(mod, reference, inputs)``: run ``mod`` on the input arrays (its outputs
     allocated) and compare every output with ``reference(*inputs)`` (an array, or a tuple
-    or list of arrays, one per output). The reference gets copies of the inputs.
+    or list of arrays, one per output). The kernel and the reference each get copies of
+    the inputs; a kernel that changes its inputs is not ok (``inputs_written``).
 
     Default tolerances depend on each output's dtype (``pypto.validate.TOLERANCES``;
     integers exact); ``rtol=`` and ``atol=`` override them for every output."""
@@ -249,8 +261,20 @@ def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
         raise TypeError(
             f"validate: {mod.name} takes {n_in} input(s) ({', '.join(ins)}), got {len(inputs)}"
         )
-    got = mod(*inputs)
+
+    def array(a) -> bool:  # (a scalar argument, numpy's too, is passed by value)
+        return hasattr(a, "shape") and not isinstance(a, np.generic)
+
+    def copies():
+        return [np.array(a, copy=True) if array(a) else a for a in inputs]
+
+    given, pristine = copies(), copies()  # the kernel runs on copies: the caller's stay
+    got = mod(*given)
     got = list(got) if isinstance(got, tuple) else [got]
-    want = reference(*[np.array(a, copy=True) if hasattr(a, "shape") else a for a in inputs])
+    want = reference(*copies())
     want = list(want) if isinstance(want, (tuple, list)) else [want]
-    return compare(got, want, outs, rtol, atol)
+    names = [p.name for p in mod.signature.params if not p.written]  # the arrays, in order
+    pairs = [(a, b) for a, b in zip(given, pristine) if array(a)]
+    written = tuple(n for n, (a, b) in zip(names, pairs) if not _same(a, b))
+    report = compare(got, want, outs, rtol, atol)
+    return ValidationReport(report.outputs, written)

@@ -243,3 +243,23 @@ def test_a_profiled_kernel_fails_as_a_call_does():
         mod(a, idx)
     with pytest.raises(IndexError, match="g: an index into A computed from data"):
         mod.profile(a, idx)
+
+
+def test_stages_sharing_loops_by_compute_with_are_one_entry():
+    """Their statements run interleaved in one loop nest: one entry with both stages'
+    work (one stage had shown 0 ms, the other both times against its own flops)."""
+    n, steps = 400, 5
+    A0 = pt.placeholder((n,), "float64", name="A0")
+    A = pt.compute((n,), lambda i: A0[i], name="A")
+    B = pt.compute((n,), lambda i: A0[i], name="B")
+    t, i = pt.rdom([(0, steps), (1, n - 1)], names="t i")
+    B[i] = 0.5 * (A[i - 1] + A[i + 1])
+    t2, i2 = pt.rdom([(0, steps), (1, n - 1)], names="t2 i2")
+    A[i2] = 0.5 * (B[i2 - 1] + B[i2 + 1])
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    prof = pt.build(s, [A0, A, B], name="jacobi").profile(np.ones(n), repeat=2)
+    entries = {e.stage: e for e in prof}
+    assert set(entries) == {"A", "B", "B.update(0) + A.update(0)"}
+    both = entries["B.update(0) + A.update(0)"]
+    assert both.flops == 2 * steps * (n - 2) * 2 and both.seconds > 0  # an add, a mul each

@@ -204,3 +204,39 @@ def test_pypto_tune_validate_prints_the_report(capsys):
     row = out.splitlines()[out.splitlines().index(header) + 1].split()
     assert row[0] == "C" and row[1] == "float32" and row[-3:] == ["0", "0", "yes"]
     assert sum(int(c) for c in row[4:10]) == 16 * 24  # every element in one ULP bucket
+
+
+def test_a_kernel_that_writes_its_input_is_not_ok_and_the_callers_arrays_stay():
+    """The reference got copies made after the kernel ran: a kernel zeroing its input
+    and output agreed with a reference computed from the zeroed input."""
+    src = r"""
+static void scale(const float* x, float* y) {
+  float* xw = (float*)x;
+  for (int i = 0; i < 8; ++i) { y[i] = 0.0f; xw[i] = 0.0f; }
+}"""
+    X = pt.placeholder((8,), name="X")
+    Y = pt.extern((8,), [X], "scale", src, name="Y")
+    mod = pt.build(pt.create_schedule(Y.op), [X, Y])
+    x = np.arange(1, 9, dtype="float32")
+    r = pt.validate(mod, lambda a: 2 * a, [x])
+    assert not r.ok and r.inputs_written == ("X",) and r.outputs[0].mismatches == 8
+    assert r.summary() == "the kernel wrote its input(s) X"
+    np.testing.assert_array_equal(x, np.arange(1, 9, dtype="float32"))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "uint64"])
+def test_64_bit_integer_differences_do_not_wrap(dtype):
+    # int64 differences wrapped: max abs 1 for INT64_MIN against INT64_MAX, and any
+    # tolerance then called them ok
+    X = pt.placeholder((3,), dtype, name="X")
+    Y = pt.compute((3,), lambda i: X[i], name="Y")
+    mod = pt.build(pt.create_schedule(Y.op), [X, Y])
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.min + 7, 5], dtype)
+    want = np.array([info.max, info.min + 7, 5], dtype)
+    for kw in ({}, {"rtol": 1e-6}, {"atol": 1.0}):
+        r = pt.validate(mod, lambda a: want, [x], **kw)
+        o = r.outputs[0]
+        assert (r.ok, o.mismatches, o.first_mismatches) == (False, 1, ((0,),))
+        assert o.max_abs_err == float(int(info.max) - int(info.min))
+        assert dict(o.ulp) == {"0": 2, "1": 0, "2-4": 0, "5-16": 0, "17-256": 0, ">256": 1}
