@@ -205,10 +205,18 @@ def _operand(nests, n, intrin, pairs, leaf_of, region: set) -> Operand:
             if isinstance(atom, Var) and atom in region:
                 coef[atom] = c
             elif any(v in region for v in _vars_of(atom)):
+                loops = {iv.var for iv in (*st.leaf_iter_vars, *st.root_iter_vars)}
+                sizes = sorted({v.name for v in _vars_of(atom) if v not in loops | region})
+                why = (
+                    f" with constant strides: it moves by {' and '.join(sizes)} (a size) along "
+                    "them; an intrinsic's strides must be constants"
+                    if sizes
+                    else ""
+                )
                 raise _err(
                     st,
                     intrin,
-                    f"the address {buf.name}[{flat}] is not affine in the tensorized loops",
+                    f"the address {buf.name}[{flat}] is not affine in the tensorized loops{why}",
                 )
         lins = [Lin.of(i) for i in idx]
         for leaf, axis in leaf_of.items():

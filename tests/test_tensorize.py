@@ -452,3 +452,20 @@ def test_a_fence_that_is_not_c_statements_is_refused():
     c = pt.compute((16,), lambda i: a[i], name="c")
     with pytest.raises(ValueError, match="fence must be C statements"):
         pt.decl_tensor_intrin(c.op, "cp", "void cp(...) {}", fence="} x();")
+
+
+def test_a_symbolic_stride_under_tensorize_is_named():
+    src = ("static void col4(const float* x, int64_t xs, float* y, int64_t ys) "
+           "{ for (int i = 0; i < 4; ++i) y[i * ys] = x[i * xs] + 1; }")  # fmt: skip
+    x = pt.placeholder((4,), name="x")
+    col4 = pt.decl_tensor_intrin(pt.compute((4,), lambda i: x[i] + 1.0, name="c").op, "col4", src)
+    m = pt.var("m")
+    X = pt.placeholder((8, m), name="X")
+    Y = pt.compute((8, m), lambda i, j: X[i, j] + 1.0, name="Y")
+    s = pt.create_schedule(Y.op)
+    io, ii = s[Y].split(Y.op.axis[0], 4)
+    s[Y].reorder(io, Y.op.axis[1], ii)
+    s[Y].tensorize(ii, col4)
+    with pytest.raises(pt.ScheduleError, match=r"it moves by m \(a size\) along them; an "
+                       "intrinsic's strides must be constants"):  # fmt: skip
+        pt.build(s, [X, Y])
