@@ -13,7 +13,14 @@ import math
 
 from . import dtypes, fastmath
 from .arg_checks import index_status
-from .c_helpers import CLAMPED_INDEX, FLOAT_TO_INT, FLOAT_TO_UINT64, HELPERS, KEEP
+from .c_helpers import (
+    CLAMPED_INDEX,
+    FLOAT_TO_INT,
+    FLOAT_TO_UINT64,
+    HELPERS,
+    INT_TO_FLOAT,
+    KEEP,
+)
 from .expr import Binary, Call, Cast, Const, walk
 from .intervals import INF, bounds, leaves_type, may_wrap
 from .loop_ir import Namer
@@ -98,10 +105,11 @@ class CPrinter(Printer):
                     text += "f"
         else:
             v = int(v)
-            wide = "INT64_C"  # an unsigned literal keeps its type's width: it wraps there
-            if d.kind == "uint":
+            wide = "INT64_C"
+            unsigned = _ctype(dt) in ("uint32_t", "uint64_t")
+            if unsigned:  # an unsigned literal keeps its type: 0 - 2 wraps there, not in int
                 wide = "UINT32_C" if _ctype(dt) == "uint32_t" else "UINT64_C"
-            text = str(v) if -(2**31) <= v < 2**31 else f"{wide}({v})"
+            text = str(v) if -(2**31) <= v < 2**31 and not unsigned else f"{wide}({v})"
         return text, (ATOM if not text.startswith("-") else 7)
 
     def nonneg(self, e) -> bool:
@@ -161,10 +169,13 @@ class CPrinter(Printer):
     def cast(self, e):
         inner = self(e.value)
         if dtypes.dtype(e.value.dtype).is_int and _from_float(e.value) and e.dtype != "bool":
-            # (float)(int)x: gcc folds it into truncf(x), which keeps -0.0 (x = -0.5) where
-            # the integer is 0; the barrier keeps the conversions
+            # (float)(int)x: gcc folds it into truncf(x) (frintz on aarch64), which keeps
+            # -0.0 (x = -0.5) where the integer is 0
             self.helpers.setdefault("PT_KEEP", KEEP)
-            inner = f"PT_KEEP({inner})"
+            it, ft = _ctype(e.value.dtype), "double" if _ctype(e.dtype) == "double" else "float"
+            name = f"pt_{it.replace('_t', '')}_to_{ft}"
+            self.helpers.setdefault(name, INT_TO_FLOAT.format(name=name, i=it, f=ft))
+            inner = f"{name}({inner})"
         if forms := self.storage(e.dtype):
             twice = forms.cast_double and e.value.dtype == "float64"  # would round twice
             return (forms.cast_double if twice else forms.cast).format(inner), ATOM

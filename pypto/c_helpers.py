@@ -122,6 +122,10 @@ KEEP = """#if defined(__has_builtin)
 #define PT_KEEP(x) (x)
 #endif"""
 
+# an integer that came from a float, converted back: +0.0 for 0 however the compiler
+# folds the two conversions (into trunc, which keeps the sign of -0.5)
+INT_TO_FLOAT = "static inline {f} {name}({i} r) {{\n  return r == 0 ? ({f})0 : ({f})PT_KEEP(r);\n}}"
+
 ALLOC = """static void* pt_alloc(size_t bytes) {
   void* p = NULL;
   size_t n = (bytes + 63) / 64 * 64;

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 
 import pypto as pt
+from pypto import emulate
 
 TARGETS = [t for t in ("host", "generic", "x86-avx2") if pt.Target(t).can_run()]
+# where the hardware's conversions differ from x86's: aarch64 too, under qemu
+CONVERTING = TARGETS + [t for t in ("aarch64-neon",) if not emulate.why_not_runnable(pt.Target(t))]
 
 
 def _schedules(out):
@@ -87,11 +90,12 @@ def test_a_cast_to_the_same_16_bit_type_rounds_there(target):
     _check(C, [A, B], [a, b], want, target)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", CONVERTING)
 @pytest.mark.parametrize("inner", ["int32", "int64"])
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_float_to_int_and_back_gives_plus_zero(target, inner, dt):
-    # gcc folded (float)(int64_t)x into truncf(x): -0.0 for -0.5 (x86-avx2, unrolled tails)
+    # gcc folded (float)(int64_t)x into truncf(x): -0.0 for -0.5 (x86-avx2, unrolled tails;
+    # aarch64's vectorized loops, into frintz)
     n = 13
     A = pt.placeholder((n,), dt, name="A")
     a = np.array([-0.5, -0.0, 0.5, -1.5, 2.5, -0.99, 0.99, -3.0, 3.0, -0.25, 7.5, -7.5, 0], dt)
@@ -112,7 +116,7 @@ def test_pow_of_one_half_is_numpys_sqrt_in_every_schedule(target, dt):
     _check(B, [A], [a], want, target)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", CONVERTING)
 @pytest.mark.parametrize("dt", ["float32", "float64"])
 def test_float_to_uint64_is_x86s_conversion_on_every_target(target, dt):
     # AVX-512's vcvttpd2uqq gave 2^64 - 1 for every negative value, other code wrapped
@@ -126,3 +130,21 @@ def test_float_to_uint64_is_x86s_conversion_on_every_target(target, dt):
          2**63, 0, 2**63, 2**63, 2**62, 3], np.uint64,
     )  # fmt: skip
     _check(B, [A], [a], want, target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_unsigned_constants_compute_in_their_own_type(target):
+    # -abs(2) of uint32 printed as 0 - 2, computed in C's int: -2.0, not 2^32 - 2
+    n = 3
+    U = pt.placeholder((n,), "uint32", name="U")
+    c2 = pt.const(2, "uint32")
+    u = np.array([3, 5, 100], np.uint32)
+    m2 = np.uint32(2**32 - 2)
+    forms = [
+        (lambda i: pt.cast("float64", -pt.abs(c2)) + pt.cast("float64", U[i]),
+         float(m2) + u.astype(np.float64)),
+        (lambda i: (-pt.abs(U[i] * 0 + 2)) >> 1, np.full(n, m2 >> np.uint32(1), np.uint32)),
+        (lambda i: pt.truncmod(-pt.abs(c2), U[i]), m2 % u),
+    ]  # fmt: skip
+    for body, want in forms:
+        _check(pt.compute((n,), body, name="C"), [U], [u], want, target)
