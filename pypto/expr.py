@@ -273,9 +273,7 @@ def as_expr(x, like: str | None = None) -> Expr:
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in an expression")
 
 
-def unify(a, b, comparing: bool = False) -> tuple[Expr, Expr, str]:
-    if comparing:  # numpy's: an integer compares with any Python int, in int64 here
-        a, b = _wide_literal(a, b), _wide_literal(b, a)
+def unify(a, b) -> tuple[Expr, Expr, str]:
     e, lit = (b, a) if not isinstance(a, ExprOp) else (a, b)
     e = as_expr(e)
     try:
@@ -335,36 +333,28 @@ def bitwise_not(x) -> Expr:
     return Binary("bitxor", e, ones, e.dtype)
 
 
-def _wide_literal(x, other):
-    """A Python int outside the range of ``other``'s integer dtype, as an int64
-    constant where ``other`` widens to int64 (``U < -1`` of a uint32 ``U``)."""
-    if type(x) is not int or not isinstance(other, ExprOp):
-        return x
-    dt = as_expr(other).dtype
-    if dtypes.dtype(dt).is_int and dtypes.promote("int64", dt) == "int64":
-        lo, hi = dtypes.value_range(dt)
-        if not lo <= x <= hi and -(2**63) <= x < 2**63:
-            return Const(x, "int64")
-    return x
-
-
-# x OP c, for a literal c above every value of x's type (below: the flipped answers)
+# x OP c for a literal c above every value of x's type (below: the answer of FLIP[OP])
 _ABOVE_ALL = {"lt": True, "le": True, "ne": True, "gt": False, "ge": False, "eq": False}
-_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
 
 def compare(op: str, a, b) -> Expr:
-    """``a OP b``; an integer against a Python int that no integer type holds with it
-    (``I64[i] < 2**63``) is decided by value, as numpy's: a constant."""
-    if type(a) is int and isinstance(b, ExprOp):
-        return compare(_FLIPPED[op], b, a)
-    if type(b) is int and isinstance(a, ExprOp) and dtypes.dtype(as_expr(a).dtype).is_int:
-        dt = as_expr(a).dtype
+    """``a OP b``, numpy's for any Python int: one outside an integer operand's type is
+    an int64 constant where int64 holds both (``U < -1`` of a uint32), else the
+    comparison is decided by value (``I64[i] < 2**63``: true)."""
+    left = type(a) is int and isinstance(b, ExprOp)
+    e, lit = (b, a) if left else (a, b)
+    if type(lit) is int and isinstance(e, ExprOp) and dtypes.dtype(as_expr(e).dtype).is_int:
+        dt = as_expr(e).dtype
         lo, hi = dtypes.value_range(dt)
-        widens = dtypes.promote("int64", dt) == "int64"  # then int64 holds both
-        if not lo <= b <= hi and not (widens and -(2**63) <= b < 2**63):
-            return Const(int(_ABOVE_ALL[op] if b > hi else _ABOVE_ALL[_FLIPPED[op]]), "bool")
-    a, b, _ = unify(a, b, comparing=True)
+        if not lo <= lit <= hi:
+            if dtypes.promote("int64", dt) != "int64" or not -(2**63) <= lit < 2**63:
+                as_if_right = FLIP[op] if left else op  # e OP' lit
+                above = _ABOVE_ALL[as_if_right] if lit > hi else _ABOVE_ALL[FLIP[as_if_right]]
+                return Const(int(above), "bool")
+            lit = Const(lit, "int64")
+            a, b = (lit, e) if left else (e, lit)
+    a, b, _ = unify(a, b)
     return Cmp(op, a, b)
 
 
@@ -394,11 +384,9 @@ def cast(dtype: str, x) -> Expr:
 
 def stored_as(e: Expr, dtype: str) -> Expr:
     """``e`` of ``dtype`` as a buffer of it holds it: a value of a storage type (float16,
-    bfloat16: computed in float32) rounded to it; a load, a constant of the type or a
-    cast to it is rounded already (and any other type's value is ``e``)."""
-    if dtype not in dtypes.STORAGE or (
-        isinstance(e, (TensorRead, Const, Cast)) and e.dtype == dtype
-    ):
+    bfloat16: computed in float32) rounded to it (a load, a constant of the type or a
+    cast to it is already)."""
+    if dtype not in dtypes.STORAGE or isinstance(e, (TensorRead, Const, Cast)) and e.dtype == dtype:
         return e
     return Cast(Cast(e, "float32"), dtype)
 

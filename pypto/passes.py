@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .dtypes import INDEX
-from .expr import Binary, Cmp, Const, Expr, Not, Var, conjunction, substitute, vars_of
+from .expr import FLIP, Binary, Cmp, Const, Expr, Not, Var, conjunction, substitute, vars_of
 from .intervals import INF, Ranges, bounds
 from .loop_ir import (
     ExprMapper,
@@ -44,7 +44,7 @@ from .loop_ir import (
     walk_stmts,
 )
 from .promote import promote_accumulators
-from .simplify import FLIP, Lin, simplify
+from .simplify import Lin, simplify
 from .structural import skey
 
 MAX_UNROLL = 64

@@ -21,6 +21,7 @@ import operator
 
 from . import dtypes
 from .expr import (
+    FLIP,
     Binary,
     Cast,
     Cmp,
@@ -444,8 +445,6 @@ class Simplifier:
             return v
         return e
 
-
-FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
 # (lo, hi) of a - b  ->  True/False when the comparison is decided, else None
 _CMP_PROOF = {
