@@ -69,6 +69,28 @@ class MeasureOption:
     atol: float = 1e-3
     seed: int = 0
 
+    def __post_init__(self):
+        """``ValueError`` naming the field for an option that would blame every config
+        (``number=0`` failed each run; ``repeat=0`` wrote records without costs)."""
+        counts = {"number": self.number, "repeat": self.repeat}
+        if self.n_parallel is not None:
+            counts["n_parallel"] = self.n_parallel
+        for name, v in counts.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(
+                    f"MeasureOption.{name} must be a whole number of at least 1, got {v!r}"
+                )
+        spans = {"timeout": self.timeout, "build_timeout": self.build_timeout}
+        for name, v in spans.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
+                raise ValueError(
+                    f"MeasureOption.{name} must be a positive number of seconds, got {v!r}"
+                )
+        rest = {"min_repeat_ms": self.min_repeat_ms, "rtol": self.rtol, "atol": self.atol}
+        for name, v in rest.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"MeasureOption.{name} must be a number of at least 0, got {v!r}")
+
 
 @dataclass
 class MeasureResult(Measured):

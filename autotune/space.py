@@ -21,6 +21,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import pypto as pt
 from pypto.expr import Const
 from pypto.target import as_target
@@ -143,12 +145,37 @@ _ENTITY = {
 
 
 def _canon(v):
-    """JSON round-trip form of a value (tuples become lists)."""
-    if isinstance(v, tuple):
+    """JSON round-trip form of a value (tuples become lists, numpy scalars Python's)."""
+    if isinstance(v, (tuple, list)):
         return [_canon(x) for x in v]
-    if isinstance(v, list):
-        return [_canon(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
     return v
+
+
+def _json_value(knob: str, v):
+    """``v`` if the records can hold it as it is (JSON, read back equal), else
+    ``SpaceError`` naming the knob."""
+    try:
+        same = json.loads(json.dumps(v, allow_nan=False)) == v
+    except (TypeError, ValueError):
+        same = False
+    if same is not True:
+        raise SpaceError(
+            f"knob {knob!r}: {v!r} cannot be a value; records are JSON (numbers, strings, "
+            "booleans, None, and lists or string-keyed dicts of them)"
+        )
+    return v
+
+
+def _unique(values: list) -> list:
+    """``values`` without repeats, first occurrences kept (``[-1, lanes]`` and ``[-1, 8]``
+    are one split where lanes is 8)."""
+    out = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return out
 
 
 def _candidates(name, n: int, candidate) -> list:
@@ -166,7 +193,7 @@ def _candidates(name, n: int, candidate) -> list:
                 "(the first may be -1, derived from the extent)"
             )
         out.append(c)
-    return out
+    return _unique(out)
 
 
 _FACTORS = {  # TVM's policies: divisors, powers of two, or both ("verbose")
@@ -244,11 +271,11 @@ class ConfigSpace:
         """A free choice among JSON values."""
         if not candidates:
             raise SpaceError(f"define_knob {name!r}: no candidates")
-        values = [_canon(c) for c in candidates]
+        values = [_json_value(name, _canon(c)) for c in candidates]
         again = next((v for k, v in enumerate(values) if v in values[:k]), None)
         if again is not None:
             raise SpaceError(f"define_knob {name!r}: candidate {again!r} is given twice")
-        return self._add(Knob(name, "knob", [_canon(c) for c in candidates], _canon(default)))
+        return self._add(Knob(name, "knob", values, _canon(default)))
 
     def define_reorder(self, name, axes, policy="all", candidate=None, default=None):
         """Orders of ``axes`` (permutations of their indices)."""
@@ -258,7 +285,13 @@ class ConfigSpace:
         elif policy == "identity":
             values = [list(range(n))]
         elif policy == "candidate":
-            values = [_canon(list(c)) for c in (candidate or [])]
+            values = _unique([_canon(list(c)) for c in (candidate or [])])
+            bad = next((v for v in values if sorted(v) != list(range(n))), None)
+            if bad is not None or not values:
+                raise SpaceError(
+                    f"define_reorder {name!r}: candidate {bad} is not an order of the "
+                    f"{n} axes (a permutation of 0..{n - 1})"
+                )
         else:
             raise SpaceError(
                 f"define_reorder: unknown policy {policy!r} (all, identity, candidate)"

@@ -178,6 +178,7 @@ class Tuner:
                 start(self)
         own = measurer is None
         m = Measurer(measure or MeasureOption()) if own else measurer
+        start = len(self.history)  # patience counts this run's trials (AutoTVM's)
         try:
             while done < n_trial and self.has_next():
                 configs = self.next_batch(min(self.batch_size, n_trial - done))
@@ -192,10 +193,8 @@ class Tuner:
                         self._took(configs[: len(finished)], finished, callbacks)
                     raise
                 done += self._took(configs, results, callbacks)
-                if (
-                    early_stopping is not None
-                    and len(self.history) - self.best_trial >= early_stopping
-                ):
+                since_best = len(self.history) - max(self.best_trial, start)
+                if early_stopping is not None and since_best >= early_stopping:
                     break
         finally:
             if own:

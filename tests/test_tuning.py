@@ -809,3 +809,67 @@ def test_the_runner_loads_the_built_object_without_lowering_it_again(monkeypatch
     r = runner.run({**spec, **loadable(built)}, opt)
     assert len(r["costs"]) == 2 and all(c > 0 for c in r["costs"]), r
     assert "lowered again" in runner.run(spec, opt)["msg"]  # without the key: built again
+
+
+# ---------------------------------------------------------------- edge cases of spaces
+
+
+ONE = at.MeasureOption(number=1, repeat=1, timeout=5, n_parallel=1)
+
+
+@pytest.mark.parametrize("tuner", [at.GATuner, at.GridSearchTuner, at.RandomTuner])
+def test_repeated_split_candidates_are_one_config_and_every_tuner_covers_the_space(tuner):
+    """The GA tuner spun forever on a repeated candidate, the grid stopped at the first
+    batch of repeats (8 of 16 configs)."""
+    task = at.Task("dup_split", (64,))
+    assert len(task.config_space) == 8
+    t = tuner(task, seed=0) if tuner is not at.GridSearchTuner else tuner(task)
+    t.tune(20, measure_option=ONE)
+    assert sorted(c.index for c, _ in t.history) == list(range(8))
+
+
+def test_a_wrong_kernel_with_small_outputs_is_a_wrong_answer():
+    """Outputs under 1e-3 passed an absolute 1e-3: a kernel writing zeros became best."""
+    t = at.GridSearchTuner(at.Task("tiny_out", (256,)))
+    t.tune(2, measure_option=ONE)
+    errors = {c.values["broken"]: r.error for c, r in t.history}
+    assert errors == {0: None, 1: at.ErrorKind.WRONG_ANSWER}
+    assert t.best_config.values == {"broken": 0}
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [("number", 0, "number must be a whole number of at least 1"),
+     ("repeat", 0, "repeat must be a whole number of at least 1"),
+     ("timeout", 0, "timeout must be a positive number of seconds"),
+     ("timeout", float("nan"), "timeout must be a positive number of seconds"),
+     ("build_timeout", -1, "build_timeout must be a positive"),
+     ("atol", -1e-3, "atol must be a number of at least 0"),
+     ("n_parallel", 0, "n_parallel must be a whole number")],
+)  # fmt: skip
+def test_a_measure_option_that_would_blame_every_config_is_refused(field, value, message):
+    with pytest.raises(ValueError, match=f"MeasureOption.{message}"):
+        at.MeasureOption(**{field: value})
+
+
+def test_knob_values_are_what_the_records_hold():
+    space = at.ConfigSpace()
+    space.define_knob("unroll", list(np.array([1, 2, 4])))  # numpy ints: Python's
+    assert [type(v) for v in space.knobs["unroll"].values] == [int, int, int]
+    for bad in ({1, 2}, float("nan"), {1: "a"}, object()):
+        with pytest.raises(at.SpaceError, match="cannot be a value; records are JSON"):
+            at.ConfigSpace().define_knob("k", [bad, 0])
+    with pytest.raises(at.SpaceError, match=r"candidate \[0, 0\] is not an order of the 2 axes"):
+        at.ConfigSpace().define_reorder("r", [0, 1], policy="candidate", candidate=[[0, 0]])
+
+
+def test_early_stopping_counts_the_trials_of_this_run(tmp_path):
+    """AutoTVM's patience: a resumed run whose best is among the loaded records still
+    measures early_stopping new configs (it stopped after one batch)."""
+    task = at.Task("toy_matmul", (16, 16, 8))
+    log = str(tmp_path / "t.jsonl")
+    at.GridSearchTuner(task).tune(12, measure_option=ONE, callbacks=[at.log_to_file(log)])
+    t = at.RandomTuner(task, seed=3)
+    t.load_history(at.load_records(log))
+    t.tune(30, measure_option=ONE, early_stopping=6)
+    assert t.trials >= 6

@@ -163,3 +163,29 @@ def overrunning(cfg):
     src = _OVERRUN_SRC % (m, _OVERRUNS[m], _OVERRUN_C[m])
     C = pt.extern((256,), [A], f"overrun_{m}", src, name="C")
     return pt.create_schedule(C.op), [A, C]
+
+
+@template("dup_split", reference=lambda x: x * 2)
+def dup_split(cfg, n):
+    """Split candidates that repeat ([-1, lanes] where lanes is 8): one config each."""
+    cfg.define_split("t", n, policy="candidate", candidate=[[-1, 8], [-1, 8], [-1, 16]])
+    cfg.define_knob("k", list(range(4)))
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.compute((n,), lambda i: X[i] * pt.const(2.0, "float32"), name="Y")
+    s = pt.create_schedule(Y.op)
+    cfg["t"].apply(s, Y, Y.op.axis[0])
+    return s, [X, Y]
+
+
+@template("tiny_out", reference=lambda x: x * 1e-4)
+def tiny_out(cfg, n):
+    """Outputs all below 1e-3; config broken=1 writes zeros, faster than the right one."""
+    cfg.define_knob("broken", [0, 1], default=0)
+    X = pt.placeholder((n,), "float32", name="X")
+    if cfg["broken"].val:
+        Y = pt.compute((n,), lambda i: pt.const(0.0, "float32"), name="Y")
+    else:
+        r = pt.reduce_axis((0, 512), name="r")
+        Z = pt.compute((n,), lambda i: pt.sum(X[i] * pt.const(0.0, "float32"), axis=r), name="Z")
+        Y = pt.compute((n,), lambda i: X[i] * pt.const(1e-4, "float32") + Z[i], name="Y")
+    return pt.create_schedule(Y.op), [X, Y]
