@@ -55,8 +55,8 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
     rows, cols = rows_cols(x)
     args = (rows, cols, approximate, dt)
-    (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt)
-    return y.reshape(x.shape)
+    (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt, [x.shape])
+    return y
 
 
 @gelu.register_fake
@@ -112,8 +112,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     check_vector(weight, cols, dt, "rms_norm: weight")
     name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight")]
-    (y,) = call(name, args, ins, [(rows, cols)], dt)
-    return y.reshape(x.shape)
+    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape])
+    return y
 
 
 @rms_norm.register_fake
@@ -170,8 +170,8 @@ def layer_norm(
     check_vector(bias, cols, dt, "layer_norm: bias")
     name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, dt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
-    (y,) = call(name, args, ins, [(rows, cols)], dt)
-    return y.reshape(x.shape)
+    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape])
+    return y
 
 
 @layer_norm.register_fake
@@ -225,12 +225,15 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     xl = _last(x, dim)
     rows, cols = rows_cols(xl)
     name, args = ("softmax", (rows, cols)) if dt == "float32" else ("softmax_fwd", (rows, cols, dt))
-    (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt)
-    return _back(y.reshape(xl.shape), dim)
+    (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt, [xl.shape])
+    return _back(y, dim)
 
 
 def _back(y: torch.Tensor, dim: int) -> torch.Tensor:
-    return y.movedim(-1, dim).contiguous() if y.dim() else y
+    """``y`` with its last dim moved back to ``dim``: ``y`` itself where it is last."""
+    if not y.dim() or dim in (-1, y.dim() - 1):
+        return y
+    return y.movedim(-1, dim).contiguous()
 
 
 @softmax.register_fake

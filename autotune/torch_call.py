@@ -73,14 +73,20 @@ def check_vector(w: torch.Tensor, cols: int, dtype: str, name: str):
         raise TypeError(f"{name}: dtype {w.dtype} differs from x's ({dtype})")
 
 
-def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str):
-    outs = [empty(sh, getattr(torch, dtype)) for sh in out_shapes]
+def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str, shaped=()):
+    """Run template ``name``'s module on ``inputs`` into fresh outputs of ``out_shapes``;
+    ``shaped``: the shapes the first outputs are returned in (allocated so, the kernel
+    writing a view of its own shape: the caller gets a tensor that is no view, which
+    autograd lets ``h += r`` change in place)."""
+    whole = [empty(tuple(sh), getattr(torch, dtype)) for sh in shaped]
+    outs = [o.view(sh) for o, sh in zip(whole, out_shapes)]
+    outs += [empty(sh, getattr(torch, dtype)) for sh in out_shapes[len(whole) :]]
     if all(o.numel() for o in outs):
         run(module(name, args), inputs, outs)
     else:  # no rows: the other outputs are sums over none (a norm's weight gradient)
         for o in outs:
             o.zero_()
-    return outs
+    return whole + outs[len(whole) :]
 
 
 def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:

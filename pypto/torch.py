@@ -40,6 +40,7 @@ from .expr import Const, Var, substitute
 from .runtime import build as _build
 from .simplify import simplify
 from .target import as_target
+from .tensor import PlaceholderOp
 
 TORCH_DTYPES = {
     torch.float32: "float32",
@@ -297,6 +298,21 @@ def custom_op(
                     f"{name}: build returned {len(tensors)} tensor(s); expected the "
                     f"{n_inputs} input(s) followed by {n_outputs} output(s)"
                 )
+            for k, t in enumerate(tensors):  # a miscount would write an input, or return
+                given = isinstance(t.op, PlaceholderOp)  # a buffer nothing wrote
+                if given != (k < n_inputs):
+                    role = f"input {k}" if k < n_inputs else f"output {k - n_inputs}"
+                    what = "a placeholder" if given else "a computed tensor"
+                    raise ValueError(
+                        f"{name}: build's tensor {k} ({t.name}) is {what}, but with "
+                        f"n_inputs={n_inputs} it is {role}; the placeholders come first, "
+                        "then the computed outputs"
+                    )
+                if not given and t.dtype not in _BY_NAME:
+                    raise TypeError(
+                        f"{name}: output {t.name} is {t.dtype}, which PyTorch operators "
+                        f"here do not return (they return {', '.join(sorted(_BY_NAME))})"
+                    )
             graphs[shapes] = (s, list(tensors))
         return graphs[shapes]
 

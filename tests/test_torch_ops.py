@@ -649,3 +649,55 @@ def test_operator_reads_the_users_records_without_being_told(tmp_path, monkeypat
     mod = autotune.torch.module("gelu", args)
     s, tensors = task.instantiate(task.config_space.config(other))
     assert mod.source == pt.build(s, tensors, target=target, name="gelu").source
+
+
+def _two_outputs(*shapes):
+    n = pt.var("n")
+    A = pt.placeholder((n,), "float32", name="A")
+    Y = pt.compute((n,), lambda i: A[i] * 2.0, name="Y")
+    Z = pt.compute((n,), lambda i: A[i] + 1.0, name="Z")
+    return pt.create_schedule([Y.op, Z.op]), [A, Y, Z]
+
+
+@pytest.mark.parametrize(
+    "n_inputs, n_outputs, message",
+    [(2, 1, r"tensor 1 \(Y\) is a computed tensor, but with n_inputs=2 it is input 1"),
+     (0, 3, r"tensor 0 \(A\) is a placeholder, but with n_inputs=0 it is output 0")],
+)  # fmt: skip
+def test_user_custom_op_whose_counts_disagree_with_its_build_is_refused(
+    n_inputs, n_outputs, message
+):
+    """One input too many had the kernel write the caller's second tensor; one too few
+    returned a buffer nothing wrote."""
+    op = ptt.custom_op(
+        f"pypto_test::miscount{n_inputs}", _two_outputs, n_inputs=n_inputs, n_outputs=n_outputs
+    )
+    a, b = torch.arange(4.0), torch.full((4,), 7.0)
+    with pytest.raises(ValueError, match=message):
+        op(*(a, b)[:n_inputs])
+    assert b.tolist() == [7.0] * 4
+
+
+def test_row_operators_return_tensors_that_change_in_place_under_autograd():
+    """They returned views of the kernel's (rows, cols) buffer: h = norm(x); h += r
+    raised where F.rms_norm's works."""
+    F = torch.nn.functional
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    ours_theirs = [
+        (lambda: torch.ops.pypto.gelu(x), lambda: F.gelu(x)),
+        (lambda: torch.ops.pypto.rms_norm(x, w, 1e-6), lambda: F.rms_norm(x, (8,), w, 1e-6)),
+        (lambda: torch.ops.pypto.layer_norm(x, w, b, 1e-5), lambda: F.layer_norm(x, (8,), w, b)),
+    ]
+    for ours, theirs in ours_theirs:
+        grads = []
+        for f in (ours, theirs):
+            h = f()
+            h += 1.0
+            h.mul_(2.0)
+            (h * torch.arange(8.0, dtype=torch.float64)).sum().backward()
+            grads.append(x.grad.clone())
+            x.grad = None
+        torch.testing.assert_close(grads[0], grads[1])
+    assert torch.ops.pypto.softmax(x, 1)._base is None
