@@ -44,6 +44,7 @@ from .torch_call import (
     rows_cols,
     target_of,
 )
+from .torch_grad import _backward, attention_definition, moe_definition
 from .torch_moe import moe, release_packed_weights  # noqa: F401  (public here)
 
 # ---------------------------------------------------------------- gelu
@@ -370,5 +371,10 @@ def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torc
 def _(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
+
+_attn_setup, _attn_bwd = _backward(attention_definition, 3)
+attention.register_autograd(_attn_bwd, setup_context=_attn_setup)
+_moe_setup, _moe_bwd = _backward(moe_definition, 5)
+moe.register_autograd(_moe_bwd, setup_context=_moe_setup)
 
 __all__ = ["gelu", "rms_norm", "layer_norm", "softmax", "attention", "moe", "module"]
