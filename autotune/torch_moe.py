@@ -32,7 +32,8 @@ from .templates.moe import (
 )
 from .torch_call import MODULES, best_config, target_of
 
-_PANELS: dict = {}
+_PANELS: dict = {}  # in order of use, the most recent last
+MAX_PACKED = 256  # weights kept packed (a model's MoE layers: three each)
 _DTYPES = (*MOE_DTYPES, "float16")  # the template's, and float16 computed in float32
 
 
@@ -40,22 +41,25 @@ def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
     """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``;
     float16 widened to float32 on the way); kept while ``w`` is alive and unchanged
     (its memory, shape, strides and version counter), so inference packs each weight
-    once. The entry holds a weak reference to ``w``: memory freed and reused by
-    another tensor is never mistaken for it. Writes the version counter does not see
+    once (the 256 used most recently). The entry holds a weak reference to ``w`` (to
+    its base, for a view such as ``W[0]``): memory freed and reused by another tensor
+    is never mistaken for it. Writes the version counter does not see
     (through ``.data`` or a numpy view, or to an inference tensor, which has no version
     counter) are caught where they change one of 64 weights sampled across ``w``,
     compared on every call."""
     version = None if w.is_inference() else w._version  # (inference tensors keep none)
     key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, version, nr, group)
-    got = _PANELS.get(key)
+    got = _PANELS.pop(key, None)  # (put back last: the most recently used)
     flat = w.detach() if w.is_contiguous() else w.detach()[..., 0]  # no copy of all of w
     sample = flat.reshape(-1)[:: max(1, flat.numel() // 64)][:64]
     if got is None or got[0]() is None or not torch.equal(got[2], sample):
-        if len(_PANELS) >= 16:
-            _PANELS.clear()
         wide = w.float() if w.dtype == torch.float16 else w
         packed = from_numpy(pack_panels(as_numpy(wide, name), nr, group))
-        got = _PANELS[key] = (weakref.ref(w), packed, sample.clone())
+        owner = w._base if w._base is not None else w  # a view (W[0]) lives one call
+        got = (weakref.ref(owner), packed, sample.clone())
+    _PANELS[key] = got
+    while len(_PANELS) > MAX_PACKED:  # the least recently used go first
+        _PANELS.pop(next(iter(_PANELS)))
     return got[1]
 
 

@@ -762,3 +762,25 @@ def test_compiled_attention_of_parameters_that_require_grad():
     q = proj(x).view(1, 5, 2, 4).transpose(1, 2)
     F.scaled_dot_product_attention(q, q, q, is_causal=True).sum().backward()
     torch.testing.assert_close(got, proj.weight.grad)
+
+
+def test_moe_weights_are_packed_once_for_many_layers_and_for_views(monkeypatch):
+    """The cache was cleared whole at 16 weights (six MoE layers packed every weight on
+    every call), and a view (W[0]) was packed again at each call."""
+    import autotune.torch_moe as tm
+
+    packs = []
+    real = tm.pack_panels
+    monkeypatch.setattr(tm, "pack_panels", lambda *a, **k: packs.append(1) or real(*a, **k))
+    E, d, f, T = 4, 16, 32, 8
+    layers = [[torch.randn(E, f, d), torch.randn(E, f, d), torch.randn(E, d, f)] for _ in range(6)]
+    x, ti, tw = torch.randn(T, d), torch.randint(0, E, (T, 2)), torch.rand(T, 2)
+    for _ in range(3):
+        for L in layers:
+            torch.ops.pypto.moe(x, *L, tw, ti)
+    assert len(packs) == 18
+    W, wd = torch.randn(2, E, f, d), torch.randn(E, d, f)
+    for _ in range(3):
+        out = torch.ops.pypto.moe(x, W[0], W[1], wd, tw, ti)
+    assert len(packs) == 18 + 3
+    torch.testing.assert_close(out, _moe_loop(x, W[0], W[1], wd, tw, ti), rtol=1e-4, atol=1e-4)
