@@ -168,14 +168,8 @@ class CPrinter(Printer):
 
     def cast(self, e):
         inner = self(e.value)
-        if dtypes.dtype(e.value.dtype).is_int and _from_float(e.value) and e.dtype != "bool":
-            # (float)(int)x: gcc folds it into truncf(x) (frintz on aarch64), which keeps
-            # -0.0 (x = -0.5) where the integer is 0
-            self.helpers.setdefault("PT_KEEP", KEEP)
-            it, ft = _ctype(e.value.dtype), "double" if _ctype(e.dtype) == "double" else "float"
-            name = f"pt_{it.replace('_t', '')}_to_{ft}"
-            self.helpers.setdefault(name, INT_TO_FLOAT.format(name=name, i=it, f=ft))
-            inner = f"{name}({inner})"
+        if dtypes.dtype(e.dtype).is_float:
+            inner = self.int_as_float(e.value, inner, e.dtype)
         if forms := self.storage(e.dtype):
             twice = forms.cast_double and e.value.dtype == "float64"  # would round twice
             return (forms.cast_double if twice else forms.cast).format(inner), ATOM
@@ -190,6 +184,19 @@ class CPrinter(Printer):
             if lo < vlo or hi > vhi:
                 return f"(({d.c_storage})({inner}))", ATOM
         return f"(({d.c_compute})({inner}))", ATOM
+
+    def int_as_float(self, value, text: str, dtype: str) -> str:
+        """The C ``text`` of integer ``value`` converted to float ``dtype``: where the
+        integer came from a float, through a helper that gives +0.0 for 0 (gcc folds
+        ``(float)(int)x`` into ``truncf(x)``, ``frintz`` on aarch64, which keeps -0.0 for
+        -0.5); otherwise ``text``, C converting it."""
+        if not dtypes.dtype(value.dtype).is_int or not _from_float(value):
+            return text
+        self.helpers.setdefault("PT_KEEP", KEEP)
+        it, ft = _ctype(value.dtype), "double" if _ctype(dtype) == "double" else "float"
+        name = f"pt_{it.replace('_t', '')}_to_{ft}"
+        self.helpers.setdefault(name, INT_TO_FLOAT.format(name=name, i=it, f=ft))
+        return f"{name}({text})"
 
     def float_to_int(self, inner: str, value, src: str, d) -> str:
         """A float converted to an integer type as x86 converts it (``FLOAT_TO_INT``):

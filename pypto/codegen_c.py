@@ -198,7 +198,7 @@ class CodeGen:
         elif forms := self.p.storage(b.dtype):
             if isinstance(s.value, Cast) and s.value.dtype == b.dtype:
                 inner = s.value.value  # stored rounded: the store rounds, once
-                value = self.p(inner)
+                value = self.p.int_as_float(inner, self.p(inner), b.dtype)
                 if forms.cast_double and inner.dtype == "float64":  # not twice
                     value = f"pt_f32_odd({value})"
             value = forms.store.format(value)

@@ -148,3 +148,16 @@ def test_unsigned_constants_compute_in_their_own_type(target):
     ]  # fmt: skip
     for body, want in forms:
         _check(pt.compute((n,), body, name="C"), [U], [u], want, target)
+
+
+@pytest.mark.parametrize("target", CONVERTING)
+def test_a_float_made_integer_stays_an_integer_and_stores_as_plus_zero(target):
+    """int8 of int32 of a float wraps as integers do (no float detour), and a float16
+    output of it is +0.0 for -0.5 (the store converted the integer itself)."""
+    n = 6
+    A = pt.placeholder((n,), "float32", name="A")
+    a = np.array([300.5, -200.7, 1.5, -0.5, 127.9, 1000.0], np.float32)
+    B = pt.compute((n,), lambda i: pt.cast("int8", pt.cast("int32", A[i])), name="B")
+    _check(B, [A], [a], a.astype(np.int32).astype(np.int8), target)
+    C = pt.compute((n,), lambda i: pt.cast("float16", pt.cast("int32", A[i])), name="C")
+    _check(C, [A], [a], a.astype(np.int32).astype(np.float16), target)
