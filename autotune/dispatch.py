@@ -36,17 +36,17 @@ def _names(x) -> tuple:
 
 def lookup(workload, targets) -> list:
     """The recorded knob values for ``workload`` (a workload key, or the keys of its
-    spellings, ``Template.spellings``) on the first of ``targets`` (a name or a tuple of
-    names, as ``record_keys`` gives) that has any, in the innermost context that has
-    any, under the first spelling that has any, fastest first (the caller takes the
-    first that fits the template); or []."""
+    spellings, ``Template.spellings``) in order of preference: by the order of
+    ``targets`` (a name or a tuple of names, as ``record_keys`` gives), then the
+    innermost context first, then by spelling, each list fastest first. The caller takes
+    the first that fits the template, so records another version of it made (stale)
+    fall through to the next; or []."""
+    out = []
     for target in _names(targets):
         for ranked in reversed(_stack()):
             for w in _names(workload):
-                values = ranked.get((w, target))
-                if values:
-                    return values
-    return []
+                out += ranked.get((w, target), [])
+    return out
 
 
 def other_targets(workload, targets) -> list[str]:

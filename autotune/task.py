@@ -149,6 +149,7 @@ class Template:
         """The best recorded config of these arguments for ``target`` (the records of an
         enclosing ``apply_history_best`` first), else the default config."""
         t = as_target(target)
+        args = plain_args(args)  # (np.int64(16) is 16, as Task and __call__ have it)
         space = self.space(*args, target=t)
         key = workload_key(self.name, args)
         keys = self.record_keys(args, t)

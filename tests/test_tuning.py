@@ -873,3 +873,20 @@ def test_early_stopping_counts_the_trials_of_this_run(tmp_path):
     t.load_history(at.load_records(log))
     t.tune(30, measure_option=ONE, early_stopping=6)
     assert t.trials >= 6
+
+
+def test_stale_records_fall_through_to_the_next_context_and_numpy_args_are_numbers():
+    """An inner apply_history_best holding only records of another version of the
+    template hid the outer one's fitting record (the default ran); np.int64 arguments
+    failed in the JSON encoder."""
+    task = at.Task("toy_matmul", (16, 16, 8))
+    space, tgt, key = task.config_space, task.target.key, task.workload_key
+    fits = space.get(3).to_json()
+    stale = {**space.get(5).to_json(), "removed_knob": 1}
+    tpl = at.get_template("toy_matmul")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with at.apply_history_best([at.Record(key, tgt, fits, [2e-6])]):
+            with at.apply_history_best([at.Record(key, tgt, stale, [1e-6])]):
+                assert tpl.best_config(16, 16, 8).values == fits
+                assert tpl.best_config(np.int64(16), 16, np.int32(8)).values == fits

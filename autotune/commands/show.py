@@ -30,7 +30,8 @@ def run(a: argparse.Namespace) -> int:
     task = task_of(a, must_run=False)
     space = task.config_space
     with at.apply_history_best():
-        found = [(k, at.dispatch.lookup(task.workload_key, k)) for k in task.record_keys]
+        spellings = task.template.spellings(task.args)  # (16,16,16) and (16,16,16,"float32")
+        found = [(k, at.dispatch.lookup(spellings, k)) for k in task.record_keys]
     source, best = next(((k, v) for k, v in found if v), (None, []))
     fits = [v for v in best if space.fits(v)]
     default = space.default_config().to_json()

@@ -72,7 +72,7 @@ def run(a: argparse.Namespace) -> int:
     else:
         expected, against = _outputs(task, default, inputs), "the default config"
     with at.apply_history_best():
-        ranked = at.dispatch.lookup(task.workload_key, task.record_keys)
+        ranked = at.dispatch.lookup(task.template.spellings(task.args), task.record_keys)
     configs = {"default config": default}
     for values in ranked:
         try:
