@@ -320,7 +320,9 @@ def best_by_workload(records) -> dict:
 
 
 def pick_best(in_path, out_path: str) -> int:
-    """Write the best valid record per (workload, target) of ``in_path`` to ``out_path``
+    """Write the best valid record per (workload, target) of ``in_path`` to ``out_path``,
+    one per set of knob names (a record of an older version of the template does not
+    hide the best that fits the current one; ``apply_history_best`` passes over it)
     (at once, whole; ``ValueError`` for an ``out_path`` that is one of the inputs: it
     would replace the history it is picked from)."""
     ins = [in_path] if isinstance(in_path, (str, bytes, os.PathLike)) else list(in_path)
@@ -329,7 +331,12 @@ def pick_best(in_path, out_path: str) -> int:
             out_path
         ):
             raise ValueError(f"pick_best: {out_path} is also an input; write the best elsewhere")
-    best = best_by_workload(load_records(ins))
+    # the best of each version of a template too (its knobs' names): where the fastest
+    # record no longer fits the template, the best that does is kept beside it
+    best = {}
+    for (w, t), recs in ranked_configs(load_records(ins)).items():
+        for r in recs:
+            best.setdefault((w, t, tuple(sorted(r.config))), r)
     text = "".join(
         r.to_json() + "\n" for r in sorted(best.values(), key=lambda r: (r.workload, r.target))
     )

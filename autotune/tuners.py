@@ -88,14 +88,14 @@ class Tuner:
                     self.best_trial = len(self.history)
 
     def load_history(self, records) -> int:
-        """Take earlier records of this task (same workload and target) as measured:
+        """Take earlier records of this task (same workload, in any spelling of its
+        default arguments, and target) as measured:
         they count as visited and inform the search; a config measured more than once
         counts once, by the median of all its timings. Returns how many configs were used."""
         inputs, results = [], []
-        mine = [
-            r
-            for r in records
-            if r.workload == self.task.workload_key and r.target == self.task.target.key
+        keys = set(self.task.template.spellings(self.task.args))  # (16,16,16) and
+        mine = [  # (16,16,16,"float32") are one workload
+            r for r in records if r.workload in keys and r.target == self.task.target.key
         ]
         for r in one_per_config(mine):  # a config measured again counts once, pooled
             try:

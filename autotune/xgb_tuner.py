@@ -98,10 +98,11 @@ class XGBTuner(Tuner):
         and of any of its workloads on other targets, train the model (transfer learning:
         each featurized for the target it was measured on, whose parameters are features)."""
         used = super().load_history(records)
-        own = (self.task.workload_key, self.task.target.key)
+        spellings = set(self.task.template.spellings(self.task.args))
         by_workload: dict = {}
         for r in records:
-            if (r.workload, r.target) == own or r.template != self.task.name:
+            own = r.workload in spellings and r.target == self.task.target.key
+            if own or r.template != self.task.name:
                 continue
             by_workload.setdefault((r.workload, r.target), []).append(r)
         for (_, target_key), recs in by_workload.items():

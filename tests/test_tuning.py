@@ -890,3 +890,29 @@ def test_stale_records_fall_through_to_the_next_context_and_numpy_args_are_numbe
             with at.apply_history_best([at.Record(key, tgt, stale, [1e-6])]):
                 assert tpl.best_config(16, 16, 8).values == fits
                 assert tpl.best_config(np.int64(16), 16, np.int32(8)).values == fits
+
+
+def test_records_of_either_spelling_resume_and_pick_best_keeps_a_fitting_record(tmp_path):
+    """A log written as matmul(16, 16, 8, "float32") resumed 0 trials of
+    matmul(16, 16, 8); pick_best kept only a faster record of an older template version,
+    so the picked file gave the default config."""
+    mm = at.Task("matmul", (16, 16, 16))
+    long_key = at.workload_key("matmul", [16, 16, 16, "float32"])
+    assert long_key != mm.workload_key
+    cfgs = [mm.config_space.get(k).to_json() for k in range(3)]
+    long = [at.Record(long_key, mm.target.key, c, [1e-6]) for c in cfgs]
+    assert at.GridSearchTuner(mm).load_history(long) == 3
+    assert at.XGBTuner(mm).load_history(long) == 3
+    task = at.Task("toy_matmul", (16, 16, 8))
+    space, tgt = task.config_space, task.target.key
+    tpl = at.get_template("toy_matmul")
+    key = task.workload_key
+    recs = [at.Record(key, tgt, space.get(k).to_json(), [1e-6 * (k + 1)]) for k in range(3)]
+    stale = {**space.get(4).to_json(), "removed_knob": 1}
+    src, dst = tmp_path / "all.jsonl", tmp_path / "best.jsonl"
+    at.append_records(str(src), [*recs, at.Record(task.workload_key, tgt, stale, [1e-9])])
+    at.pick_best(str(src), str(dst))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with at.apply_history_best(str(dst)):
+            assert tpl.best_config(16, 16, 8).values == space.get(0).to_json()
