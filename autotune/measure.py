@@ -223,17 +223,11 @@ class Measurer:
             # the pool broke or stalled: maybe this candidate's doing, maybe another's, maybe
             # the machine's; it is blamed only if it fails alone in a fresh pool again
             self._check_pool_starts(first["msg"])
-            (again,), failed = self._collect([self._pool().submit(build_worker, specs[k])], 1)
-            if failed:
-                self._drop_pool()
-                again = dict(failed[0][1], msg=failed[0][1]["msg"] + " (twice)")
-            out[k] = again
+            again, lost_again = self._build_alone(specs[k])
+            out[k] = dict(again, msg=again["msg"] + " (twice)") if lost_again else again
         for k, r in enumerate(out):
             if r.pop("retry", False):  # its compiler was killed: maybe for memory others used
-                (again,), failed = self._collect([self._pool().submit(build_worker, specs[k])], 1)
-                if failed:
-                    self._drop_pool()
-                    again = dict(failed[0][1])
+                again, _ = self._build_alone(specs[k])
                 if again.pop("retry", False):
                     again["msg"] += " (twice, the second time alone)"
                 out[k] = again
@@ -241,6 +235,15 @@ class Measurer:
             if "fault" in r:
                 raise EnvironmentFault(f"cannot build candidates: {r['fault']}")
         return out
+
+    def _build_alone(self, spec) -> tuple[dict, bool]:
+        """One candidate built again, alone: its result, and whether the pool lost it
+        again (then the pool is replaced and the result says why)."""
+        (again,), failed = self._collect([self._pool().submit(build_worker, spec)], 1)
+        if failed:
+            self._drop_pool()
+            return dict(failed[0][1]), True
+        return again, False
 
     # ---- running
 

@@ -364,9 +364,8 @@ class Runner:
             dt = arrays[i].dtype.name
             if arrays[i].dtype.kind == "f" or dt == "bfloat16":
                 scale = atol_scale.get(dt, 0.0) if isinstance(atol_scale, dict) else atol_scale
-                with np.errstate(invalid="ignore"):
-                    finite = np.abs(np.asarray(r, np.float64))
-                    big = float(np.nanmax(np.where(np.isfinite(finite), finite, 0), initial=0.0))
+                mag = np.abs(np.asarray(r, np.float64))
+                big = float(np.where(np.isfinite(mag), mag, 0.0).max(initial=0.0))
                 d_rtol, d_atol = tolerances(dt)
                 unit = min(1.0, big) if big > 0 else 1.0
                 tol = (max(opt["rtol"], d_rtol), max(opt["atol"], d_atol) * unit + scale * big)
