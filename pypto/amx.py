@@ -3,9 +3,12 @@
 A thread's tiles take their shapes from a 64-byte configuration (``ldtilecfg``), and
 Linux enables the tiles' state per process only on request
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); where the kernel refuses,
-every tile instruction faults. ``C_HELPERS`` defines ``pt_amx_start()`` (ask once,
-load the shapes: every tile 16 rows x 64 bytes); ``granted()`` asks from Python,
-which ``pypto.target`` does before it calls a CPU with AMX flags one that runs them.
+every tile instruction faults. ``C_HELPERS`` defines ``pt_amx_start()`` (ask once;
+load the shapes, every tile 16 rows x 64 bytes, where the thread's tiles hold others:
+``sttilecfg`` and a compare cost a few cycles, ``ldtilecfg`` hundreds, and another
+library's kernel, oneDNN's say, may have left its own shapes between two calls);
+``granted()`` asks from Python, which ``pypto.target`` does before it calls a CPU
+with AMX flags one that runs them.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ C_HELPERS = """#ifndef PT_AMX_HELPERS
 #define PT_AMX_HELPERS
 #include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 /* every tile 16 rows x 64 bytes (palette 1) */
@@ -35,7 +39,11 @@ static inline void pt_amx_start(void) {
     syscall(SYS_arch_prctl, 0x1023, 18);
     granted = 1;
   }
-  _tile_loadconfig(&pt_amx_shapes);
+  /* all zero where the thread's tiles are not configured; the asm names all 64 bytes
+     (gcc 12's _tile_storeconfig tells the compiler it writes 8) */
+  struct { unsigned char b[64]; } __attribute__((aligned(64))) held;
+  __asm__ volatile("sttilecfg %0" : "=m"(held));
+  if (memcmp(&held, &pt_amx_shapes, 64)) _tile_loadconfig(&pt_amx_shapes);
 }
 #endif"""
 

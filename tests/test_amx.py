@@ -5,6 +5,7 @@ numpy in int64) or within 1e-2 of float64 at K = 4096 (bfloat16)."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import re
 import shutil
@@ -224,6 +225,48 @@ def test_bfloat16_matmul_on_tiles_accumulates_in_float32(shape):
     for x in (_line_aligned(a), _line_aligned(a, offset=16)):
         out = mod(x, b).astype(np.float64)
         assert np.max(np.abs(out - ref) / np.abs(ref)) < 1e-2
+
+
+# another library's tile shapes (every tile 8 rows x 32 bytes), loaded in every thread
+# of the OpenMP team and in the caller, as oneDNN leaves its own between two calls
+_OTHER_SHAPES = r"""
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* the asm names all 64 bytes (gcc 12's _tile_loadconfig tells the compiler it reads 8) */
+typedef struct { unsigned char b[64]; } __attribute__((aligned(64))) tilecfg;
+static void load_other(void) {
+  tilecfg cfg = {{1}};
+  for (int t = 0; t < 8; ++t) cfg.b[16 + 2 * t] = 32, cfg.b[48 + t] = 8;
+  __asm__ volatile("ldtilecfg %0" : : "m"(cfg));
+}
+void other_shapes(void) {
+  syscall(SYS_arch_prctl, 0x1023, 18);
+  load_other();
+  #pragma omp parallel
+  load_other();
+}
+int held_rows(void) {  /* the rows of tile 0 in this thread's configuration */
+  tilecfg cfg;
+  __asm__ volatile("sttilecfg %0" : "=m"(cfg));
+  return cfg.b[48];
+}
+"""
+
+
+def test_a_call_after_another_librarys_tile_shapes_is_still_right():
+    """The tile shapes are per thread and outlive a call: a kernel that trusted the
+    shapes it loaded in an earlier call would multiply 8-row tiles here."""
+    shape = (64, 64, 256)
+    mod = _tile_matmul(shape, "int8", "amxint8")
+    lib = ctypes.CDLL(compile_source(_OTHER_SHAPES, AMX.cflags))
+    a, b = _inputs(np.random.default_rng(3), *shape, "int8")
+    want = a.astype(np.int64) @ b.astype(np.int64)
+    np.testing.assert_array_equal(mod(a, b), want)
+    lib.other_shapes()
+    assert lib.held_rows() == 8
+    np.testing.assert_array_equal(mod(a, b), want)
+    assert lib.held_rows() == 16  # the caller's thread ran a share of the kernel
 
 
 def test_bfloat16_tiles_keep_nan_and_inf():

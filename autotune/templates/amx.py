@@ -25,9 +25,9 @@ in a per-thread float32 buffer): no local tile, no copy out (bfloat16 1024^3, 1
 thread: 955 -> 1290 GFLOP/s with the in-place A and the 32 KB slices).
 
 Each call starts with ``pypto.amx``'s ``pt_amx_start`` (the process's grant, asked
-once; the tile shapes, loaded per call as a call may follow another kernel's). K must
-be whole steps of 16 groups (``dot_ukernels.DotISA.k_step``); other GEMMs take the
-target's vector dot kernel.
+once; the tile shapes, checked per call and loaded where another kernel left its
+own). K must be whole steps of 16 groups (``dot_ukernels.DotISA.k_step``); other
+GEMMs take the target's vector dot kernel.
 """
 
 from __future__ import annotations
