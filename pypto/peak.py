@@ -6,6 +6,7 @@ stage whose products are 8- or 16-bit (``DOT_ROOFS``; AMX's tile multiplies,
 
     peaks = measure_peaks(target, compile_source, threads=2)   # Peaks(gflops, gbps, ...)
     peaks.roof("int8")   # GOP/s of vpdpbusd on x86-avx512-bf16; the FMA's without one
+    peaks.roof("float64")  # half the float32 FMA's
 
 Both kernels are C compiled with the target's own flags: the FMA kernel keeps
 ``PEAK_ACCUMULATORS`` independent vectors of the target's float32 width (GCC vector
@@ -89,6 +90,9 @@ double pt_peak_triad(int64_t n, int threads) {{
 """
 
 
+FMA_SHARE = {"float64": 0.5}  # of the float32 FMA rate: a dtype's lanes per float32 lane
+
+
 @dataclass(frozen=True, slots=True)
 class Peaks:
     """The roofs: float32 FMA GFLOP/s and triad GB/s with ``threads`` threads, and
@@ -100,8 +104,9 @@ class Peaks:
     dot: tuple = ()
 
     def roof(self, dtype: str) -> float:
-        """The compute roof of products of ``dtype``: its dot instruction's, else the FMA's."""
-        return dict(self.dot).get(dtype, self.gflops)
+        """The compute roof of products of ``dtype``: its dot instruction's, else the FMA's
+        (float64: half the float32 rate, as a vector holds half as many)."""
+        return dict(self.dot).get(dtype, self.gflops * FMA_SHARE.get(dtype, 1.0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ the machine's ridge, else of the triad bandwidth (``pypto.peak``), with as many 
 the stage uses (all OpenMP threads when it has a parallel loop, else one). The compute
 roof is that of the narrowest dtype the stage reads (``RootStage.dtype``): the target's
 dot-product instruction for int8/uint8 or bfloat16 inputs where it has one (an int8
-matmul's kernel on ``x86-avx512-bf16`` is held to ``vpdpbusd``), else the float32 FMA.
+matmul's kernel on ``x86-avx512-bf16`` is held to ``vpdpbusd``), else the FMA of its
+dtype (float64 at half the float32 rate).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .expr import BITWISE, Binary, Call, Const, Expr, Reduce, TensorRead, childr
 from .intervals import bounds
 from .loop_ir import Allocate, For, IntrinCall, Seq, Store, walk_stmts
 from .module import Module
-from .peak import Peaks, measure_peaks
+from .peak import FMA_SHARE, Peaks, measure_peaks
 from .simplify import simplify
 
 ARITH = frozenset({"add", "sub", "mul", "div", "floordiv", "mod", "min", "max"} | set(BITWISE))
@@ -253,7 +254,7 @@ class StageProfile:
     gflops: float
     gbps: float
     intensity: float  # flops per byte
-    bound: str  # the roof it is held against: "compute" (FMA), "memory", or a dot's dtype
+    bound: str  # its roof: "compute" (float32 FMA), "memory", or a dtype (dot, float64 FMA)
     peak_fraction: float
     threads: int  # the threads of the peak it is compared with
 
@@ -295,8 +296,10 @@ class Profile:
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         lines = [f"{self.name} on {self.target}: {self.total_seconds * 1e3:.4g} ms per call"]
         lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [head, *rows]]
+        shares = {e.bound for e in self.entries} & set(FMA_SHARE)
         lines += [
             f"peak with {p.threads} thread(s): FMA {p.gflops:.4g} GFLOP/s, "
+            + "".join(f"{d} FMA {p.roof(d):.4g} GFLOP/s, " for d in sorted(shares))
             + "".join(f"{d} dot {g:.4g} GOP/s, " for d, g in p.dot)
             + f"triad {p.gbps:.4g} GB/s"
             for p in self.peaks
@@ -322,10 +325,10 @@ class Profile:
         for p in self.peaks:
             fma = [min(p.gflops, x * p.gbps) for x in grid]
             ax.plot(grid, fma, label=f"FMA roof, {p.threads}t")
-            for d, g in p.dot:  # the roofs of dot instructions a stage is held to, dashed
-                if d in held:
-                    ax.plot(grid, [min(g, x * p.gbps) for x in grid], linestyle="--",
-                            label=f"{d} dot roof, {p.threads}t")  # fmt: skip
+            for d in sorted(held & (set(dict(p.dot)) | set(FMA_SHARE))):  # dashed: by dtype
+                kind = "dot" if d in dict(p.dot) else "FMA"
+                ax.plot(grid, [min(p.roof(d), x * p.gbps) for x in grid], linestyle="--",
+                        label=f"{d} {kind} roof, {p.threads}t")  # fmt: skip
         for e in self.entries:
             if e.intensity > 0 and e.gflops > 0:
                 ax.scatter([e.intensity], [e.gflops])
@@ -409,7 +412,8 @@ def _entry(st: RootStage, seconds: float, sizes: dict, peak: Peaks) -> StageProf
     roof = peak.roof(st.dtype)
     compute = intensity * peak.gbps >= roof
     fraction = gflops / roof if compute else gbps / peak.gbps
-    bound = ("compute" if st.dtype not in dict(peak.dot) else st.dtype) if compute else "memory"
+    own = st.dtype in dict(peak.dot) or st.dtype in FMA_SHARE  # a roof of its dtype's
+    bound = (st.dtype if own else "compute") if compute else "memory"
     return StageProfile(
         st.name, seconds, flops, nbytes, gflops, gbps, intensity, bound, fraction, peak.threads,
     )  # fmt: skip

@@ -161,6 +161,20 @@ def test_a_stage_of_8_bit_products_is_held_to_the_targets_dot_roof():
     assert "int8 dot 400 GOP/s" in str(prof_mod.Profile("m", "t", (e,), 1e-3, (roofs,)))
 
 
+def test_a_float64_stage_is_held_to_half_the_float32_fma():
+    """A float64 vector holds half the lanes: its compute roof is half the FMA's."""
+    n = 64
+    A = pt.placeholder((n, n), "float64", name="A")
+    k = pt.reduce_axis((0, n), name="k")
+    C = pt.compute((n, n), lambda i, j: pt.sum(A[i, k] * A[k, j], axis=k), name="C")
+    (st,) = prof_mod.describe(pt.create_schedule(C.op))
+    assert st.dtype == "float64"
+    roofs = peak.Peaks(100.0, 10.0, 1, (("int8", 400.0),))
+    e = prof_mod._entry(st, 1e-4, {}, roofs)
+    assert e.bound == "float64" and e.peak_fraction == pytest.approx(e.gflops / 50.0)
+    assert "float64 FMA 50 GFLOP/s" in str(prof_mod.Profile("m", "t", (e,), 1e-4, (roofs,)))
+
+
 @pytest.mark.parametrize(
     "target, dots",
     [("x86-avx512-bf16", {"int8": "vpdpbusd", "bfloat16": "vdpbf16ps"}),
