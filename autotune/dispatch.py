@@ -38,14 +38,15 @@ def lookup(workload, targets) -> list:
     """The recorded knob values for ``workload`` (a workload key, or the keys of its
     spellings, ``Template.spellings``) in order of preference: by the order of
     ``targets`` (a name or a tuple of names, as ``record_keys`` gives), then the
-    innermost context first, then by spelling, each list fastest first. The caller takes
-    the first that fits the template, so records another version of it made (stale)
-    fall through to the next; or []."""
+    innermost context first, then the user's records before the shipped ones, each
+    fastest first with the spellings' records pooled. The caller takes the first that
+    fits the template, so records another version of it made (stale) fall through to
+    the next; or []."""
     out = []
     for target in _names(targets):
         for ranked in reversed(_stack()):
-            for w in _names(workload):
-                out += ranked.get((w, target), [])
+            found = [e for w in _names(workload) for e in ranked.get((w, target), [])]
+            out += [config for _, _, config in sorted(found, key=lambda e: e[:2])]
     return out
 
 
@@ -56,10 +57,10 @@ def other_targets(workload, targets) -> list[str]:
     return sorted({t for ranked in _stack() for (w, t) in ranked if w in ws and t not in mine})
 
 
-def _ranked(records) -> dict:
-    return {
-        key: [r.config for r in recs] for key, recs in ranked_configs(load_records(records)).items()
-    }
+def _ranked(records, layer: int) -> dict:
+    """(workload, target) -> ``[(layer, cost, config)]``, fastest first."""
+    ranked = ranked_configs(load_records(records))
+    return {key: [(layer, r.cost, r.config) for r in recs] for key, recs in ranked.items()}
 
 
 @contextlib.contextmanager
@@ -78,8 +79,8 @@ def apply_history_best(records=None):
     """
     layers = [records] if records is not None else [store.user_logs(), store.shipped_logs()]
     ranked: dict = {}
-    for layer in layers:
-        for key, values in _ranked(layer).items():
+    for n, layer in enumerate(layers):
+        for key, values in _ranked(layer, n).items():
             ranked.setdefault(key, []).extend(values)
     _stack().append(ranked)
     try:

@@ -726,6 +726,27 @@ def test_a_record_serves_every_spelling_of_its_workload():
     assert tmpl.short_args((9, 70, "tanh", "float32")) == (9, 70, "tanh")
 
 
+def test_the_fastest_record_of_either_spelling_is_taken():
+    """Records under two spellings of one workload are pooled by speed: the faster one
+    serves, whichever spelling came first; the user's records still come before the
+    shipped ones."""
+    tmpl = at.get_template("gelu")
+    task = at.Task("gelu", (9, 70, "none"))
+    default = task.config_space.default_config().values
+    slow = {**default, "unroll_j": 4 if default["unroll_j"] != 4 else 1}
+    fast = {**default, "unroll_j": 2 if default["unroll_j"] != 2 else 1}
+    recs = [
+        at.Record(at.workload_key("gelu", (9, 70)), task.target.name, slow, [2e-6]),
+        at.Record(at.workload_key("gelu", (9, 70, "none")), task.target.name, fast, [1e-6]),
+    ]
+    for order in (recs, recs[::-1]):
+        with at.apply_history_best(order):
+            for called in ((9, 70), (9, 70, "none")):
+                assert tmpl.best_config(*called).values == fast, called
+    with at.apply_history_best([recs[1]]), at.apply_history_best([recs[0]]):
+        assert tmpl.best_config(9, 70).values == slow  # the innermost context first
+
+
 def test_records_carry_the_api_field_names_and_read_the_short_ones_of_earlier_logs():
     """``version`` and ``timestamp`` (API.md §4); logs written with ``v`` and ``ts``, and
     an error given as ``{"kind", "message"}``, read the same."""
