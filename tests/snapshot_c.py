@@ -124,12 +124,12 @@ _OLD: dict = {}
 
 
 def old_c(rev: str) -> dict[str, str]:
-    """key -> C as git revision ``rev`` of pypto and autotune generates it (run in a
+    """key -> C as git revision ``rev`` of pypto, cost_models and autotune generates it (run in a
     subprocess on an export of that revision)."""
     if rev not in _OLD:
         with tempfile.TemporaryDirectory(prefix="pypto-snapshot-") as tmp:
             archive = subprocess.run(
-                ["git", "archive", rev, "pypto", "autotune"],
+                ["git", "archive", rev, "pypto", "cost_models", "autotune"],
                 cwd=HERE.parent,
                 check=True,
                 capture_output=True,
