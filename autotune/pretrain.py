@@ -40,13 +40,13 @@ def training_data(records, target_key: str | None):
     for (_, target), recs in by_workload.items():
         try:
             task = Task(recs[0].template, recs[0].args, target=target)
-        except (KeyError, TypeError, ValueError, SpaceError, PyptoError):
+        except (KeyError, TypeError, ValueError, ArithmeticError, SpaceError, PyptoError):
             continue  # a template this version does not have, or other arguments
         rows = 0
         for r in one_per_config(recs):
             try:
                 X.append(task.featurize(r.config))
-            except (SpaceError, PyptoError, ValueError, TypeError):
+            except (SpaceError, PyptoError, ValueError, TypeError, ArithmeticError):
                 continue
             y.append(r.gflops if r.ok else 0.0)
             rows += 1
@@ -72,9 +72,9 @@ def train(paths=None, out_dir: str | None = None, say=None) -> dict:
     records = load_records(paths)
     os.makedirs(out_dir, exist_ok=True)
     done = {}
-    targets = sorted({r.target for r in records})
-    # the all-targets model only where it knows more than one target's
-    for target in [*targets, *([cm.ALL_TARGETS] if len(targets) > 1 else [])]:
+    for target in [*sorted({r.target for r in records}), cm.ALL_TARGETS]:
+        if target == cm.ALL_TARGETS and len(done) < 2:
+            break  # the all-targets model only where it knows more than one target's
         X, y, groups = training_data(records, None if target == cm.ALL_TARGETS else target)
         if len(y) < 8 or not np.any(y > 0):
             continue

@@ -56,6 +56,7 @@ def pretrained(target):
         for name in (*record_lineage(key), ALL_TARGETS)
         for folder in (user_model_dir(), PRETRAINED_DIR)
     ]
+    unusable = []
     for path, name in candidates:
         if not os.path.exists(path):
             continue
@@ -66,13 +67,18 @@ def pretrained(target):
             if np.shape(model.predict(np.zeros((1, N_FEATURES), np.float32))) != (1,):
                 raise SchemaError("it does not score one row as one value")
         except Exception as e:  # noqa: BLE001 - any unusable file: warn, go on without it
-            warnings.warn(
-                f"cost model {path} is unusable, tuning starts without it: {type(e).__name__}: {e}",
-                stacklevel=2,
-            )
+            lines = str(e).strip().splitlines() or [""]
+            unusable.append(f"cost model {path} is unusable ({type(e).__name__}: {lines[0]})")
             continue
+        _say(unusable, f"using {path} instead")
         return model
+    _say(unusable, "tuning starts without a pretrained model")
     return None
+
+
+def _say(unusable: list, then: str) -> None:
+    for why in unusable:
+        warnings.warn(f"{why}; {then}", stacklevel=3)
 
 
 __all__ = [

@@ -159,12 +159,17 @@ class XGBoostCostModel:
                 f"({meta.get('n_features')} values); this pypto computes {SCHEMA!r} "
                 f"({N_FEATURES} values): retrain it from the tuning logs"
             )
-        fresh = cls(meta["target"], objective=meta["objective"], num_rounds=meta["num_rounds"])
+        try:
+            fresh = cls(meta["target"], objective=meta["objective"], num_rounds=meta["num_rounds"])
+            booster = xgb.Booster()
+            booster.load_model(bytearray(meta["booster"].encode()))
+        except (KeyError, TypeError, ValueError, AttributeError, xgb.core.XGBoostError) as e:
+            why = f"no field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
+            raise SchemaError(f"{path} is not a usable saved pypto cost model ({why})") from None
         m = fresh if model is None else model
         if model is not None:
             m.target, m.objective, m.num_rounds = fresh.target, fresh.objective, fresh.num_rounds
             m.params = fresh.params
-        m.booster = xgb.Booster()
-        m.booster.load_model(bytearray(meta["booster"].encode()))
+        m.booster = booster
         m.n_train = meta.get("n_train", 0)
         return m

@@ -676,6 +676,53 @@ def test_train_model_writes_to_the_users_store_never_the_shipped_model(tmp_path,
     assert (out / "x86-avx2.json").exists()
 
 
+def test_a_record_too_large_for_int64_is_skipped_by_training(tmp_path, monkeypatch):
+    """Was: one record of size 10**30 stopped `train-model` for every target
+    (OverflowError). The all-targets model needs usable records of two targets."""
+    from autotune.pretrain import train
+
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    log = _training_log(tmp_path)
+    huge = at.Record(at.workload_key("toy_matmul", [10**30, 16, 8]), "x86-avx512",
+                     {"tile_i": [-1, 2]}, costs=[1e-5], flop=1.0)  # fmt: skip
+    at.append_records(log, [huge])
+    assert train([log], out_dir=str(tmp_path / "out")) == {"x86-avx2": 12}
+    assert sorted(os.listdir(tmp_path / "out")) == ["x86-avx2.json"]  # no all-targets model
+
+
+def _model_json(**fields) -> str:
+    meta = {"schema": cm.SCHEMA, "n_features": cm.N_FEATURES, "target": "x86-avx2",
+            "objective": "rank", "num_rounds": 1, "booster": "{}"}  # fmt: skip
+    return json.dumps({k: v for k, v in {**meta, **fields}.items() if v is not None})
+
+
+@pytest.mark.parametrize(
+    "fields, why",
+    [({"target": None}, "no field 'target'"), ({"objective": "magic"}, "objective"),
+     ({"booster": "garbage"}, r"\("), ({"booster": "{}"}, r"\(")],
+)  # fmt: skip
+def test_a_damaged_model_file_is_refused_by_name(tmp_path, fields, why):
+    """Was: KeyError: 'target', or xgboost's error with its C++ backtrace."""
+    path = tmp_path / "m.json"
+    path.write_text(_model_json(**fields))
+    with pytest.raises(cm.SchemaError, match=f"m.json is not a usable saved pypto .*{why}"):
+        cm.XGBoostCostModel.load(str(path))
+
+
+def test_an_unusable_users_model_names_the_model_used_instead(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    mine = tmp_path / "home" / "models" / "x86-avx2.json"
+    mine.parent.mkdir(parents=True)
+    mine.write_text(_model_json(booster="garbage"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = cm.pretrained("x86-avx2")
+    assert model is not None and model.target == "x86-avx2"
+    (w,) = [str(c.message) for c in caught]
+    assert f"{mine} is unusable" in w and f"using {cm.pretrained_path('x86-avx2')} instead" in w
+    assert "\n" not in w
+
+
 @pytest.mark.parametrize(
     "content, why",
     [
@@ -707,7 +754,7 @@ def test_an_unusable_pretrained_model_warns_and_the_tuner_starts_without_it(
     monkeypatch.setattr(cm, "PRETRAINED_DIR", str(shipped))
     task = at.Task("toy_matmul", (16, 16, 8), target="x86-avx2")
     with pytest.warns(
-        UserWarning, match=f"x86-avx2.json is unusable, tuning starts without it.*{why}"
+        UserWarning, match=f"x86-avx2.json is unusable .*{why}.*; tuning starts without a pre"
     ):
         tuner = at.XGBTuner(task, seed=0, plan_size=4)
     assert tuner.base_model is None
