@@ -140,16 +140,38 @@ class NodeRunner:
 # ---------------------------------------------------------------- the driver side
 
 
+# an HTTP/2 client's first bytes: the connection preface and an empty SETTINGS frame
+_H2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_SETTINGS = 4  # an HTTP/2 frame's type, its header's fourth byte
+
+
 def _check_reachable(address: str | None, timeout: float = 10.0) -> None:
-    """``RayUnavailable`` when nothing listens at ``host:port`` (Ray itself would retry
-    for minutes); ``auto`` and None are Ray's to resolve."""
+    """``RayUnavailable`` when nothing listens at ``host:port``, or what listens is no
+    gRPC server, as a Ray head's GCS is (say the dashboard's port): Ray itself would
+    retry for minutes. ``auto`` and None are Ray's to resolve; ``[::1]:6379`` is IPv6."""
     if not address or address == "auto" or "://" in address:
         return
     host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     if not host or not port.isdigit():
         raise RayUnavailable(f"{address!r} is not a Ray address: give host:port or 'auto'")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        with socket.create_connection((host, int(port)), timeout=timeout) as conn:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):
+                conn.sendall(_H2_HELLO)
+                head = b""
+                try:
+                    while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+                        head += chunk
+                except TimeoutError:
+                    pass  # silent: no gRPC server either
+                if len(head) < 9 or head[3] != _SETTINGS:
+                    raise RayUnavailable(
+                        f"{address} answers, but not as a Ray cluster's head (its GCS, a gRPC "
+                        "server): give the head's address as `ray start --head` printed it "
+                        "(port 6379 unless --port chose another)"
+                    )
     except OSError as e:
         raise RayUnavailable(
             f"cannot connect to the Ray cluster at {address}: {e.strerror or e} "

@@ -145,8 +145,8 @@ class Record(Measured):
             raise ValueError("bad config or costs")
         if not (error is None or isinstance(error, str)) or (error is None and not costs):
             raise ValueError("bad error")
-        for key in ("target", "pypto", "tuner"):
-            if not isinstance(d.get(key, ""), str):
+        for key in ("target", "pypto", "tuner"):  # printed: no escape sequences
+            if not isinstance(d.get(key, ""), str) or not d.get(key, "").isprintable():
                 raise ValueError(f"bad {key}")
         if not isinstance(error_msg, str):
             raise ValueError("bad error_msg")
@@ -236,6 +236,8 @@ def load_records(src) -> list[Record]:
         return [src]
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
+    if not hasattr(src, "__iter__"):
+        raise TypeError(f"tuning records come from log paths or Records, got {src!r}")
     out: list[Record] = []
     for item in src:
         if isinstance(item, Record):

@@ -395,8 +395,8 @@ class TaskScheduler:
             raise ValueError("give the scheduler a budget: trials, minutes or both")
         if trials is not None and trials < 1:
             raise ValueError(f"trials must be positive, got {trials}")
-        if minutes is not None and not minutes > 0:
-            raise ValueError(f"minutes must be positive, got {minutes}")
+        if minutes is not None and not 0 < minutes <= 1e6:  # more would overflow the clocks
+            raise ValueError(f"minutes must be positive and at most 1e6, got {minutes}")
         start = self.clock()
         self.deadline = None if minutes is None else start + 60.0 * minutes
         own = self.measurer is None

@@ -272,6 +272,22 @@ def test_a_budget_the_logs_spent_already_says_why_a_workload_is_left_untuned(tmp
     ), r.stderr
 
 
+def test_the_untuned_hint_follows_the_budget_given(capsys):
+    """Was: after a --minutes run the hint said to give --minutes."""
+    import argparse
+
+    from autotune.commands.tune_all import untuned_status
+
+    rows = [{"label": "softmax 8x16", "best_s": None}, {"label": "m", "best_s": 1e-3}]
+    for minutes, trials, hint in [(0.1, None, "the minutes ran out first: give more --minutes"),
+                                  (None, 4, "raise it, or give --minutes"),
+                                  (0.1, 4, "raise --trials or --minutes")]:  # fmt: skip
+        assert untuned_status(rows, argparse.Namespace(minutes=minutes, trials=trials)) == 1
+        err = capsys.readouterr().err
+        assert hint in err and err.strip().endswith("see the table): softmax 8x16"), err
+    assert untuned_status(rows[1:], argparse.Namespace(minutes=1, trials=None)) == 0
+
+
 def test_report_table_totals_weight_times_time():
     from autotune.commands.network import report_table
 

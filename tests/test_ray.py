@@ -273,6 +273,32 @@ def test_an_unreachable_cluster_is_refused(capsys, address, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_port_that_is_no_ray_head_is_refused_at_once(cluster):
+    """Was: an HTTP server's port (say the dashboard's) passed the check and ray.init
+    retried for 14 minutes. The head's GCS answers as a gRPC server; a silent listener
+    and an HTTP server do not."""
+    import http.server
+    import socket
+
+    from autotune.ray_runner import RayUnavailable, _check_reachable
+
+    _check_reachable(cluster.address)  # the head's GCS
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    silent = socket.create_server(("127.0.0.1", 0))  # listens, never answers
+    try:
+        for port in (web.server_address[1], silent.getsockname()[1]):
+            t = time.monotonic()
+            with pytest.raises(RayUnavailable, match="answers, but not as a Ray cluster's head"):
+                _check_reachable(f"127.0.0.1:{port}", timeout=2.0)
+            assert time.monotonic() - t < 10
+        with pytest.raises(RayUnavailable, match=r"cannot connect to the Ray cluster at \[::1\]:1"):
+            _check_reachable("[::1]:1")  # IPv6 in brackets is parsed, not "not an address"
+    finally:
+        web.shutdown()
+        silent.close()
+
+
 def test_a_node_with_another_compiler_is_refused(cluster, tmp_path):
     fake = tmp_path / "fakecc"
     fake.write_text(

@@ -218,6 +218,8 @@ def test_a_budget_is_required():
         sched.tune()
     with pytest.raises(ValueError, match="minutes must be positive"):
         sched.tune(minutes=0)
+    with pytest.raises(ValueError, match="at most 1e6"):  # was: OverflowError at 1e308
+        sched.tune(minutes=1e308)
 
 
 # ---------------------------------------------------------------- workloads
@@ -358,6 +360,8 @@ def _unrunnable_target():
         (["--trials", "5", "--only", "nosuch"], "no standard workloads for 'nosuch'"),
         (["--trials", "5", "--target", "riscv"], "unknown target 'riscv'"),
         (["--minutes", "0"], "--minutes must be positive"),
+        (["--minutes", "1e308"], "--minutes must be at most 1e+06"),
+        (["--trials", "5", "--timeout", "1e308"], "--timeout must be at most 1e+06"),
         (["--trials", "5", "--tuner", "magic"], "argument --tuner: invalid choice"),
         (["--trials", "5", "--workloads", "/nonexistent.json"], "cannot read workloads from"),
         (["--trials", "5", "--log", "a.jsonl", "--log-dir", "d"], "not allowed with argument"),

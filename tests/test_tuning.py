@@ -546,6 +546,9 @@ def test_records_from_what_is_not_a_log_are_refused_by_name(tmp_path):
         at.load_records(str(tmp_path))
     with pytest.raises(TypeError, match="tuning records come from log paths or Records, got 5"):
         at.load_records([5])
+    with pytest.raises(TypeError, match="come from log paths or Records, got 42"):
+        with at.apply_history_best(42):  # was: 'int' object is not iterable
+            pass
     log = tmp_path / "a.jsonl"
     at.append_records(str(log), [at.Record(at.workload_key("toy_matmul", [8, 8, 8]), "t",
                                            {"c": 1}, costs=[1.0])])  # fmt: skip

@@ -25,8 +25,9 @@ class UsageError(Exception):
     """A bad command line: reported in one line, exit status 2."""
 
 
-def positive(name: str, zero_ok: bool = False, real: bool = False):
-    """An argparse type: a positive (or non-negative) int, or a finite float if ``real``."""
+def positive(name: str, zero_ok: bool = False, real: bool = False, most: float | None = None):
+    """An argparse type: a positive (or non-negative) int, or a finite float if ``real``,
+    at most ``most`` where given (a time beyond it would overflow the clocks)."""
 
     def conv(text):
         try:
@@ -38,6 +39,8 @@ def positive(name: str, zero_ok: bool = False, real: bool = False):
         if v < 0 or (v == 0 and not zero_ok):
             what = "non-negative" if zero_ok else "positive"
             raise argparse.ArgumentTypeError(f"{name} must be {what}, got {text}")
+        if most is not None and v > most:
+            raise argparse.ArgumentTypeError(f"{name} must be at most {most:g}, got {text}")
         return v
 
     return conv
@@ -103,7 +106,7 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
     """--timeout, --number, --repeat: how each candidate is measured."""
     p.add_argument(
         "--timeout",
-        type=positive("--timeout", real=True),
+        type=positive("--timeout", real=True, most=1e6),
         default=10.0,
         help="seconds one candidate may run before it is recorded as a timeout (default 10)",
     )

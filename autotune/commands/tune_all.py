@@ -73,7 +73,7 @@ def add_tuning_arguments(p: argparse.ArgumentParser) -> None:
     tuner, resume, confirmation, round size, measurement, seed, imports, progress."""
     budget = p.add_argument_group("budget (at least one; tuning stops at the first reached)")
     budget.add_argument(
-        "--minutes", type=positive("--minutes", real=True), help="wall-clock minutes"
+        "--minutes", type=positive("--minutes", real=True, most=1e6), help="wall-clock minutes"
     )
     budget.add_argument(
         "--trials",
@@ -202,9 +202,15 @@ def untuned_status(rows: list, a: argparse.Namespace) -> int:
     if not left:
         return 0
     why = "no valid record in the logs"
+    budget = {  # what would give them trials, by the budget given
+        (True, False): "the logs' trials count toward --trials: raise it, or give --minutes",
+        (False, True): "the minutes ran out first: give more --minutes",
+        (True, True): "the budget ran out first: raise --trials or --minutes",
+    }
+    given = (getattr(a, "trials", None) is not None, getattr(a, "minutes", None) is not None)
     if not getattr(a, "report_only", False):
-        why += (" after this run (the logs' trials count toward --trials: raise it, or give "
-                "--minutes; or every candidate failed: see the table)")  # fmt: skip
+        why += f" after this run ({budget.get(given, 'no budget')}; or every candidate failed: "
+        why += "see the table)"
     shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
     print(f"pypto-tune: {len(left)} workload(s) have {why}: {shown}", file=sys.stderr)
     return 1
