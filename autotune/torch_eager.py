@@ -83,6 +83,13 @@ def eager_seconds(w: Workload, threads: int = 1, number: int = 5, repeat: int = 
     ``repeat`` repeats of at least ``number`` calls (more where a call is short), after
     a warm-up; None when no rule of ``EAGER`` covers its template or its dtype is not
     float32."""
+    times = eager_timings(w, threads, number, repeat)
+    return statistics.median(times) if times else None
+
+
+def eager_timings(w: Workload, threads: int = 1, number: int = 5, repeat: int = 5):
+    """The ``repeat`` timings (seconds per call) whose median ``eager_seconds`` is, or
+    None: their spread tells a busy machine."""
     make = EAGER.get(w.template)
     if make is None or w.dtype not in (None, "float32"):
         return None
@@ -106,4 +113,4 @@ def eager_seconds(w: Workload, threads: int = 1, number: int = 5, repeat: int = 
                 times.append((time.perf_counter() - t) / number)
     finally:
         torch.set_num_threads(before)
-    return statistics.median(times)
+    return times

@@ -301,6 +301,21 @@ def test_report_table_totals_weight_times_time():
     assert lines[3].split() == ["c", "1", "0", "-", "1", "-"]
     assert lines[4].split()[-4:] == ["7", "4", "8", "2.00x"]  # 2*1+1*2 ms against 2*3+1*2 ms
     assert "1 workload(s) without both times" in lines[5]
+    rows[1]["noisy"] = True  # PyTorch's timings of b spread: marked, and said why
+    lines = report_table(rows).splitlines()
+    assert lines[2].split()[-2:] == ["2~", "1.00x"]
+    assert "~ PyTorch's timings spread past 1.5x: the machine was busy" in lines[5]
+
+
+def test_report_rows_flag_spread_timings(monkeypatch):
+    from autotune.commands import network
+
+    ws = network.network_workloads("resnet18")[:2]
+    tasks = network.tasks_of(ws, pt.Target("generic"))
+    spreads = iter([[1e-3, 1.1e-3, 1.2e-3], [1e-3, 2e-3, 5e-3]])
+    monkeypatch.setattr(network, "_eager", lambda: lambda w, threads: next(spreads))
+    rows = network.report_rows(ws, tasks, [])
+    assert [(r["torch_s"], r["noisy"]) for r in rows] == [(1.1e-3, False), (2e-3, True)]
 
 
 @pytest.mark.parametrize("command", ["network resnet18", "all", "tune matmul --args 8,8,8"])

@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import json
 import os
+import statistics
 import time
 from collections import Counter
 
@@ -78,7 +79,10 @@ def _eager():
     """``autotune.torch_eager.eager_seconds``, or None without torch."""
     if not _installed("torch"):
         return None
-    return importlib.import_module("autotune.torch_eager").eager_seconds
+    return importlib.import_module("autotune.torch_eager").eager_timings
+
+
+NOISY = 1.5  # PyTorch's slowest timing of a workload past its fastest by this: flagged
 
 
 def _ms(s) -> str:
@@ -90,7 +94,7 @@ def report_rows(ws, tasks, logs, threads: int = 1, shipped=()) -> list[dict]:
     seconds in them (None: none valid), whether that best is a record of ``shipped`` (the
     shipped logs, read for a workload without a valid record in ``logs``, as
     ``apply_history_best`` reads them) and PyTorch eager's seconds (None: no torch or no
-    equivalent)."""
+    equivalent), and whether its timings spread past ``NOISY`` (a busy machine)."""
     existing = sorted({p for p in logs if os.path.isfile(p)})
     records = load_records(existing) if existing else []
     best = best_by_workload(records)
@@ -100,6 +104,7 @@ def report_rows(ws, tasks, logs, threads: int = 1, shipped=()) -> list[dict]:
     eager = _eager()
     rows = []
     for w, t in zip(ws, tasks):
+        times = eager(w, threads=threads) if eager else None
         key = (t.workload_key, t.target.key)
         rec = best.get(key)
         theirs = [
@@ -112,7 +117,8 @@ def report_rows(ws, tasks, logs, threads: int = 1, shipped=()) -> list[dict]:
                 "trials": trials[key],
                 "best_s": rec.cost if rec is not None else theirs[0].cost if theirs else None,
                 "shipped": rec is None and bool(theirs),
-                "torch_s": eager(w, threads=threads) if eager else None,
+                "torch_s": statistics.median(times) if times else None,
+                "noisy": bool(times) and max(times) > NOISY * min(times),
             }
         )
     return rows
@@ -128,7 +134,7 @@ def report_table(rows: list[dict]) -> str:
         body.append(
             [r["label"], f"{r['weight']:g}", str(r["trials"]),
              _ms(r["best_s"]) + ("*" if r.get("shipped") else ""),
-             _ms(r["torch_s"]), ratio]
+             _ms(r["torch_s"]) + ("~" if r.get("noisy") else ""), ratio]
         )  # fmt: skip
     both = [r for r in rows if r["best_s"] is not None and r["torch_s"] is not None]
     ours = sum(r["weight"] * r["best_s"] for r in both)
@@ -147,6 +153,9 @@ def report_table(rows: list[dict]) -> str:
     if any(r.get("shipped") for r in rows):
         lines.append("* a shipped record: measured where the package was made, not here "
                      "(tuning here replaces it)")  # fmt: skip
+    if any(r.get("noisy") for r in rows):
+        lines.append(f"~ PyTorch's timings spread past {NOISY:g}x: the machine was busy, the "
+                     "ratio is uncertain (run the report again: --report-only)")  # fmt: skip
     left = len(rows) - len(both)
     if left:
         lines.append(f"({left} workload(s) without both times are left out of the model line)")
