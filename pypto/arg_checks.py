@@ -8,9 +8,13 @@ kernel's status codes turned into Python exceptions.
 
 from __future__ import annotations
 
+import math
+import sys
+
 import numpy as np
 
 from .c_helpers import MAX_BYTES
+from .dtypes import numpy_dtype
 from .expr import Call, Const, Var, substitute, walk
 from .loop_ir import own_exprs, walk_stmts
 from .simplify import simplify
@@ -69,6 +73,23 @@ def check_temporary(name: str, t, values: dict):
         nbytes *= max(v.value, 0) if isinstance(v, Const) else 1
     if nbytes > MAX_BYTES:
         raise MemoryError(f"{name}: temporary buffer {t.name} would need {nbytes} bytes")
+
+
+def check_output_bytes(kernel: str, name: str, sizes, elem_bytes: int) -> None:
+    """MemoryError before allocating an output of ``sizes`` that cannot be had (counted
+    in Python's integers: numpy's int64 product wraps)."""
+    nbytes = math.prod(sizes) * elem_bytes
+    if nbytes > MAX_BYTES:
+        raise MemoryError(f"{kernel}: output {name} of shape {tuple(sizes)} would need "
+                          f"{nbytes} bytes")  # fmt: skip
+
+
+def provenance(want, bound: dict) -> str:
+    """``", with n = 4 from argument C"``: where the sizes in expression ``want`` came
+    from (``bind_sizes``' ``bound``), or ""."""
+    used = {v for v in walk(want) if isinstance(v, Var)} if not isinstance(want, int) else set()
+    said = [f"{v.name} = {x} from argument {src}" for v, (x, src) in bound.items() if v in used]
+    return f", with {', '.join(said)}" if said else ""
 
 
 def aligned_empty(shape: tuple, dtype) -> np.ndarray:
@@ -149,11 +170,27 @@ def expected_dim(name: str, d: int, want, values: dict, bound: dict, w=None) -> 
     return w.value
 
 
+def _torch_of(a):
+    """PyTorch's module when ``a`` is one of its tensors (loaded then: nothing is
+    imported), else None."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(a, torch.Tensor) else None
+
+
 def as_array(a, name: str) -> np.ndarray:
     """A numpy view of an argument: an ndarray as it is, anything with ``__dlpack__``
-    (a PyTorch CPU tensor, ...) through DLPack, without copying."""
+    (a PyTorch CPU tensor, ...) through DLPack, without copying; a PyTorch bfloat16
+    tensor (which numpy's DLPack lacks) through its bits, as ml_dtypes' bfloat16."""
+    if isinstance(a, np.ma.MaskedArray):
+        raise TypeError(
+            f"argument {name}: a masked array (the kernel would ignore its mask); pass "
+            "x.filled(value) or x.data"
+        )
     if isinstance(a, np.ndarray):
         return a
+    torch = _torch_of(a)
+    if torch is not None and a.dtype == torch.bfloat16:
+        return as_array(a.view(torch.int16), name).view(numpy_dtype("bfloat16"))
     if hasattr(a, "__dlpack__"):
         if callable(getattr(a, "is_neg", None)) and a.is_neg():
             # PyTorch's lazy negation (z.conj().imag): DLPack exports the values unnegated
@@ -166,6 +203,29 @@ def as_array(a, name: str) -> np.ndarray:
         except Exception as e:  # noqa: BLE001 - report any exporter failure the same way
             raise TypeError(f"argument {name}: cannot view it through __dlpack__: {e}") from None
     raise TypeError(f"argument {name}: expected a numpy array, got {type(a).__name__}")
+
+
+def check_tensor_writes(args, specs, written) -> None:
+    """Refuse writing a PyTorch inference tensor outside inference mode (as PyTorch
+    refuses ``t.add_(1)`` there)."""
+    for a, (name, _, _), w in zip(args, specs, written):
+        torch = _torch_of(a) if w else None
+        if torch is not None and a.is_inference() and not torch.is_inference_mode_enabled():
+            raise ValueError(
+                f"argument {name} is an inference tensor (made under torch.inference_mode()) "
+                "and the kernel writes it: call it inside inference mode, or pass t.clone()"
+            )
+
+
+def bump_versions(args, written) -> None:
+    """Move the version counters of the PyTorch tensors a call wrote, as PyTorch's own
+    in-place operations do: autograd then refuses a backward pass through values the
+    kernel overwrote, and caches keyed to the counter (the MoE operator's packed
+    weights) see the change."""
+    for a, w in zip(args, written):
+        torch = _torch_of(a) if w else None
+        if torch is not None and not a.is_inference():  # those have no counter
+            torch.autograd.graph.increment_version(a)
 
 
 def check_overlap(arrays, specs, written):

@@ -29,11 +29,15 @@ from .arg_checks import (
     as_array,
     bind_passed,
     bind_sizes,
+    bump_versions,
+    check_output_bytes,
     check_overlap,
     check_temporary,
+    check_tensor_writes,
     expected_dim,
     fmt_shape,
     index_checks,
+    provenance,
     raise_status,
 )
 from .bounds_check import SizeCheck, check_sizes
@@ -310,6 +314,7 @@ class Module:
                 expected_dim(name, d, x, values, bound, w)
                 for d, (x, w) in enumerate(zip(shape, dims))
             ]
+            check_output_bytes(self.name, name, sizes, np.dtype(dt).itemsize)
             made.append(aligned_empty(tuple(sizes), dt))
             full.append(made[-1])
         return self._slots.join(full, scalars), made
@@ -343,6 +348,7 @@ class Module:
             if out and not arr.flags.writeable:
                 raise ValueError(f"argument {name} is written but the array is read-only")
         check_overlap(arrays, self._specs, self._written)
+        check_tensor_writes(args, self._specs, self._written)
         ptrs = [arr.ctypes.data for arr in arrays]
         return [*ptrs, *sizes, *self._slots.floats(scalars)], arrays
 
@@ -359,12 +365,18 @@ class Module:
                 if w != got:
                     raise ValueError(
                         f"argument {name}: dimension {d} is {got}, expected "
-                        f"{w} (shape {fmt_shape(shape)})"
+                        f"{w} (shape {fmt_shape(shape)}{provenance(want, bound)})"
                     )
         check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
         for t in self.signature.temps:
             check_temporary(self.name, t, values)
         return [bound[v][0] for v in self.signature.size_vars]
+
+    def __reduce__(self):
+        raise TypeError(
+            f"{self.name}: a module holds a loaded library and cannot be pickled; "
+            "save it with mod.export_library(path), load it with pt.load_module(path)"
+        )
 
     def release_workspace(self) -> bool:
         """Free the blocks that the kernel's temporaries keep from one call to the next
@@ -386,6 +398,7 @@ class Module:
         cargs, keep = self._prepare(args)
         status = self._invoke(cargs, keep)
         del keep
+        bump_versions(self._slots.split(args)[0], self._written)
         if status != 0:
             raise_status(self.name, status, self.signature.index_checks)
         if made:
@@ -405,7 +418,9 @@ class Module:
             raise ValueError(f"min_repeat_ms must be a finite number >= 0, got {min_repeat_ms!r}")
 
         def evaluate(*args) -> TimeResult:
-            cargs, keep = self._prepare(self._with_outputs(args)[0])
+            args = self._with_outputs(args)[0]
+            cargs, keep = self._prepare(args)
+            bump_versions(self._slots.split(args)[0], self._written)  # (before: a call fails)
             fn = self._c
             status = fn(*cargs)  # warm-up
             if status != 0:

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import dtypes
-from .arg_checks import raise_status
+from .arg_checks import bump_versions, raise_status
 from .codegen_c import codegen
 from .expr import BITWISE, Binary, Call, Const, Expr, Reduce, TensorRead, children, substitute
 from .intervals import bounds
@@ -365,7 +365,9 @@ class Profiler:
         prof = Module(mod.func, source, cname, so, mod.target)
         n_slots = max(timers.values()) + 1  # as many as codegen declared
         slots = (ctypes.c_double * n_slots).in_dll(ctypes.CDLL(so), "pt_prof_seconds")
-        cargs, keep = prof._prepare(prof._with_outputs(args)[0])
+        args = prof._with_outputs(args)[0]
+        cargs, keep = prof._prepare(args)
+        bump_versions(prof._slots.split(args)[0], prof._written)  # it writes them
         sizes = {
             v: Const(x, "int64")
             for v, x in zip(mod.signature.size_vars, cargs[len(mod.signature.params) :])

@@ -324,3 +324,16 @@ def set_num_threads(n: int) -> None:
     lib = _gomp()
     if lib is not None:
         lib.omp_set_num_threads(int(n))
+
+
+def _one_thread_after_fork() -> None:
+    """A fork()ed child inherits libgomp's state but not its thread pool: its first
+    parallel loop would wait forever for threads that do not exist. As PyTorch does for
+    its own pool, a forked child runs parallel loops on one thread (raising it again
+    there hangs); workers started by "spawn" or "forkserver" keep every thread."""
+    lib = _gomp()
+    if lib is not None:
+        lib.omp_set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_after_fork)

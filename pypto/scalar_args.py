@@ -30,6 +30,7 @@ the C values, refusing anything else with a ``TypeError`` naming the argument.
 from __future__ import annotations
 
 import ctypes
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ from .expr import Var
 
 # the dtypes a scalar argument may have -> the ctypes type it is passed as
 SCALAR_CTYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def var(name: str = "n", dtype: str = INDEX) -> Var:
@@ -140,12 +142,15 @@ def c_value(p: ScalarParam, value) -> float | int:
             f"got {type(value).__name__} {value!r}"
         )
     try:
-        return float(value)
+        x = float(value)
     except OverflowError:  # an int beyond every float
         digits = len(str(abs(int(value))))
         raise ValueError(
             f"argument {p.name}: an integer of {digits} digits is too large for a {p.dtype}"
         ) from None
+    if p.dtype == "float32" and math.isfinite(x) and abs(x) > FLOAT32_MAX:
+        raise ValueError(f"argument {p.name}: {value!r} is beyond a float32's range (inf in C)")
+    return x
 
 
 class ScalarSlots:

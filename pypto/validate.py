@@ -252,6 +252,9 @@ def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
     for what, v in (("rtol", rtol), ("atol", atol)):
         if v is not None and (isinstance(v, bool) or not np.isfinite(v) or v < 0):
             raise ValueError(f"{what} must be a non-negative finite number, got {v!r}")
+    if isinstance(inputs, np.ndarray) or hasattr(inputs, "__dlpack__"):
+        raise TypeError("validate: inputs is a list of the kernel's inputs, got one array; "
+                        "pass [x]")  # fmt: skip
     inputs = list(inputs)
     outs = [p.name for p in mod.signature.params if p.written]
     n_in = len(mod.signature.params) - len(outs) + len(mod.signature.scalars)

@@ -1,9 +1,11 @@
 """Building and calling kernels: argument checks, names, the compile cache, targets."""
 
 import os
+import pickle
 import platform
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -414,3 +416,78 @@ def test_vectorized_object_uses_simd_instructions():
         if re.search(r"\bv?(fmadd\w*ps|mulps|addps)\b", line) and reg in line
     ]
     assert packed, f"no packed {reg} arithmetic in {mod.lib_path}"
+
+
+def test_a_masked_array_is_refused():
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute((4,), lambda i: A[i] * 2, name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    masked = np.ma.masked_array(np.ones(4, np.float32), mask=[0, 1, 0, 0])
+    with pytest.raises(TypeError, match="argument A: a masked array .* x.filled"):
+        mod(masked)
+
+
+_FORK = """
+import multiprocessing as mp
+import numpy as np
+import pypto as pt
+
+n = 256
+A = pt.placeholder((n, n), "float32", name="A")
+B = pt.compute((n, n), lambda i, j: A[i, j] * 3, name="B")
+s = pt.create_schedule(B.op)
+s[B].parallel(B.op.axis[0])
+mod = pt.build(s, [A, B])
+pt.set_num_threads(2)
+a = np.random.rand(n, n).astype(np.float32)
+mod(a)  # the parent's thread pool exists from here
+
+def child(q):
+    q.put(bool(np.allclose(mod(a), a * 3)))
+
+q = mp.get_context("fork").Queue()
+p = mp.get_context("fork").Process(target=child, args=(q,))
+p.start()
+p.join(60)
+assert p.exitcode == 0, "the child hung or failed"
+assert q.get(timeout=5)
+print("ok")
+"""
+
+
+def test_a_forked_child_runs_parallel_kernels():
+    """Was: once the parent had run a parallel loop, a fork()ed child's first one waited
+    forever (libgomp's pool does not survive fork); the child now runs them on one
+    thread, as PyTorch's own pool does."""
+    r = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_call_boundary_messages_name_the_cause():
+    """Was: the right input blamed for a wrong output's size; numpy's "cannot reshape
+    array of size 0" for an output too large to allocate; a ctypes ValueError on
+    pickling; 1e300 turned into inf for a float32 scalar; validate iterating an array."""
+    n = pt.var("n")
+    A2 = pt.placeholder((n + 1,), "float32", name="A2")
+    C2 = pt.compute((n,), lambda i: A2[i] + A2[i + 1], name="C2")
+    mod = pt.build(pt.create_schedule(C2.op), [A2, C2], name="pairs")
+    with pytest.raises(ValueError, match=r"A2: .* expected 5 \(shape \(n \+ 1\), with n = 4 "
+                                         "from argument C2\\)"):  # fmt: skip
+        mod(np.ones(6, np.float32), np.empty(4, np.float32))
+    with pytest.raises(TypeError, match="pairs: a module .* cannot be pickled; save it with "
+                                        r"mod.export_library\(path\)"):  # fmt: skip
+        pickle.dumps(mod)
+    m = pt.var("m")
+    F = pt.compute((m, m), lambda i, j: pt.cast("float32", i + j), name="F")
+    mf = pt.build(pt.create_schedule(F.op), [m, F], name="grid")
+    np.testing.assert_array_equal(mf(2), [[0, 1], [1, 2]])
+    with pytest.raises(MemoryError, match=r"grid: output F of shape \(4294967296, 4294967296\)"):
+        mf(2**32)
+    al = pt.var("al", "float32")
+    X = pt.placeholder((4,), "float32", name="X")
+    Y = pt.compute((4,), lambda i: X[i] * al, name="Y")
+    my = pt.build(pt.create_schedule(Y.op), [X, al, Y])
+    with pytest.raises(ValueError, match="argument al: 1e\\+300 is beyond a float32's range"):
+        my(np.ones(4, np.float32), 1e300)
+    with pytest.raises(TypeError, match="validate: inputs is a list .* got one array; pass"):
+        pt.validate(my, lambda x, a: x * a, np.ones(4, np.float32))

@@ -102,3 +102,66 @@ def test_a_tensor_with_its_negative_bit_is_refused_not_read_unnegated():
     with pytest.raises(TypeError, match="argument A: a tensor with its negative bit set"):
         mod(lazy)
     np.testing.assert_array_equal(mod(lazy.resolve_neg()), -np.arange(1.0, 5.0))
+
+
+def _plus_100():
+    A = pt.placeholder((4,), "float32", name="A")
+    W = pt.compute((4,), lambda i: A[i] + 100.0, name="W")
+    return pt.build(pt.create_schedule(W.op), [A, W])
+
+
+def test_a_tensor_a_module_writes_moves_its_version_counter():
+    """Was: autograd used the overwritten values (x.grad 100s for 2s), as PyTorch's own
+    in-place write would have made backward() refuse."""
+    mod = _plus_100()
+    x, w = torch.ones(4, requires_grad=True), torch.full((4,), 2.0)
+    y = (x * w).sum()
+    mod(torch.zeros(4), w)
+    assert w._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+    mod.time_evaluator(number=2, repeat=1)(torch.zeros(4), w)
+    assert w._version == 2
+
+
+def test_the_moe_operator_sees_a_module_write_its_weights():
+    """Its packed weights are keyed to the version counter: a module's write is seen."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    E, d, ff, T = 2, 16, 32, 8
+    wg, wu, wd = (torch.randn(E, a, b, generator=g) * 0.3 for a, b in ((ff, d), (ff, d), (d, ff)))
+    x = torch.randn(T, d, generator=g)
+    tw, ti = torch.ones(T, 1), torch.zeros(T, 1, dtype=torch.int64)
+    ops.moe(x, wg, wu, wd, tw, ti)
+    A = pt.placeholder((1,), "float32", name="A")
+    B = pt.compute((1,), lambda i: A[i] + 100.0, name="B")
+    # one weight, none of the 64 the cache samples (every numel // 64-th from the first)
+    pt.build(pt.create_schedule(B.op), [A, B])(torch.zeros(1), wd[0, 0, 1:2])
+    want = (F.silu(x @ wg[0].T) * (x @ wu[0].T)) @ wd[0].T
+    torch.testing.assert_close(ops.moe(x, wg, wu, wd, tw, ti), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_inference_tensor_is_written_only_in_inference_mode():
+    mod = _plus_100()
+    with torch.inference_mode():
+        t = torch.zeros(4)
+    with pytest.raises(ValueError, match="argument W is an inference tensor"):
+        mod(torch.zeros(4), t)
+    assert (t == 0).all()
+    with torch.inference_mode():
+        mod(torch.zeros(4), t)
+    assert (t == 100).all()
+
+
+def test_bfloat16_tensors_pass_through_their_bits():
+    """Was: "Unsupported dtype in DLTensor" (numpy's DLPack has no bfloat16)."""
+    pytest.importorskip("ml_dtypes")
+    B = pt.placeholder((4,), "bfloat16", name="B")
+    C = pt.compute((4,), lambda i: B[i] * 2.0, name="C")
+    mod = pt.build(pt.create_schedule(C.op), [B, C])
+    b = torch.tensor([1.5, 2, -3, 4], dtype=torch.bfloat16)
+    c = torch.empty(4, dtype=torch.bfloat16)
+    mod(b, c)
+    assert torch.equal(c, b * 2) and c._version == 1
+    assert np.array_equal(np.asarray(mod(b), np.float32), [3, 4, -6, 8])  # numpy, allocated
