@@ -323,6 +323,7 @@ class Bounds(_Reads):
                     f"compute_at on stage '{st.name}': its consumer {what} runs outside "
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
+            _check_init_reads(st, c, self.bodies[c], n.prefix, self.stage_of)
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
             inner = cctx[len(prefix_ids) :]
             exact |= cn.tightened  # a consumer whose loops are not a box
@@ -468,3 +469,22 @@ class Bounds(_Reads):
             deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
             out.setdefault(deepest, []).append((c, is_red))
         return out
+
+
+def _check_init_reads(st: Stage, c: Stage, body: Expr, prefix, stage_of) -> None:
+    """Refuse attaching ``st`` inside a reduction loop of its consumer ``c`` whose
+    ``init=`` reads it: the starting value is stored before that loop runs.
+
+        for i: S[i] = x[i]; for k: S[i] += A[i, k]     (x.local at k: not there yet)
+    """
+    reads = [
+        r for e in walk(body) if isinstance(e, Reduce) and e.init for r in tensor_reads(e.init[0])
+    ]
+    if not any(stage_of(r.tensor) is st for r in reads):
+        return
+    for iv, _ in prefix:
+        if iv.kind == "reduce" and iv in c.leaf_iter_vars:
+            raise ScheduleError(
+                f"compute_at on stage '{st.name}': '{c.name}' reads it in its init=, which "
+                f"runs before its reduction loop {iv.name}; attach it at a loop outside that"
+            )

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to i
 
 ANNOTATIONS = {"parallel": "parallel", "vectorize": "vectorized", "unroll": "unrolled"}
 PRAGMAS = {"unroll_explicit": "unroll"}  # TVM pragma -> the primitive that does it here
+MIXED_SKEW = "spatial loop {} cannot follow reduction loop {}: the reduction's init runs outside it"
 
 
 def as_op(x) -> Operation:
@@ -70,9 +71,7 @@ class Stage:
     """The schedule of one operation: its loop nest and where it is computed."""
 
     def __init__(self, sch: Schedule, op: Operation):
-        self.schedule = sch
-        self.op = op
-        self.origin_op = op
+        self.schedule, self.op, self.origin_op = sch, op, op
         self.relations: list = []
         self.attrs: dict[IterVar, str] = {}  # leaf -> loop kind
         self.prefetches: list[PrefetchAt] = []  # see prefetch()
@@ -318,17 +317,17 @@ class Stage:
 
     def _skew(self, step: steps.Skew) -> tuple[IterVar, IterVar]:
         outer, inner, factor = step.outer, step.inner, step.factor
-        self._leaf(outer, "skew")
-        self._leaf(inner, "skew")
+        for iv in (outer, inner):
+            if self._leaf(iv, "skew") in self.attrs:
+                raise self.error("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
         if outer is inner:
             raise self.error("skew", "needs two different loops")
         if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
             raise self.error("skew", f"factor must be a positive integer, got {factor!r}")
         if self.leaf_iter_vars.index(outer) > self.leaf_iter_vars.index(inner):
             raise self.error("skew", f"loop {outer.name} must enclose {inner.name}")
-        for iv in (outer, inner):
-            if iv in self.attrs:
-                raise self.error("skew", f"loop {iv.name} is already annotated {self.attrs[iv]}")
+        if outer.kind == "reduce" and inner.kind == "spatial":
+            raise self.error("skew", MIXED_SKEW.format(inner.name, outer.name))
         new = self._new_iv(inner.name + ".skew", inner.kind)
         self.relations.append(Skew(outer, inner, new, factor))
         self.leaf_iter_vars[self.leaf_iter_vars.index(inner)] = new

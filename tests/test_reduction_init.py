@@ -91,3 +91,45 @@ def test_multi_output_init_in_an_attached_reduction():
     best = np.where(v0 > a.max(1), v0, a.max(1))
     at = np.where(v0 > a.max(1), i0, a.argmax(1))
     np.testing.assert_allclose(pt.build(s, [A, I0, V0, D])(a, i0, v0), best + at, rtol=1e-6)
+
+
+def test_a_cache_that_only_the_init_reads_is_refused_inside_the_reduction_loop():
+    """Was: accepted at the reduction loop k, then C that did not compile ('x_local'
+    undeclared): the starting value is stored before k runs. At i it is right."""
+    n = 7
+    A = pt.placeholder((n, n), "float32", name="A")
+    x = pt.placeholder((n,), "float32", name="x")
+    k = pt.reduce_axis((0, n), name="k")
+    S = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, init=x[i]), name="S")
+    a, xv = np.random.rand(n, n).astype("f4"), np.random.rand(n).astype("f4")
+    s = pt.create_schedule(S.op)
+    XL = s.cache_read(x, "local", [S])
+    with pytest.raises(pt.ScheduleError, match="'S' reads it in its init=, which runs before "
+                                               "its reduction loop k"):  # fmt: skip
+        s[XL].compute_at(s[S], k)
+        pt.build(s, [A, x, S])
+    s = pt.create_schedule(S.op)
+    XL = s.cache_read(x, "local", [S])
+    s[XL].compute_at(s[S], S.op.axis[0])
+    np.testing.assert_allclose(pt.build(s, [A, x, S])(a, xv), a.sum(1) + xv, rtol=1e-5)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_spatial_loop_cannot_be_skewed_by_a_reduction_loop(split):
+    """Was: accepted, then C using k where the init runs outside it (or a KeyError with
+    parallel); fuse refuses mixing the two kinds the same way. The other way is right."""
+    n = 7
+    A = pt.placeholder((n, n), "float32", name="A")
+    k = pt.reduce_axis((0, n), name="k")
+    S = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k), name="S")
+    s = pt.create_schedule(S.op)
+    i = S.op.axis[0]
+    outer = s[S].split(k, factor=2)[1] if split else k
+    s[S].reorder(outer, i)
+    with pytest.raises(pt.ScheduleError, match=f"skew on stage 'S': spatial loop i cannot "
+                                               f"follow reduction loop {outer.name}"):  # fmt: skip
+        s[S].skew(outer, i, 1)
+    s = pt.create_schedule(S.op)
+    s[S].skew(S.op.axis[0], k, 1)
+    a = np.random.rand(n, n).astype("f4")
+    np.testing.assert_allclose(pt.build(s, [A, S])(a), a.sum(1), rtol=1e-5)
