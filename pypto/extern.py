@@ -95,7 +95,8 @@ def _wrapper_source(wrapper: str, func: str, source: str, params: list, out) -> 
         dims = [int(d.value) for d in t.shape]
         for d in range(len(dims)):
             args.append(f"int64_t {p}_s{d}")
-            checks.append(f"{p}_s{d} != {math.prod(dims[d + 1 :])}")
+            if dims[d] > 1:  # (a dimension of one element has any stride: 0 is passed)
+                checks.append(f"{p}_s{d} != {math.prod(dims[d + 1 :])}")
         names.append(p)
     guard = f"PT_SOURCE_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     lines = [f"#ifndef {guard}", f"#define {guard}", source, "#endif"]  # several externs'

@@ -177,3 +177,18 @@ def test_inlining_an_extern_stage_says_what_it_is():
     Y = pt.compute((8,), lambda i: R[i] + 1.0, name="Y")
     with pytest.raises(pt.ScheduleError, match="compute_inline on stage 'R': a pt.extern stage"):
         pt.create_schedule(Y.op)[R].compute_inline()
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 1), (1, 4)])
+def test_dimensions_of_one_element_are_whole_row_major_buffers(shape):
+    """Was: the stride of a one-element dimension comes as 0, the wrapper's row-major
+    check trapped and the process died (Illegal instruction)."""
+    n = int(np.prod(shape))
+    src = f"static void rev(const double* x, double* y) {{ for (int i = 0; i < {n}; ++i) "
+    src += f"y[i] = x[{n} - 1 - i]; }}"
+    X = pt.placeholder(shape, "float64", name="X")
+    R = pt.extern(shape, [X], "rev", src, name="R", dtype="float64")
+    Y = pt.compute(shape, lambda *i: R[i] + 1.0, name="Y")
+    x = np.arange(1.0, n + 1).reshape(shape)
+    got = pt.build(pt.create_schedule(Y.op), [X, Y])(x)
+    np.testing.assert_array_equal(got, x.ravel()[::-1].reshape(shape) + 1)
