@@ -162,8 +162,11 @@ class ClusterModel(GroupModel):
         if s._sched_exprs is None:
             return
         leaves = s.stage.leaf_iter_vars
-        if any(s.leaf_dims.get(leaves[j]) != (1 + j, 2 + j) for j in range(m)):
-            s._sched_exprs = None  # a shared loop that is not one affine dim
+        shared = {s.leaf_dims.get(leaves[j]) for j in range(m)}
+        if any(s.leaf_dims.get(leaves[j]) != (1 + j, 2 + j) for j in range(m)) or any(
+            s.leaf_dims.get(iv) in shared for iv in leaves[m:]
+        ):  # a shared loop that is not one affine dim, or whose dim an unshared loop has
+            s._sched_exprs = None  # too (the outer loop of a symbolic split: its parent's)
             return
         s._sched_exprs = _interleave(s._sched_exprs, pos)
         s.leaf_dims = {

@@ -498,3 +498,30 @@ def test_a_shared_loop_parallel_in_one_member_only_is_refused_then_runs_in_all()
                 ref[x, y] += a[z, x] * ref[z, y]
             ref[x, y] *= 2.0
     np.testing.assert_allclose(pt.build(s, [A, B0, B])(a, b0), ref)
+
+
+def test_sharing_the_outer_loop_of_a_symbolic_split_is_refused():
+    """Was: accepted, and each tile of A read values of B not computed yet (A[2] 0.147
+    for 0.238): the symbolic split's outer loop was modelled as the whole loop it splits,
+    as if the statements alternated per element. A constant factor is refused with a
+    witness; sharing only the time loop, the symbolic split stays right."""
+    n = 7
+    A0, A, B, (t, i), (t2, i2) = _jacobi_1d(n, 1)
+    f = pt.var("f")
+    s = pt.create_schedule([A.op, B.op])
+    bo, _ = s[B].update(0).split(i, factor=f)
+    s[A].update(0).split(i2, factor=f)
+    with pytest.raises(pt.ScheduleError, match="cannot be verified: its loop transformations "
+                                               "are not affine"):  # fmt: skip
+        s[A].update(0).compute_with(s[B].update(0), bo)
+    s = pt.create_schedule([A.op, B.op])
+    s[A].update(0).compute_with(s[B].update(0), t)
+    s[B].update(0).split(i, factor=f)
+    s[A].update(0).split(i2, factor=f)
+    mod = pt.build(s, [A0, A, B, f])
+    a0 = np.random.default_rng(0).random(n)
+    a, b = np.full(n, np.nan), np.full(n, np.nan)
+    mod(a0, a, b, 2)
+    ra, rb = _jacobi_1d_ref(a0, 1)
+    np.testing.assert_allclose(a, ra, rtol=1e-13)
+    np.testing.assert_allclose(b, rb, rtol=1e-13)
