@@ -76,7 +76,7 @@ def _installed(module: str) -> bool:
 
 
 def _eager():
-    """``autotune.torch_eager.eager_seconds``, or None without torch."""
+    """``autotune.torch_eager.eager_timings``, or None without torch."""
     if not _installed("torch"):
         return None
     return importlib.import_module("autotune.torch_eager").eager_timings
