@@ -103,6 +103,15 @@ def aligned_empty(shape: tuple, dtype) -> np.ndarray:
     return raw[start : start + n].view(dt).reshape(shape)
 
 
+def stand_in(a: np.ndarray) -> np.ndarray:
+    """What a kernel gets for an array of no elements: a zeroed buffer of its shape with
+    every empty dimension 1. No proven access reaches an empty array, but one whose
+    data index failed its run-time check goes on at index 0 (the call then raises
+    IndexError): it lands here, not outside the caller's array. (Zeroed by calloc: a
+    large one costs no memory until touched.)"""
+    return np.zeros(tuple(max(d, 1) for d in a.shape), a.dtype)
+
+
 def aligned_copy(a: np.ndarray) -> np.ndarray:
     """``a`` copied into an array that starts on a cache line (``aligned_empty``)."""
     out = aligned_empty(a.shape, a.dtype)

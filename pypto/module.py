@@ -39,6 +39,7 @@ from .arg_checks import (
     index_checks,
     provenance,
     raise_status,
+    stand_in,
 )
 from .bounds_check import SizeCheck, check_sizes
 from .cache import atomic_write_all
@@ -349,8 +350,8 @@ class Module:
                 raise ValueError(f"argument {name} is written but the array is read-only")
         check_overlap(arrays, self._specs, self._written)
         check_tensor_writes(args, self._specs, self._written)
-        ptrs = [arr.ctypes.data for arr in arrays]
-        return [*ptrs, *sizes, *self._slots.floats(scalars)], arrays
+        arrays = [a if a.size else stand_in(a) for a in arrays]
+        return [*(a.ctypes.data for a in arrays), *sizes, *self._slots.floats(scalars)], arrays
 
     def _check_shapes(self, arrays, passed: dict) -> list:
         """Dtypes, ranks, dimensions, sizes and temporaries of a call's arrays (and the
@@ -372,11 +373,9 @@ class Module:
             check_temporary(self.name, t, values)
         return [bound[v][0] for v in self.signature.size_vars]
 
-    def __reduce__(self):
-        raise TypeError(
-            f"{self.name}: a module holds a loaded library and cannot be pickled; "
-            "save it with mod.export_library(path), load it with pt.load_module(path)"
-        )
+    def __reduce__(self):  # (a loaded library cannot travel)
+        raise TypeError(f"{self.name}: a module cannot be pickled; use mod.export_library(path)"
+                        ", then pt.load_module(path)")  # fmt: skip
 
     def release_workspace(self) -> bool:
         """Free the blocks that the kernel's temporaries keep from one call to the next
