@@ -417,7 +417,7 @@ _CHILDREN = {
     Cast: ("value",),
     Call: ("args",),
     TensorRead: ("indices",),
-    Reduce: ("source",),
+    Reduce: ("source", "init"),  # init: () or (the starting value,)
 }
 
 

@@ -133,3 +133,18 @@ def test_a_spatial_loop_cannot_be_skewed_by_a_reduction_loop(split):
     s[S].skew(S.op.axis[0], k, 1)
     a = np.random.rand(n, n).astype("f4")
     np.testing.assert_allclose(pt.build(s, [A, S])(a), a.sum(1), rtol=1e-5)
+
+
+def test_the_reads_of_init_are_proven_in_bounds_or_checked():
+    """Was: never looked at: init=Z[i + 4] read past Z, init=Z[i * i] unchecked."""
+    A = pt.placeholder((4, 8), "float32", name="A")
+    Z = pt.placeholder((4,), "float32", name="Z")
+    k = pt.reduce_axis((0, 8), name="k")
+    C = pt.compute((4,), lambda i: pt.sum(A[i, k], axis=k, init=Z[i + 4]), name="C")
+    with pytest.raises(pt.ScheduleError, match=r"Z\[i \+ 4\] reads past dimension 0 of Z"):
+        pt.build(pt.create_schedule(C.op), [A, Z, C])
+    k = pt.reduce_axis((0, 8), name="k")
+    D = pt.compute((4,), lambda i: pt.sum(A[i, k], axis=k, init=Z[i * i]), name="D")
+    mod = pt.build(pt.create_schedule(D.op), [A, Z, D])
+    with pytest.raises(IndexError, match=r"the index of Z\[i \* i\] in dimension 0"):
+        mod(np.ones((4, 8), np.float32), np.ones(4, np.float32))
