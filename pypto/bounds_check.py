@@ -73,11 +73,16 @@ _ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "!="}
 
 
 class _Printer(IslPrinter):
-    """isl syntax for index arithmetic; integer casts are transparent."""
+    """isl syntax for index arithmetic; integer casts that keep every value (to as many
+    bits or more, signed, or unsigned from unsigned) are transparent, narrowing ones
+    wrap in C: not affine, so checked at run time (``A[pt.cast("int8", i)]``)."""
 
     def __call__(self, e: Expr) -> str:
         if isinstance(e, Cast) and dtypes.dtype(e.dtype).is_int:
             if dtypes.dtype(e.value.dtype).is_int:
+                (lo, hi), (a, b) = (dtypes.value_range(x.dtype) for x in (e, e.value))
+                if not lo <= a <= b <= hi:
+                    raise NonAffine(str(e))
                 return self(e.value)
         return super().__call__(e)
 

@@ -541,3 +541,26 @@ def test_a_size_variable_no_argument_binds_is_refused_before_the_c_compiler():
     s[B].split(B.op.axis[0], factor=f)
     with pytest.raises(pt.ScheduleError, match=r"size variable\(s\) f appear in the schedule"):
         pt.lower(s, [A, B], name="k")
+
+
+def test_a_narrowing_integer_cast_in_an_index_is_checked_at_run_time():
+    """Was: transparent to the proof, so A[int8(i)] over 200 elements was accepted and
+    read A[-128..-57] (written, on an update's left side). A widening cast keeps its
+    values and stays transparent to the proof."""
+    A = pt.placeholder((200,), "float32", name="A")
+    B = pt.compute((200,), lambda i: A[pt.cast("int8", i)], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    with pytest.raises(IndexError, match=r"the index of A\[int8\(i\)\] in dimension 0"):
+        mod(np.ones(200, np.float32))
+    H = pt.placeholder((200,), "float32", name="H")
+    Hs = pt.compute((200,), lambda i: H[i], name="Hs")
+    (r,) = pt.rdom([(0, 200)], names="r")
+    Hs[pt.cast("int8", r)] = 1.0
+    scatter = pt.build(pt.create_schedule(Hs.op), [H, Hs])
+    with pytest.raises(IndexError, match=r"the index of Hs?\[int8\(r\)\]"):
+        scatter(np.zeros(200, np.float32))
+    C = pt.compute((100,), lambda i: A[pt.cast("int8", i)], name="C")  # in range: no error
+    np.testing.assert_array_equal(
+        pt.build(pt.create_schedule(C.op), [A, C])(np.arange(200.0, dtype=np.float32)),
+        np.arange(100.0),
+    )
