@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 
 from .dtypes import identity_value
-from .expr import Const, Expr, Reduce, Select, Var, as_expr, binary, walk
+from .expr import Const, Expr, Reduce, Select, TensorRead, Var, as_expr, binary, walk
 from .tensor import IterVar
 
 
@@ -65,6 +65,11 @@ class CommReducer:
         """A tuple reduction: one Reduce per element, to be the bodies of one
         multi-output ``pt.compute`` (``idx, val = pt.compute(..., lambda i: argmax(...))``)."""
         dts = tuple(e.dtype for e in srcs)
+        xs, ys = (tuple(Var(f"{v}{k}", dt) for k, dt in enumerate(dts)) for v in "xy")
+        for what, es in (("identity", self.identity_tuple(dts)),
+                         ("fcombine", self.combine_tuple(xs, ys))):  # fmt: skip
+            for e in es:
+                self._reads_nothing(what, e)
         if where is not None:
             cond = as_expr(where)
             if cond.dtype != "bool":
@@ -89,11 +94,20 @@ class CommReducer:
         conversion on each step: an int32 combine of float32 values would truncate)."""
         x, y = Var("x", dtype), Var("y", dtype)
         for what, e in (("identity", self.identity(dtype)), ("fcombine", self.combine(x, y))):
+            self._reads_nothing(what, e)
             if e.dtype != dtype:
                 raise TypeError(
                     f"{self.name}: its {what} is {e.dtype}, the reduction {dtype} ({e}); "
                     "use pt.cast or pt.const(value, dtype)"
                 )
+
+    def _reads_nothing(self, what: str, e: Expr) -> None:
+        """A reducer combines its two operands, constants and scalar arguments; a tensor
+        read in it would reach the C code with no bounds proven, no buffer bound."""
+        read = next((x for x in walk(e) if isinstance(x, TensorRead)), None)
+        if read is not None:
+            raise TypeError(f"{self.name}: its {what} reads {read}; a reducer combines its "
+                            "operands only: read the tensor in the reduced expression")  # fmt: skip
 
     def __call__(self, expr, axis, where=None, init=None) -> Reduce:
         """``red(expr, axis=k, where=cond, init=value)``, as TVM's reducers.

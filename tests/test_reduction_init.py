@@ -148,3 +148,18 @@ def test_the_reads_of_init_are_proven_in_bounds_or_checked():
     mod = pt.build(pt.create_schedule(D.op), [A, Z, D])
     with pytest.raises(IndexError, match=r"the index of Z\[i \* i\] in dimension 0"):
         mod(np.ones((4, 8), np.float32), np.ones(4, np.float32))
+
+
+def test_a_reducer_that_reads_a_tensor_is_refused():
+    """Was: accepted by lower, then an internal AssertionError at build (the read
+    reached the C code unlowered, its bounds never proven)."""
+    W = pt.placeholder((4,), "float32", name="W")
+    A = pt.placeholder((4, 8), "float32", name="A")
+    wsum = pt.comm_reducer(lambda x, y: x + y * W[3], lambda dt: pt.const(0, dt), name="wsum")
+    k = pt.reduce_axis((0, 8), name="k")
+    with pytest.raises(TypeError, match=r"wsum: its fcombine reads W\[3\]; a reducer"):
+        pt.compute((4,), lambda i: wsum(A[i, k], axis=k), name="C")
+    argm = pt.comm_reducer(lambda x, y: (x[0], x[1] + W[0]),
+                           lambda a, b: (pt.const(-1, a), pt.const(0, b)))  # fmt: skip
+    with pytest.raises(TypeError, match=r"its fcombine reads W\[0\]"):
+        pt.compute((4,), lambda i: argm((k, A[i, k]), axis=k), name="D")
