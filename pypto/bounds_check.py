@@ -234,8 +234,13 @@ def check_bounds(sch: Schedule) -> BoundsReport:
     return BoundsReport(tuple(checks), frozenset(reads), frozenset(writes))
 
 
+SPLIT_MOST = 2**62
+
+
 def _split_amount_checks(sch: Schedule) -> list:
-    """A call-time check per symbolic split factor or part count: at least 1.
+    """A call-time check per symbolic split factor or part count: at least 1, and at most
+    ``SPLIT_MOST`` (``(n + f - 1) / f`` wraps in C's int64 past it: the loop ran no
+    iteration and left the output as it was).
 
     s[B].split(i, factor=f)     mod(a, b, 0)
     ValueError: default_function: with f=0, the split factor f of stage 'B' (loop i)
@@ -255,14 +260,15 @@ def _split_amount_checks(sch: Schedule) -> list:
             names = Namer()
             pr = _Printer({v: names(v, "p_" + v.name) for v in params})
             try:
-                cond = f"{pr(amount)} <= 0"
+                cond = f"{pr(amount)} <= 0 or {pr(amount)} > {SPLIT_MOST}"
             except NonAffine:
                 continue  # a product of sizes: the kernel's own division check remains
             pstr = ", ".join(pr.names[v] for v in params)
             checks.append(
                 SizeCheck(
                     f"the split {what} {amount} of stage '{st.name}' (loop "
-                    f"{rel.parent.name}) must be at least 1",
+                    f"{rel.parent.name}) must be at least 1 and at most 2**62 (a trip "
+                    "count past it wraps in C)",
                     tuple(params),
                     f"[{pstr}] -> {{ [] : {cond} }}",
                     (),

@@ -151,10 +151,12 @@ def test_a_symbolic_split_amount_below_one_is_refused_by_name(how):
     a, b = np.arange(5, dtype=F32), np.full(5, -1.0, F32)
     with pytest.raises(
         ValueError,
-        match=rf"with f=0, the split {how} f of stage 'B' \(loop i\) must be at least 1; "
-        "nothing was run",
+        match=rf"with f=0, the split {how} f of stage 'B' \(loop i\) must be at least 1 and "
+        r"at most 2\*\*62 \(a trip count past it wraps in C\); nothing was run",
     ):
         mod(a, b, 0)
+    with pytest.raises(ValueError, match=r"with f=9223372036854775807, the split"):
+        mod(a, b, 2**63 - 1)  # was: the loop ran no iteration, b left as it was
     with pytest.raises(ValueError, match="argument f: -3 is not a size"):
         mod(a, b, -3)
     np.testing.assert_array_equal(b, -1.0)
