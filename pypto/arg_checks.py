@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from .c_helpers import MAX_BYTES
-from .dtypes import numpy_dtype
+from .dtypes import numpy_dtype, value_range
 from .expr import Call, Const, Var, substitute, walk
 from .loop_ir import own_exprs, walk_stmts
 from .simplify import simplify
@@ -148,9 +148,19 @@ def bind_sizes(arrays, specs) -> dict:
     return bound
 
 
+def check_size_dtypes(bound: dict) -> None:
+    """Refuse a size beyond its variable's dtype (an int32 ``pt.var`` of 2**31 would wrap
+    in the kernel's int32 arithmetic); ``bound``: ``bind_sizes``' with the passed ones."""
+    for v, (x, src) in bound.items():
+        if x > value_range(v.dtype)[1]:
+            where = f"argument {src}" if src != v.name else f"argument {v.name}"
+            raise ValueError(f"{where}: {v.name} = {x} does not fit its dtype {v.dtype}")
+
+
 def bind_passed(bound: dict, size_vars, passed: dict) -> dict:
     """``bound`` (``bind_sizes``') with the sizes a call passes as arguments (``passed``:
-    name -> value, see ``pypto.scalar_args``); one that a shape binds too must agree."""
+    name -> value, see ``pypto.scalar_args``); one that a shape binds too must agree, and
+    each must fit its variable's dtype (``check_size_dtypes``)."""
     for v in size_vars:
         if v.name not in passed:
             continue
@@ -159,6 +169,7 @@ def bind_passed(bound: dict, size_vars, passed: dict) -> dict:
             got, src = bound[v]
             raise ValueError(f"argument {v.name}: {x}, but argument {src}'s shape makes it {got}")
         bound.setdefault(v, (x, v.name))
+    check_size_dtypes(bound)
     return bound
 
 

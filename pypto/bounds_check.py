@@ -68,6 +68,7 @@ from .tensor import UpdateOp
 if TYPE_CHECKING:  # a type only: the schedule module imports this one
     from .schedule import Schedule
 
+_NARROW = frozenset({"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64"})
 _NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
 _ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "!="}
 
@@ -78,6 +79,8 @@ class _Printer(IslPrinter):
     wrap in C: not affine, so checked at run time (``A[pt.cast("int8", i)]``)."""
 
     def __call__(self, e: Expr) -> str:
+        if isinstance(e, Binary) and e.dtype in _NARROW:  # wraps in C where isl does not
+            raise NonAffine(str(e))
         if isinstance(e, Cast) and dtypes.dtype(e.dtype).is_int:
             if dtypes.dtype(e.value.dtype).is_int:
                 (lo, hi), (a, b) = (dtypes.value_range(x.dtype) for x in (e, e.value))

@@ -566,3 +566,28 @@ def test_a_narrowing_integer_cast_in_an_index_is_checked_at_run_time():
         pt.build(pt.create_schedule(C.op), [A, C])(np.arange(200.0, dtype=np.float32)),
         np.arange(100.0),
     )
+
+
+def test_int32_sizes_and_their_arithmetic_in_indices():
+    """Was: k + 3 of an int32 k computed in int32 wrapped at k = 2**31 - 1 while the
+    proof counted exactly (a read far before A); an int32 size bound from a dimension of
+    3e9 was accepted. Narrow index arithmetic is checked at run time now, and a size or
+    an argument beyond its dtype is refused."""
+    k = pt.var("k", "int32")
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute((2,), lambda i: A[(k + 3) // 2 - k // 2 + i], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, k, B])
+    a = np.arange(4.0, dtype=np.float32)
+    np.testing.assert_array_equal(mod(a, 5), [2, 3])
+    with pytest.raises(IndexError, match=r"the index of A\[.*\] in dimension 0 \(size 4\)"):
+        mod(a, 2**31 - 1)
+    with pytest.raises(ValueError, match="argument k: k = 2147483648 does not fit its dtype int32"):
+        mod(a, 2**31)
+    m = pt.var("m", "int32")
+    C = pt.placeholder((2, m), "float32", name="C")
+    D = pt.compute((2,), lambda i: C[i, m - 1], name="D")
+    dmod = pt.build(pt.create_schedule(D.op), [C, D])
+    big = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (2, 3 * 10**9), (0, 0))
+    with pytest.raises(ValueError, match="argument C: m = 3000000000 does not fit its dtype int32"):
+        dmod(big)
+    np.testing.assert_array_equal(dmod(np.ones((2, 3), np.float32)), [1, 1])
