@@ -4,9 +4,11 @@ checked at call), hostile identifiers, heap sizes that overflow."""
 from __future__ import annotations
 
 import keyword
+import platform
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -591,3 +593,56 @@ def test_int32_sizes_and_their_arithmetic_in_indices():
     with pytest.raises(ValueError, match="argument C: m = 3000000000 does not fit its dtype int32"):
         dmod(big)
     np.testing.assert_array_equal(dmod(np.ones((2, 3), np.float32)), [1, 1])
+
+
+def _guarded_tail():
+    """A read guarded by a select in a vectorized loop of 8 floats whose last tile runs
+    past A (37 of 40): gcc 12 folded its constant mask into a full-width load."""
+    A = pt.placeholder((37,), "float32", name="A")
+    C = pt.compute((40,), lambda i: pt.select(i < 37, A[i], pt.const(0, "float32")), name="C")
+    s = pt.create_schedule(C.op)
+    s[C].vectorize(s[C].split(C.op.axis[0], factor=8)[1])
+    return s, [A, C]
+
+
+@pytest.mark.parametrize("target", ["x86-avx512", "x86-avx512-bf16", "x86-amx"])
+def test_a_guarded_read_is_no_full_width_load_on_avx512(target, tmp_path):
+    """Was: `vblendps $31, 128(%rdi)`, 32 bytes read from A[32..39] of 37 (a fault at a
+    page's end); the AVX-512 targets build without AVX-512VL now: vmaskmovps."""
+    if platform.machine() != "x86_64" or shutil.which("gcc") is None:
+        pytest.skip("needs gcc for x86-64")
+    src = tmp_path / "k.c"
+    src.write_text(pt.build(*_guarded_tail(), target=target, emit_only=True))
+    flags = [f for f in pt.Target(target).cflags if f not in ("-shared", "-fPIC")]
+    asm = subprocess.run(["gcc", *flags, "-S", "-o", "-", str(src)], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    assert not re.search(r"v(p)?blend\w*\s+\$\d+, -?\d*\(%", asm), asm
+    assert re.search(r"vmaskmovps|\{%k\d\}", asm), "no masked load: the guard was lost"
+
+
+def test_a_guarded_read_at_a_page_end_runs():
+    """The same kernel on this host's target with A ending at an unreadable page (in a
+    child process: a fault would kill it)."""
+    r = subprocess.run([sys.executable, "-c", _PAGE_END], capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-1500:])
+
+
+_PAGE_END = """
+import ctypes, mmap, numpy as np, pypto as pt
+page = mmap.PAGESIZE
+buf = mmap.mmap(-1, 2 * page)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+assert libc.mprotect(base + page, page, 0) == 0
+a = np.frombuffer(buf, np.float32, 37, page - 37 * 4)
+a[:] = np.arange(37)
+A = pt.placeholder((37,), "float32", name="A")
+C = pt.compute((40,), lambda i: pt.select(i < 37, A[i], pt.const(0, "float32")), name="C")
+s = pt.create_schedule(C.op)
+s[C].vectorize(s[C].split(C.op.axis[0], factor=8)[1])
+c = pt.build(s, [A, C])(a)
+assert (c[:37] == a).all() and (c[37:] == 0).all()
+print("ok")
+"""
