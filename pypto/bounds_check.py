@@ -68,6 +68,14 @@ from .tensor import UpdateOp
 if TYPE_CHECKING:  # a type only: the schedule module imports this one
     from .schedule import Schedule
 
+_HUGE = 2**32  # index constants from here on are refused: (i * 2**62 + i) // 2**62
+
+
+def _huge(e: Expr) -> bool:
+    return any(isinstance(x, Const) and isinstance(x.value, int) and abs(x.value) >= _HUGE
+               for x in walk(e))  # fmt: skip
+
+
 _NARROW = frozenset({"int8", "int16", "int32", "uint8", "uint16", "uint32", "uint64"})
 _NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
 _ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "=", "ne": "!="}
@@ -314,6 +322,11 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
         for d, (idx, size) in enumerate(zip(a.indices, a.tensor.shape)):
             if any(isinstance(x, TensorRead) for x in walk(idx)):
                 continue  # read from data: checked at run time by lowering
+            if _huge(idx):  # C's int64 arithmetic overflows (undefined) where isl's does not
+                raise ScheduleError(
+                    f"{_kind(op)} '{stage_name}': {a.text}: an index constant of 2**32 or "
+                    "more may overflow the int64 arithmetic of the C"
+                )
             lo, hi = bounds(idx, ranges)
             if lo >= 0 and hi < bounds(size, ranges)[0]:
                 continue  # proven by intervals

@@ -646,3 +646,13 @@ c = pt.build(s, [A, C])(a)
 assert (c[:37] == a).all() and (c[37:] == 0).all()
 print("ok")
 """
+
+
+def test_an_index_with_a_huge_constant_is_refused():
+    """Was: proven in bounds with exact integers, while C's int64 product overflowed
+    (undefined: gcc even dropped the run-time check) and read A[-2]."""
+    A = pt.placeholder((8,), "float32", name="A")
+    B = pt.compute((8,), lambda i: A[(i * 2**62 + i) // 2**62], name="B")
+    with pytest.raises(pt.ScheduleError, match=r"an index constant of 2\*\*32 or more may "
+                                               "overflow the int64 arithmetic"):  # fmt: skip
+        pt.build(pt.create_schedule(B.op), [A, B])
