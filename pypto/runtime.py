@@ -321,6 +321,12 @@ def set_num_threads(n: int) -> None:
     """Set the number of threads that parallel loops use from now on."""
     if n < 1:
         raise ValueError("the number of threads must be at least 1")
+    if n > 1 and _forked_child:
+        raise RuntimeError(
+            "this process was fork()ed: OpenMP's thread pool does not survive fork, and a "
+            "parallel loop with more than one thread would wait forever; start workers "
+            'with multiprocessing.get_context("spawn") to use threads there'
+        )
     lib = _gomp()
     if lib is not None:
         lib.omp_set_num_threads(int(n))
@@ -329,11 +335,14 @@ def set_num_threads(n: int) -> None:
 def _one_thread_after_fork() -> None:
     """A fork()ed child inherits libgomp's state but not its thread pool: its first
     parallel loop would wait forever for threads that do not exist. As PyTorch does for
-    its own pool, a forked child runs parallel loops on one thread (raising it again
-    there hangs); workers started by "spawn" or "forkserver" keep every thread."""
+    its own pool, a forked child runs parallel loops on one thread (``set_num_threads``
+    refuses more there); workers started by "spawn" or "forkserver" keep every thread."""
+    global _forked_child
+    _forked_child = True
     lib = _gomp()
     if lib is not None:
         lib.omp_set_num_threads(1)
 
 
+_forked_child = False
 os.register_at_fork(after_in_child=_one_thread_after_fork)

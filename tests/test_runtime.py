@@ -443,7 +443,13 @@ a = np.random.rand(n, n).astype(np.float32)
 mod(a)  # the parent's thread pool exists from here
 
 def child(q):
-    q.put(bool(np.allclose(mod(a), a * 3)))
+    ok = bool(np.allclose(mod(a), a * 3))
+    try:
+        pt.set_num_threads(2)  # would hang the next parallel loop: refused
+        ok = False
+    except RuntimeError as e:
+        ok = ok and "was fork()ed" in str(e)
+    q.put(ok)
 
 q = mp.get_context("fork").Queue()
 p = mp.get_context("fork").Process(target=child, args=(q,))
@@ -458,7 +464,7 @@ print("ok")
 def test_a_forked_child_runs_parallel_kernels():
     """Was: once the parent had run a parallel loop, a fork()ed child's first one waited
     forever (libgomp's pool does not survive fork); the child now runs them on one
-    thread, as PyTorch's own pool does."""
+    thread, as PyTorch's own pool does, and refuses more (which would hang)."""
     r = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
