@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from .dtypes import numpy_dtype
+from .arg_checks import as_array
 from .expr import Const, Var, substitute
 from .runtime import build as _build
 from .simplify import simplify
@@ -76,7 +76,7 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
-    return _numpy_view(t)
+    return _numpy_view(t, name)
 
 
 def fake_kernel(op: str):
@@ -119,12 +119,10 @@ def from_numpy(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
-def _numpy_view(t: torch.Tensor) -> np.ndarray:
-    """The numpy array on ``t``'s memory; bfloat16 (which numpy lacks) as ml_dtypes'
-    bfloat16, through its bits (a ``TypeError`` saying so without ml_dtypes)."""
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(numpy_dtype("bfloat16"))
-    return t.numpy()
+def _numpy_view(t: torch.Tensor, name: str = "tensor") -> np.ndarray:
+    """The numpy array on ``t``'s memory (``arg_checks.as_array``: bfloat16, which numpy
+    lacks, as ml_dtypes' bfloat16 through its bits)."""
+    return as_array(t, name)
 
 
 class ModuleCache:
