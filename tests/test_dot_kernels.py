@@ -16,6 +16,7 @@ import pytest
 
 import autotune as at
 import pypto as pt
+from autotune.templates import ukernels
 from autotune.templates.conv2d import conv2d_reference
 from autotune.templates.dense import requantize_reference
 from autotune.templates.dot_ukernels import dot_isa
@@ -211,23 +212,77 @@ def test_int8_conv_without_whole_channel_groups_takes_the_compilers_code():
     np.testing.assert_array_equal(out, ref)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_16_bit_conv_stays_in_float_arithmetic(dtype):
-    """Only int8 convolutions take the dot kernels: a bfloat16 one on a target with
-    vdpbf16ps keeps its dtype and float32 sums."""
-    t = pt.Target("x86-avx512-bf16")
-    args = (1, 16, 9, 9, 32, 3, 3, 1, 1)
+def _conv16(dtype, args, t, seed=7):
     s, tensors = at.get_template("conv2d_nchw")(*args, dtype, target=t)
     assert [x.dtype for x in tensors] == [dtype] * 3
+    mod = pt.build(s, tensors, target=t, name="conv16")
+    N, C, H, W, K, R, S, st, pad = args
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, (N, C, H, W)).astype(numpy_dtype(dtype))
+    w = rng.uniform(-1, 1, (K, C, R, S)).astype(numpy_dtype(dtype))
+    ref = conv2d_reference(x.astype(np.float64), w.astype(np.float64), stride=st, padding=pad)
+    return mod, mod(x, w).astype(np.float64), ref
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (1, 16, 9, 9, 32, 3, 3, 1, 1),
+        (2, 8, 11, 9, 32, 3, 3, 2, 1),
+        (1, 8, 5, 5, 32, 3, 3, 2, 1),  # tiles of 3 columns: copied back one column at a time
+    ],
+)
+def test_bfloat16_conv_runs_on_vdpbf16ps_and_rounds_once(args):
+    """A bfloat16 convolution on a target with vdpbf16ps takes the dot kernel (pairs of
+    input channels, float32 sums) and the transposed copy that rounds each sum once:
+    within half a bfloat16 step (2^-8 relative) of the float64 reference, plus the
+    float32 sums' own error."""
+    t = pt.Target("x86-avx512-bf16")
     if not t.can_run():
         pytest.skip("this CPU cannot run x86-avx512-bf16")
-    mod = pt.build(s, tensors, target=t, name="conv16")
+    mod, out, ref = _conv16("bfloat16", args, t)
+    assert "conv_avx512bf16_" in mod.source
+    assert "tile_transpose_avx512_float32_bf16_" in mod.source
+    assert np.all(np.abs(out - ref) <= 2.0**-8 * np.abs(ref) + 1e-5)
+
+
+def test_float16_conv_stays_in_float_arithmetic():
+    """float16 has no dot instruction on x86: float32 sums of widened halves."""
+    t = pt.Target("x86-avx512-bf16")
+    if not t.can_run():
+        pytest.skip("this CPU cannot run x86-avx512-bf16")
+    mod, out, ref = _conv16("float16", (1, 16, 9, 9, 32, 3, 3, 1, 1), t)
     assert "conv_avx512" not in mod.source
-    rng = np.random.default_rng(7)
-    x = rng.uniform(-1, 1, args[:4]).astype(numpy_dtype(dtype))
-    w = rng.uniform(-1, 1, (32, 16, 3, 3)).astype(numpy_dtype(dtype))
-    ref = conv2d_reference(x.astype(np.float64), w.astype(np.float64), stride=1, padding=1)
-    np.testing.assert_allclose(mod(x, w).astype(np.float64), ref, rtol=2e-2, atol=0.2)
+    np.testing.assert_allclose(out, ref, rtol=2e-2, atol=0.2)
+
+
+def test_rounded_tile_copy_rounds_as_cast():
+    """The bfloat16 tile copy rounds each float32 to nearest even by its bits, as
+    ``pt.cast`` and ml_dtypes do: ties, subnormals (vcvtneps2bf16 would flush them),
+    infinities, overflow to infinity and NaN, in the vector columns and the tail."""
+    t = pt.Target("x86-avx512-bf16")
+    if not t.can_run():
+        pytest.skip("this CPU cannot run x86-avx512-bf16")
+    hb, wb, kb = 2, 6, 16
+    intrin = ukernels.tile_transpose(ukernels.simd_isa(t), hb, wb, kb, "float32", None, True)
+    A = pt.placeholder((hb, wb, kb), "float32", name="A")
+    Y = pt.compute((kb, hb, wb), lambda k, y, x: pt.cast("bfloat16", A[y, x, k]), name="Y")
+    s = pt.create_schedule(Y.op)
+    s[Y].tensorize(Y.op.axis[0], intrin)
+    mod = pt.build(s, [A, Y], target=t, name="round_copy")
+    assert "pt_bf16_lanes" in mod.source
+    bits = np.random.default_rng(3).integers(0, 2**32, hb * wb * kb, dtype=np.uint64)
+    special = [0x3F808000, 0x3F818000, 0x00008000, 0x00018000, 0x80000001, 0x007FFFFF,
+               0x7F7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFF800001, 0x80000000]  # fmt: skip
+    bits[: len(special)] = special
+    bits[-len(special) :] = special  # the tail columns too
+    a = bits.astype(np.uint32).view(np.float32).reshape(hb, wb, kb)
+    with np.errstate(invalid="ignore"):  # NaN payloads
+        want = a.transpose(2, 0, 1).astype(numpy_dtype("bfloat16"))
+    got = mod(a)
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""int8 ``conv2d_nchw`` on the target's dot-product instruction (``dot_ukernels.ISAS``).
+"""int8 and bfloat16 ``conv2d_nchw`` on the target's dot-product instruction
+(``dot_ukernels.ISAS``).
 
 The reduction over input channels is grouped by the instruction's ``g`` (4 for
 ``vpdpbusd`` and ``sdot``, 2 for ``vpmaddwd``): the input is padded once into
@@ -27,6 +28,10 @@ reduction as plain loops; whole tiles are copied back to NCHW transposed in regi
 ``vpdpbusd``'s peak; PyTorch's quantized x86 conv 371); ``x86-avx2`` 22 -> 143. The
 transposed copy: on an AVX-512 Xeon, ``x86-avx512-bf16`` code, 657 -> 753 GOP/s (the
 tile loop; 72% -> 82% of ``vpdpbusd``'s peak).
+
+bfloat16 runs the same tiles on ``vdpbf16ps`` (pairs of bfloat16 into float32 lanes,
+``g`` = 2): no offset, float32 sums, rounded once to bfloat16 by the transposed copy
+(``tile_transpose(rounded=True)``, to nearest even as ``pt.cast``).
 """
 
 from __future__ import annotations
@@ -37,12 +42,14 @@ from . import dot_ukernels, ukernels
 from .conv_tiles import define_channel_tile_knobs, schedule_channel_tiles
 from .dot_ukernels import DotISA
 
+_ACC = {"int8": "int32", "bfloat16": "float32"}  # the sums' dtype per input dtype
+
 
 def usable(target, dtype: str, C: int, K: int) -> DotISA | None:
-    """The dot kernel for an int8 convolution of ``C`` -> ``K`` channels on ``target``:
-    the ISA, when ``C`` is a whole number of its groups and ``K`` of its vectors (None for
-    any other dtype: a bfloat16 convolution stays in float32 arithmetic)."""
-    isa = dot_ukernels.dot_isa(target, dtype) if dtype == "int8" else None
+    """The dot kernel for an int8 or bfloat16 convolution of ``C`` -> ``K`` channels on
+    ``target``: the ISA, when ``C`` is a whole number of its groups and ``K`` of its
+    vectors (None for any other dtype, or without one: float32 arithmetic)."""
+    isa = dot_ukernels.dot_isa(target, dtype) if dtype in ("int8", "bfloat16") else None
     if isa is None or C % isa.group or K % isa.lanes:
         return None
     return isa
@@ -58,17 +65,18 @@ def define_knobs(cfg, isa: DotISA, K: int, OH: int, OW: int) -> None:
 
 
 def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int):
-    """The schedule and tensors of the int8 convolution of the module docstring."""
+    """The schedule and tensors of the convolution of the module docstring."""
     N, C, H, W, K, R, S = shape
     g, st, p = isa.group, stride, padding
     OH, OW = (H + 2 * p - R) // st + 1, (W + 2 * p - S) // st + 1
     kb, hb, wb = (cfg[n].size[-1] for n in ("vk_k", "vk_h", "vk_w"))
-    pdt = "uint8" if isa.b_offset else isa.a_wide or "int8"
+    pdt = "uint8" if isa.b_offset else isa.a_wide or isa.dtype
+    acc_dt = _ACC[isa.dtype]
 
     def padded(n, co, y, x, cq):
-        v = pt.cast("int32", data[n, co * g + cq, y - p, x - p])
+        v = pt.cast(acc_dt, data[n, co * g + cq, y - p, x - p])
         inside = (y >= p) & (y < H + p) & (x >= p) & (x < W + p)
-        v = pt.select(inside, v, pt.const(0, "int32"))
+        v = pt.select(inside, v, pt.const(0, acc_dt))
         return pt.cast(pdt, v + 128 if isa.b_offset else v)
 
     P = pt.compute((N, C // g, H + 2 * p, W + 2 * p, g), padded, name="pad")
@@ -82,7 +90,7 @@ def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int
     cq = pt.reduce_axis((0, g), name="cq")
 
     def product(a, b):
-        return pt.cast("int32", a) * pt.cast("int32", b)
+        return pt.cast(acc_dt, a) * pt.cast(acc_dt, b)
 
     acc = pt.compute(
         (N, OH, OW, K),
@@ -103,6 +111,8 @@ def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int
 
     def copy_out(n, k, y, x):
         v = acc[n, y, x, k]
+        if acc_dt == "float32":  # bfloat16: rounded once
+            return pt.cast(isa.dtype, v)
         return v - pt.const(128, "int32") * wsum[k] if wsum is not None else v
 
     out = pt.compute((N, K, OH, OW), copy_out, name="conv")
@@ -116,7 +126,10 @@ def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int
     simd = ukernels.simd_isa(cfg.target)
     copy = None
     if simd is not None:  # the tile back to NCHW transposed in registers
-        copy = ukernels.tile_transpose(simd, hb, wb, kb, "int32", 128 if wsum is not None else None)
+        offset = 128 if wsum is not None else None
+        rounded = acc_dt == "float32"
+        if not rounded or simd.store4_bf16:
+            copy = ukernels.tile_transpose(simd, hb, wb, kb, acc_dt, offset, rounded)
     schedule_channel_tiles(cfg, s, out, acc, lambda: [co, rr, rs, cq], copy)
     s[acc].tensorize(co, conv_tile(isa, C, R, S, hb, wb, kb, st))
     return s, [data, weight, out]
@@ -124,22 +137,22 @@ def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int
 
 def conv_tile(isa: DotISA, C: int, R: int, S: int, hb: int, wb: int, kb: int, stride: int):
     """The intrinsic ``out[y, x, k] = sum_{co,r,s,q} P[co, y*st + r, x*st + s, q] *
-    W[co, r, s, k, q]`` (int32 products) over a tile of ``hb`` x ``wb`` x ``kb``."""
-    g, st = isa.group, stride
+    W[co, r, s, k, q]`` (int32 or float32 products) over a tile of ``hb`` x ``wb`` x ``kb``."""
+    g, st, acc_dt = isa.group, stride, _ACC[isa.dtype]
     if kb % isa.lanes or C % g:
         raise ValueError(
             f"conv_tile: {kb} channels are not whole {isa.name} vectors of {isa.lanes}, "
             f"or C={C} is not a multiple of {g}"
         )
-    pdt = "uint8" if isa.b_offset else isa.a_wide or "int8"
+    pdt = "uint8" if isa.b_offset else isa.a_wide or isa.dtype
     P = pt.placeholder((C // g, (hb - 1) * st + R, (wb - 1) * st + S, g), pdt, name="inp")
-    Wt = pt.placeholder((C // g, R, S, kb, g), "int8", name="wgt")
+    Wt = pt.placeholder((C // g, R, S, kb, g), isa.dtype, name="wgt")
     c, r, s = (pt.reduce_axis((0, e), name=nm) for e, nm in ((C // g, "c"), (R, "r"), (S, "s")))
     q = pt.reduce_axis((0, g), name="q")
     out = pt.compute(
         (hb, wb, kb),
         lambda y, x, k: pt.sum(
-            pt.cast("int32", P[c, y * st + r, x * st + s, q]) * pt.cast("int32", Wt[c, r, s, k, q]),
+            pt.cast(acc_dt, P[c, y * st + r, x * st + s, q]) * pt.cast(acc_dt, Wt[c, r, s, k, q]),
             axis=[c, r, s, q],
         ),
         name="tile",
@@ -155,26 +168,28 @@ def _source(isa: DotISA, name: str, pdt: str, C, R, S, hb, wb, kb, st) -> str:
     nk = kb // L
     pix = [(y, x) for y in range(hb) for x in range(wb)]
     acc = {(y, x, v): f"a{y}_{x}_{v}" for y, x in pix for v in range(nk)}
-    pc = dot_ukernels.c_elem(pdt)
+    pc, wc = dot_ukernels.c_elem(pdt), dot_ukernels.c_elem(isa.dtype)
+    ac = {"int32": "int32_t", "float32": "float"}[_ACC[isa.dtype]]
+    widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
     lines = [
         f"#include <{isa.header}>",
         dot_ukernels.helpers(isa),
         f"static inline void {name}(const {pc}* restrict in, int64_t i0, int64_t i1,",
-        "    int64_t i2, int64_t i3, const int8_t* restrict w, int64_t w0, int64_t w1,",
-        "    int64_t w2, int64_t w3, int64_t w4, int32_t* restrict out, int64_t o0,",
+        f"    int64_t i2, int64_t i3, const {wc}* restrict w, int64_t w0, int64_t w1,",
+        f"    int64_t w2, int64_t w3, int64_t w4, {ac}* restrict out, int64_t o0,",
         "    int64_t o1, int64_t o2) {",
         f"  if (i3 != 1 || w3 != {g} || w4 != 1 || o2 != 1) {{  /* other strides: plain loops */",
         f"    for (int64_t y = 0; y < {hb}; ++y)",
         f"      for (int64_t x = 0; x < {wb}; ++x)",
         f"        for (int64_t k = 0; k < {kb}; ++k) {{",
-        "          int32_t t = 0;",
+        f"          {ac} t = 0;",
         f"          for (int64_t c = 0; c < {C // g}; ++c)",
         f"            for (int64_t r = 0; r < {R}; ++r)",
         f"              for (int64_t s = 0; s < {S}; ++s)",
         f"                for (int64_t q = 0; q < {g}; ++q)",
-        f"                  t += (int32_t)in[c * i0 + (y * {st} + r) * i1 + (x * {st} + s) * i2"
-        " + q * i3]",
-        "                    * (int32_t)w[c * w0 + r * w1 + s * w2 + k * w3 + q * w4];",
+        f"                  t += {widen}(in[c * i0 + (y * {st} + r) * i1 + (x * {st} + s) * i2"
+        " + q * i3])",
+        f"                    * {widen}(w[c * w0 + r * w1 + s * w2 + k * w3 + q * w4]);",
         "          out[y * o0 + x * o1 + k * o2] = t;",
         "        }",
         "    return;",
@@ -184,7 +199,7 @@ def _source(isa: DotISA, name: str, pdt: str, C, R, S, hb, wb, kb, st) -> str:
         f"    for (int64_t r = 0; r < {R}; ++r) {{",
         f"      for (int64_t s = 0; s < {S}; ++s) {{",
         f"        const {pc}* ip = in + c * i0 + r * i1 + s * i2;",
-        "        const int8_t* wp = w + c * w0 + r * w1 + s * w2;",
+        f"        const {wc}* wp = w + c * w0 + r * w1 + s * w2;",
     ]
     body = [f"{isa.op_type} w{v} = {isa.load.format(p=f'wp + {v * L * g}')};" for v in range(nk)]
     for y, x in pix:

@@ -88,7 +88,7 @@ static inline float pt_dot_bf16(uint16_t b) {
 }
 #endif"""
 # a kernel writing bfloat16 rounds (its plain loops) as the output's cast does
-_ROUND_BF16 = """#ifndef PT_DOT_BF16_ROUND
+ROUND_BF16 = """#ifndef PT_DOT_BF16_ROUND
 #define PT_DOT_BF16_ROUND
 static inline uint16_t pt_dot_bf16_round(float f) {  /* to nearest even; NaN stays NaN */
   union { float f; uint32_t u; } v = { f };
@@ -434,7 +434,7 @@ def _source(
     lines = [
         f"#include <{isa.header}>",
         helpers(isa),
-        *([_ROUND_BF16] * (rounded or a_float)),
+        *([ROUND_BF16] * (rounded or a_float)),
         f"static inline void {name}(const {elem}* restrict a, int64_t a0, int64_t a1,",
         f"    const {belem}* restrict b, int64_t b0, int64_t b1, int64_t b2,",
         f"    {out_c}* restrict out, int64_t o0, int64_t o1) {{",

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import pypto as pt
 
+from .dot_ukernels import ROUND_BF16
+
 
 @dataclass(frozen=True)
 class SimdISA:
@@ -55,6 +57,9 @@ class SimdISA:
     isub: str
     imul: str
     as_float: str
+    # of bfloat16 lanes {v} (``pt_bf16_lanes`` of a float vector: AVX-512's only), the
+    # group {g} of four stored at {p}; "": no rounded copy on this ISA
+    store4_bf16: str = ""
 
 
 # x86: unpack pairs of a0..a3, then shuffle pairs of pairs, in every 128-bit lane
@@ -84,6 +89,7 @@ ISAS = (
         "_mm512_sub_epi32({a}, {b})",
         "_mm512_mullo_epi32({a}, _mm512_set1_epi32({m}))",
         "_mm512_castsi512_ps({a})",
+        "pt_st64({p}, _mm256_extract_epi64({v}, {g}));",
     ),
     SimdISA(
         "avx2",
@@ -128,6 +134,25 @@ ISAS = (
         "vreinterpretq_f32_s32({a})",
     ),
 )
+
+
+# AVX-512 (``store4_bf16``): 16 float32 to bfloat16 by their bits, to nearest even, NaN
+# kept quiet, as ``pt.cast`` and the scalar ``pt_dot_bf16_round`` (``ROUND_BF16``) round
+# (subnormals included, where ``vcvtneps2bf16`` flushes them to zero)
+BF16_LANES = """#ifndef PT_BF16_LANES
+#define PT_BF16_LANES
+#include <string.h>
+static inline void pt_st64(void* p, int64_t v) { memcpy(p, &v, 8); }
+static inline __m256i pt_bf16_lanes(__m512 f) {
+  __m512i b = _mm512_castps_si512(f), hi = _mm512_srli_epi32(b, 16);
+  __m512i odd = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+  __m512i bias = _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, bias), 16);
+  __mmask16 nan = _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+#endif"""
 
 
 def simd_isa(target) -> SimdISA | None:
@@ -283,12 +308,15 @@ def _gemm_source(isa: SimdISA, name: str, mr: int, nc: int, K: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int, dtype="float32", offset=None):
+def tile_transpose(
+    isa: SimdISA, hb: int, wb: int, kb: int, dtype="float32", offset=None, rounded=False
+):
     """The intrinsic ``out[k, y, x] = in[y, x, k]`` over a tile of ``hb`` rows, ``wb``
     columns and ``kb`` channels (whole vectors of ``isa``): a channels-innermost register
     tile copied back to NCHW. ``dtype``: float32 or int32; ``offset`` (int32): the copy
-    subtracts ``offset * ws[k]`` (``conv_dot``'s unsigned input). Four columns at a
-    time, in registers (the rest one by one):
+    subtracts ``offset * ws[k]`` (``conv_dot``'s unsigned input); ``rounded`` (float32,
+    ISAs with ``store4_bf16``): ``out`` is bfloat16, each value rounded to nearest even
+    as ``pt.cast`` rounds. Four columns at a time, in registers (the rest one by one):
 
         for y < hb: for v < kb / L: for x0 in 0, 4, ..:
           a[j] = load(in[y, x0 + j, L*v : L*v + L])            (j < 4; - offset * ws)
@@ -299,9 +327,14 @@ def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int, dtype="float32", off
         raise ValueError(
             f"tile_transpose: {kb} channels are not whole {isa.name} vectors of {isa.lanes}"
         )
+    if rounded and (dtype != "float32" or offset is not None or not isa.store4_bf16):
+        raise ValueError(f"tile_transpose: no rounded {dtype} copy on {isa.name}")
     A = pt.placeholder((hb, wb, kb), dtype, name="inp")
     inputs = [A]
-    if offset is None:
+    if rounded:
+        out = pt.compute((kb, hb, wb), lambda k, y, x: pt.cast("bfloat16", A[y, x, k]), name="tile")
+        name = f"tile_transpose_{isa.name}_{dtype}_bf16_{hb}x{wb}x{kb}"
+    elif offset is None:
         out = pt.compute((kb, hb, wb), lambda k, y, x: A[y, x, k], name="tile")
         name = f"tile_transpose_{isa.name}_{dtype}_{hb}x{wb}x{kb}"
     else:
@@ -313,24 +346,30 @@ def tile_transpose(isa: SimdISA, hb: int, wb: int, kb: int, dtype="float32", off
             name="tile",
         )
         name = f"tile_transpose_{isa.name}_{dtype}_off{offset}_{hb}x{wb}x{kb}"
-    src = _transpose_source(isa, name, (hb, wb, kb), dtype, offset)
+    src = _transpose_source(isa, name, (hb, wb, kb), dtype, offset, rounded)
     return pt.TensorIntrin.register(name, out.op, src, inputs=inputs)
 
 
-def _transpose_source(isa: SimdISA, name: str, tile: tuple, dtype: str, offset) -> str:
+def _transpose_source(
+    isa: SimdISA, name: str, tile: tuple, dtype: str, offset, rounded=False
+) -> str:
     (hb, wb, kb), L, V = tile, isa.lanes, isa.vtype
     T = {"float32": "float", "int32": "int32_t"}[dtype]
+    OT = "uint16_t" if rounded else T
 
     # int32: the offset subtracted in unsigned arithmetic (wrapping, as the vector
     # instructions do, where a signed overflow would be undefined)
     def minus(v, w):
+        if rounded:
+            return f"pt_dot_bf16_round({v})"
         return v if offset is None else f"(int32_t)((uint32_t){v} - {offset}u * (uint32_t){w})"
 
     lines = [
         f"#include <{isa.header}>",
+        *([ROUND_BF16, BF16_LANES] if rounded else []),
         f"static inline void {name}(const {T}* restrict in, int64_t i0, int64_t i1, int64_t i2,",
         *([] if offset is None else ["    const int32_t* restrict ws, int64_t w0,"]),
-        f"    {T}* restrict out, int64_t o0, int64_t o1, int64_t o2) {{",
+        f"    {OT}* restrict out, int64_t o0, int64_t o1, int64_t o2) {{",
         "  if (i2 != 1 || o2 != 1"
         + ("" if offset is None else " || w0 != 1")
         + ") {  /* not contiguous: plain loops */",
@@ -345,7 +384,7 @@ def _transpose_source(isa: SimdISA, name: str, tile: tuple, dtype: str, offset) 
         f"  for (int64_t y = 0; y < {hb}; ++y) {{",
         f"    for (int64_t v = 0; v < {kb // L}; ++v) {{",
         f"      const {T}* ip = in + y * i0 + v * {L};",
-        f"      {T}* op = out + v * {L} * o0 + y * o1;",
+        f"      {OT}* op = out + v * {L} * o0 + y * o1;",
     ]
     if offset is not None:
         lines.append(
@@ -370,8 +409,15 @@ def _transpose_source(isa: SimdISA, name: str, tile: tuple, dtype: str, offset) 
             + ";"
         )
         lines += ["        " + t for t in isa.transpose4.split("\n")]
+        if rounded:
+            lines += [f"        __m256i h{j} = pt_bf16_lanes(u{j});" for j in range(4)]
         lines += [
-            "        " + isa.store4.format(p=cast(f"op + {4 * g + j} * o0 + {x0}"), v=f"u{j}", g=g)
+            "        "
+            + (
+                isa.store4_bf16.format(p=f"op + {4 * g + j} * o0 + {x0}", v=f"h{j}", g=g)
+                if rounded
+                else isa.store4.format(p=cast(f"op + {4 * g + j} * o0 + {x0}"), v=f"u{j}", g=g)
+            )
             for g in range(L // 4)
             for j in range(4)
         ]
