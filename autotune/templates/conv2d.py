@@ -14,8 +14,8 @@ the order ``reorder_red``) runs over it:
 - **output columns** (otherwise): the tile schedule of ``conv_tiles``, with the
   weights packed per tile of ``kb`` output channels.
 
-int8 on a target with a dot-product instruction takes ``conv_dot`` instead, and int8
-and bfloat16 on AMX's tiles ``conv_amx``.
+int8 and bfloat16 on a target with a dot-product instruction for them take
+``conv_dot`` instead, and on AMX's tiles ``conv_amx``.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def conv2d_nchw(cfg, N, C, H, W, K, R, S, stride=1, padding=0, dtype="float32"):
         return conv_amx.conv(cfg, data, weight, (N, C, H, W, K, R, S), stride, padding)
     cfg.define_knob("par", ["batch_channels", "with_rows"], default="with_rows")
     isa = conv_dot.usable(cfg.target, dtype, C, K)
-    if isa is not None:  # int8 on the target's dot-product instruction
+    if isa is not None:  # int8, bfloat16 on the target's dot-product instruction
         conv_dot.define_knobs(cfg, isa, K, OH, OW)
         return conv_dot.conv(cfg, isa, data, weight, (N, C, H, W, K, R, S), stride, padding)
     if K % lanes == 0:  # whole vectors of output channels
