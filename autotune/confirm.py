@@ -22,16 +22,47 @@ than the untuned one).
     log: c1 7.2 ms (lucky), c2 7.3, c3 7.3   ->  + c1 8.1, c2 7.3, c3 7.4, default 7.6
          default 7.9 (a busy minute)             + c1 8.0, c2 7.2, c3 7.5, default 7.7
     best: c1                                     best: c2 (median 7.3 of three)
+
+A round whose configs ran far slower than in the search (their median ratio above
+``BUSY``: another program took the cores, and OpenMP's threads waited for each other
+whole time slices) says nothing about which config is fastest: it is not recorded, and
+the confirmation stops with a ``BusyMachineWarning``. (Once, on a shared 2-core machine,
+such a round timed an int8 GEMM's default at 20.8 ms against 0.43 ms in the search, and
+made a config 20 times slower the best.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import statistics
+import warnings
 
 from .measure import EnvironmentFault, MeasureOption, Measurer
-from .records import CONFIRM, append_records, load_records, ranked_configs
+from .records import CONFIRM, append_records, config_key, load_records, ranked_configs
 from .space import SpaceError
 from .tuners import MeasureInput, to_record
+
+BUSY = 2.0  # a round's median time over the search's, above which the machine was busy
+
+
+class BusyMachineWarning(RuntimeWarning):
+    """Re-measured configs ran ``slowdown`` times as long as in the search: nothing was
+    confirmed."""
+
+    def __init__(self, message: str, slowdown: float):
+        super().__init__(message)
+        self.slowdown = slowdown
+
+
+def _slowdown(task, before: dict, todo: list, results: list) -> float:
+    """The median, over the configs measured before the confirmation, of their time in
+    this round over their median time then (1.0 when none was)."""
+    ratios = []
+    for c, r in zip(todo, results):
+        old = before.get(config_key(c.to_json()))
+        if old and r.ok:
+            ratios.append(statistics.median(r.costs) / old)
+    return statistics.median(ratios) if ratios else 1.0
 
 
 def _fastest(task, records, k: int) -> list:
@@ -66,6 +97,8 @@ def confirm_best(
     if k <= 0 or rounds <= 0:
         return 0
     records = load_records(log)
+    key = (task.workload_key, task.target.key)
+    before = {config_key(r.config): r.cost for r in ranked_configs(records).get(key, [])}
     default = task.config_space.default_config()
     fresh: dict = {}  # config index -> measurements made in this call
     made = 0
@@ -84,6 +117,15 @@ def confirm_best(
                 done = zip(todo, e.done)
                 append_records(log, [to_record(MeasureInput(task, c), r, CONFIRM) for c, r in done])
                 raise
+            slow = _slowdown(task, before, todo, results)
+            if slow > BUSY:
+                text = (
+                    f"{task.name} {list(task.args)}: the re-measured configs ran {slow:.1f}x "
+                    "as long as in the search (a busy machine?); their times were not "
+                    "recorded and the search's ranking stands"
+                )
+                warnings.warn(BusyMachineWarning(text, slow), stacklevel=2)
+                break
             new = [to_record(MeasureInput(task, c), r, CONFIRM) for c, r in zip(todo, results)]
             append_records(log, new)
             records.extend(new)

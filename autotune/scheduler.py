@@ -46,7 +46,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from .callbacks import log_to_file
-from .confirm import confirm_best
+from .confirm import BusyMachineWarning, confirm_best
 from .measure import MeasureOption, Measurer
 from .records import best_by_workload, load_records
 from .scheduler_display import Progress, summary_table
@@ -447,7 +447,17 @@ class TaskScheduler:
             ):
                 st.dead = (st.dead + "; " if st.dead else "") + "not confirmed: out of time"
                 continue
-            made += confirm_fn(st.task, st.log, k, rounds=rounds, measure=self.option_for(st.task))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", BusyMachineWarning)
+                made += confirm_fn(
+                    st.task, st.log, k, rounds=rounds, measure=self.option_for(st.task)
+                )
+            for w in caught:
+                if isinstance(w.message, BusyMachineWarning):
+                    busy = f"not confirmed: busy machine ({w.message.slowdown:.1f}x slower)"
+                    st.dead = (st.dead + "; " if st.dead else "") + busy
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             key = (st.task.workload_key, st.task.target.key)
             best = best_by_workload(load_records(st.log)).get(key)
             st.confirmed = best.cost if best is not None else math.inf

@@ -8,12 +8,14 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 
 import autotune as at
 import pypto as pt
 from autotune.cli import main as cli_main
+from autotune.confirm import BusyMachineWarning
 from autotune.measure import ErrorKind, MeasureResult
 from autotune.scheduler import TaskScheduler
 from autotune.workloads import (
@@ -424,6 +426,21 @@ def test_a_slow_task_sits_out_while_the_others_use_the_time():
     assert n_slow <= 3  # its first trial, then what its share of the time allows
     assert n_fast >= 20  # the rest of the budget
     assert clock.now <= 120.0 + 1.0
+
+
+def test_confirmation_on_a_busy_machine_is_named_in_the_table(tmp_path):
+    log = str(tmp_path / "c.jsonl")
+    tasks = _tasks(64)
+    sched = TaskScheduler(tasks, logs=log, tuner="random",
+                          measurer=FakeMeasurer({t.workload_key: 1e-3 for t in tasks}))  # fmt: skip
+    sched.tune(trials=8)
+
+    def busy(task, *a, **kw):
+        warnings.warn(BusyMachineWarning("ran 24.6x as long", 24.6), stacklevel=2)
+        return 0
+
+    sched.confirm(2, confirm_fn=busy)
+    assert [r["note"] for r in sched.summary()] == ["not confirmed: busy machine (24.6x slower)"]
 
 
 def test_confirmation_that_would_miss_the_deadline_is_left_out(tmp_path):
