@@ -15,10 +15,11 @@ backward passes (their ``*_backward`` templates, also pypto kernels).
 Tensors: CPU, float32 or float64, and for gelu, rms_norm, layer_norm and softmax
 (forward and backward) also bfloat16 and float16, stored in 16 bits and computed in
 float32, each result rounded once (float32 runs the tuned float32 templates, the
-other dtypes the dtype-generic ones); attention multiplies bfloat16 on AMX's tiles
-where the target has them and computes other 16-bit inputs in float32 (one copy
-each), moe takes bfloat16 (its GEMMs on the BF16 dot kernels where the
-target has them) and float16 (computed in float32, the weights widened once).
+other dtypes the dtype-generic ones); attention multiplies bfloat16 on the target's
+bfloat16 dot instructions (AMX's tiles, ``vdpbf16ps``) where it has them and computes
+other 16-bit inputs in float32 (one copy each), moe takes bfloat16 (its GEMMs on the
+BF16 dot kernels where the target has them) and float16 (computed in float32, the
+weights widened once).
 Tensors are passed zero-copy; non-contiguous inputs are copied to contiguous ones
 first. Other dtypes and devices raise ``TypeError`` /
 ``ValueError`` naming the argument. Outputs of 1 MiB and more come from
@@ -315,10 +316,11 @@ def attention(
     S_kv]; not with ``is_causal``), a query with no key left gets zeros; no dropout.
     With no keys the output is zeros, as PyTorch's. Causal calls skip the key blocks
     above the diagonal (the template's flash form, its default for them). bfloat16 on
-    a target with AMX (and D a multiple of 32) multiplies on AMX's tiles (the
-    template's bfloat16 form: the softmax in float32, P rounded to bfloat16 for the P V
-    product, as PyTorch's); elsewhere bfloat16 and float16 are computed in float32 (q,
-    k and v converted, one copy each; the output rounded once)."""
+    a target with a bfloat16 dot instruction (and D even; on AMX's tiles a multiple of
+    32) multiplies on it (the template's bfloat16 form: the softmax in float32, P
+    rounded to bfloat16 for the P V product, as PyTorch's); elsewhere bfloat16 and
+    float16 are computed in float32 (q, k and v converted, one copy each; the output
+    rounded once)."""
     dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")

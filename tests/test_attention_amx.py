@@ -1,7 +1,8 @@
-"""bfloat16 attention on AMX's tiles (``x86-amx``): both GEMMs of the flash form are
-tile-kernel calls (built emit-only on any host); where this machine runs AMX, the
-outputs are within bfloat16's rounding of the float64 reference, for causal, masked,
-grouped-query and ragged shapes (the ragged tiles run as loops)."""
+"""bfloat16 attention on the dot instructions, AMX's tiles (``x86-amx``) or
+``vdpbf16ps`` (``x86-avx512-bf16``): both GEMMs of the flash form are kernel calls
+(built emit-only on any host); where this machine runs the target, the outputs are
+within bfloat16's rounding of the float64 reference, for causal, masked, grouped-query
+and ragged shapes (the ragged tiles run as loops)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from autotune.templates.dot_ukernels import gemm_tile, usable
 from pypto.dtypes import numpy_dtype
 
 AMX = pt.Target("x86-amx")
+BF16_TARGET = pt.Target("x86-avx512-bf16")
 BF16 = "bfloat16"
 RNG = np.random.default_rng(11)
 
@@ -40,18 +42,31 @@ def test_both_gemms_are_tile_kernel_calls():
     assert "KP[" in src and "VP[" in src  # K and V packed once per call
 
 
-def test_bfloat16_attention_needs_the_tiles():
-    with pytest.raises(ValueError, match="bfloat16 on a target with AMX"):
-        _build(_args(1, 2, 64, 64), target=pt.Target("x86-avx512-bf16"), emit_only=True)
-    with pytest.raises(ValueError, match=r"multiple of 32 \(target x86-amx, dim 48\)"):
-        _build(_args(1, 2, 64, 48), emit_only=True)
+def test_both_gemms_are_vdpbf16ps_kernel_calls_without_amx():
+    src, _ = _build(_args(1, 2, 64, 64), target=BF16_TARGET, emit_only=True)
+    assert re.search(r"gemm_avx512bf16_\w*\(Q", src)  # Q . K, pairs of D broadcast
+    assert re.search(r"gemm_avx512bf16_af32\w*\(P", src)  # P rounded in the kernel
+    assert "vdpbf16ps" in src and "_mm512_cvtne2ps_pbh" in src and "_tile_" not in src
+
+
+def test_bfloat16_attention_needs_a_dot_instruction():
+    with pytest.raises(ValueError, match="bfloat16 on a target with a bfloat16 dot"):
+        _build(_args(1, 2, 64, 64), target=pt.Target("x86-avx512"), emit_only=True)
+    with pytest.raises(ValueError, match=r"even query/key dim .*\(target x86-amx, dim 47\)"):
+        _build(_args(1, 2, 64, 47), emit_only=True)
+    # a dim of 48 is not whole steps of AMX's tiles: vdpbf16ps, which x86-amx has too
+    src, _ = _build(_args(1, 2, 64, 48), emit_only=True)
+    assert "gemm_avx512bf16_" in src and "gemm_amxbf16" not in src
     assert attention_amx.tile_isa(AMX, "float32", 64) is None
 
 
-def test_a_float32_a_is_for_the_bfloat16_tiles_only():
+def test_a_float32_a_is_for_the_bfloat16_kernels_only():
     isa = usable(AMX, "int8", 128, 64, 64)
-    with pytest.raises(ValueError, match="float32 A is for AMX's bfloat16 kernel, not amxint8"):
+    with pytest.raises(ValueError, match="float32 A is for bfloat16 kernels, not amxint8"):
         gemm_tile(isa, 32, 32, 128, lambda a, b: a * b, a_float=True)
+    vec = usable(BF16_TARGET, "bfloat16", 64, 16, 16)
+    with pytest.raises(ValueError, match="float32 A needs K in whole 32s, got 48"):
+        gemm_tile(vec, 4, 32, 48, lambda a, b: a * b, a_float=True)
 
 
 CASES = [
@@ -66,11 +81,12 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("target", [AMX, BF16_TARGET], ids=["amx", "vdpbf16ps"])
 @pytest.mark.parametrize("args", CASES)
-def test_bfloat16_attention_on_the_tiles_matches_reference(args):
-    if not AMX.can_run():
-        pytest.skip("this machine cannot run x86-amx")
-    mod, tensors = _build(args)
+def test_bfloat16_attention_on_the_dot_kernels_matches_reference(args, target):
+    if not target.can_run():
+        pytest.skip(f"this machine cannot run {target.name}")
+    mod, tensors = _build(args, target)
     bf = numpy_dtype(BF16)
     ins = []
     for t in tensors[:-1]:

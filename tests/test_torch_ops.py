@@ -248,7 +248,10 @@ def test_row_operators_in_16_bits(name, dt, tol):
 
 
 @pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 8e-3), (torch.float16, 1e-3)])
-def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
+def test_attention_in_16_bits(dt, tol):
+    """float16 computed in float32; bfloat16 too, or on the target's bfloat16 dot
+    kernels where it has them (P rounded to bfloat16 for P V, as PyTorch's): within
+    about one rounding of PyTorch's float32 result."""
     _seed()
     q, k, v = (torch.randn(1, 2, 37, 16).to(dt) for _ in range(3))
     for causal in (False, True):
@@ -261,9 +264,10 @@ def test_attention_in_16_bits_is_computed_in_float32(dt, tol):
 
 
 def test_bfloat16_attention_with_a_head_the_tiles_take():
-    """D = 64: on a target with AMX the template's bfloat16 form (AMX's tiles), elsewhere
-    float32 arithmetic; either way within bfloat16's rounding of float32, with grouped
-    heads, more keys than queries, and a bfloat16 mask."""
+    """D = 64: on a target with a bfloat16 dot instruction the template's bfloat16 form
+    (AMX's tiles or vdpbf16ps), elsewhere float32 arithmetic; either way within
+    bfloat16's rounding of float32, with grouped heads, more keys than queries, and a
+    bfloat16 mask."""
     _seed()
     q = torch.randn(1, 4, 40, 64).bfloat16()
     k, v = torch.randn(1, 2, 70, 64).bfloat16(), torch.randn(1, 2, 70, 64).bfloat16()

@@ -229,9 +229,9 @@ def attention(
     tile_isa = attention_amx.tile_isa(cfg.target, dtype, D)
     if dtype not in ("float32", "float64") and tile_isa is None:
         raise ValueError(
-            f"attention: dtype must be float32 or float64, or bfloat16 on a target with AMX "
-            f"and a query/key dim that is a multiple of 32 (target {cfg.target.name}, "
-            f"dim {D}), got {dtype!r}"
+            f"attention: dtype must be float32 or float64, or bfloat16 on a target with a "
+            f"bfloat16 dot instruction and an even query/key dim (a multiple of 32 on AMX) "
+            f"(target {cfg.target.name}, dim {D}), got {dtype!r}"
         )
     Sk = S if kv_len is None else int(kv_len)
     if causal and Sk < S:
@@ -257,7 +257,7 @@ def attention(
         raise ValueError("attention: a mask and causal at once (SDPA refuses them too)")
     cdt = "float32" if tile_isa is not None else dtype  # the softmax's dtype
     if tile_isa is not None:
-        attention_amx.define_knobs(cfg, S, Sk, Dv, causal)
+        attention_amx.define_knobs(cfg, S, Sk, Dv, causal, tile_isa.kind)
     else:
         define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs

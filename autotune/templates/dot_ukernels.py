@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import pypto as pt
 from pypto.dtypes import accumulator_dtype
 
-from . import amx
+from . import amx, dot_afloat
 
 
 @dataclass(frozen=True)
@@ -393,11 +393,13 @@ def gemm_tile(
     (``product`` multiplies as the template does; for an offset B, the raw product of
     A and the unsigned packed B) over an ``mr x nr`` tile; ``rounded``: ``out`` in the
     inputs' 16-bit dtype (AMX's bfloat16), the sums float32 until rounded once.
-    ``a_float`` (AMX's bfloat16): A is float32, rounded to bfloat16 by the kernel
-    (``product`` must say so: ``a`` is float32)."""
+    ``a_float`` (bfloat16 kernels, ``A_FLOAT``): A is float32, rounded to bfloat16 by
+    the kernel (``product`` must say so: ``a`` is float32)."""
     g = isa.group
-    if a_float and isa.name != "amxbf16":
-        raise ValueError(f"gemm_tile: a float32 A is for AMX's bfloat16 kernel, not {isa.name}")
+    if a_float and isa.name not in A_FLOAT:
+        raise ValueError(f"gemm_tile: a float32 A is for bfloat16 kernels, not {isa.name}")
+    if a_float and isa.kind == "vector" and K % (2 * isa.lanes):
+        raise ValueError(f"gemm_tile: a float32 A needs K in whole {2 * isa.lanes}s, got {K}")
     if nr % isa.lanes or K % isa.k_step or (isa.kind == "amx" and not amx.fits(mr, nr)):
         raise ValueError(
             f"gemm_tile: {mr} x {nr} is not whole {isa.name} tiles of {isa.lanes} columns, "
@@ -459,6 +461,8 @@ def _amx_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool, a_float: boo
 
 
 def _vector_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool, a_float: bool) -> list[str]:
+    if a_float:
+        return dot_afloat.body(isa, mr, nr, K)
     g, L = isa.group, isa.lanes
     elem, belem = _C_ELEM[isa.a_wide or isa.dtype], _C_ELEM[packed_dtype(isa)]
     nv = nr // L
@@ -484,3 +488,4 @@ def _vector_body(isa: DotISA, mr: int, nr: int, K: int, rounded: bool, a_float: 
 
 
 _BODIES = {"vector": _vector_body, "amx": _amx_body}  # the kernel's loops by the ISA's kind
+A_FLOAT = ("amxbf16", "avx512bf16")  # the kernels that take a float32 A (``a_float``)
