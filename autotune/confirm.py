@@ -57,7 +57,7 @@ class BusyMachineWarning(RuntimeWarning):
         self.slowdown = slowdown
 
 
-def _slowdown(task, before: dict, todo: list, results: list) -> float:
+def _slowdown(before: dict, todo: list, results: list) -> float:
     """The median, over the configs measured before the confirmation, of their time in
     this round over their median time then (1.0 when none was)."""
     ratios = []
@@ -123,7 +123,7 @@ def confirm_best(
                         log, [to_record(MeasureInput(task, c), r, CONFIRM) for c, r in done]
                     )
                     raise
-                slow = _slowdown(task, before, todo, results)
+                slow = _slowdown(before, todo, results)
                 if slow <= BUSY:
                     break
                 time.sleep(BUSY_PAUSE)
