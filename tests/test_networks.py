@@ -191,7 +191,8 @@ def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
     n_mm = str(sum(r.template == "matmul" for r in recs))
     # weight, trials and best ms from the log
     assert _report_line(p.stdout, "matmul 32^3")[:3] == ["4", n_mm, f"{mm.cost * 1e3:.4g}"]
-    assert float(_report_line(p.stdout, "matmul 32^3")[3]) > 0  # PyTorch eager's ms
+    # PyTorch eager's ms, marked "~" where its timings spread (a busy machine)
+    assert float(_report_line(p.stdout, "matmul 32^3")[3].rstrip("~")) > 0
     assert _report_line(p.stdout, "model (sum weight x time)")[-1].endswith("x")
 
     r = _tune(str(f), "--report-only", home=tmp_path)
