@@ -260,18 +260,27 @@ def test_tuner_asked_for_more_trials_than_configs_measures_each_once(tuner_cls):
         assert sorted(batch) == list(range(len(task.config_space)))
 
 
+def _logged_default_and_two(log: str, *ms):
+    """A toy task, its default config and two others, logged with one timing each
+    (``ms``: the default's, then the others')."""
+    task = at.Task("toy_matmul", (32, 32, 16))
+    space = task.config_space
+    default = space.default_config()
+    a, b = [space.get(i) for i in range(len(space)) if i != default.index][:2]
+    key, target = task.workload_key, task.target.key
+    recs = [
+        at.Record(key, target, c.to_json(), costs=[t * 1e-3], flop=task.flop)
+        for c, t in zip((default, a, b), ms)
+    ]
+    at.append_records(log, recs)
+    return task, default, a, b
+
+
 def test_confirm_measures_the_default_beside_the_fastest(tmp_path):
     """A config that looked fastest on one lucky draw, against a default measured in a
     busy minute: measured side by side, the default wins and becomes the best record."""
     log = str(tmp_path / "baseline.jsonl")
-    task = at.Task("toy_matmul", (32, 32, 16))
-    space = task.config_space
-    default = space.default_config()
-    lucky, other = [space.get(i) for i in range(len(space)) if i != default.index][:2]
-    rec = lambda c, ms: at.Record(  # noqa: E731
-        task.workload_key, task.target.key, c.to_json(), costs=[ms * 1e-3], flop=task.flop
-    )
-    at.append_records(log, [rec(lucky, 0.5), rec(other, 1.2), rec(default, 1.5)])
+    task, default, lucky, other = _logged_default_and_two(log, 1.5, 0.5, 1.2)
     m = _SteadyMeasurer({default.index: 1.0e-3})
     made = at.confirm_best(task, log, k=2, rounds=2, measurer=m)
     assert all(default.index in batch for batch in m.seen[:2])  # in the same rounds
@@ -291,14 +300,7 @@ def test_confirm_on_a_busy_machine_records_nothing_and_keeps_the_ranking(tmp_pat
     still that slow three times, a BusyMachineWarning says so, and the default stays the
     best (a busy round once made a config 20x slower the best)."""
     log = str(tmp_path / "busy.jsonl")
-    task = at.Task("toy_matmul", (32, 32, 16))
-    space = task.config_space
-    default = space.default_config()
-    a, b = [space.get(i) for i in range(len(space)) if i != default.index][:2]
-    rec = lambda c, ms: at.Record(  # noqa: E731
-        task.workload_key, task.target.key, c.to_json(), costs=[ms * 1e-3], flop=task.flop
-    )
-    at.append_records(log, [rec(default, 0.43), rec(a, 9.0), rec(b, 9.8)])
+    task, default, a, b = _logged_default_and_two(log, 0.43, 9.0, 9.8)
     monkeypatch.setattr(confirm, "BUSY_PAUSE", 0.0)
     m = _SteadyMeasurer({default.index: 20.8e-3, a.index: 11.2e-3, b.index: 12.8e-3})
     with pytest.warns(BusyMachineWarning, match="as long as in the search, 3 times"):
