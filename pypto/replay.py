@@ -86,8 +86,9 @@ class _Resolver:
         rules = {
             "stage": lambda v: stage,
             "parent": lambda v: parent,
-            "loop": lambda v: self.loop(_owner(v, parent, stage), v),
+            "loop": lambda v: self.loop(_owner(v, parent, stage, d.get("spread")), v),
             "loops": lambda v: tuple(self.loop(stage, x) for x in v),
+            "spread": lambda v: self.loop(stage, v),
             "outer": lambda v: self.loop(stage, v),
             "inner": lambda v: self.loop(stage, v),
             "x_parent": lambda v: self.loop(stage, v),
@@ -111,11 +112,16 @@ class _Resolver:
         return cls(**args)
 
 
-def _owner(loop: str, parent, stage):
+def _owner(loop: str, parent, stage, spread=None):
     """The stage a step's loop belongs to: its parent's (compute_at; compute_with when
-    the parent has it), else its own."""
+    the parent has it), else its own; a spread prefetch's, the innermost of the stage
+    and the stages it is computed in that has a loop of that name."""
     if parent is not None and (stage is None or loop in {v.name for v in parent.leaf_iter_vars}):
         return parent
+    while spread is not None and stage.attach is not None:
+        if loop in {v.name for v in stage.leaf_iter_vars}:
+            break
+        stage = stage.attach.stage
     return stage
 
 

@@ -52,12 +52,13 @@ class AttachedAt(NamedTuple):
 
 class PrefetchAt(NamedTuple):
     """A ``prefetch``: ``tensor``'s elements of iteration ``loop + offset``, into the
-    cache of ``level``."""
+    cache of ``level``, at ``loop`` or a few lines per iteration of ``spread``."""
 
     tensor: Tensor
     loop: IterVar
     offset: int
     level: int = 1
+    spread: IterVar | None = None
 
 
 class TensorizedAt(NamedTuple):
@@ -178,7 +179,7 @@ class Stage:
         return make_iter_var(name, Const(0, INDEX), None, kind)
 
     def _not_prefetched(self, iv: IterVar, prim: str):
-        if any(p[1] is iv for p in self.prefetches):
+        if any(iv is p.loop or iv is p.spread for p in self.prefetches):
             raise self.error(prim, f"loop {iv.name} carries a prefetch; {prim} before prefetching")
 
     # ------------------------------------------------------------ primitives
@@ -397,7 +398,7 @@ class Stage:
             raise self.error("pragma", f"unknown pragma {name!r}; known: {', '.join(PRAGMAS)}")
         getattr(self, prim)(iv)
 
-    def prefetch(self, tensor, iv, offset: int, level: int = 1):
+    def prefetch(self, tensor, iv, offset: int, level: int = 1, spread=None):
         """At the start of each iteration of loop ``iv``, prefetch into cache the elements
         of ``tensor`` that this stage reads in iteration ``iv + offset`` (as TVM's
         prefetch), or, for the stage's own output, those it writes there (prefetched
@@ -407,30 +408,22 @@ class Stage:
               for k:              ->         prefetch A[f(j + 2, 0)] .. A[f(j + 2, K-1)]
                 B[j] += A[f(j, k)]            for k: B[j] += A[f(j, k)]
 
-        ``tensor`` may also be an elementwise consumer of this stage computed at the root
-        (it reads this stage only at its own indices, ``Y[i, j] = g(T[i, j], ..)``): its
-        elements at this stage's indices are prefetched for writing, so the consumer's
-        store misses overlap this stage's arithmetic; ``offset`` may then be 0.
-
-            for j:                         for j:
-              T[j] = f(X[j])      ->         prefetch Y[j] for writing; T[j] = f(X[j])
-            for j:                         for j:
-              Y[j] = g(T[j])                 Y[j] = g(T[j])      (Y's lines now cached)
-
-        The elements read in one iteration must span at most 4 KiB (prefetch at an
-        inner loop otherwise).
-
-        ``level`` is the cache the lines go to: 1 (L1, as TVM's prefetch) or 2 (L2 only,
-        for data needed after other work: in L1 it would evict the lines in use). A row
-        pass that prefetches the next row while it computes on the current one from L1
-        wants 2 (the row-wise templates: 1.2-1.5x on a Zen 4, whose L1 holds two rows).
+        ``tensor`` may also be an elementwise consumer of this stage computed at the root,
+        its elements at this stage's indices prefetched for writing (``offset`` may be 0).
+        The elements read in one iteration must span at most 4 KiB (prefetch at an inner
+        loop otherwise). ``level`` is the cache the lines go to: 1 (L1, as TVM's) or 2 (L2
+        only, for data needed after other work). ``spread`` (a loop of this stage inside
+        ``iv``; ``iv`` may then be an enclosing stage's): what the stages computed at ``iv``
+        read in iteration ``iv + offset``, a few lines per iteration of the loops down to
+        ``spread``, e.g. the next panel of B during a GEMM (see ``pypto.prefetch``).
         """
-        self.schedule.apply(steps.Prefetch(self, tensor, iv, offset, level))
+        self.schedule.apply(steps.Prefetch(self, tensor, iv, offset, level, spread))
 
     def _prefetch(self, step: steps.Prefetch):
-        self._leaf(step.loop, "prefetch")
-        check_prefetch(self, step.tensor, step.offset, step.level)
-        self.prefetches.append(PrefetchAt(step.tensor, step.loop, step.offset, step.level))
+        spread = step.spread
+        self._leaf(step.loop if spread is None else spread, "prefetch")
+        check_prefetch(self, step.tensor, step.offset, step.level, spread is not None)
+        self.prefetches.append(PrefetchAt(*(getattr(step, f) for f in PrefetchAt._fields)))
 
     def tensorize(self, iv, intrin):
         """Replace loop ``iv`` and the loops inside it by a call of ``intrin``'s C kernel

@@ -37,13 +37,19 @@ def _name(x):
 
 
 class Step:
-    """Base of the step records: ``prim`` is the primitive's name."""
+    """Base of the step records: ``prim`` is the primitive's name; ``optional`` the fields
+    written only when set (later additions: older records read the same)."""
 
     __slots__ = ()
     prim: ClassVar[str] = ""
+    optional: ClassVar[tuple] = ()
 
     def to_json(self) -> dict:
-        out = {f.name: _name(getattr(self, f.name)) for f in fields(self)}
+        out = {
+            f.name: _name(getattr(self, f.name))
+            for f in fields(self)
+            if not (f.name in self.optional and getattr(self, f.name) is None)
+        }
         head = {"stage": out.pop("stage")} if "stage" in out else {}
         return {**head, "prim": self.prim, **out}
 
@@ -122,11 +128,13 @@ class Unroll(Step):
 @dataclass(frozen=True, slots=True, eq=False)
 class Prefetch(Step):
     prim: ClassVar[str] = "prefetch"
+    optional: ClassVar[tuple] = ("spread",)
     stage: Any
     tensor: Any
     loop: Any
     offset: int
     level: int = 1
+    spread: Any = None
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -103,7 +103,7 @@ def _check_region(nests, st, intrin, region):
         for a in nests.sch.stages:
             if a.attach == (st, iv) and not a.inline:
                 raise _err(st, intrin, f"stage '{a.name}' is computed at loop {iv.name}")
-        if any(p[1] is iv for p in st.prefetches):
+        if any(iv is p.loop or iv is p.spread for p in st.prefetches):
             raise _err(st, intrin, f"loop {iv.name} carries a prefetch")
 
 
