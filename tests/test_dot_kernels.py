@@ -163,6 +163,22 @@ def test_avx2_int8_tile_leaves_a_register_for_the_product():
     assert tile("float32") == (6, 16)
 
 
+def test_avx2_int8_operands_widened_once():
+    """On x86-avx2, B's panels (matmul) and the packed weights (conv2d) are int16: the
+    kernels load them as they are, no sign extension per load; the product's temporary
+    is not early-clobbered (gcc then moved the accumulators around every pair)."""
+    s, tensors = at.get_template("matmul")(64, 64, 64, "int8", target="x86-avx2")
+    src = pt.build(s, tensors, target="x86-avx2", emit_only=True)
+    kernel = src[src.index("static inline void gemm_avx2") :]
+    assert "const int16_t* restrict b" in kernel and "cvtepi8_epi16" not in kernel
+    assert re.search(r'"\+x"\(acc\), "=x"\(t\)', src)
+    s, tensors = at.get_template("conv2d_nchw")(
+        1, 8, 6, 6, 16, 3, 3, 1, 1, "int8", target="x86-avx2"
+    )
+    src = pt.build(s, tensors, target="x86-avx2", emit_only=True)
+    assert "int16_t* restrict w" in src and "cvtepi8_epi16" not in src
+
+
 def _conv_int8(t, args, seed=5):
     """An int8 conv2d_nchw (its default config on ``t``), its output and the reference."""
     s, tensors = at.get_template("conv2d_nchw")(*args, "int8", target=t)

@@ -21,9 +21,11 @@ unsigned operand, stored as ``data + 128`` (the padding as 128), and the copy-ou
 subtracts ``128 * wsum[k]``, the sum of output channel k's weights (computed once per
 call): ``sum w (x + 128) - 128 sum w = sum w x``, exact in int32. For ``vpmaddwd``
 (AVX2, AVX-512BW) the input is stored widened to int16, the weights sign-extended as
-they are loaded. Partial tiles (a row of ``OW`` not a multiple of ``wb``) run the same
-reduction as plain loops; whole tiles are copied back to NCHW transposed in registers
-(``ukernels.tile_transpose``, the offset subtracted on the way). int8 ResNet-18 64->64
+they are loaded, or on AVX2 packed widened (``DotISA.b_wide``; a Zen 5 running
+``x86-avx2`` code: 179 -> 196 GOP/s at the shape below). Partial tiles (a row of
+``OW`` not a multiple of ``wb``) run the same reduction as plain loops; whole tiles
+are copied back to NCHW transposed in registers (``ukernels.tile_transpose``, the
+offset subtracted on the way). int8 ResNet-18 64->64
 56x56 s1 on a Zen 4, 1 thread: the compiler's int32 code 45 GOP/s, this 368 (79% of
 ``vpdpbusd``'s peak; PyTorch's quantized x86 conv 371); ``x86-avx2`` 22 -> 143. The
 transposed copy: on an AVX-512 Xeon, ``x86-avx512-bf16`` code, 657 -> 753 GOP/s (the
@@ -80,9 +82,10 @@ def conv(cfg, isa: DotISA, data, weight, shape: tuple, stride: int, padding: int
         return pt.cast(pdt, v + 128 if isa.b_offset else v)
 
     P = pt.compute((N, C // g, H + 2 * p, W + 2 * p, g), padded, name="pad")
+    wdt = isa.b_wide or isa.dtype  # the vector operand, widened once where the ISA wants
     WP = pt.compute(
         (K // kb, C // g, R, S, kb, g),
-        lambda ko, co, r, s, ki, cq: weight[ko * kb + ki, co * g + cq, r, s],
+        lambda ko, co, r, s, ki, cq: pt.cast(wdt, weight[ko * kb + ki, co * g + cq, r, s]),
         name="weight_packed",
     )
     co = pt.reduce_axis((0, C // g), name="co")
@@ -146,7 +149,7 @@ def conv_tile(isa: DotISA, C: int, R: int, S: int, hb: int, wb: int, kb: int, st
         )
     pdt = "uint8" if isa.b_offset else isa.a_wide or isa.dtype
     P = pt.placeholder((C // g, (hb - 1) * st + R, (wb - 1) * st + S, g), pdt, name="inp")
-    Wt = pt.placeholder((C // g, R, S, kb, g), isa.dtype, name="wgt")
+    Wt = pt.placeholder((C // g, R, S, kb, g), isa.b_wide or isa.dtype, name="wgt")
     c, r, s = (pt.reduce_axis((0, e), name=nm) for e, nm in ((C // g, "c"), (R, "r"), (S, "s")))
     q = pt.reduce_axis((0, g), name="q")
     out = pt.compute(
@@ -168,7 +171,7 @@ def _source(isa: DotISA, name: str, pdt: str, C, R, S, hb, wb, kb, st) -> str:
     nk = kb // L
     pix = [(y, x) for y in range(hb) for x in range(wb)]
     acc = {(y, x, v): f"a{y}_{x}_{v}" for y, x in pix for v in range(nk)}
-    pc, wc = dot_ukernels.c_elem(pdt), dot_ukernels.c_elem(isa.dtype)
+    pc, wc = dot_ukernels.c_elem(pdt), dot_ukernels.c_elem(isa.b_wide or isa.dtype)
     ac = {"int32": "int32_t", "float32": "float"}[_ACC[isa.dtype]]
     widen = "pt_dot_bf16" if isa.dtype == "bfloat16" else "(int32_t)"
     lines = [
