@@ -243,7 +243,8 @@ def _spread_lines(low, buf, idx, loops, iteration, pf, where):
     (run, run_ext), rows = exts[-1], exts[:-1]
     terms = Lin.of(idx).terms.values()
     strides = [c for atom, c in terms if atom is run.var]
-    if len(strides) != 1 or any(a is not run.var and run.var in vars_of(a) for a, _ in terms):
+    inside = [a for a, _ in terms if a is not run.var and any(x is run.var for x in vars_of(a))]
+    if len(strides) != 1 or inside:
         raise ScheduleError(f"{where}: the index {idx} is not affine in {run.name}")
     span = abs(strides[0]) * (run_ext - 1) + 1
     if span * buf.elem_bytes > PREFETCH_BYTES:

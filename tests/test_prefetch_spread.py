@@ -15,7 +15,7 @@ import pypto as pt
 M, N, K = 24, 96, 40  # 6 row tiles of 4, 6 panels of 16 columns, k in 10 steps of 4
 
 
-def _gemm(n=N, m=M):
+def _gemm(n=N, m=M, nr=16):
     """C = A @ B with a 4 x 16 register tile C.local at (jo, io) and B packed per
     16-column panel at jo: the loops jo, io (C's), ko, ki, ic, jc (C.local's)."""
     A = pt.placeholder((m, K), "float32", name="A")
@@ -25,7 +25,7 @@ def _gemm(n=N, m=M):
     s = pt.create_schedule(C.op)
     CL = s.cache_write(C, "local")
     io, ii = s[C].split(C.op.axis[0], factor=4)
-    jo, ji = s[C].split(C.op.axis[1], factor=16)
+    jo, ji = s[C].split(C.op.axis[1], factor=nr)
     s[C].reorder(jo, io, ii, ji)
     s[C].vectorize(ji)
     s[CL].compute_at(s[C], io)
@@ -123,6 +123,11 @@ def test_spread_prefetch_errors():
         s[CL].split(ko, factor=2)
     with pytest.raises(pt.ScheduleError, match="offset must be a nonzero int"):
         s[CL].prefetch(B, jo, 0, spread=s[CL].leaf_iter_vars[2])
+    # panels of 1040 floats: a row's run spans more than the 4 KiB of one request
+    A, B, C, s, CL, (jo, io, ko) = _gemm(n=2080, nr=1040)
+    s[CL].prefetch(B, jo, 1, spread=ko)
+    with pytest.raises(pt.ScheduleError, match="a run of 1040 elements spans more than 4096 B"):
+        pt.lower(s, [A, B, C])
     # a symbolic number of row tiles: the lines per iteration are unknown
     A, B, C, s, CL, (jo, io, ko) = _gemm(m=pt.var("m"))
     s[CL].prefetch(B, jo, 1, spread=ko)
@@ -150,9 +155,9 @@ def test_gemm_templates_prefetch_the_next_panel(name, args):
     from autotune.task import Task
 
     task = Task(name, args)
-    cfg = {"tile_i": [-1, 4], "tile_j": [-1, 32], "block_i": 0, "pack_b": 2, "unroll_k": 2,
-           "par": "panel"}  # fmt: skip
-    s, tensors = task.instantiate(cfg)
+    default = task.template.space(*task.args, target=task.target).default_config().to_json()
+    assert default["pack_b"] == (2 if name == "matmul" else 1)
+    s, tensors = task.instantiate({**default, "pack_b": 2, "unroll_k": 2})  # the host's tile
     mod = pt.build(s, tensors)
     assert re.search(r"__builtin_prefetch\(.*\bB\b.*, 0, 2\);", mod.source)
     rng = np.random.default_rng(3)
@@ -161,5 +166,3 @@ def test_gemm_templates_prefetch_the_next_panel(name, args):
     c = np.full([int(d.value) for d in tensors[2].shape], np.nan, np.float32)
     mod(a, b, c)
     np.testing.assert_allclose(c, np.matmul(a.astype(np.float64), b), rtol=1e-5, atol=1e-4)
-    default = task.template.space(*task.args, target=task.target).default_config().to_json()
-    assert default["pack_b"] == (2 if name == "matmul" else 1)
