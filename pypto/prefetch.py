@@ -207,7 +207,10 @@ def spread_stmts(low, n, pf) -> list:
     q = next((k for k, iv in enumerate(chain) if iv is pf.loop), None)
     p = next(k for k, iv in enumerate(chain) if iv is pf.spread)
     if q is None or q >= p:
-        raise ScheduleError(f"{where}: loop {pf.loop.name} does not enclose {pf.spread.name}")
+        raise ScheduleError(
+            f"{where}: loop {pf.loop.name} is not one of the loops around {pf.spread.name} "
+            "(split or fused after the prefetch?)"
+        )
     it, count = Const(0, INDEX), 1
     for iv, ext in n.context[q + 1 : p + 1]:
         ext = _most(ext, low, iv, where)

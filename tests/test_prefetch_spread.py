@@ -115,7 +115,12 @@ def test_spread_prefetch_errors():
         pt.lower(s, [A, B, C])
     A, B, C, s, CL, (jo, io, ko) = _gemm()
     s[CL].prefetch(B, ko, 1, spread=ko)
-    with pytest.raises(pt.ScheduleError, match="loop k.outer does not enclose k.outer"):
+    with pytest.raises(pt.ScheduleError, match="loop k.outer is not one of the loops around"):
+        pt.lower(s, [A, B, C])
+    A, B, C, s, CL, (jo, io, ko) = _gemm()
+    s[CL].prefetch(B, jo, 1, spread=ko)
+    s[C].split(jo, factor=2)  # C's own loop: its stage cannot see the prefetch that names it
+    with pytest.raises(pt.ScheduleError, match=r"loop j.outer is not .* \(split or fused after"):
         pt.lower(s, [A, B, C])
     A, B, C, s, CL, (jo, io, ko) = _gemm()
     s[CL].prefetch(B, jo, 1, spread=ko)
