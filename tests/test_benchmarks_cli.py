@@ -228,9 +228,9 @@ def test_default_logs_are_those_of_a_target_whose_records_serve_the_host(monkeyp
     logs = suite._host_logs()
     own, base = (os.path.join(suite.LOGS, k) for k in ("x86-avx512-bf16", "x86-avx512"))
     assert logs == os.pathsep.join([own, base])
-    # softmax has a log of its own target's; matmul only x86-avx512's
+    # softmax has a log of its own target's; conv2d_nchw only x86-avx512's
     assert suite._template_log(logs, "softmax") == os.path.join(own, "softmax.jsonl")
-    assert suite._template_log(logs, "matmul") == os.path.join(base, "matmul.jsonl")
+    assert suite._template_log(logs, "conv2d_nchw") == os.path.join(base, "conv2d_nchw.jsonl")
     assert suite._template_log(logs, "no_such_template") is None
 
 

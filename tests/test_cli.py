@@ -67,7 +67,8 @@ def test_list_shows_arguments_docs_and_standard_workloads(capsys):
     out = capsys.readouterr().out
     assert "conv2d_nchw(N, C, H, W, K, R, S, stride=1, padding=0, dtype='float32')" in out
     assert "matmul(M, N, K, dtype='float32')\n    C[i, j] = sum_k A[i, k] * B[k, j]" in out
-    assert "standard: --args 1024,1024,1024  (records for x86-amx, x86-avx2, x86-avx512)" in out
+    shipped = "x86-amx, x86-avx2, x86-avx512, x86-avx512-bf16"
+    assert f"standard: --args 1024,1024,1024  (records for {shipped})" in out
     assert "standard: --args 1,8,1024,64  (records for x86-amx)" in out  # attention
     assert "standard: --args 1,8,1024,64,True  (records for x86-amx)" in out  # causal
     assert "standard: --args 1,128,28,28,128,3,3,1,1  (records for x86-amx)" in out  # winograd

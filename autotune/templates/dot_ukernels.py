@@ -221,7 +221,7 @@ def helpers(isa: DotISA) -> str:
 
 
 def packed_dtype(isa: DotISA) -> str:
-    """The dtype of B's packed panels: offset to uint8, or the inputs'."""
+    """The dtype of B's packed panels: offset to uint8, widened, or the inputs'."""
     return "uint8" if isa.b_offset else isa.b_wide or isa.dtype
 
 

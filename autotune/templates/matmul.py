@@ -271,9 +271,10 @@ def matmul(cfg, M, N, K, dtype="float32"):
     cfg.add_flop(2.0 * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, dtype, K, M, N)
-    pack = (1,) if isa is not None else (0, 1, 2)  # the dot kernel reads packed B
-    a_bytes = M * K * precision.elem_bytes(p)
     wide = dtype == "float32"
+    # the dot kernel reads packed B; pack_b 2 (the next panel prefetched): float32's B
+    pack = (1,) if isa is not None else (0, 1, 2) if wide else (0, 1)
+    a_bytes = M * K * precision.elem_bytes(p)
     block = None if isa is None else dot_knobs.row_block(cfg.target, isa, M, K, N)
     # float32: pack_b 2, the next panel of B prefetched while a panel is multiplied
     # (``schedule_gemm``; one thread of a Zen 5: 1.04-1.06x at 128 x 3072 x 768, where the
@@ -354,7 +355,7 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     cfg.add_flop(2.0 * B * M * N * K)
     lanes = cfg.target.vector_lanes(p.out)
     isa = dot_ukernels.usable(cfg.target, dtype, K, M, N)
-    pack = (1,) if isa is not None else (0, 1, 2)  # the dot kernel reads packed B
+    pack = (1,) if isa is not None else (0, 1, 2) if dtype == "float32" else (0, 1)
     define_dot_knobs(
         cfg, isa, M, N, lanes, K, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
     )
