@@ -1,6 +1,7 @@
 """Checks of a call's arguments before C sees them, and the errors a kernel reports.
 
-Outputs a call allocates are cache-line aligned (``aligned_empty``). Every check
+Outputs a call allocates are cache-line aligned (``aligned_empty``), and returned as
+PyTorch tensors when an input is one (``returned``). Every check
 names the argument: an array that is not an array (``TypeError``), arrays
 that overlap an output, a temporary too large for these sizes (``MemoryError``), and the
 kernel's status codes turned into Python exceptions.
@@ -117,6 +118,23 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
     out = aligned_empty(a.shape, a.dtype)
     out[...] = a
     return out
+
+
+def returned(made: list, inputs) -> object:
+    """The outputs a call allocated, as it returns them: one, or a tuple of several;
+    PyTorch tensors sharing their memory when an input was a PyTorch tensor (as a
+    torch function returns tensors), else numpy arrays."""
+    torch = next((t for t in map(_torch_of, inputs) if t is not None), None)
+    if torch is not None:
+        made = [_as_tensor(torch, a) for a in made]
+    return made[0] if len(made) == 1 else tuple(made)
+
+
+def _as_tensor(torch, a: np.ndarray):
+    """``a`` as a PyTorch tensor without copying (bfloat16 through its bits)."""
+    if a.dtype == numpy_dtype("bfloat16"):
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def fmt_shape(shape) -> str:

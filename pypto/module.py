@@ -39,6 +39,7 @@ from .arg_checks import (
     index_checks,
     provenance,
     raise_status,
+    returned,
     stand_in,
 )
 from .bounds_check import SizeCheck, check_sizes
@@ -392,17 +393,16 @@ class Module:
 
     def __call__(self, *args):
         """Run the kernel. With every argument given, returns None; with only the inputs,
-        allocates the outputs and returns them (one array, or a tuple of several)."""
-        args, made = self._with_outputs(args)
+        allocates the outputs and returns them (one array, or a tuple of several; PyTorch
+        tensors when an input is one)."""
+        given, (args, made) = args, self._with_outputs(args)
         cargs, keep = self._prepare(args)
         status = self._invoke(cargs, keep)
         del keep
         bump_versions(self._slots.split(args)[0], self._written)
         if status != 0:
             raise_status(self.name, status, self.signature.index_checks)
-        if made:
-            return made[0] if len(made) == 1 else tuple(made)
-        return None
+        return returned(made, given) if made else None
 
     def _invoke(self, cargs: list, arrays: list) -> int:
         """Run the kernel on checked arguments (pointers and sizes; the arrays behind them)."""

@@ -164,4 +164,22 @@ def test_bfloat16_tensors_pass_through_their_bits():
     c = torch.empty(4, dtype=torch.bfloat16)
     mod(b, c)
     assert torch.equal(c, b * 2) and c._version == 1
-    assert np.array_equal(np.asarray(mod(b), np.float32), [3, 4, -6, 8])  # numpy, allocated
+    got = mod(b)  # allocated: a bfloat16 tensor, through its bits
+    assert got.dtype == torch.bfloat16 and torch.equal(got, b * 2)
+
+
+def test_outputs_a_call_allocates_are_tensors_when_an_input_is_one():
+    """Was: numpy arrays whatever the inputs (a torch user got ``ndarray`` back)."""
+    A = pt.placeholder((3,), "float32", name="A")
+    B = pt.placeholder((3,), "int32", name="B")
+    S, P = pt.compute((3,), lambda i: (A[i] + B[i].astype("float32"), B[i] * 2), name="SP")
+    mod = pt.build(pt.create_schedule(S.op), [A, B, S, P])
+    a, b = np.array([1.5, 2, 3], np.float32), np.array([1, 2, 3], np.int32)
+    s, p = mod(torch.from_numpy(a), b)  # one input a tensor: tensors, as torch returns
+    assert isinstance(s, torch.Tensor) and isinstance(p, torch.Tensor)
+    assert (s.dtype, p.dtype) == (torch.float32, torch.int32)
+    assert s.tolist() == [2.5, 4, 6] and p.tolist() == [2, 4, 6]
+    assert s.data_ptr() % 64 == 0  # the aligned buffer itself, not a copy
+    s2, p2 = mod(a, b)
+    assert isinstance(s2, np.ndarray) and np.array_equal(s2, s.numpy())
+    assert np.array_equal(p2, [2, 4, 6])
