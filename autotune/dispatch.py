@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from pypto.runtime import get_num_threads
+
 from . import store
 from .records import load_records, ranked_configs
 
@@ -39,14 +41,19 @@ def lookup(workload, targets) -> list:
     spellings, ``Template.spellings``) in order of preference: by the order of
     ``targets`` (a name or a tuple of names, as ``record_keys`` gives), then the
     innermost context first, then the user's records before the shipped ones, each
-    fastest first with the spellings' records pooled. The caller takes the first that
-    fits the template, so records another version of it made (stale) fall through to
-    the next; or []."""
-    out = []
+    those measured with as many threads as parallel loops use now first (a config tuned
+    for two threads may not be the best on one), fastest first with the spellings'
+    records pooled. The caller takes the first that fits the template, so records
+    another version of it made (stale) fall through to the next; or []."""
+    out, now = [], get_num_threads()
     for target in _names(targets):
         for ranked in reversed(_stack()):
-            found = [e for w in _names(workload) for e in ranked.get((w, target), [])]
-            out += [config for _, _, config in sorted(found, key=lambda e: e[:2])]
+            found = [
+                (layer, threads != now, cost, config)
+                for w in _names(workload)
+                for layer, threads, cost, config in ranked.get((w, target), [])
+            ]
+            out += [e[-1] for e in sorted(found, key=lambda e: e[:3])]
     return out
 
 
@@ -58,9 +65,11 @@ def other_targets(workload, targets) -> list[str]:
 
 
 def _ranked(records, layer: int) -> dict:
-    """(workload, target) -> ``[(layer, cost, config)]``, fastest first."""
+    """(workload, target) -> ``[(layer, threads, cost, config)]``, fastest first."""
     ranked = ranked_configs(load_records(records))
-    return {key: [(layer, r.cost, r.config) for r in recs] for key, recs in ranked.items()}
+    return {
+        key: [(layer, r.threads, r.cost, r.config) for r in recs] for key, recs in ranked.items()
+    }
 
 
 @contextlib.contextmanager
@@ -71,7 +80,9 @@ def apply_history_best(records=None):
     ``records``: a path to a JSON Lines log, a list of paths, or records
     (as returned by ``load_records``). Corrupt lines are skipped with a warning.
     Records whose config no longer fits the template (made with another version
-    of it) are passed over, with a warning, for the fastest one that does.
+    of it) are passed over, with a warning, for the fastest one that does. Records
+    measured with as many threads as parallel loops use at the call
+    (``pt.get_num_threads()``) come before those of other counts or of none stated.
 
     With no argument: the user's records (``$PYPTO_HOME/logs``, what ``pypto-tune``
     writes) first, then the records shipped with pypto, each for its own target; a

@@ -68,13 +68,15 @@ class MeasureOption:
     rtol: float = 1e-3
     atol: float = 1e-3
     seed: int = 0
+    threads: int | None = None  # candidates run with this many threads (None: OpenMP's default)
 
     def __post_init__(self):
         """``ValueError`` naming the field for an option that would blame every config
         (``number=0`` failed each run; ``repeat=0`` wrote records without costs)."""
         counts = {"number": self.number, "repeat": self.repeat}
-        if self.n_parallel is not None:
-            counts["n_parallel"] = self.n_parallel
+        for name in ("n_parallel", "threads"):
+            if getattr(self, name) is not None:
+                counts[name] = getattr(self, name)
         for name, v in counts.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(
@@ -100,6 +102,19 @@ class MeasureResult(Measured):
     build_s: float = 0.0
     run_s: float = 0.0
     ts: float = field(default_factory=time.time)
+    threads: int = 0  # the threads the candidate ran with (0: not known)
+
+
+def result_of(built: dict, ran: dict) -> MeasureResult:
+    """The result of a candidate from its build's and its run's reports."""
+    if "error" in ran:
+        return MeasureResult(
+            error=ErrorKind(ran["error"]), error_msg=ran["msg"], build_s=built["build_s"]
+        )
+    return MeasureResult(
+        costs=ran["costs"], build_s=built["build_s"], run_s=ran["run_s"],
+        threads=ran.get("threads", 0),
+    )  # fmt: skip
 
 
 def candidate_specs(task, configs, option: MeasureOption) -> list[dict]:
@@ -337,6 +352,7 @@ class Measurer:
             "rtol": o.rtol,
             "atol": o.atol,
             "seed": o.seed,
+            "threads": o.threads,
         }
         try:
             self.conn.send((kind, spec, opt))
@@ -380,16 +396,7 @@ class Measurer:
             except (EnvironmentFault, KeyboardInterrupt) as e:  # Ctrl-C: log what finished
                 e.done = results
                 raise
-            if "error" in r:
-                results.append(
-                    MeasureResult(
-                        error=ErrorKind(r["error"]), error_msg=r["msg"], build_s=b["build_s"]
-                    )
-                )
-            else:
-                results.append(
-                    MeasureResult(costs=r["costs"], build_s=b["build_s"], run_s=r["run_s"])
-                )
+            results.append(result_of(b, r))
         return results
 
 

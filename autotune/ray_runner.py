@@ -43,7 +43,14 @@ from pypto.errors import BuildEnvironmentError
 from pypto.runtime import compiler
 from pypto.target import Target
 
-from .measure import EnvironmentFault, MeasureOption, Measurer, MeasureResult, candidate_specs
+from .measure import (
+    EnvironmentFault,
+    MeasureOption,
+    Measurer,
+    MeasureResult,
+    candidate_specs,
+    result_of,
+)
 from .records import ErrorKind
 from .workers import build_worker, loadable, short_error
 
@@ -192,12 +199,6 @@ class _Node:
     @property
     def name(self) -> str:
         return f"{self.address} ({self.id[:8]})"
-
-
-def _result(b: dict, r: dict) -> MeasureResult:
-    if "error" in r:
-        return MeasureResult(error=ErrorKind(r["error"]), error_msg=r["msg"], build_s=b["build_s"])
-    return MeasureResult(costs=r["costs"], build_s=b["build_s"], run_s=r["run_s"])
 
 
 class RayMeasurer:
@@ -463,5 +464,5 @@ class RayMeasurer:
             self._refuse(node, r["fault"])
             queue.appendleft((k, b))
             return
-        results[k] = _result(b, r)
+        results[k] = result_of(b, r)
         self.measured_on[node.name] += 1

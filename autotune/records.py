@@ -3,9 +3,10 @@
     {"version": 1, "pypto": "0.1.0", "workload": ["matmul", [1024, 1024, 1024]],
      "target": "x86-avx2", "config": {"tile_i": [-1, 6], ...}, "costs": [0.0123, ...],
      "error": null, "error_msg": "", "flop": 2147483648.0, "build_s": 0.21, "run_s": 0.4,
-     "timestamp": 1795000000.0}
+     "timestamp": 1795000000.0, "threads": 2}
 
-``error`` is the kind (``"COMPILE_ERROR"``, ...) or null, ``error_msg`` the message.
+``threads`` is how many threads the candidate ran with (absent in older logs: not
+known); ``error`` is the kind (``"COMPILE_ERROR"``, ...) or null, ``error_msg`` the message.
 Readers also take the short names of earlier logs (``v``, ``ts``) and an error given as
 ``{"kind": ..., "message": ...}``.
 
@@ -87,6 +88,7 @@ class Record(Measured):
     ts: float = field(default_factory=time.time)
     pypto: str = PYPTO_VERSION
     tuner: str = ""  # the search that proposed the config ("" when not known; CONFIRM)
+    threads: int = 0  # the threads it ran with (0: not known, a log older than the field)
 
     @property
     def gflops(self) -> float:
@@ -115,6 +117,7 @@ class Record(Measured):
             "run_s": round(self.run_s, 6),
             "timestamp": self.ts,
             **({"tuner": self.tuner} if self.tuner else {}),
+            **({"threads": self.threads} if self.threads else {}),
         }
         return json.dumps(d, separators=(",", ":"))
 
@@ -150,6 +153,9 @@ class Record(Measured):
                 raise ValueError(f"bad {key}")
         if not isinstance(error_msg, str):
             raise ValueError("bad error_msg")
+        threads = d.get("threads", 0)
+        if type(threads) is not int or threads < 0:
+            raise ValueError("bad threads")
         return Record(
             workload=json.dumps(w, separators=(",", ":")),
             target=d["target"],
@@ -163,6 +169,7 @@ class Record(Measured):
             ts=_number(d.get("timestamp", d.get("ts")) or 0.0, "timestamp"),
             pypto=d.get("pypto", ""),
             tuner=d.get("tuner", ""),
+            threads=threads,
         )
 
 
@@ -281,9 +288,11 @@ def ranked_configs(records) -> dict:
 
     A config measured more than once (``pypto-tune --confirm``) becomes one record
     whose costs are all its timings, so it counts by their median: one lucky
-    measurement does not outrank a config that held up to several. A config with any
-    failed measurement (a crash, a timeout, a wrong result) is left out -- except a
-    ``COMPILE_ERROR`` beside valid measurements (``OVERRULED_BY_MEASUREMENTS``).
+    measurement does not outrank a config that held up to several. Timings with
+    different thread counts are not pooled: such a config appears once per count. A
+    config with any failed measurement (a crash, a timeout, a wrong result) is left out
+    -- except a ``COMPILE_ERROR`` beside valid measurements
+    (``OVERRULED_BY_MEASUREMENTS``).
     """
     groups: dict = {}
     for r in records:
@@ -291,13 +300,17 @@ def ranked_configs(records) -> dict:
         groups.setdefault(key, []).append(r)
     ranked: dict = {}
     for (workload, target, _), recs in groups.items():
-        good = [r for r in recs if r.ok]
-        if not good or any(not r.ok and r.error not in OVERRULED_BY_MEASUREMENTS for r in recs):
+        if any(not r.ok and r.error not in OVERRULED_BY_MEASUREMENTS for r in recs):
             continue
-        r = good[-1]
-        if len(good) > 1:
-            r = dataclasses.replace(r, costs=[c for x in good for c in x.costs])
-        ranked.setdefault((workload, target), []).append(r)
+        by_threads: dict = {}
+        for r in recs:
+            if r.ok:
+                by_threads.setdefault(r.threads, []).append(r)
+        for good in by_threads.values():
+            r = good[-1]
+            if len(good) > 1:
+                r = dataclasses.replace(r, costs=[c for x in good for c in x.costs])
+            ranked.setdefault((workload, target), []).append(r)
     for recs in ranked.values():
         recs.sort(key=lambda r: r.cost)
     return ranked
@@ -323,8 +336,9 @@ def best_by_workload(records) -> dict:
 
 def pick_best(in_path, out_path: str) -> int:
     """Write the best valid record per (workload, target) of ``in_path`` to ``out_path``,
-    one per set of knob names (a record of an older version of the template does not
-    hide the best that fits the current one; ``apply_history_best`` passes over it)
+    one per thread count and set of knob names (a record of an older version of the
+    template does not hide the best that fits the current one; ``apply_history_best``
+    passes over it)
     (at once, whole; ``ValueError`` for an ``out_path`` that is one of the inputs: it
     would replace the history it is picked from)."""
     ins = [in_path] if isinstance(in_path, (str, bytes, os.PathLike)) else list(in_path)
@@ -338,7 +352,7 @@ def pick_best(in_path, out_path: str) -> int:
     best = {}
     for (w, t), recs in ranked_configs(load_records(ins)).items():
         for r in recs:
-            best.setdefault((w, t, tuple(sorted(r.config))), r)
+            best.setdefault((w, t, r.threads, tuple(sorted(r.config))), r)
     text = "".join(
         r.to_json() + "\n" for r in sorted(best.values(), key=lambda r: (r.workload, r.target))
     )

@@ -37,6 +37,7 @@ def to_record(inp: MeasureInput, res: MeasureResult, tuner: str = "") -> Record:
         run_s=res.run_s,
         ts=res.ts,
         tuner=tuner,
+        threads=res.threads,
     )
 
 
@@ -118,6 +119,7 @@ class Tuner:
                     build_s=r.build_s,
                     run_s=r.run_s,
                     ts=r.ts,
+                    threads=r.threads,
                 )
             )
         if inputs:

@@ -385,6 +385,8 @@ class Runner:
         """Load the built object (by its key; no lowering), run once on fresh inputs,
         check, then time one candidate."""
         t0 = time.perf_counter()
+        if opt.get("threads"):
+            pt.set_num_threads(opt["threads"])
         try:
             tpl = _load_template(spec)
             s, tensors = tpl.instantiate(spec["config"], *spec["args"], target=spec["target"])
@@ -425,7 +427,7 @@ class Runner:
                 return bad
         except Exception as e:  # noqa: BLE001
             return {"error": ErrorKind.RUNTIME.value, "msg": short_error(e)}
-        return {"costs": costs, "run_s": time.perf_counter() - t0}
+        return {"costs": costs, "run_s": time.perf_counter() - t0, "threads": pt.get_num_threads()}
 
 
 def runner_main(conn, parent_pid: int):

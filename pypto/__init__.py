@@ -82,7 +82,7 @@ from .ops import (
 from .ops import power as pow
 from .ops import round_ as round
 from .reducers import comm_reducer, max, min, sum
-from .runtime import Module, build, load_module, set_num_threads
+from .runtime import Module, build, get_num_threads, load_module, set_num_threads
 from .scalar_args import var
 from .schedule import Schedule, Stage, create_schedule
 from .target import Target
@@ -97,7 +97,8 @@ __all__ = [
     "log", "pow", "round", "rsqrt",
     "select", "sigmoid", "sqrt", "tanh", "max", "min", "sum", "comm_reducer",
     "var", "placeholder", "compute", "reduce_axis", "rdom", "create_schedule", "lower", "build",
-    "load_module", "set_num_threads", "explain", "TensorIntrin", "decl_tensor_intrin", "extern",
+    "load_module", "set_num_threads", "get_num_threads", "explain", "TensorIntrin",
+    "decl_tensor_intrin", "extern",
     "validate", "ValidationReport",
     # TVM's tir helpers (pypto.ops)
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",

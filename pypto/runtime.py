@@ -44,6 +44,7 @@ __all__ = [
     "TimeResult",
     "build",
     "compile_source",
+    "get_num_threads",
     "load_module",
     "set_num_threads",
 ]
@@ -330,6 +331,13 @@ def set_num_threads(n: int) -> None:
     lib = _gomp()
     if lib is not None:
         lib.omp_set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """The number of threads parallel loops use (OpenMP's ``omp_get_max_threads``:
+    ``set_num_threads``, else ``OMP_NUM_THREADS``, else the cores; 1 without OpenMP)."""
+    lib = _gomp()
+    return int(lib.omp_get_max_threads()) if lib is not None else 1
 
 
 def _one_thread_after_fork() -> None:

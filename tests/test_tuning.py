@@ -213,6 +213,50 @@ def test_a_config_counts_by_the_median_of_all_its_timings(tmp_path):
     assert [(r.config, r.ok) for r in once] == [(steady, True), (lucky, True), (flaky, False)]
 
 
+def test_records_of_the_thread_count_in_use_come_first(tmp_path):
+    """A config measured with 2 threads is not ranked against timings with 1 (their
+    costs are not comparable): each count has its own, and a template called with one
+    thread takes the fastest record of one thread, then of others or of none stated."""
+    task = at.Task("toy_matmul", (32, 32, 16))
+    one = {"tile_i": [-1, 2], "tile_j": [-1, 16], "unroll": 0}
+    two = {"tile_i": [-1, 4], "tile_j": [-1, 8], "unroll": 0}
+
+    def rec(cfg, cost, threads):
+        return at.Record(task.workload_key, task.target.key, cfg, costs=[cost], threads=threads)
+
+    log = str(tmp_path / "threads.jsonl")
+    at.append_records(log, [rec(one, 2e-3, 1), rec(two, 3e-3, 1), rec(two, 1e-3, 2)])
+    assert [json.loads(line).get("threads") for line in open(log)] == [1, 1, 2]
+    (ranked,) = at.ranked_configs(at.load_records(log)).values()
+    assert [(r.config, r.threads, r.costs) for r in ranked] == [
+        (two, 2, [1e-3]), (one, 1, [2e-3]), (two, 1, [3e-3])
+    ]  # fmt: skip
+    before = pt.get_num_threads()
+    try:
+        for threads, tile_i in ((1, 2), (2, 4), (3, 4)):  # 3: no record of 3, the fastest
+            pt.set_num_threads(threads)
+            with at.apply_history_best(log):
+                s, _ = at.get_template("toy_matmul")(32, 32, 16)
+            assert [st["factor"] for st in s.steps if st["prim"] == "split"][0] == tile_i
+    finally:
+        pt.set_num_threads(before)
+    best = str(tmp_path / "best.jsonl")
+    assert at.pick_best(log, best) == 2  # the best of each thread count
+    with pytest.raises(ValueError, match="bad threads"):
+        at.Record.from_json(rec(one, 1e-3, 1).to_json().replace('"threads":1', '"threads":-1'))
+
+
+def test_candidates_run_with_the_threads_asked_and_records_say_so(tmp_path):
+    log = str(tmp_path / "t.jsonl")
+    task = at.Task("toy_matmul", (32, 32, 16))
+    for threads in (1, 2):
+        at.RandomTuner(task).tune(
+            n_trial=1, measure=at.MeasureOption(number=1, repeat=1, threads=threads),
+            callbacks=[at.log_to_file(log)],
+        )  # fmt: skip
+    assert [r.threads for r in at.load_records(log)] == [1, 2]
+
+
 def test_confirm_measures_the_fastest_again_side_by_side(tmp_path):
     log = str(tmp_path / "confirm.jsonl")
     task = at.Task("toy_matmul", (32, 32, 16))
@@ -900,7 +944,8 @@ def test_a_wrong_kernel_with_small_outputs_is_a_wrong_answer():
      ("timeout", float("nan"), "timeout must be a positive number of seconds"),
      ("build_timeout", -1, "build_timeout must be a positive"),
      ("atol", -1e-3, "atol must be a number of at least 0"),
-     ("n_parallel", 0, "n_parallel must be a whole number")],
+     ("n_parallel", 0, "n_parallel must be a whole number"),
+     ("threads", 0, "threads must be a whole number of at least 1")],
 )  # fmt: skip
 def test_a_measure_option_that_would_blame_every_config_is_refused(field, value, message):
     with pytest.raises(ValueError, match=f"MeasureOption.{message}"):

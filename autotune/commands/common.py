@@ -128,14 +128,22 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
         "enable_cpu_cache_flush: kernels are then ranked by their speed on data that "
         "arrives from memory, as inside a model, not on data a previous call left in cache",
     )
+    p.add_argument(
+        "--threads",
+        type=positive("--threads"),
+        help="run the candidates with this many threads (default: OMP_NUM_THREADS, else "
+        "the cores); each record states its count, and apply_history_best prefers the "
+        "records of the count parallel loops use when it runs",
+    )
 
 
 def measure_option(a) -> at.MeasureOption:
-    """The MeasureOption of --timeout, --number, --repeat and --flush-cache."""
+    """The MeasureOption of --timeout, --number, --repeat, --flush-cache and --threads."""
     number = a.number if a.number is not None else 1 if a.flush_cache else 5
     return at.MeasureOption(
-        number=number, repeat=a.repeat, timeout=a.timeout, flush_cache=a.flush_cache
-    )
+        number=number, repeat=a.repeat, timeout=a.timeout, flush_cache=a.flush_cache,
+        threads=a.threads,
+    )  # fmt: skip
 
 
 def add_ray_argument(p: argparse.ArgumentParser) -> None:
