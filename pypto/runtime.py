@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from . import emulate
+from .align_peel import peel_for_alignment
 from .bound_checks import instrument as instrument_bound_checks
 from .bound_checks import wanted as bound_checks_wanted
 from .cache import Entry, remove_file
@@ -290,6 +291,7 @@ def build(
         raise TypeError(f"build expects a Schedule or a lowered function, got {type(sch).__name__}")
     if checks:
         func = instrument_bound_checks(func)
+    func = peel_for_alignment(func, tgt)
     source, cname = codegen(func, tgt)
     if emit_only:
         return source
