@@ -113,6 +113,7 @@ def test_tiled_loops_shared_by_tensors_that_read_each_other_are_refused():
         ("jacobi-2d", (4, 8)),
         ("jacobi-2d", (8, None)),
         ("heat-3d", (4, 4, None)),
+        ("heat-3d", (4, None, None)),
     ],
 )
 def test_stencil_time_tiles_are_exact_at_small(name, tiles):
@@ -152,7 +153,7 @@ def test_fdtd_2d_time_tiles_without_the_shifts_are_refused():
         tile_updates(s, updates, (4, 8), skew=1, shifts=((0, 0), (1, 0), (0, 1), (0, 0)))
 
 
-@pytest.mark.parametrize("name, shifts", [("jacobi-2d", 2), ("heat-3d", 2), ("fdtd-2d", 4)])
+@pytest.mark.parametrize("name, shifts", [("jacobi-2d", 1), ("heat-3d", 1), ("fdtd-2d", 4)])
 def test_the_large_stencils_are_time_tiled(name, shifts):
     """At LARGE (arrays past any L2 this project targets) the timed schedules of
     jacobi-2d, heat-3d and fdtd-2d are the time-tiled ones; schedule only, as the arrays
