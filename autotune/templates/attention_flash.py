@@ -238,6 +238,7 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
         s[T].compute_at(u, ut)
     s[Out].parallel(s[Out].fuse(*Out.op.axis[:3]))
     s[St].parallel(s[St].fuse(*St.op.axis[:3]))
+    s[St].vectorize(St.op.axis[-1])
     s[Out].vectorize(Out.op.axis[3])
     # the scale and mask applied where the scores are read (no pass storing them); the
     # scores of a block as key tiles of register tiles

@@ -264,6 +264,7 @@ def _schedule_transforms(s, Dq, BD, V, Gw, U, Y, TWp: int, m: int):
     s[Gw].parallel(k)
     s[Gw].unroll(e)
     s[Gw].unroll(b)
+    s[Gw].vectorize(c)  # strided reads of the weights: vectorized as gathers
     eu, k, c = U.op.axis
     s[U].reorder(k, eu, c)
     s[U].parallel(k)

@@ -140,7 +140,7 @@ def adi_sweeps_by_columns(s, stmts):
     """adi's statements distributed over the row loop i (each sweeps every row of a time
     step before the next starts; the rows are independent), and the recurrences along j
     interchanged with i: the innermost loop runs over independent rows, not along one
-    recurrence (p[i, j] needs p[i, j - 1] through a division). Statements that share
+    recurrence (p[i, j] needs p[i, j - 1] through a division), vectorized. Statements that share
     loop j in the C nest (p and q) still share it, and i.
 
         for t: for i:                          for t:
@@ -155,6 +155,7 @@ def adi_sweeps_by_columns(s, stmts):
         t, i, *inner = st.op.axis
         if inner:
             st.reorder(t, inner[0], i)
+            st.vectorize(i)  # strided, but independent rows: gathers and scatters
     for prev, st, (_, _, loop) in zip(stages, stages[1:], stmts[1:]):
         shares_j = len(prev.op.axis) == 3 and loop is prev.op.axis[2]
         st.compute_with(prev, prev.op.axis[1] if shares_j else prev.op.axis[0])

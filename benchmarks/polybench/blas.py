@@ -149,12 +149,15 @@ def symm(M, N):
             for i: for j:                            for i:
               for k < i: C[k, j] += a B[i, j] A[i, k]  ->  for k < i: for j (vectorized):
               C[i, j] = b C[i, j] + ...                      C[k, j] += a B[i, j] A[i, k]
-                                                          for j: C[i, j] = b C[i, j] + ...
+                                                          for j (vectorized):
+                                                            C[i, j] = b C[i, j] + ...
         """
         u = s[C].update(0)
         u.reorder(i, k, j)
         u.vectorize(j)
-        s[C].update(1).compute_with(u, i)
+        last = s[C].update(1)
+        last.compute_with(u, i)
+        last.vectorize(last.op.axis[1])  # j: the rows' reductions side by side
 
     def ref(al, be, a, b, c):
         c = c.copy()
