@@ -69,14 +69,17 @@ def _slowdown(before: dict, todo: list, results: list) -> float:
 
 
 def _fastest(task, records, k: int) -> list:
-    """The ``k`` fastest configs of ``task`` in ``records`` that fit its template."""
+    """The ``k`` fastest configs of ``task`` in ``records`` that fit its template (each
+    once, whatever thread counts its records state)."""
     key = (task.workload_key, task.target.key)
     out = []
     for r in ranked_configs([r for r in records if (r.workload, r.target) == key]).get(key, []):
         try:
-            out.append(task.config_space.config(r.config))
+            cfg = task.config_space.config(r.config)
         except SpaceError:
             continue  # a record of another version of the template
+        if all(c.index != cfg.index for c in out):
+            out.append(cfg)
         if len(out) == k:
             break
     return out

@@ -289,7 +289,8 @@ def ranked_configs(records) -> dict:
     A config measured more than once (``pypto-tune --confirm``) becomes one record
     whose costs are all its timings, so it counts by their median: one lucky
     measurement does not outrank a config that held up to several. Timings with
-    different thread counts are not pooled: such a config appears once per count. A
+    different thread counts are not pooled: such a config appears once per count
+    (timings that state none join those of the one count the others state). A
     config with any failed measurement (a crash, a timeout, a wrong result) is left out
     -- except a ``COMPILE_ERROR`` beside valid measurements
     (``OVERRULED_BY_MEASUREMENTS``).
@@ -302,14 +303,18 @@ def ranked_configs(records) -> dict:
     for (workload, target, _), recs in groups.items():
         if any(not r.ok and r.error not in OVERRULED_BY_MEASUREMENTS for r in recs):
             continue
+        stated = {r.threads for r in recs if r.ok} - {0}
+        sole = stated.pop() if len(stated) == 1 else 0  # a log older than the field
         by_threads: dict = {}
         for r in recs:
             if r.ok:
-                by_threads.setdefault(r.threads, []).append(r)
-        for good in by_threads.values():
+                by_threads.setdefault(r.threads or sole, []).append(r)
+        for threads, good in by_threads.items():
             r = good[-1]
-            if len(good) > 1:
-                r = dataclasses.replace(r, costs=[c for x in good for c in x.costs])
+            if len(good) > 1 or r.threads != threads:
+                r = dataclasses.replace(
+                    r, costs=[c for x in good for c in x.costs], threads=threads
+                )
             ranked.setdefault((workload, target), []).append(r)
     for recs in ranked.values():
         recs.sort(key=lambda r: r.cost)

@@ -242,6 +242,10 @@ def test_records_of_the_thread_count_in_use_come_first(tmp_path):
         pt.set_num_threads(before)
     best = str(tmp_path / "best.jsonl")
     assert at.pick_best(log, best) == 2  # the best of each thread count
+    # timings that state no count (a log older than the field) join the one count stated
+    at.append_records(log, [rec(one, 4e-3, 0)])
+    ranked = at.ranked_configs(at.load_records(log))[(task.workload_key, task.target.key)]
+    assert [(r.threads, r.costs) for r in ranked if r.config == one] == [(1, [2e-3, 4e-3])]
     with pytest.raises(ValueError, match="bad threads"):
         at.Record.from_json(rec(one, 1e-3, 1).to_json().replace('"threads":1', '"threads":-1'))
 
