@@ -3,8 +3,12 @@ loop whose stores of a buffer a later iteration loads, with its body unrolled, w
 gcc 12.2 vectorizes wrongly at -O3, runs one iteration at a time; loops the compiler
 vectorizes correctly keep that."""
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pypto as pt
 from benchmarks.polybench import build
@@ -163,4 +167,39 @@ def test_loops_pypto_did_not_vectorize_are_not_vectorized_wrongly(make, target):
         pytest.skip(f"{target} cannot run here")
     s, args, inputs, want = make()
     got = pt.build(s, args, target=target)(*inputs)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
+
+
+@settings(  # 100 by default: with gcc's vectorizer unlimited, 25 missed every failing case
+    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "100")),
+    deadline=None,
+    derandomize=True,  # the same examples on every run
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    n=st.integers(5, 20),
+    m=st.integers(5, 20),
+    steps=st.integers(1, 3),
+    di=st.integers(-1, 1),
+    dj=st.integers(-1, 1),
+    reverse=st.booleans(),
+)
+def test_in_place_updates_reading_a_neighbour_are_exact(n, m, steps, di, dj, reverse):
+    """T[i, j] = 0.75 T[i, j] + 0.5 T[i + di, j + dj] over a time loop, in place, rows in
+    either order, the default schedule, against the loop nest run in numpy (the shape
+    gcc 12.2 vectorized wrongly before ``GCC_VECTORIZER_LIMITS``)."""
+    S = pt.placeholder((n, m), F, name="S")
+    T = pt.compute((n, m), lambda i, j: S[i, j], name="T")
+    t, r, rj = pt.rdom([(0, steps), (1, n - 1), (1, m - 1)], names="t r rj")
+    ri = n - 1 - r if reverse else r
+    T[ri, rj] = T[ri, rj] * 0.75 + T[ri + di, rj + dj] * 0.5
+    a = np.random.default_rng(n * 100 + m).standard_normal((n, m))
+    want = a.copy()
+    rows = range(n - 2, 0, -1) if reverse else range(1, n - 1)
+    for _ in range(steps):
+        for i in rows:
+            for j in range(1, m - 1):
+                want[i, j] = want[i, j] * 0.75 + want[i + di, j + dj] * 0.5
+    got = pt.build(pt.create_schedule(T.op), [S, T])(a)
     np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13)
