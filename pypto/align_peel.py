@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from .expr import Binary, Const, substitute
 from .loop_ir import For, IntrinCall, LoweredFunc, Prefetch, StmtMutator, Store, seq, walk_stmts
+from .passes import map_exprs
 from .simplify import Lin, simplify
 from .structural import skey
 from .target import Target
@@ -54,7 +55,7 @@ class _Peel(StmtMutator):
         if not peel:
             return s
         shifted = Binary("add", s.var, Const(peel, s.var.dtype), s.var.dtype)
-        rest = _Shift(s.var, shifted).visit(s.body)
+        rest = map_exprs(s.body, lambda e: simplify(substitute(e, {s.var: shifted})))
         rest_extent = Const(s.extent.value - peel, s.extent.dtype)
         return seq(For(s.var, Const(peel, s.extent.dtype), s.kind, s.body),
                    For(s.var, rest_extent, s.kind, rest))  # fmt: skip
@@ -88,13 +89,3 @@ def _residue(store: Store, loop: For, target: Target):
     if coeffs.pop(skey(loop.var), 0) != 1 or any(c % lanes for c in coeffs.values()):
         return None
     return lin.const % lanes, lanes
-
-
-class _Shift(StmtMutator):
-    """Every use of ``var`` replaced by ``value``."""
-
-    def __init__(self, var, value):
-        self.mapping = {var: value}
-
-    def expr(self, e):
-        return simplify(substitute(e, self.mapping))
