@@ -33,6 +33,7 @@ class StageBuffers:
     more: dict
     offsets: tuple | None
     local: bool
+    layout: object = None  # transform_layout's StorageLayout: indices -> places
 
     def all(self) -> list:
         return [self.buffer, *self.more.values()]
@@ -45,6 +46,7 @@ class Layout:
     params: tuple
     placeholders: dict  # Stage -> Buffer
     stages: dict  # Stage -> StageBuffers
+    copies: tuple = ()  # (stage, argument buffer): computed in another layout, copied out
 
     def index(self, st: Stage, indices, value_index: int = 0) -> tuple[Buffer, Expr]:
         """The buffer that holds ``st``'s output ``value_index`` and the flat index of
@@ -53,12 +55,14 @@ class Layout:
             b = self.placeholders.get(st)
             if b is None:
                 raise ScheduleError(f"placeholder {st.name} is read but not among the arguments")
-            return b, _flat(_checked(indices, b.shape, b.name), b.shape)
+            return b, flat_index(_checked(indices, b.shape, b.name), b.shape)
         sb = self.stages[st]
         if sb.offsets is not None:
             indices = [Binary("sub", i, o, INDEX) for i, o in zip(indices, sb.offsets)]
+        if sb.layout is not None:
+            indices = [simplify(i) for i in sb.layout.index(indices)]
         buf = sb.more[value_index] if value_index else sb.buffer
-        return buf, _flat(_checked(indices, buf.shape, buf.name), buf.shape)
+        return buf, flat_index(_checked(indices, buf.shape, buf.name), buf.shape)
 
 
 def plan(nests: Nests) -> Layout:
@@ -76,9 +80,12 @@ def plan(nests: Nests) -> Layout:
             more.setdefault(st, {})[t.value_index] = b
         else:
             given[st] = b
-    stages = {}
+    stages, copies = {}, []
     for st in nests.sch.stages:
         if st.is_placeholder or st.inline or st.is_update:
+            continue
+        if st.layout is not None:
+            stages[st] = _transformed(st, nests, given.get(st), copies)
             continue
         buf, extra, offsets, local = given.get(st), more.get(st, {}), None, False
         if buf is None or len(extra) + 1 != st.op.num_outputs:
@@ -100,10 +107,27 @@ def plan(nests: Nests) -> Layout:
             if buf is None:
                 buf = Buffer(st.op.output(0).name, st.op.dtype, shape, scope)
         stages[st] = StageBuffers(buf, extra, offsets, local)
-    return Layout(tuple(params), placeholders, stages)
+    return Layout(tuple(params), placeholders, stages, tuple(copies))
 
 
-def _flat(indices, shape) -> Expr:
+def _transformed(st: Stage, nests: Nests, arg: Buffer | None, copies: list) -> StageBuffers:
+    """The buffer of a stage stored as ``transform_layout`` says: the whole tensor in the
+    new layout; an argument is copied out of it at the end (``copies``)."""
+    if nests.local_shape(st) is not None:
+        raise ScheduleError(
+            f"transform_layout on stage '{st.name}': it is computed at a loop of another "
+            "stage (compute_at) and holds only the region used there; store it at the root"
+        )
+    t = st.op.output(0)
+    name = t.name if arg is None else f"{t.name}.layout"
+    if arg is not None:
+        copies.append((st, arg))
+    return StageBuffers(
+        Buffer(name, t.dtype, st.layout.shape, "global"), {}, None, False, st.layout
+    )
+
+
+def flat_index(indices, shape) -> Expr:
     out = None
     for i, s in zip(indices, shape):
         out = i if out is None else Binary("add", Binary("mul", out, s, INDEX), i, INDEX)

@@ -22,6 +22,7 @@ from .accumulate import accumulated_reduction, needs_accumulator, reduction_star
 from .bounds import Nests, StageNest, infer
 from .bounds_check import check_bounds
 from .compute_with import root_stmts
+from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
     Expr,
@@ -34,7 +35,7 @@ from .expr import (
     substitute,
     vars_of,
 )
-from .layout import Layout, plan
+from .layout import Layout, flat_index, plan
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars
 from .multi_output import multi_output_stmt
@@ -217,6 +218,16 @@ class Lowering:
                     s = _allocate(b, s)
         return s
 
+    def copy_out(self, st: Stage, arg: Buffer):
+        """The argument of a stage computed in another layout (``transform_layout``),
+        copied from that buffer: ``for i: A[i] = A.layout[f(i)]``."""
+        loops = [Var(f"{st.name}_copy{k}", INDEX) for k in range(len(arg.shape))]
+        buf, idx = self.buffer_index(st, loops)
+        s = Store(arg, flat_index(loops, arg.shape), Load(buf, idx, buf.dtype))
+        for v, d in reversed(list(zip(loops, arg.shape))):
+            s = For(v, d, "serial", s)
+        return s
+
     def run(self) -> LoweredFunc:
         params = self.layout.params
         roots = [
@@ -224,7 +235,7 @@ class Lowering:
             for st in self.sch.stages
             if not st.is_placeholder and not st.inline and st.attach is None
         ]
-        body = seq(*root_stmts(self, roots))
+        body = seq(*root_stmts(self, roots), *(self.copy_out(*c) for c in self.layout.copies))
         for st in reversed(roots):  # an update stage writes its tensor's buffer
             sb = self.layout.stages.get(st)
             for b in sb.all() if sb is not None else ():

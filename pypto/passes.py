@@ -11,6 +11,8 @@ only the statement kinds it is about.
       for (v, 0, 32) { if (v - 2*t >= 0) S(v) }  ->  for (v, 0, 32 - max(0, 2*t))
                                                        S(v + max(0, 2*t))
 
+- ``index_sets`` (``pypto/index_sets.py``): a serial loop cut where the floor
+  divisions and moduli of its vector loops change value, so they vanish in each piece.
 - ``partition_loops``: an unrolled or vectorized loop of extent
   ``min(c, e)`` gets a copy with the constant extent ``c``, chosen once where
   ``e`` becomes known, so full tiles run with constant trip counts:
@@ -31,6 +33,7 @@ from dataclasses import replace
 
 from .dtypes import INDEX
 from .expr import FLIP, Binary, Cmp, Const, Expr, Not, Var, conjunction, substitute, vars_of
+from .index_sets import split_index_sets
 from .intervals import INF, Ranges, bounds
 from .loop_ir import (
     ExprMapper,
@@ -280,6 +283,7 @@ def partition_loops(s, bound: set, budget: int = MAX_PARTITIONS):
 PIPELINE = (
     ("simplify", lambda s, ranges, sizes: simplify_stmt(s, ranges)),
     ("guards_to_bounds", lambda s, ranges, sizes: simplify_stmt(guards_to_bounds(s), ranges)),
+    ("index_sets", lambda s, ranges, sizes: simplify_stmt(split_index_sets(s), ranges)),
     (
         "partition_loops",
         lambda s, ranges, sizes: simplify_stmt(partition_loops(s, set(sizes)), ranges),

@@ -42,6 +42,7 @@ from .tensor import (
     collect_ops,
     make_iter_var,
 )
+from .transform_layout import set_layout
 
 
 class StageState(NamedTuple):
@@ -58,6 +59,7 @@ class StageState(NamedTuple):
     fused_with: Any
     inline: bool
     scope: str
+    layout: Any  # transform_layout's StorageLayout, or None
 
 
 def _stage_state(st: Stage) -> StageState:
@@ -65,13 +67,13 @@ def _stage_state(st: Stage) -> StageState:
     return StageState(
         st.op, tuple(st.root_iter_vars), tuple(st.leaf_iter_vars), tuple(st.relations),
         tuple(st.attrs.items()), tuple(st.prefetches), st.tensorized, st.attach,
-        st.fused_with, st.inline, st.scope,
+        st.fused_with, st.inline, st.scope, st.layout,
     )  # fmt: skip
 
 
 def _set_stage_state(st: Stage, x: StageState):
     """Make ``x`` the stage's state (in fresh containers: ``x`` stays as it is)."""
-    st.op, st.inline, st.scope = x.op, x.inline, x.scope
+    st.op, st.inline, st.scope, st.layout = x.op, x.inline, x.scope, x.layout
     st.root_iter_vars, st.leaf_iter_vars = list(x.roots), list(x.leaves)
     st.relations, st.attrs, st.prefetches = list(x.relations), dict(x.attrs), list(x.prefetches)
     st.tensorized, st.attach, st.fused_with = x.tensorized, x.attach, x.fused_with
@@ -375,6 +377,7 @@ _RULES = {
     steps.CacheRead: lambda sch, x: sch._cache_read(x),
     steps.CacheWrite: lambda sch, x: sch._cache_write(x),
     steps.RFactor: lambda sch, x: sch._rfactor(x),
+    steps.TransformLayout: lambda sch, x: set_layout(x.stage, x),
 }
 
 

@@ -24,6 +24,7 @@ from .intrin import TensorIntrin
 from .prefetch import check_prefetch
 from .relations import Fuse, Shift, Skew, Split
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
+from .transform_layout import layout_text
 
 if TYPE_CHECKING:  # the schedule owns its stages; a stage only refers back to it
     from .schedule import Schedule
@@ -80,7 +81,7 @@ class Stage:
         self.attach: AttachedAt | None = None  # see compute_at()
         self.fused_with: FusedWith | None = None  # see compute_with()
         self.inline = False
-        self.scope = "global"
+        self.scope, self.layout = "global", None  # layout: see transform_layout
         self.update_stages: list[Stage] = []  # stages of the update definitions
         self.target_stage: Stage | None = None  # for an update stage: the pure stage
         self.n_updates = len(getattr(op, "updates", ()))
@@ -489,3 +490,9 @@ class Stage:
         for io: B[region(io)] = ..; C[..]   ->   for i: B[i] = ..;  for io: C[..]
         """
         self.schedule.apply(steps.ComputeRoot(self))
+
+    def transform_layout(self, mapping):
+        """Store element ``T[i]`` at ``mapping(i)`` (TVM's ``transform_layout``, storage
+        only: the loops stay as scheduled), ``pypto.transform_layout``:
+        ``s[B].transform_layout(lambda i: [i % 250, i // 250])``."""
+        self.schedule.apply(steps.TransformLayout(self, layout_text(self, mapping)))

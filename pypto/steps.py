@@ -197,11 +197,19 @@ class RFactor(Step):
     factor_axis: int = 0
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class TransformLayout(Step):
+    prim: ClassVar[str] = "transform_layout"
+    stage: Any
+    layout: str  # the map from the tensor's indices to places, in isl's syntax
+
+
 # the step of each primitive name (what ``Schedule.from_json`` reads)
 STEPS = {
     cls.prim: cls
     for cls in (
         Split, Tile, Reorder, Fuse, Skew, Shift, Parallel, Vectorize, Unroll, Prefetch, Tensorize,
         ComputeAt, ComputeWith, ComputeInline, ComputeRoot, CacheRead, CacheWrite, RFactor,
+        TransformLayout,
     )
 }  # fmt: skip

@@ -9,9 +9,9 @@ outgrow the L2 cache (``time_tiles``: the second statement shifted a row behind 
 first, both skewed by the time step and tiled, the tiles' loops and the time loop
 shared, each tile's time loop running only the steps that have points in it;
 ``tile_updates`` for fdtd-2d's four statements), only vectorized below that, where the
-plain nest already runs from the cache; jacobi-1d only vectorized (its arrays stay in
-L1 at every size, and the plain nest, which the compiler vectorizes too, runs at L1
-speed).
+plain nest already runs from the cache; jacobi-1d by interleaved strips (``strips``:
+its arrays stay in L1 at every size, where the plain nest's loads of each point's
+neighbours straddle vectors; in strips each load is a whole aligned vector).
 """
 
 from __future__ import annotations
@@ -59,11 +59,33 @@ def jacobi_1d(TSTEPS, N):
         return [a, b]
 
     def schedule(s):
-        s[B].update(0).vectorize(i)
-        s[A].update(0).vectorize(i2)
+        strips(s, [A, B], [s[B].update(0), s[A].update(0)], N)
 
     init = lambda rng: [rng.random(N), rng.random(N)]  # noqa: E731
     return Program([A0, B0], [A, B], init, ref, order=order, schedule=schedule)
+
+
+def strips(s, tensors, updates, n):
+    """Each tensor stored as strips interleaved in a vector's lanes (data layout
+    transformation), and each update (over ``(t, i)``, ``i`` from 1) run a point of
+    every strip per iteration: lane ``l`` holds element ``l*L + p`` at place ``(p,
+    l)``, so a point's neighbours ``i - 1`` and ``i + 1`` lie in the same lane of the
+    vectors before and after, and the stencil loads and stores whole aligned vectors
+    (``pypto.transform_layout``; the strips' ends run alone, ``pypto.index_sets``)::
+
+        for t: for i in 1..n-1:             for t: for p in 0..L:
+          B[i] = f(A[i-1], A[i], A[i+1])      vectorized for l in 0..lanes:
+                                                B[p, l] = f(A[p-1, l], A[p, l], A[p+1, l])
+    """
+    lanes = pt.Target("host").vector_lanes(8)
+    strip = -(-n // lanes)
+    for t in tensors:
+        s[t].transform_layout(lambda i: [i % strip, i // strip])
+    for u in updates:
+        x = u.shift(u.op.axis[1], 1)  # counted from 0: i = l*strip + p
+        lane, p = u.split(x, factor=strip)
+        u.reorder(p, lane)
+        u.vectorize(lane)
 
 
 def time_tiles(s, first, second, tiles, skew=2):

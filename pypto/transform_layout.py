@@ -1,0 +1,133 @@
+"""``transform_layout``: where a stage's elements are stored (TVM's ``transform_layout``).
+
+The element ``T[i]`` is stored at ``T.layout[f(i)]`` of a buffer shaped to hold every
+``f(i)``; ``f`` is quasi-affine (``+ - *`` by constants, ``//`` and ``%`` by
+constants), one to one over the tensor. Only storage changes: every read and write of
+``T`` goes through ``f``; the loops stay as scheduled, and the dependences, which are
+between elements, not places, stay the same. A stage that is an argument keeps its
+argument's layout: it is computed in a buffer of the new layout, and copied into the
+argument at the end of the kernel. Stored as a data layout transformation for SIMD
+(strips of a vector's lanes interleaved, ``i -> (i % L, i // L)``), the neighbours of
+element ``i`` lie in the same lane of the vectors before and after::
+
+    s[B].transform_layout(lambda i: [i % 250, i // 250])      (B: 2000 elements)
+
+    for p in 0..250:                          for p in 0..250:
+      for l in 0..8:  (vectorized)     ->       for l in 0..8:
+        B[l*250 + p] = f(A[l*250 + p - 1])        B.layout[p*8 + l] = f(A.layout[(p - 1)*8 + l])
+
+The ``%`` and ``//`` of the indices vanish where the loops' ranges decide them
+(``pypto.index_sets`` splits the loop ``p`` at 1 and 249 so that they do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .domain import IslSpace, _expr
+from .errors import ScheduleError
+from .expr import Const, Expr, Var, as_expr, substitute
+from .isl_expr import NonAffine
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StorageLayout:
+    """A stage's storage: element ``dims`` is stored at ``exprs`` of a buffer of
+    ``shape``; ``text`` is the map in isl's syntax (what a stored schedule holds)."""
+
+    text: str
+    dims: tuple
+    exprs: tuple
+    shape: tuple
+
+    def index(self, indices) -> list[Expr]:
+        """Where the element at ``indices`` is stored."""
+        return [substitute(e, dict(zip(self.dims, indices))) for e in self.exprs]
+
+
+def layout_text(stage, mapping) -> str:
+    """The isl map of ``mapping`` (a function of the tensor's indices returning a list
+    of index expressions) over ``stage``'s tensor."""
+    if not callable(mapping):
+        raise ScheduleError(
+            f"transform_layout on stage '{stage.name}': expected a function of the "
+            f"indices (lambda i, j: [j, i]), got {mapping!r}"
+        )
+    dims = [Var(f"i{k}", "int64") for k in range(len(stage.op.output(0).shape))]
+    out = mapping(*dims)
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    if not out:
+        raise ScheduleError(f"transform_layout on stage '{stage.name}': no index returned")
+    sp = IslSpace(dims)
+    pr = sp.printer([])
+    try:
+        outs = [pr(as_expr(e)) for e in out]
+    except NonAffine as e:
+        raise ScheduleError(
+            f"transform_layout on stage '{stage.name}': index {e} is not quasi-affine in "
+            "the tensor's indices (use + - * by constants, // and % by constants)"
+        ) from None
+    names = ", ".join(sp.dims)
+    return f"{{ [{names}] -> [{', '.join(outs)}] }}"
+
+
+def storage_layout(stage, text: str) -> StorageLayout:
+    """The checked layout of ``text`` (``layout_text``) for ``stage``'s tensor: one to
+    one over the tensor, into places from 0 on (``ScheduleError`` naming a witness)."""
+    where = f"transform_layout on stage '{stage.name}'"
+    shape = stage.op.output(0).shape
+    if not all(isinstance(d, Const) for d in shape):
+        raise ScheduleError(f"{where}: the tensor's shape must be constant, got {list(shape)}")
+    try:
+        m = isl.Map(text)
+    except isl.Error:
+        raise ScheduleError(f"{where}: not a map in isl's syntax: {text!r}") from None
+    if m.dim(isl.dim_type.in_) != len(shape) or m.dim(isl.dim_type.param):
+        raise ScheduleError(f"{where}: {text} is not a map of the tensor's {len(shape)} indices")
+    dims = [Var(f"i{k}", "int64") for k in range(len(shape))]
+    sp = IslSpace(dims)
+    for k, name in enumerate(sp.dims):
+        m = m.set_dim_name(isl.dim_type.in_, k, name)
+    m = m.reset_tuple_id(isl.dim_type.in_).reset_tuple_id(isl.dim_type.out)
+    box = " and ".join(f"0 <= {x} < {d.value}" for x, d in zip(sp.dims, shape))
+    m = m.intersect_domain(isl.Set(f"{{ [{', '.join(sp.dims)}] : {box} }}"))
+    if not m.is_single_valued():
+        raise ScheduleError(f"{where}: {text} gives an element more than one place")
+    same = m.apply_range(m.reverse())
+    clash = same.subtract(isl.Map.identity(same.get_space()))
+    if not clash.is_empty():
+        a, b = _pair(clash.wrap().sample_point(), len(shape))
+        raise ScheduleError(
+            f"{where}: elements {a} and {b} are stored in the same place; "
+            "the layout must be one to one"
+        )
+    rng, sizes = m.range(), []
+    for k in range(rng.dim(isl.dim_type.set)):
+        lo = rng.dim_min_val(k).to_python()
+        hi = rng.dim_max_val(k).to_python()
+        if lo < 0:
+            raise ScheduleError(f"{where}: index {k} of the layout reaches {lo}; places start at 0")
+        sizes.append(Const(hi + 1, "int64"))
+    pma = isl.PwMultiAff.from_map(m)
+    exprs = [_expr(pma.get_pw_aff(k), sp, m.domain()) for k in range(m.dim(isl.dim_type.out))]
+    return StorageLayout(text, tuple(dims), tuple(exprs), tuple(sizes))
+
+
+def _pair(p: isl.Point, n: int) -> tuple:
+    vals = [p.get_coordinate_val(isl.dim_type.set, k).to_python() for k in range(2 * n)]
+    return vals[:n], vals[n:]
+
+
+def set_layout(stage, step) -> None:
+    """The rule of ``TransformLayout``: ``stage`` stored as ``step.layout`` says."""
+    where = f"transform_layout on stage '{stage.name}'"
+    if stage.is_placeholder:
+        raise ScheduleError(f"{where}: a placeholder is stored as the caller passes it")
+    if stage.is_update:
+        raise ScheduleError(f"{where}: an update definition writes its tensor's storage; "
+                            f"transform the layout of s[{stage.target_stage.name}]")  # fmt: skip
+    if getattr(stage.op, "num_outputs", 1) > 1:
+        raise ScheduleError(f"{where}: a stage of several outputs is stored as it is")
+    stage.layout = storage_layout(stage, step.layout)
