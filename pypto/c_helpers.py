@@ -126,13 +126,16 @@ KEEP = """#if defined(__has_builtin)
 # folds the two conversions (into trunc, which keeps the sign of -0.5)
 INT_TO_FLOAT = "static inline {f} {name}({i} r) {{\n  return r == 0 ? ({f})0 : ({f})PT_KEEP(r);\n}}"
 
-ALLOC = """static void* pt_alloc(size_t bytes) {
+# ``malloc``: the block aliases no other pointer, so gcc may keep values of one buffer
+# in registers across stores to another (predictive commoning); ``noinline`` keeps
+# that knowledge, which inlining the body would lose
+ALLOC = """__attribute__((malloc, noinline)) static void* pt_alloc(size_t bytes) {
   void* p = NULL;
   size_t n = (bytes + 63) / 64 * 64;
   if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
   return p;
 }
-static void* pt_alloc_or_die(size_t bytes) {
+__attribute__((malloc, noinline)) static void* pt_alloc_or_die(size_t bytes) {
   void* p = pt_alloc(bytes);
   if (!p) { fputs("pypto: out of memory in a parallel region\\n", stderr); abort(); }
   return p;
@@ -141,11 +144,12 @@ static void* pt_alloc_or_die(size_t bytes) {
 
 # one block per function-level buffer, grown when a call needs more, owned by one call
 # at a time: a call that finds them taken (another thread's call) allocates and frees
-# its own; pt_release_workspace frees them between calls
+# its own; pt_release_workspace frees them between calls. ``malloc`` as for pt_alloc:
+# during a call the block is reached only through the pointer it returns
 WORKSPACE = """static void* pt_ws_block[{n}];
 static size_t pt_ws_bytes[{n}];
 static int pt_ws_busy;
-static void* pt_workspace(int slot, size_t bytes) {{
+__attribute__((malloc, noinline)) static void* pt_workspace(int slot, size_t bytes) {{
   if (pt_ws_block[slot] && pt_ws_bytes[slot] >= bytes) return pt_ws_block[slot];
   free(pt_ws_block[slot]);
   pt_ws_block[slot] = pt_alloc(bytes);

@@ -1,13 +1,13 @@
 """Index-set splitting: a loop cut where the floor divisions and moduli in its vector
 loops change value, so that within each piece they are sums the vectorizer can read.
 
-An index ``(p + k) // c`` or ``(p + k) % c`` by a constant ``c``, with ``p`` a serial
-loop around a vectorized one and the index's other terms multiples of ``c``, changes
-value only where ``p + k`` crosses a multiple of ``c``. Where ``p``'s constant range
-holds few such points, the loop runs as one loop per piece between them; in each, the
-simplifier, knowing the piece's range, removes the division (``pypto.simplify``). The
-stores of a layout of interleaved strips (``pypto.transform_layout``) become whole
-vectors away from the strips' ends::
+An index ``(p + k) // c`` or ``(p + k) % c`` by a constant ``c``, with ``p`` a
+vectorized loop or a serial loop around one and the index's other terms multiples of
+``c``, changes value only where ``p + k`` crosses a multiple of ``c``. Where ``p``'s
+constant range holds few such points, the loop runs as one loop per piece between
+them; in each, the simplifier, knowing the piece's range, removes the division
+(``pypto.simplify``). The accesses of a layout of interleaved strips
+(``pypto.transform_layout``) become whole vectors away from the strips' ends::
 
     for p in 0..250:                            for l in 1..8: (p = 0)
       vectorized for l in 0..8:                   B.layout[l] = f(A.layout[1992 + l - 1])
@@ -28,6 +28,8 @@ from .simplify import Lin
 from .structural import skey
 
 MAX_PIECES = 4
+_CUT = ("serial", "vectorized")  # the kinds of loops cut (a parallel loop's pieces would
+# each start its threads)
 
 
 def split_index_sets(s):
@@ -38,7 +40,7 @@ def split_index_sets(s):
 class _Split(StmtMutator):
     def mutate_for_(self, s: For):
         s = super().mutate_for_(s)
-        if s is None or s.kind != "serial" or not isinstance(s.extent, Const):
+        if s is None or s.kind not in _CUT or not isinstance(s.extent, Const):
             return s
         cuts = sorted(_breakpoints(s))
         if not cuts or len(cuts) + 1 > MAX_PIECES:
@@ -60,7 +62,7 @@ def _breakpoints(loop: For) -> set:
     key, n = skey(loop.var), loop.extent.value
     out: set = set()
     exprs = []
-    for x in walk_stmts(loop.body):
+    for x in walk_stmts(loop):
         if isinstance(x, For) and x.kind == "vectorized":
             _collect(x, exprs)
     for e in exprs:

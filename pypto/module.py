@@ -349,10 +349,11 @@ class Module:
                 raise ValueError(f"argument {name} is not C-contiguous; pass {fix}")
             if out and not arr.flags.writeable:
                 raise ValueError(f"argument {name} is written but the array is read-only")
-        check_overlap(arrays, self._specs, self._written)
-        check_tensor_writes(args, self._specs, self._written)
         arrays = [a if a.size else stand_in(a) for a in arrays]
-        return [*(a.ctypes.data for a in arrays), *sizes, *self._slots.floats(scalars)], arrays
+        addresses = [a.ctypes.data for a in arrays]
+        check_overlap(arrays, self._specs, self._written, addresses)
+        check_tensor_writes(args, self._specs, self._written)
+        return [*addresses, *sizes, *self._slots.floats(scalars)], arrays
 
     def _check_shapes(self, arrays, passed: dict) -> list:
         """Dtypes, ranks, dimensions, sizes and temporaries of a call's arrays (and the

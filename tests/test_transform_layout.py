@@ -10,9 +10,10 @@ from pypto.expr import Binary, walk
 from pypto.loop_ir import ExprMapper, For, walk_stmts
 
 
-def _jacobi_1d(tsteps: int, n: int, lanes: int):
+def _jacobi_1d(tsteps: int, n: int, lanes: int, vectorize: str = "lanes"):
     """jacobi-1d (PolyBench) with A and B stored as ``lanes`` interleaved strips and each
-    sweep run a point of every strip per iteration, the strips' lanes vectorized."""
+    sweep run a point of every strip per iteration; ``vectorize``: the loop over the
+    strips' lanes, or the one over their points (the lanes loop inside it)."""
     A0 = pt.placeholder((n,), "float64", name="A0")
     B0 = pt.placeholder((n,), "float64", name="B0")
     A = pt.compute((n,), lambda i: A0[i], name="A")
@@ -30,7 +31,7 @@ def _jacobi_1d(tsteps: int, n: int, lanes: int):
         x = u.shift(u.op.axis[1], 1)
         lane, p = u.split(x, factor=strip)
         u.reorder(p, lane)
-        u.vectorize(lane)
+        u.vectorize(lane if vectorize == "lanes" else p)
     return s, [A0, B0, A, B]
 
 
@@ -42,12 +43,13 @@ def _jacobi_ref(a, b, tsteps):
     return a, b
 
 
+@pytest.mark.parametrize("vectorize", ["lanes", "points"])
 @pytest.mark.parametrize("target", ["host", "generic"])
 @pytest.mark.parametrize("n, lanes", [(40, 8), (37, 8), (64, 4), (2000, 8), (11, 2)])
-def test_strips_compute_jacobi_exactly(target, n, lanes):
+def test_strips_compute_jacobi_exactly(target, n, lanes, vectorize):
     """Same operations in the same order as the C nest: bit for bit, whether or not the
     strips divide the array (the padded places are never read)."""
-    s, args = _jacobi_1d(5, n, lanes)
+    s, args = _jacobi_1d(5, n, lanes, vectorize)
     f = pt.build(s, args, target=target)
     rng = np.random.default_rng(n)
     a, b = rng.random(n), rng.random(n)
@@ -68,10 +70,11 @@ def _vector_divisions(func) -> list:
     return out
 
 
-def test_the_strips_loops_are_cut_where_their_divisions_change():
+@pytest.mark.parametrize("vectorize", ["lanes", "points"])
+def test_the_strips_loops_are_cut_where_their_divisions_change(vectorize):
     """The loop over a strip's points runs its first and last point alone; in between,
     and at both ends, the vector loops index whole vectors without // or %."""
-    s, args = _jacobi_1d(3, 2000, 8)
+    s, args = _jacobi_1d(3, 2000, 8, vectorize)
     func = pt.lower(s, args)
     assert _vector_divisions(func) == []
     extents = [x.extent.value for x in walk_stmts(func.body) if isinstance(x, For)]

@@ -71,10 +71,14 @@ def strips(s, tensors, updates, n):
     every strip per iteration: lane ``l`` holds element ``l*L + p`` at place ``(p,
     l)``, so a point's neighbours ``i - 1`` and ``i + 1`` lie in the same lane of the
     vectors before and after, and the stencil loads and stores whole aligned vectors
-    (``pypto.transform_layout``; the strips' ends run alone, ``pypto.index_sets``)::
+    (``pypto.transform_layout``; the strips' ends run alone, ``pypto.index_sets``).
+    The loop over the points is the one vectorized: the compiler makes the lanes
+    loop inside it one vector, and keeps each loaded vector in a register for the
+    next two points (where the lanes loop is the vectorized one, it loads each three
+    times)::
 
-        for t: for i in 1..n-1:             for t: for p in 0..L:
-          B[i] = f(A[i-1], A[i], A[i+1])      vectorized for l in 0..lanes:
+        for t: for i in 1..n-1:             for t: vectorized for p in 0..L:
+          B[i] = f(A[i-1], A[i], A[i+1])      for l in 0..lanes:
                                                 B[p, l] = f(A[p-1, l], A[p, l], A[p+1, l])
     """
     lanes = pt.Target("host").vector_lanes(8)
@@ -85,7 +89,7 @@ def strips(s, tensors, updates, n):
         x = u.shift(u.op.axis[1], 1)  # counted from 0: i = l*strip + p
         lane, p = u.split(x, factor=strip)
         u.reorder(p, lane)
-        u.vectorize(lane)
+        u.vectorize(p)
 
 
 def time_tiles(s, first, second, tiles, skew=2):
