@@ -132,7 +132,7 @@ def root_boxes(stage_name: str, roots: list, dom: dict, dependent: list, shared:
         line = line.project_out(isl.dim_type.set, 0, d)
         lo, hi = line.dim_min(0).coalesce(), line.dim_max(0).coalesce()
         ext = hi.sub(lo).add_constant_val(isl.Val.one(hi.get_ctx()))
-        out[iv] = tuple(substitute(_expr(x, sp), atoms) for x in (lo, ext))
+        out[iv] = tuple(substitute(pw_aff_expr(x, sp), atoms) for x in (lo, ext))
     return out
 
 
@@ -363,14 +363,14 @@ def slice_bounds(line: isl.Set, reach: isl.Set, sp: IslSpace) -> tuple:
         aff = simple.get_pieces()[0][1]
         simple = isl.PwAff.from_aff(aff).intersect_domain(reach)
         if simple.pos_set().intersect(outside).is_empty():
-            return _expr(lo, sp, where), _expr(simple, sp, reach)
+            return pw_aff_expr(lo, sp, where), pw_aff_expr(simple, sp, reach)
     if not outside.is_empty():
         zero = isl.PwAff.val_on_domain(outside, isl.Val.zero(lo.get_ctx()))
         ext = ext.union_add(zero)
-    return _expr(lo, sp, where), _expr(ext.coalesce(), sp, reach)
+    return pw_aff_expr(lo, sp, where), pw_aff_expr(ext.coalesce(), sp, reach)
 
 
-def _expr(pa: isl.PwAff, sp: IslSpace, context: isl.Set | None = None) -> Expr:
+def pw_aff_expr(pa: isl.PwAff, sp: IslSpace, context: isl.Set | None = None) -> Expr:
     """A pypto expression equal to ``pa`` wherever ``context`` holds (through isl's AST
     builder); 0 where it is defined nowhere (the bounds of an empty domain)."""
     if pa.domain().is_empty():

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from .domain import IslSpace, _expr
+from .domain import IslSpace, pw_aff_expr
 from .errors import ScheduleError
 from .expr import Const, Expr, Var, as_expr, substitute
 from .isl_expr import NonAffine
@@ -111,7 +111,7 @@ def storage_layout(stage, text: str) -> StorageLayout:
             raise ScheduleError(f"{where}: index {k} of the layout reaches {lo}; places start at 0")
         sizes.append(Const(hi + 1, "int64"))
     pma = isl.PwMultiAff.from_map(m)
-    exprs = [_expr(pma.get_pw_aff(k), sp, m.domain()) for k in range(m.dim(isl.dim_type.out))]
+    exprs = [pw_aff_expr(pma.get_pw_aff(k), sp, m.domain()) for k in range(m.dim(isl.dim_type.out))]
     return StorageLayout(text, tuple(dims), tuple(exprs), tuple(sizes))
 
 
