@@ -22,18 +22,21 @@ pieces is left whole.
 
 from __future__ import annotations
 
+from itertools import islice
+
 from .expr import Binary, Const, substitute, walk
 from .loop_ir import ExprMapper, For, StmtMutator, seq, walk_stmts
 from .simplify import Lin
 from .structural import skey
 
 MAX_PIECES = 4
-_CUT = ("serial", "vectorized")  # the kinds of loops cut (a parallel loop's pieces would
-# each start its threads)
+# the kinds of loops cut (the pieces of a parallel loop would each start its threads)
+_CUT = ("serial", "vectorized")
 
 
 def split_index_sets(s):
-    """``s`` with its serial loops split as the module docstring says."""
+    """``s`` with its vectorized loops, and the serial loops around them, cut as the
+    module docstring says."""
     return _Split()(s)
 
 
@@ -78,8 +81,8 @@ def _breakpoints(loop: For) -> set:
             if c < 2 or a not in (1, -1) or any(x % c for x in terms.values()):
                 continue
             first = (-lin.const if a == 1 else lin.const + 1) % c  # where p + k = 0 (mod c)
-            out.update(range(first or c, n, c))
-            if len(out) >= MAX_PIECES:
+            out.update(islice(range(first or c, n, c), MAX_PIECES))
+            if len(out) >= MAX_PIECES:  # too many pieces: the loop stays whole
                 return out
     return out
 

@@ -11,8 +11,9 @@ only the statement kinds it is about.
       for (v, 0, 32) { if (v - 2*t >= 0) S(v) }  ->  for (v, 0, 32 - max(0, 2*t))
                                                        S(v + max(0, 2*t))
 
-- ``index_sets`` (``pypto/index_sets.py``): a serial loop cut where the floor
-  divisions and moduli of its vector loops change value, so they vanish in each piece.
+- ``index_sets`` (``pypto/index_sets.py``): a vectorized loop, or a serial loop around
+  one, cut where the floor divisions and moduli of its vector code change value, so
+  they vanish in each piece.
 - ``partition_loops``: an unrolled or vectorized loop of extent
   ``min(c, e)`` gets a copy with the constant extent ``c``, chosen once where
   ``e`` becomes known, so full tiles run with constant trip counts:
