@@ -31,6 +31,8 @@ FUZZ = settings(
 )
 
 SIZE = st.integers(1, 10)
+WIDE = st.integers(1, 20)
+F64 = "float64"
 
 
 def _ints(rng, shape):
@@ -115,9 +117,9 @@ def place_producer(data, s, producer, consumer, label, allow_inline=True):
     return where
 
 
-def _dims(data, symbolic, names):
+def _dims(data, symbolic, names, size=SIZE):
     """Concrete sizes, and the extents used in the definition (vars if symbolic)."""
-    sizes = [data.draw(SIZE, label=f"size_{n}") for n in names]
+    sizes = [data.draw(size, label=f"size_{n}") for n in names]
     exts = [pt.var(n) for n in names] if symbolic else sizes
     return sizes, exts
 
@@ -135,11 +137,11 @@ def build_or_race(s, args, name):
         return None
 
 
-def _run_sizes(data, symbolic, sizes, names):
+def _run_sizes(data, symbolic, sizes, names, size=SIZE):
     """The shapes to call the kernel with: the drawn one, plus another if symbolic."""
     runs = [sizes]
     if symbolic:
-        runs.append([data.draw(SIZE, label=f"size2_{n}") for n in names])
+        runs.append([data.draw(size, label=f"size2_{n}") for n in names])
     return runs
 
 
@@ -163,6 +165,44 @@ def test_fuzz_matmul(data, symbolic, with_producer):
     if mod is None:
         return
     _check_matmul(mod, data, symbolic, (M, N, K), seed=0, shift=1 if with_producer else 0)
+
+
+@FUZZ
+@given(data=st.data(), symbolic=st.booleans(), copy=st.sampled_from(["none", "P", "B"]))
+def test_fuzz_reduction_over_neighbours(data, symbolic, copy):
+    """A reduction C reading a producer at two rows (``P[i, k] + P[i + 2, k]``) and read
+    by D: the producer, and a ``cache_read`` copy of it or of the other input, each
+    attached at any loop of the reduction (spatial or reduce), the reduction at the root
+    or at any loop of D, under random schedules of both. In float64 (small integers: exact in any order), sizes up to 20 (whole vectors and
+    remainders)."""
+    (M, N, K), (Me, Ne, Ke) = _dims(data, symbolic, ["m", "n", "kk"], WIDE)
+    A = pt.placeholder((Me + 2, Ke), F64, name="A")
+    B = pt.placeholder((Ke, Ne), F64, name="B")
+    P = pt.compute((Me + 2, Ke), lambda i, k: A[i, k] * 2.0 + 1.0, name="P")
+    k = pt.reduce_axis((0, Ke), name="k")
+    C = pt.compute(
+        (Me, Ne), lambda i, j: pt.sum((P[i, k] + P[i + 2, k]) * B[k, j], axis=k), name="C"
+    )
+    D = pt.compute((Me, Ne), lambda i, j: C[i, j] * 0.5 + pt.cast(F64, j), name="D")
+    s = pt.create_schedule(D.op)
+    random_loops(data, s[D], "D")
+    local = s.cache_read(P if copy == "P" else B, "local", [C]) if copy != "none" else None
+    place_producer(data, s, C, D, "C", allow_inline=False)  # then C's own loops
+    if local is not None:
+        place_producer(data, s, local, C, local.name, allow_inline=False)
+    # P at a loop of its reader: the copy of it, or C
+    place_producer(data, s, P, local if copy == "P" else C, "P", allow_inline=False)
+    mod = build_or_race(s, [A, B, D], "fuzz_neighbours")
+    if mod is None:
+        return
+    rng = np.random.default_rng(3)
+    for m, n, kk in _run_sizes(data, symbolic, (M, N, K), ["m", "n", "kk"], WIDE):
+        a, b = _ints(rng, (m + 2, kk)).astype(F64), _ints(rng, (kk, n)).astype(F64)
+        d = np.full((m, n), np.nan)
+        mod(a, b, d)
+        p = a * 2 + 1
+        ref = ((p[:-2] + p[2:]) @ b) * 0.5 + np.arange(n)
+        np.testing.assert_array_equal(d, ref, err_msg=f"{m}x{n}x{kk}")
 
 
 def _check_matmul(mod, data, symbolic, sizes, seed, shift=0):
