@@ -1,10 +1,9 @@
 """Whole-tensor arithmetic with numpy broadcasting (``A + B``), against numpy."""
 
-import os
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzzing import FUZZ
+from hypothesis import given
 from hypothesis import strategies as st
 
 import pypto as pt
@@ -64,11 +63,6 @@ def test_shapes_that_do_not_broadcast():
 
 # ---------------------------------------------------------------- fuzz against numpy
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 NUMPY_OP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}
 PY_OP = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b,
          "mul": lambda a, b: a * b, "div": lambda a, b: a / b}  # fmt: skip

@@ -14,23 +14,15 @@ derandomized (the same on every run, no example database), so a failure reproduc
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from fuzzing import REPEATABLE as FUZZ
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import pypto as pt
 
 BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    derandomize=True,  # the same examples on every run: CI is repeatable
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 # bounds of an axis from the axes before it: (lo, hi) as functions of (outer values, N)
 # every choice keeps the axis inside [0, N) whenever its range is not empty

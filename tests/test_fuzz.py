@@ -12,23 +12,18 @@ PYPTO_FUZZ_EXAMPLES sets the number of examples per test (default 25).
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzzing import FUZZ
+from hypothesis import given
 from hypothesis import strategies as st
 
 import pypto as pt
 
 BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 SIZE = st.integers(1, 10)
 WIDE = st.integers(1, 20)
@@ -173,8 +168,8 @@ def test_fuzz_reduction_over_neighbours(data, symbolic, copy):
     """A reduction C reading a producer at two rows (``P[i, k] + P[i + 2, k]``) and read
     by D: the producer, and a ``cache_read`` copy of it or of the other input, each
     attached at any loop of the reduction (spatial or reduce), the reduction at the root
-    or at any loop of D, under random schedules of both. In float64 (small integers: exact in any order), sizes up to 20 (whole vectors and
-    remainders)."""
+    or at any loop of D, under random schedules of both. In float64 (small integers:
+    exact in any order), sizes up to 20 (whole vectors and remainders)."""
     (M, N, K), (Me, Ne, Ke) = _dims(data, symbolic, ["m", "n", "kk"], WIDE)
     A = pt.placeholder((Me + 2, Ke), F64, name="A")
     B = pt.placeholder((Ke, Ne), F64, name="B")

@@ -4,21 +4,15 @@ Index arithmetic over loops and sizes is still simplified as exact."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from fuzzing import FUZZ
+from hypothesis import given
 from hypothesis import strategies as st
 
 import pypto as pt
 
 INT32 = np.iinfo(np.int32)
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
 
 
 def _build(outs, args, vectorize=True):

@@ -34,12 +34,12 @@ PYPTO_FUZZ_EXAMPLES sets the number of examples per problem (default 25).
 from __future__ import annotations
 
 import itertools
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from fuzzing import FUZZ
+from hypothesis import event, given
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
@@ -47,11 +47,6 @@ import pypto as pt
 
 BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 MAX_LEAVES = 5  # splits stop adding loops beyond this many
 

@@ -10,23 +10,15 @@ PYPTO_FUZZ_EXAMPLES sets the number of examples (default 25), derandomized.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from hypothesis import HealthCheck, assume, example, given, settings
+from fuzzing import REPEATABLE as FUZZ
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 import pypto as pt
 
 BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 OFFSETS = st.lists(st.integers(-2, 2), min_size=1, max_size=3, unique=True)
 

@@ -15,23 +15,15 @@ PYPTO_FUZZ_EXAMPLES sets the number of examples (default 25), derandomized.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from fuzzing import REPEATABLE as FUZZ
+from hypothesis import given
 from hypothesis import strategies as st
 
 import pypto as pt
 
 BOUND_CHECKS = True  # every kernel checks its accesses at run time (conftest.py)
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("PYPTO_FUZZ_EXAMPLES", "25")),
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 
 # name -> (m, n, c) -> mapping of (i, j); each one to one over [0, m) x [0, n)
 LAYOUTS = {
