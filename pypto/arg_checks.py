@@ -98,7 +98,7 @@ def aligned_empty(shape: tuple, dtype) -> np.ndarray:
     into one): the outputs a module allocates, so that whole-vector and tile stores of
     their rows do not straddle two lines."""
     dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    n = math.prod(shape) * dt.itemsize
     raw = np.empty(n + CACHE_LINE, np.uint8)
     start = -raw.ctypes.data % CACHE_LINE
     return raw[start : start + n].view(dt).reshape(shape)
@@ -281,3 +281,28 @@ def check_overlap(arrays, specs, written, addresses):
                     f"arguments {an} and {bn} overlap in memory; a kernel's "
                     "outputs must not alias its other arguments"
                 )
+
+
+def output_shapes(kernel: str, arrays, inputs, specs, written, size_vars, passed: dict) -> list:
+    """The shapes of the outputs (``specs`` flagged ``written``) that a call of the
+    input ``arrays`` (of ``inputs``, the other specs; and the ``passed`` sizes)
+    allocates, each checked to fit in memory."""
+    bound = bind_passed(bind_sizes(arrays, inputs), size_vars, passed)
+    values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
+    shapes = []
+    for (name, dt, shape), w in zip(specs, written):
+        if not w:
+            continue
+        dims = [simplify(substitute(d, values)) for d in shape]
+        unknown = [str(d) for d in dims if not isinstance(d, Const)]
+        if unknown:
+            raise ValueError(
+                f"output {name}: its shape {fmt_shape(shape)} depends on "
+                f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
+            )
+        sizes = [
+            expected_dim(name, d, x, values, bound, w) for d, (x, w) in enumerate(zip(shape, dims))
+        ]
+        check_output_bytes(kernel, name, sizes, np.dtype(dt).itemsize)
+        shapes.append(tuple(sizes))
+    return shapes

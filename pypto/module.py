@@ -30,13 +30,13 @@ from .arg_checks import (
     bind_passed,
     bind_sizes,
     bump_versions,
-    check_output_bytes,
     check_overlap,
     check_temporary,
     check_tensor_writes,
     expected_dim,
     fmt_shape,
     index_checks,
+    output_shapes,
     provenance,
     raise_status,
     returned,
@@ -44,10 +44,9 @@ from .arg_checks import (
 )
 from .bounds_check import SizeCheck, check_sizes
 from .cache import atomic_write_all
-from .expr import Const, Expr, Var, binary, substitute
+from .expr import Const, Expr, Var, binary
 from .loop_ir import Allocate, LoweredFunc, output_flags, walk_stmts
 from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
-from .simplify import simplify
 from .target import Target
 
 SIGNATURE_FORMAT = 2  # 2: the sha256 covers the signature file's fields too
@@ -281,6 +280,7 @@ class Module:
         # shapes (and dtypes) of earlier calls whose checks passed -> the call's sizes:
         # a call with the same shapes repeats only the checks of its arrays themselves
         self._checked: dict = {}
+        self._out_shapes: dict = {}  # the same for the outputs a call allocates
 
     def __repr__(self):
         return f"Module({self.name}, target={self.target.name})"
@@ -298,27 +298,25 @@ class Module:
             return self._slots.join(args, scalars), []
         arrays = [as_array(a, name) for a, (name, _, _) in zip(args, inputs)]
         passed = self._slots.sizes(scalars)
-        bound = bind_passed(bind_sizes(arrays, inputs), self.signature.size_vars, passed)
-        values = {v: Const(val, "int64") for v, (val, _) in bound.items()}
-        full, made, it = [], [], iter(arrays)
-        for (name, dt, shape), w in zip(self._specs, self._written):
-            if not w:
-                full.append(next(it))
-                continue
-            dims = [simplify(substitute(d, values)) for d in shape]
-            unknown = [str(d) for d in dims if not isinstance(d, Const)]
-            if unknown:
-                raise ValueError(
-                    f"output {name}: its shape {fmt_shape(shape)} depends on "
-                    f"{', '.join(unknown)}, which no input binds; pass {name} preallocated"
-                )
-            sizes = [
-                expected_dim(name, d, x, values, bound, w)
-                for d, (x, w) in enumerate(zip(shape, dims))
-            ]
-            check_output_bytes(self.name, name, sizes, np.dtype(dt).itemsize)
-            made.append(aligned_empty(tuple(sizes), dt))
-            full.append(made[-1])
+        key = (tuple((arr.shape, arr.dtype) for arr in arrays), tuple(passed.values()))
+        shapes = self._out_shapes.get(key)
+        if shapes is None:
+            shapes = output_shapes(
+                self.name,
+                arrays,
+                inputs,
+                self._specs,
+                self._written,
+                self.signature.size_vars,
+                passed,
+            )
+            if len(self._out_shapes) < _CHECKED_SHAPES:
+                self._out_shapes[key] = shapes
+        full, made, it, out = [], [], iter(arrays), iter(shapes)
+        for (_, dt, _), w in zip(self._specs, self._written):
+            if w:
+                made.append(aligned_empty(next(out), dt))
+            full.append(made[-1] if w else next(it))
         return self._slots.join(full, scalars), made
 
     def _prepare(self, args) -> list:
