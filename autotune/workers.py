@@ -381,9 +381,10 @@ class Runner:
             "msg": f"differs from the reference: {report.summary()}",
         }
 
-    def run(self, spec: dict, opt: dict) -> dict:
+    def run(self, spec: dict, opt: dict, loaded=None) -> dict:
         """Load the built object (by its key; no lowering), run once on fresh inputs,
-        check, then time one candidate."""
+        check, then time one candidate. ``loaded()`` is called once the template has
+        been instantiated and the module loaded: the run's timeout counts from there."""
         t0 = time.perf_counter()
         if opt.get("threads"):
             pt.set_num_threads(opt["threads"])
@@ -401,6 +402,8 @@ class Runner:
             return {"error": ErrorKind.COMPILE.value, "msg": short_error(e)}
         except Exception as e:  # noqa: BLE001
             return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
+        if loaded is not None:
+            loaded()
         try:
             pristine, outs, ref, names = self.case(spec, tpl, tensors, opt["seed"])
             # no earlier candidate touched these; each starts on a cache line, as the
@@ -431,7 +434,8 @@ class Runner:
 
 
 def runner_main(conn, parent_pid: int):
-    """The runner child's loop: ``("run"|"prepare", spec, opt)`` in, ``("done", dict)`` out."""
+    """The runner child's loop: ``("run"|"prepare", spec, opt)`` in, ``("done", dict)`` out
+    (a run first says ``("loaded", None)`` when its candidate is ready to run)."""
     die_with_parent(parent_pid, signal.SIGKILL)  # a candidate may hang in C: no handler runs
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["PYPTO_MEASURING"] = "1"
@@ -446,7 +450,10 @@ def runner_main(conn, parent_pid: int):
             return
         kind, spec, opt = msg
         try:
-            out = runner.run(spec, opt) if kind == "run" else runner.prepare(spec, opt)
+            if kind == "run":
+                out = runner.run(spec, opt, loaded=lambda: conn.send(("loaded", None)))
+            else:
+                out = runner.prepare(spec, opt)
         except pt.BuildEnvironmentError as e:
             out = _fault(e)
         except TemplateNotHere as e:

@@ -480,6 +480,20 @@ def test_a_template_stuck_in_its_own_python_is_a_build_timeout(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_candidates_run_time_is_timed_from_when_it_is_loaded(tmp_path):
+    """The template's Python in the runner (2 s here, against a 1 s timeout) does not
+    count as running the candidate: the quick kernel is measured, the spinning one is
+    still a TIMEOUT of its run."""
+    log = tmp_path / "slow_python.jsonl"
+    task = at.Task("slow_python", (16,))
+    opt = at.MeasureOption(number=1, repeat=1, timeout=1)
+    at.GridSearchTuner(task).tune(2, measure=opt, callbacks=[at.log_to_file(log)])
+    by_hang = {r.config["hang"]: r for r in at.load_records(log)}
+    assert by_hang[0].ok, by_hang[0].error_msg
+    assert by_hang[1].error == "TIMEOUT"
+    assert by_hang[1].error_msg == "the run took longer than 1 s"
+
+
 def test_a_default_config_that_crashes_is_recorded_and_the_definition_is_the_reference(
     tmp_path,
 ):

@@ -88,6 +88,26 @@ def slow_builder(cfg, N):
     return pt.create_schedule(C.op), [A, C]
 
 
+_SPIN1 = """void spin1(const float* A, float* C) {
+  for (volatile long i = 0;; ++i) C[0] = A[0];  /* never returns */
+}"""
+
+
+@template("slow_python", reference=lambda a: a * 2)
+def slow_python(cfg, N):
+    """A template whose Python takes 2 s in the measuring processes (a big schedule to
+    build), and whose kernel takes microseconds; ``hang`` 1 also makes the kernel spin."""
+    cfg.define_knob("hang", [0, 1], default=0)
+    if mp.parent_process() is not None:
+        time.sleep(2)
+    A = pt.placeholder((N,), "float32", name="A")
+    if cfg["hang"].val:
+        C = pt.extern((N,), [A], "spin1", _SPIN1, name="C")
+    else:
+        C = pt.compute((N,), lambda i: A[i] * 2, name="C")
+    return pt.create_schedule(C.op), [A, C]
+
+
 _CRASH_SRC = r"""
 static void crash4(const float* a, int64_t a0, float* c, int64_t c0) {
   *(volatile float*)0 = a[0];  /* a micro-kernel with a bug */

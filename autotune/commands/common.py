@@ -108,7 +108,8 @@ def add_measure_arguments(p: argparse.ArgumentParser) -> None:
         "--timeout",
         type=positive("--timeout", real=True, most=1e6),
         default=10.0,
-        help="seconds one candidate may run before it is recorded as a timeout (default 10)",
+        help="seconds one candidate may run before it is recorded as a timeout, counted once "
+        "it is loaded (default 10)",
     )
     p.add_argument(
         "--number",
