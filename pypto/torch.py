@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from .arg_checks import as_array
 from .expr import Const, Var, substitute
@@ -215,9 +216,26 @@ def empty_cache() -> None:
     _POOL.clear_idle()
 
 
+def refuse_forward_mode(kernel: str) -> None:
+    """``NotImplementedError`` inside forward-mode AD (``torch.func.jvp``, ``jacfwd``,
+    ``torch.autograd.forward_ad.dual_level``). PyTorch gives custom operators no
+    forward-mode rule: their outputs would come out with zero tangents, silently, and
+    a kernel cannot tell an input with a tangent from a constant there (functorch
+    hands it the bare values), so any call inside is refused."""
+    if getattr(_forward_ad, "_current_level", -1) >= 0:
+        raise NotImplementedError(
+            f"{kernel}: pypto's PyTorch operators have no forward-mode derivative (inside "
+            "torch.func.jvp, jacfwd or forward_ad.dual_level() their outputs would have "
+            "zero tangents); differentiate in reverse mode: .backward(), "
+            "torch.autograd.grad, or torch.autograd.functional.jacobian"
+        )
+
+
 def run(mod, inputs: list, outputs: list) -> None:
     """Call ``mod`` on torch tensors: inputs as (tensor, name) pairs, outputs (fresh,
-    contiguous tensors) written in place."""
+    contiguous tensors) written in place. Refused inside forward-mode AD
+    (``refuse_forward_mode``)."""
+    refuse_forward_mode(mod.name)
     arrays = [as_numpy(t, n) for t, n in inputs]
     mod(*arrays, *[_numpy_view(o) for o in outputs])
 

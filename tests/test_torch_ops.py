@@ -788,3 +788,45 @@ def test_moe_weights_are_packed_once_for_many_layers_and_for_views(monkeypatch):
         out = torch.ops.pypto.moe(x, W[0], W[1], wd, tw, ti)
     assert len(packs) == 18 + 3
     torch.testing.assert_close(out, _moe_loop(x, W[0], W[1], wd, tw, ti), rtol=1e-4, atol=1e-4)
+
+
+def _forward_mode_cases():
+    """Each operator as a function of one tensor, with that tensor."""
+    _seed()
+    x, w, b = torch.randn(3, 37), torch.randn(37), torch.randn(37)
+    q, k, v = (torch.randn(1, 2, 9, 16) for _ in range(3))
+    moe = _moe_inputs()
+    sq = ptt.custom_op("pypto_test::fwd_sq", _square, n_inputs=1)
+    cases = {name: (lambda t, f=ours: f(t, w, b), x) for name, (ours, _) in CASES.items()}
+    cases["attention"] = (lambda t: ops.attention(t, k, v), q)
+    cases["moe"] = (lambda t: ops.moe(t, *moe[1:]), moe[0])
+    cases["custom_op"] = (sq, x)
+    return cases
+
+
+def _square(shape):
+    X = pt.placeholder(shape, "float32", name="X")
+    Y = pt.compute(shape, lambda i, j: X[i, j] * X[i, j], name="Y")
+    return pt.create_schedule(Y.op), [X, Y]
+
+
+def test_forward_mode_ad_is_refused_not_zero():
+    """PyTorch's custom operators get no forward-mode rule: torch.func.jvp, jacfwd and
+    forward_ad would see zero tangents. Each operator refuses the call instead, works
+    again outside, and reverse mode (a Jacobian by autograd.grad) is the derivative."""
+    import torch.autograd.forward_ad as fwAD
+
+    refused = r"no forward-mode derivative .*differentiate in reverse mode"
+    for name, (f, x) in _forward_mode_cases().items():
+        t = torch.randn_like(x)
+        with pytest.raises(NotImplementedError, match=refused):
+            torch.func.jvp(f, (x,), (t,))
+        with pytest.raises(NotImplementedError, match=refused):
+            torch.func.jacfwd(f)(x)
+        with fwAD.dual_level(), pytest.raises(NotImplementedError, match=refused):
+            f(fwAD.make_dual(x, t))
+        assert f(x).shape[0] == x.shape[0], name  # outside: runs
+    _seed()
+    x = torch.randn(2, 6)
+    want = torch.autograd.functional.jacobian(F.gelu, x)
+    _close(torch.autograd.functional.jacobian(ops.gelu, x), want, 1e-5)
