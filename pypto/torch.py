@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 import sys
 import threading
@@ -56,6 +57,7 @@ TORCH_DTYPES = {
     **{getattr(torch, n): n for n in ("uint32", "uint64") if hasattr(torch, n)},
 }
 _BY_NAME = {v: k for k, v in TORCH_DTYPES.items()}
+_NUMPY_DTYPES = frozenset(t for t in TORCH_DTYPES if t is not torch.bfloat16)  # t.numpy() takes
 
 
 def dtype_name(t: torch.Tensor, name: str, allowed=("float32", "float64")) -> str:
@@ -74,7 +76,8 @@ def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
         raise ValueError(f"{name}: pypto kernels run on the CPU; the tensor is on {t.device}")
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if not t.is_contiguous():
         t = t.contiguous()
     return _numpy_view(t, name)
@@ -122,7 +125,10 @@ def from_numpy(a: np.ndarray) -> torch.Tensor:
 
 def _numpy_view(t: torch.Tensor, name: str = "tensor") -> np.ndarray:
     """The numpy array on ``t``'s memory (``arg_checks.as_array``: bfloat16, which numpy
-    lacks, as ml_dtypes' bfloat16 through its bits)."""
+    lacks, as ml_dtypes' bfloat16 through its bits). A plain tensor (no grad, no lazy
+    negation or conjugation) goes through ``t.numpy()``, a third of DLPack's time."""
+    if t.dtype in _NUMPY_DTYPES and not (t.requires_grad or t.is_neg() or t.is_conj()):
+        return t.numpy()
     return as_array(t, name)
 
 
@@ -205,7 +211,7 @@ def empty(shape, dtype: torch.dtype) -> torch.Tensor:
     pool when it is 1 MiB or more (no page faults after the first call of a size),
     else ``torch.empty``. Its storage cannot be resized."""
     shape = tuple(int(d) for d in shape)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < POOL_MIN_BYTES:
         return torch.empty(shape, dtype=dtype)
     return torch.from_numpy(_POOL.take(nbytes)).view(dtype).view(shape)
