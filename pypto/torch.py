@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import operator
 import re
 import sys
 import threading
@@ -38,9 +39,8 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from .arg_checks import as_array
-from .expr import Const, Var, substitute
+from .expr import Binary, Const, Var, walk
 from .runtime import build as _build
-from .simplify import simplify
 from .target import as_target
 from .tensor import PlaceholderOp
 
@@ -246,9 +246,33 @@ def run(mod, inputs: list, outputs: list) -> None:
     mod(*arrays, *[_numpy_view(o) for o in outputs])
 
 
+_SIZE_OPS = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "min": torch.sym_min,
+    "max": torch.sym_max,
+}
+
+
+def _size_value(e, env: dict):
+    """Shape expression ``e`` with its size variables' values from ``env``: ints, or
+    the SymInts of ``torch.compile``'s dynamic shapes (the arithmetic of a size)."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        return env[e]
+    if isinstance(e, Binary) and e.op in _SIZE_OPS:
+        return _SIZE_OPS[e.op](_size_value(e.a, env), _size_value(e.b, env))
+    raise ValueError(f"{e} is not a size's arithmetic (+ - * // % min max)")
+
+
 def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> list:
-    """The outputs' shapes, their size variables bound from the inputs' shapes (the
-    first input that has one as a dimension binds it, as a module call does)."""
+    """The outputs' shapes, their size variables bound from the inputs' ``shapes`` (the
+    first input that has one as a dimension binds it, as a module call does), ints or
+    SymInts as those are."""
     bound: dict = {}
     for k, (t, shape) in enumerate(zip(inputs, shapes)):
         if len(t.shape) != len(shape):
@@ -258,17 +282,22 @@ def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> lis
             )
         for want, got in zip(t.shape, shape):
             if isinstance(want, Var):
-                bound.setdefault(want, Const(int(got), "int64"))
+                bound.setdefault(want, got)
     out = []
     for t in outputs:
-        dims = [simplify(substitute(d, bound)) for d in t.shape]
-        unknown = [str(d) for d in dims if not isinstance(d, Const)]
+        unknown = sorted(
+            {str(v) for d in t.shape for v in walk(d) if isinstance(v, Var)}
+            - {str(v) for v in bound}
+        )
         if unknown:
             raise ValueError(
                 f"{name}: the shape of output {t.name} depends on {', '.join(unknown)}, "
                 "which no input's shape binds"
             )
-        out.append([int(d.value) for d in dims])
+        try:
+            out.append([_size_value(d, bound) for d in t.shape])
+        except ValueError as e:
+            raise ValueError(f"{name}: output {t.name}'s shape: {e}") from None
     return out
 
 
@@ -293,7 +322,10 @@ def custom_op(
     (for ``target``) and cached per combination of input shapes; a fake kernel (the
     outputs' shapes and dtypes from ``build``, nothing compiled) lets
     ``torch.compile(fullgraph=True)``
-    trace it. Returns the operator (also ``torch.ops.lib.op``).
+    trace it. A ``build()`` of no parameters is shape-generic: called once, its
+    ``pt.var`` sizes bound at each call, one module for every shape, and under
+    ``torch.compile`` its sizes stay symbolic (``dynamic=True``, ``mark_dynamic``:
+    no recompile per shape). Returns the operator (also ``torch.ops.lib.op``).
     """
     if not isinstance(name, str) or not _OP_NAME.fullmatch(name):
         raise ValueError(
@@ -312,7 +344,10 @@ def custom_op(
     graphs: dict = {}
     mods = ModuleCache()
 
+    generic = not inspect.signature(build).parameters  # build(): one graph for all shapes
+
     def graph(shapes):
+        shapes = () if generic else shapes
         if shapes not in graphs:
             s, tensors = build(*shapes)
             if len(tensors) != n_inputs + n_outputs:
@@ -339,9 +374,10 @@ def custom_op(
         return graphs[shapes]
 
     def outputs(args, new):
-        # ints: under torch.compile a symbolic size is specialized (a guard), so the
-        # graph recompiles for another shape rather than hashing a SymInt
-        shapes = tuple(tuple(int(d) for d in a.shape) for a in args)
+        # a shape-specialized build under torch.compile: ints, so a symbolic size is
+        # specialized (a guard) and the graph recompiles for another shape rather than
+        # hashing a SymInt; a generic build keeps the SymInts
+        shapes = tuple(tuple(a.shape if generic else (int(d) for d in a.shape)) for a in args)
         _, tensors = graph(shapes)
         sizes = _output_shapes(name, tensors[:n_inputs], shapes, tensors[n_inputs:])
         return [new(sh, _BY_NAME[t.dtype]) for sh, t in zip(sizes, tensors[n_inputs:])]
@@ -354,7 +390,8 @@ def custom_op(
             got = dtype_name(a, f"{name} input {k}", allowed=tuple(TORCH_DTYPES.values()))
             if got != want:
                 raise TypeError(f"{name} input {k}: dtype {got}, the kernel takes {want}")
-        mod = mods.get(shapes, lambda: _build(s, tensors, target=tgt, name=name.split("::")[1]))
+        key = () if generic else shapes
+        mod = mods.get(key, lambda: _build(s, tensors, target=tgt, name=name.split("::")[1]))
         outs = outputs(args, empty)
         run(mod, [(a, f"{name} input {k}") for k, a in enumerate(args)], outs)
         return outs[0] if len(outs) == 1 else tuple(outs)

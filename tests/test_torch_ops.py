@@ -830,3 +830,36 @@ def test_forward_mode_ad_is_refused_not_zero():
     x = torch.randn(2, 6)
     want = torch.autograd.functional.jacobian(F.gelu, x)
     _close(torch.autograd.functional.jacobian(ops.gelu, x), want, 1e-5)
+
+
+def test_a_shape_generic_custom_op_builds_once_and_compiles_once():
+    """``build()`` without parameters: one module for every shape, and under
+    torch.compile(dynamic=True) or mark_dynamic one graph (its sizes stay symbolic)."""
+    from torch._dynamo.testing import CompileCounter
+
+    builds = []
+
+    def build():
+        builds.append(1)
+        n, m = pt.var("n"), pt.var("m")
+        X = pt.placeholder((n, m), "float32", name="X")
+        Y = pt.compute((m, 2 * n), lambda j, i: X[i // 2, j] * 3.0, name="Y")
+        return pt.create_schedule(Y.op), [X, Y]
+
+    op = ptt.custom_op("pypto_test::generic_t", build, n_inputs=1)
+    want = lambda x: x.T.repeat_interleave(2, dim=1) * 3 + 1  # noqa: E731
+    for dynamic in (True, None):
+        torch._dynamo.reset()
+        count = CompileCounter()
+        f = torch.compile(lambda t: op(t) + 1, fullgraph=True, backend=count, dynamic=dynamic)
+        for shape in ((3, 5), (6, 2), (4, 7), (9, 3)):
+            x = torch.randn(*shape)
+            if dynamic is None:
+                torch._dynamo.mark_dynamic(x, 0)
+                torch._dynamo.mark_dynamic(x, 1)
+            _close(f(x), want(x))
+        assert count.frame_count == 1, (dynamic, count.frame_count)
+    _close(op(x), want(x) - 1)  # eager, the same module
+    assert len(builds) == 1
+    with pytest.raises(TypeError, match=r"pypto_test::generic_t input 0: dtype float64"):
+        op(x.double())
