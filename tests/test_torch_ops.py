@@ -863,3 +863,36 @@ def test_a_shape_generic_custom_op_builds_once_and_compiles_once():
     assert len(builds) == 1
     with pytest.raises(TypeError, match=r"pypto_test::generic_t input 0: dtype float64"):
         op(x.double())
+
+
+def test_repeated_calls_pass_pointers_and_keep_every_check(monkeypatch):
+    """After a call of some shapes and dtypes, a call of plain tensors of the same ones
+    skips the module's Python checks (the tensors' pointers go straight to the kernel);
+    run-time index checks still raise, and a tensor that is not plain (strided, a lazy
+    negation) or of new shapes takes the checked path."""
+
+    def build():
+        n = pt.var("n")
+        X = pt.placeholder((n,), "float32", name="X")
+        idx = pt.placeholder((n,), "int32", name="I")
+        Y = pt.compute((n,), lambda i: X[idx[i]] * 2.0, name="Y")
+        return pt.create_schedule(Y.op), [X, idx, Y]
+
+    op = ptt.custom_op("pypto_test::gather_twice", build, n_inputs=2)
+    x, idx = torch.randn(6), torch.tensor([5, 0, 1, 2, 3, 4], dtype=torch.int32)
+    _close(op(x, idx), x[idx.long()] * 2)
+    checked = []
+    call = pt.Module.__call__
+    monkeypatch.setattr(pt.Module, "__call__", lambda m, *a: checked.append(1) or call(m, *a))
+    x2 = torch.randn(6)
+    _close(op(x2, idx), x2[idx.long()] * 2)
+    assert not checked  # the pointer path
+    with pytest.raises(IndexError, match=r"out of range; the outputs are incomplete"):
+        op(x2, torch.tensor([0, 1, 2, 3, 4, 6], dtype=torch.int32))
+    strided = torch.randn(12)[::2]
+    _close(op(strided, idx), strided[idx.long()] * 2)
+    assert checked == [1]  # copied, through the checks
+    _close(op(torch._neg_view(x2), idx), -x2[idx.long()] * 2)  # its values, not its bits
+    y, i9 = torch.randn(9), torch.arange(8, -1, -1, dtype=torch.int32)
+    _close(op(y, i9), y.flip(0) * 2)  # new shapes: through the checks
+    assert len(checked) >= 2
