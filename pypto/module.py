@@ -176,7 +176,7 @@ _SHAPE_OPS = {
 }
 
 
-_CHECKED_SHAPES = 64  # shape signatures a module remembers as checked
+CHECKED_SHAPES = 64  # shape signatures a module remembers as checked
 
 
 def _shape_expr(text: str, sizes: dict) -> Expr:
@@ -310,7 +310,7 @@ class Module:
                 self.signature.size_vars,
                 passed,
             )
-            if len(self._out_shapes) < _CHECKED_SHAPES:
+            if len(self._out_shapes) < CHECKED_SHAPES:
                 self._out_shapes[key] = shapes
         full, made, it, out = [], [], iter(arrays), iter(shapes)
         for (_, dt, _), w in zip(self._specs, self._written):
@@ -335,7 +335,7 @@ class Module:
         sizes = self._checked.get(key)
         if sizes is None:
             sizes = self._check_shapes(arrays, passed)
-            if len(self._checked) < _CHECKED_SHAPES:
+            if len(self._checked) < CHECKED_SHAPES:
                 self._checked[key] = sizes
         for arr, (name, _, _), out in zip(arrays, self._specs, self._written):
             if not arr.flags.c_contiguous:

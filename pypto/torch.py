@@ -40,7 +40,7 @@ import torch.autograd.forward_ad as _forward_ad
 
 from .arg_checks import as_array, raise_status
 from .expr import Binary, Const, Var, walk
-from .module import EmulatedModule
+from .module import CHECKED_SHAPES, EmulatedModule
 from .runtime import build as _build
 from .target import as_target
 from .tensor import PlaceholderOp
@@ -251,7 +251,8 @@ def run(mod, inputs: list, outputs: list) -> None:
     refuse_forward_mode(mod.name)
     tensors = [t for t, _ in inputs] + outputs
     key = tuple((t.shape, t.dtype) for t in tensors)
-    sizes = _checked_calls(mod).get(key)
+    calls = _checked_calls(mod)
+    sizes = calls.get(key)
     if sizes is not None and all(map(_plain, tensors)):
         status = mod._invoke([*(t.data_ptr() for t in tensors), *sizes], tensors)
         if status != 0:
@@ -259,8 +260,11 @@ def run(mod, inputs: list, outputs: list) -> None:
         return
     arrays = [as_numpy(t, n) for t, n in inputs] + [_numpy_view(o) for o in outputs]
     mod(*arrays)
-    calls = _checked_calls(mod)
-    if not isinstance(mod, EmulatedModule) and len(calls) < 64 and all(map(_plain, tensors)):
+    if (
+        not isinstance(mod, EmulatedModule)
+        and len(calls) < CHECKED_SHAPES
+        and all(map(_plain, tensors))
+    ):
         calls[key] = mod._prepare(arrays)[0][len(arrays) :]
 
 
@@ -277,8 +281,8 @@ def _plain(t: torch.Tensor) -> bool:
 
 def _checked_calls(mod) -> dict:
     """The size arguments of the shapes and dtypes ``mod`` was called with through
-    ``run``, by ``(shape, dtype)`` of each tensor (at most 64 of them, as the module's
-    own cache of checked shapes)."""
+    ``run``, by ``(shape, dtype)`` of each tensor (at most ``CHECKED_SHAPES`` of them,
+    as the module's own cache of checked shapes)."""
     calls = getattr(mod, "_torch_calls", None)
     if calls is None:
         calls = mod._torch_calls = {}
