@@ -13,6 +13,10 @@ import numpy as np
 
 from benchmarks.blas import free_env
 
+# a pause before timing one library after another: longer than the time the usual
+# OpenMP runtimes' idle threads spin (200 ms), stealing the cores from the next
+PAUSE_S = 0.3
+
 
 def cpu_name() -> str:
     """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
@@ -24,6 +28,43 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def block_times(fns: dict, rounds: int = 10, round_s: float = 0.2) -> dict:
+    """Seconds per call of each function in each of ``rounds`` timed rounds (each round
+    about ``round_s`` of calls).
+
+    Each function runs in two blocks of rounds, in forward then reverse order, so slow
+    drift on a shared machine hits every function alike, and round k of one function
+    is timed near round k of the others. Before each block: a pause (the thread pools
+    of the previous library -- OpenBLAS, torch's OpenMP -- spin for a while after its
+    last call and would steal the cores) and a warm-up call.
+    """
+    number = {}
+    for name, fn in fns.items():
+        fn()  # first call: compilation for torch.compile, page faults for everyone
+        t0 = time.perf_counter()
+        fn()
+        number[name] = max(1, int(round_s / max(time.perf_counter() - t0, 1e-6)))
+    times = {name: [] for name in fns}
+    order = list(fns)
+    for block in (order, order[::-1]):
+        for name in block:
+            time.sleep(PAUSE_S)
+            fns[name]()
+            for _ in range(rounds // 2):
+                t0 = time.perf_counter()
+                for _ in range(number[name]):
+                    fns[name]()
+                times[name].append((time.perf_counter() - t0) / number[name])
+    return times
+
+
+def block_medians(fns: dict, rounds: int = 10, round_s: float = 0.2) -> dict:
+    """Median seconds per call of each function over ``rounds`` timed rounds
+    (``block_times``)."""
+    times = block_times(fns, rounds, round_s)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def median_seconds(fn, number: int = 3, repeat: int = 7, warmup: int = 2) -> float:

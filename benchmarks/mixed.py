@@ -13,7 +13,8 @@ The summary relates each to pypto's float32 row of the same shape (``ROWS``).
     python -m benchmarks mixed [--threads 1,2] [--repeat 15] [--target NAME]
 
 runs just these rows: pypto's int8, bfloat16, float16 and float32 matmul 1024^3 against torch,
-interleaved call by call (medians of the per-call ratios), each as a fraction of the
+in interleaved blocks of rounds (medians of the per-round ratios, ``compare``), each as
+a fraction of the
 peak of the instruction its kernel uses (``pypto.peak``'s roofs, with as many threads), and
 says whether torch's int8 result was exact. ``--target`` runs pypto's kernels of a
 lesser target this machine runs (``x86-avx2``: the ``vpmaddwd`` kernel); to hold
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 import warnings
 
 import numpy as np
 
 import pypto as pt
 from autotune.templates.dot_ukernels import usable
+from benchmarks.common import block_times
 from pypto import peak, runtime
 from pypto.arg_checks import aligned_copy
 from pypto.dtypes import numpy_dtype
@@ -167,18 +168,14 @@ def _kernels(dtype: str, threads: int, rng, target_name: str | None = None):
 
 
 def compare(dtype: str, threads: int, repeat: int, target: str | None = None) -> dict:
-    """pypto and torch called in turn ``repeat`` times: median speeds, the median of the
-    per-pair ratios and their range (the noise)."""
+    """pypto and torch timed in ``repeat`` rounds each, in blocks after a pause
+    (``common.block_times``: the idle threads of the other library's OpenMP runtime
+    spin for a while after its call and took the cores; call by call at 2 threads the
+    per-pair ratios spread over 0.1-11): median speeds, the median of the per-round
+    ratios and their range (the noise)."""
     pt.set_num_threads(threads)
     name, fns, note = _kernels(dtype, threads, np.random.default_rng(0), target)
-    secs = {k: [] for k in fns}
-    for f in fns.values():
-        f()
-    for _ in range(repeat):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            secs[k].append(time.perf_counter() - t0)
+    secs = block_times(fns, rounds=repeat, round_s=0.05)
     work = 2.0 * np.prod(SHAPE) / 1e9
     ratios = [t / p for p, t in zip(secs["pypto"], secs["torch"])]
     out = {k: work / float(np.median(v)) for k, v in secs.items()}
@@ -193,7 +190,7 @@ def main(argv=None):
         description="int8, bfloat16, float16 and float32 matmul 1024^3 against torch",
     )
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
-    p.add_argument("--repeat", type=int, default=15, help="interleaved calls of each (15)")
+    p.add_argument("--repeat", type=int, default=15, help="timed rounds of each (15)")
     p.add_argument(
         "--target",
         help="run pypto's kernels for this target (it must run here; default: the "
@@ -221,6 +218,6 @@ def main(argv=None):
             note = f" (torch {r['torch_note']})" if r["torch_note"] else ""
             print(
                 f"  {label(dt)} on {r['target']}: pypto {r['pypto']:.0f}{of}{rel}, torch "
-                f"{r['torch']:.0f}{note}; pypto/torch {r['ratio']:.2f} (per-call pairs "
+                f"{r['torch']:.0f}{note}; pypto/torch {r['ratio']:.2f} (per-round pairs "
                 f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
             )

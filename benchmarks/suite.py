@@ -35,43 +35,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import blas, history, mixed  # noqa: E402
-from benchmarks.common import run_workers, table  # noqa: E402
+from benchmarks.common import block_medians, run_workers, table  # noqa: E402
 from benchmarks.kernels import Kernel, all_kernels  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOGS = os.path.join(ROOT, "tuning_logs")
 REFS = ("numpy", "torch", "torch.compile")
-
-
-def block_medians(fns: dict, rounds: int = 10, round_s: float = 0.2) -> dict:
-    """Median seconds per call of each function over ``rounds`` timed rounds.
-
-    Each function runs in two blocks of rounds, in forward then reverse order, so slow
-    drift on a shared machine hits every function alike. Before each block: a pause
-    (the thread pools of the previous library -- OpenBLAS, torch's OpenMP -- spin for
-    a while after their last call and would steal the cores) and a warm-up call.
-    """
-    number = {}
-    for name, fn in fns.items():
-        fn()  # first call: compilation for torch.compile, page faults for everyone
-        t0 = time.perf_counter()
-        fn()
-        number[name] = max(1, int(round_s / max(time.perf_counter() - t0, 1e-6)))
-    times = {name: [] for name in fns}
-    order = list(fns)
-    for block in (order, order[::-1]):
-        for name in block:
-            time.sleep(PAUSE_S)
-            fns[name]()
-            for _ in range(rounds // 2):
-                t0 = time.perf_counter()
-                for _ in range(number[name]):
-                    fns[name]()
-                times[name].append((time.perf_counter() - t0) / number[name])
-    return {name: float(np.median(t)) for name, t in times.items()}
-
-
-PAUSE_S = 0.3  # longer than the spin time of the usual OpenMP runtimes (200 ms)
 
 
 def _schedules(k: Kernel, logs: str):

@@ -4,7 +4,7 @@
                                    [--logs DIR]
 
 Per thread count a fresh worker process (torch and OpenMP pinned to it) times,
-in interleaved blocks of rounds (``suite.block_medians``), each operator and its
+in interleaved blocks of rounds (``common.block_medians``), each operator and its
 references on the same tensors:
 
 - attention (B=1, H=8, S=1024, D=64), causal and not, in float32 and bfloat16:
@@ -40,8 +40,11 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import peak  # noqa: E402
-from benchmarks.common import run_workers, table  # noqa: E402
-from benchmarks.suite import block_medians  # noqa: E402
+from benchmarks.common import (  # noqa: E402
+    block_medians,  # noqa: E402
+    run_workers,
+    table,
+)
 
 ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal bfloat16",
         "moe", "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "block")  # fmt: skip

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes, emulate
+from . import dtypes, emulate, shared_libs
 from .arg_checks import (
     aligned_empty,
     as_array,
@@ -245,7 +245,7 @@ class Module:
     ):
         self._describe(func, source, cname, lib_path, target, signature)
         self.profiler = profiler  # pypto.profile.Profiler, given by pt.build
-        lib = ctypes.CDLL(lib_path)
+        lib = self._lib = shared_libs.load(lib_path)
         self._c = getattr(lib, cname)
         self._c.restype = ctypes.c_int32
         # the blocks its temporaries keep between calls (c_helpers.WORKSPACE_MAX)
@@ -384,9 +384,11 @@ class Module:
         release = getattr(self, "_release", None)
         return release is None or release() == 0
 
-    def __del__(self):
+    def __del__(self):  # the workspace freed, the library unloaded (pypto.shared_libs)
         try:
-            self.release_workspace()
+            lib = getattr(self, "_lib", None)
+            if self.release_workspace() and lib is not None:
+                shared_libs.unload(lib)
         except Exception:  # noqa: BLE001  (interpreter shutdown: ctypes may be gone)
             pass
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pypto as pt
-from pypto import emulate, runtime
+from pypto import emulate, runtime, shared_libs
 from pypto.target import KNOWN, cross_compiler
 
 
@@ -522,3 +522,40 @@ def test_a_failed_data_index_into_an_empty_tensor_touches_nothing():
         scatter(np.zeros(0, np.float32), x, empty)
     assert (buf == 7.0).all()
     np.testing.assert_array_equal(gather(np.zeros(0, np.float32), x[:0]), [])  # no access
+
+
+@pytest.mark.skipif(not shared_libs.CAN_UNLOAD, reason="no /proc/self/maps here")
+def test_a_collected_module_unloads_its_library_and_openmp_stays():
+    """A process building kernel after kernel must not keep every library mapped
+    (dlopen fails with ENOMEM after about 10,000); the OpenMP runtime the first
+    parallel kernel brought in stays (unloading it under its idle threads crashed)."""
+    import gc
+
+    def scaled(c, n=64):
+        A = pt.placeholder((n,), "float32", name="A")
+        B = pt.compute((n,), lambda i: A[i] * c, name="B")
+        s = pt.create_schedule(B.op)
+        s[B].parallel(B.op.axis[0])
+        return pt.build(s, [A, B], name="scaled")
+
+    def mapped():
+        with open("/proc/self/maps") as f:
+            return f.read()
+
+    a = np.arange(64, dtype=np.float32)
+    mods = [scaled(c + 0.25) for c in range(4)]
+    for c, m in enumerate(mods):
+        np.testing.assert_array_equal(m(a), a * np.float32(c + 0.25))
+    paths = [m.lib_path for m in mods]
+    assert all(p in mapped() for p in paths)
+    del m, mods
+    gc.collect()
+    assert not any(p in mapped() for p in paths)
+    before = pt.get_num_threads()
+    pt.set_num_threads(2)
+    try:
+        again = scaled(1.25)  # the same library, loaded anew
+        np.testing.assert_array_equal(again(a), a * np.float32(1.25))
+        assert again.lib_path == paths[1]
+    finally:
+        pt.set_num_threads(before)
