@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pypto as pt
-from pypto import emulate, runtime, shared_libs
+from pypto import emulate, runtime
 from pypto.target import KNOWN, cross_compiler
 
 
@@ -524,7 +524,7 @@ def test_a_failed_data_index_into_an_empty_tensor_touches_nothing():
     np.testing.assert_array_equal(gather(np.zeros(0, np.float32), x[:0]), [])  # no access
 
 
-@pytest.mark.skipif(not shared_libs.CAN_UNLOAD, reason="no /proc/self/maps here")
+@pytest.mark.skipif(not hasattr(os, "RTLD_NOLOAD"), reason="a platform without RTLD_NOLOAD")
 def test_a_collected_module_unloads_its_library_and_openmp_stays():
     """A process building kernel after kernel must not keep every library mapped
     (dlopen fails with ENOMEM after about 10,000); the OpenMP runtime the first
@@ -539,8 +539,11 @@ def test_a_collected_module_unloads_its_library_and_openmp_stays():
         return pt.build(s, [A, B], name="scaled")
 
     def mapped():
-        with open("/proc/self/maps") as f:
-            return f.read()
+        try:
+            with open("/proc/self/maps") as f:
+                return f.read()
+        except OSError:
+            pytest.skip("no /proc/self/maps to read the mappings from")
 
     a = np.arange(64, dtype=np.float32)
     mods = [scaled(c + 0.25) for c in range(4)]
