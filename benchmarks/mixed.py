@@ -13,9 +13,9 @@ The summary relates each to pypto's float32 row of the same shape (``ROWS``).
     python -m benchmarks mixed [--threads 1,2] [--repeat 15] [--target NAME]
 
 runs just these rows: pypto's int8, bfloat16, float16 and float32 matmul 1024^3 against torch,
-in interleaved blocks of rounds (medians of the per-round ratios, ``compare``), each as
-a fraction of the
-peak of the instruction its kernel uses (``pypto.peak``'s roofs, with as many threads), and
+in interleaved blocks of rounds (medians of the per-round ratios, ``compare``), each as a
+fraction of the peak of the instruction its kernel uses (``pypto.peak``'s roofs, with as
+many threads), and
 says whether torch's int8 result was exact. ``--target`` runs pypto's kernels of a
 lesser target this machine runs (``x86-avx2``: the ``vpmaddwd`` kernel); to hold
 PyTorch to the same instructions, set ``ONEDNN_MAX_CPU_ISA=AVX2
