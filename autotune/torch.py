@@ -32,6 +32,7 @@ import torch
 
 from pypto.torch import dtype_name, empty, fake_kernel
 
+from . import torch_vmap
 from .templates.attention import sdpa_parts
 from .templates.attention_amx import tile_isa
 from .templates.attention_mask import spec_of
@@ -378,5 +379,6 @@ _attn_setup, _attn_bwd = _backward(attention_definition, 3)
 attention.register_autograd(_attn_bwd, setup_context=_attn_setup)
 _moe_setup, _moe_bwd = _backward(moe_definition, 5)
 moe.register_autograd(_moe_bwd, setup_context=_moe_setup)
+torch_vmap.register()  # batching rules of the row-wise operators
 
 __all__ = ["gelu", "rms_norm", "layer_norm", "softmax", "attention", "moe", "module"]

@@ -896,3 +896,31 @@ def test_repeated_calls_pass_pointers_and_keep_every_check(monkeypatch):
     y, i9 = torch.randn(9), torch.arange(8, -1, -1, dtype=torch.int32)
     _close(op(y, i9), y.flip(0) * 2)  # new shapes: through the checks
     assert len(checked) >= 2
+
+
+@pytest.mark.parametrize("bdim", [0, 1])
+def test_vmap_of_the_row_operators_uses_their_batching_rules(bdim):
+    """With PyTorch's per-element fallback turned off, vmap over gelu, rms_norm,
+    layer_norm and softmax (any dim) runs, batched at either dimension, weights batched
+    or not, and agrees with vmap of PyTorch's own; a batch of 0-d tensors too."""
+    fallback = torch._C._functorch._set_vmap_fallback_enabled
+    fallback(False)
+    try:
+        _seed()
+        x, w, b, wb = torch.randn(3, 4, 16), torch.randn(16), torch.randn(16), torch.randn(4, 16)
+        vm = torch.func.vmap
+        for ours, theirs in CASES.values():
+            one, two = (lambda t, f=f: f(t, w, b) for f in (ours, theirs))
+            _close(vm(one, in_dims=bdim)(x), vm(two, in_dims=bdim)(x))
+        batched = (1, 0, None) if bdim == 1 else (1, 0, 0)
+        bb = b if bdim == 1 else torch.randn(4, 16)
+        for name in ("rms_norm", "layer_norm"):
+            ours, theirs = CASES[name]
+            _close(
+                vm(ours, in_dims=batched)(x, wb, bb), vm(theirs, in_dims=batched)(x, wb, bb), 1e-5
+            )
+        _close(vm(lambda t: ops.softmax(t, -1))(torch.randn(5)), torch.ones(5))
+        with pytest.raises(RuntimeError, match=r"attention hit the vmap fallback"):  # real
+            vm(lambda t: ops.attention(t, t, t))(torch.randn(2, 1, 1, 3, 4))
+    finally:
+        fallback(True)

@@ -1,0 +1,70 @@
+"""Batching rules of the row-wise operators for ``torch.func.vmap``: one kernel call
+over the whole batch instead of PyTorch's fallback (a call per batch element, with a
+warning). Each rule moves the batch dimension first, where the operator's rows are:
+
+    vmap(rms_norm)(x [B, ..., C], w [C])  ->  rms_norm(x, w)              (one call)
+    vmap(rms_norm)(x, w [B, C])           ->  rms_norm(x, 1) * w[:, None.., :]
+    vmap(softmax, dim=d)(x [B, ...])      ->  softmax(x, d + 1)
+
+(a weight or bias with its own batch dimension scales the normalized rows instead of
+being the kernel's own vector). ``attention`` and ``moe`` keep the fallback.
+"""
+
+from __future__ import annotations
+
+import torch
+
+ops = torch.ops.pypto
+
+
+def _first(t: torch.Tensor, dim: int | None, size: int) -> torch.Tensor:
+    """``t`` with its batch dimension ``dim`` first (expanded to ``size`` if it has none)."""
+    return t.movedim(dim, 0) if dim is not None else t.expand(size, *t.shape)
+
+
+def _gelu(info, in_dims, x, approximate="none"):
+    return ops.gelu(x, approximate), in_dims[0]  # elementwise: any layout
+
+
+def _rows_scaled(info, x, x_dim, vectors, norm):
+    """``norm(x, *vectors)`` on ``x`` batched first, the vectors ``(tensor, batch dim)``:
+    unbatched, the kernel's own; batched, applied to the rows it normalized with the
+    identity vectors (``norm``'s weight 1, bias 0)."""
+    x = _first(x, x_dim, info.batch_size)
+    if all(d is None for _, d in vectors):
+        return norm(x, *(v for v, _ in vectors)), 0
+    one = torch.ones(x.shape[-1], dtype=x.dtype)
+    y = norm(x, one, *(torch.zeros_like(one) for _ in vectors[1:]))
+    shape = (info.batch_size,) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+    w = _first(vectors[0][0], vectors[0][1], info.batch_size).reshape(shape)
+    y = y * w
+    if len(vectors) > 1:
+        y = y + _first(vectors[1][0], vectors[1][1], info.batch_size).reshape(shape)
+    return y, 0
+
+
+def _rms_norm(info, in_dims, x, weight, eps=1e-6):
+    norm = lambda t, w: ops.rms_norm(t, w, eps)  # noqa: E731
+    return _rows_scaled(info, x, in_dims[0], [(weight, in_dims[1])], norm)
+
+
+def _layer_norm(info, in_dims, x, weight, bias, eps=1e-5):
+    norm = lambda t, w, b: ops.layer_norm(t, w, b, eps)  # noqa: E731
+    return _rows_scaled(info, x, in_dims[0], [(weight, in_dims[1]), (bias, in_dims[2])], norm)
+
+
+def _softmax(info, in_dims, x, dim=-1):
+    x = _first(x, in_dims[0], info.batch_size)
+    rank = x.dim() - 1  # of one element of the batch
+    if rank == 0:  # each element a 0-d tensor: a softmax over one value
+        return ops.softmax(x.unsqueeze(-1), -1).squeeze(-1), 0
+    return ops.softmax(x, dim % rank + 1), 0
+
+
+RULES = {"gelu": _gelu, "rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax}
+
+
+def register() -> None:
+    """Register the rules with ``torch.library.register_vmap``."""
+    for name, rule in RULES.items():
+        torch.library.register_vmap(f"pypto::{name}", rule)
