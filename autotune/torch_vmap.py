@@ -26,13 +26,22 @@ def _gelu(info, in_dims, x, approximate="none"):
     return ops.gelu(x, approximate), in_dims[0]  # elementwise: any layout
 
 
-def _rows_scaled(info, x, x_dim, vectors, norm):
+def _rows_scaled(info, name, x, x_dim, vectors, norm):
     """``norm(x, *vectors)`` on ``x`` batched first, the vectors ``(tensor, batch dim)``:
     unbatched, the kernel's own; batched, applied to the rows it normalized with the
-    identity vectors (``norm``'s weight 1, bias 0)."""
+    identity vectors (``norm``'s weight 1, bias 0), after the operator's own checks."""
     x = _first(x, x_dim, info.batch_size)
     if all(d is None for _, d in vectors):
         return norm(x, *(v for v, _ in vectors)), 0
+    if x.dim() < 2:
+        raise ValueError(f"{name}: x is 0-d; it needs a last dimension to normalize")
+    for v, d in vectors:
+        cols = v.shape[-1] if v.dim() == (1 if d is None else 2) else None
+        if cols != x.shape[-1]:
+            raise ValueError(f"{name}: a vector of shape {tuple(v.shape)} (batch dim {d}) for "
+                             f"rows of {x.shape[-1]}")  # fmt: skip
+        if v.dtype != x.dtype:
+            raise TypeError(f"{name}: dtype {v.dtype} differs from x's ({x.dtype})")
     one = torch.ones(x.shape[-1], dtype=x.dtype)
     y = norm(x, one, *(torch.zeros_like(one) for _ in vectors[1:]))
     shape = (info.batch_size,) + (1,) * (x.dim() - 2) + (x.shape[-1],)
@@ -45,12 +54,13 @@ def _rows_scaled(info, x, x_dim, vectors, norm):
 
 def _rms_norm(info, in_dims, x, weight, eps=1e-6):
     norm = lambda t, w: ops.rms_norm(t, w, eps)  # noqa: E731
-    return _rows_scaled(info, x, in_dims[0], [(weight, in_dims[1])], norm)
+    return _rows_scaled(info, "rms_norm", x, in_dims[0], [(weight, in_dims[1])], norm)
 
 
 def _layer_norm(info, in_dims, x, weight, bias, eps=1e-5):
     norm = lambda t, w, b: ops.layer_norm(t, w, b, eps)  # noqa: E731
-    return _rows_scaled(info, x, in_dims[0], [(weight, in_dims[1]), (bias, in_dims[2])], norm)
+    vectors = [(weight, in_dims[1]), (bias, in_dims[2])]
+    return _rows_scaled(info, "layer_norm", x, in_dims[0], vectors, norm)
 
 
 def _softmax(info, in_dims, x, dim=-1):

@@ -920,6 +920,12 @@ def test_vmap_of_the_row_operators_uses_their_batching_rules(bdim):
                 vm(ours, in_dims=batched)(x, wb, bb), vm(theirs, in_dims=batched)(x, wb, bb), 1e-5
             )
         _close(vm(lambda t: ops.softmax(t, -1))(torch.randn(5)), torch.ones(5))
+        with pytest.raises(ValueError, match=r"rms_norm: x is 0-d"):
+            vm(ops.rms_norm, in_dims=(0, 0))(torch.randn(4), torch.randn(4, 1))
+        with pytest.raises(TypeError, match=r"layer_norm: dtype torch.float64 differs"):
+            vm(ops.layer_norm, in_dims=(1, 0, None))(x, wb.double(), b)
+        with pytest.raises(ValueError, match=r"rms_norm: a vector of shape \(4, 15\)"):
+            vm(ops.rms_norm, in_dims=(1, 0))(x, torch.randn(4, 15))
         with pytest.raises(RuntimeError, match=r"attention hit the vmap fallback"):  # real
             vm(lambda t: ops.attention(t, t, t))(torch.randn(2, 1, 1, 3, 4))
     finally:
