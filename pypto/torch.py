@@ -328,10 +328,8 @@ def _output_shapes(name: str, inputs: list, shapes: tuple, outputs: list) -> lis
                 bound.setdefault(want, got)
     out = []
     for t in outputs:
-        unknown = sorted(
-            {str(v) for d in t.shape for v in walk(d) if isinstance(v, Var)}
-            - {str(v) for v in bound}
-        )
+        used = {v for d in t.shape for v in walk(d) if isinstance(v, Var)}
+        unknown = sorted(v.name for v in used if v not in bound)
         if unknown:
             raise ValueError(
                 f"{name}: the shape of output {t.name} depends on {', '.join(unknown)}, "
@@ -389,10 +387,12 @@ def custom_op(
 
     generic = not inspect.signature(build).parameters  # build(): one graph for all shapes
 
-    def graph(shapes):
-        shapes = () if generic else shapes
-        if shapes not in graphs:
-            s, tensors = build(*shapes)
+    def key_of(shapes):  # what a graph and its module are built for
+        return () if generic else shapes
+
+    def graph(key):
+        if key not in graphs:
+            s, tensors = build(*key)
             if len(tensors) != n_inputs + n_outputs:
                 raise ValueError(
                     f"{name}: build returned {len(tensors)} tensor(s); expected the "
@@ -413,27 +413,26 @@ def custom_op(
                         f"{name}: output {t.name} is {t.dtype}, which PyTorch operators "
                         f"here do not return (they return {', '.join(sorted(_BY_NAME))})"
                     )
-            graphs[shapes] = (s, list(tensors))
-        return graphs[shapes]
+            graphs[key] = (s, list(tensors))
+        return graphs[key]
 
     def outputs(args, new):
         # a shape-specialized build under torch.compile: ints, so a symbolic size is
         # specialized (a guard) and the graph recompiles for another shape rather than
         # hashing a SymInt; a generic build keeps the SymInts
         shapes = tuple(tuple(a.shape if generic else (int(d) for d in a.shape)) for a in args)
-        _, tensors = graph(shapes)
+        _, tensors = graph(key_of(shapes))
         sizes = _output_shapes(name, tensors[:n_inputs], shapes, tensors[n_inputs:])
         return [new(sh, _BY_NAME[t.dtype]) for sh, t in zip(sizes, tensors[n_inputs:])]
 
     def impl(*args):
-        shapes = tuple(tuple(a.shape) for a in args)
-        s, tensors = graph(shapes)
+        key = key_of(tuple(tuple(a.shape) for a in args))
+        s, tensors = graph(key)
         for k, (a, t) in enumerate(zip(args, tensors)):
             want = t.dtype
             got = dtype_name(a, f"{name} input {k}", allowed=tuple(TORCH_DTYPES.values()))
             if got != want:
                 raise TypeError(f"{name} input {k}: dtype {got}, the kernel takes {want}")
-        key = () if generic else shapes
         mod = mods.get(key, lambda: _build(s, tensors, target=tgt, name=name.split("::")[1]))
         outs = outputs(args, empty)
         run(mod, [(a, f"{name} input {k}") for k, a in enumerate(args)], outs)
