@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from pypto.torch import dtype_name, empty, fake_kernel
+from pypto.torch import dtype_name, empty, fake_kernel, register_autograd
 
 from . import torch_vmap
 from .templates.attention import sdpa_parts
@@ -94,7 +94,7 @@ def _gelu_bwd(ctx, dy):
     return torch.ops.pypto.gelu_backward(x, dy, ctx.approximate), None
 
 
-gelu.register_autograd(_gelu_bwd, setup_context=_gelu_setup)
+register_autograd(gelu, _gelu_bwd, setup_context=_gelu_setup)
 
 # ---------------------------------------------------------------- rms_norm
 
@@ -155,7 +155,7 @@ def _rms_bwd(ctx, dy):
     return dx, dw, None
 
 
-rms_norm.register_autograd(_rms_bwd, setup_context=_save_x_w)
+register_autograd(rms_norm, _rms_bwd, setup_context=_save_x_w)
 
 # ---------------------------------------------------------------- layer_norm
 
@@ -210,7 +210,7 @@ def _ln_bwd(ctx, dy):
     return dx, dw, db, None
 
 
-layer_norm.register_autograd(_ln_bwd, setup_context=_save_x_w)
+register_autograd(layer_norm, _ln_bwd, setup_context=_save_x_w)
 
 # ---------------------------------------------------------------- softmax
 
@@ -272,7 +272,7 @@ def _softmax_bwd(ctx, dy):
     return torch.ops.pypto.softmax_backward(y, dy, ctx.dim), None
 
 
-softmax.register_autograd(_softmax_bwd, setup_context=_softmax_setup)
+register_autograd(softmax, _softmax_bwd, setup_context=_softmax_setup)
 
 # ---------------------------------------------------------------- attention
 
@@ -376,9 +376,11 @@ def _(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
 
 
 _attn_setup, _attn_bwd = _backward(attention_definition, 3)
-attention.register_autograd(_attn_bwd, setup_context=_attn_setup)
+register_autograd(attention, _attn_bwd, setup_context=_attn_setup)
 _moe_setup, _moe_bwd = _backward(moe_definition, 5)
-moe.register_autograd(_moe_bwd, setup_context=_moe_setup)
+register_autograd(moe, _moe_bwd, setup_context=_moe_setup)
+for _op in (gelu_backward, rms_norm_backward, layer_norm_backward, softmax_backward):
+    register_autograd(_op)  # no second derivative: an error, not a silent zero
 torch_vmap.register()  # batching rules of the row-wise operators
 
 __all__ = ["gelu", "rms_norm", "layer_norm", "softmax", "attention", "moe", "module"]

@@ -66,12 +66,20 @@ def _backward(definition, n_tensors: int):
         saved, rest = iter(ctx.saved_tensors), iter(ctx.rest)
         args = [next(saved) if kind else next(rest) for kind in ctx.kinds]
         wanted = [k for k, a in enumerate(args[:n_tensors]) if ctx.needs_input_grad[k]]
-        with torch.enable_grad():
-            wide = [_wide(a).detach() if isinstance(a, torch.Tensor) else a for a in args]
-            for k in wanted:
-                wide[k].requires_grad_(True)
-            out = definition(*wide)
-            grads = torch.autograd.grad(out, [wide[k] for k in wanted], _wide(dout))
+        # torch.func.vjp, not requires_grad_ and autograd.grad: it holds inside
+        # transforms (jacrev's vmap over this backward), and with gradients enabled
+        # here (create_graph, torch.func.grad) the gradients keep their graph to the
+        # saved inputs, so a second derivative holds
+        wide = [_wide(a) if isinstance(a, torch.Tensor) else a for a in args]
+
+        def of_wanted(*ts):
+            full = list(wide)
+            for k, t in zip(wanted, ts):
+                full[k] = t
+            return definition(*full)
+
+        _, pullback = torch.func.vjp(of_wanted, *(wide[k] for k in wanted))
+        grads = pullback(_wide(dout))
         result = [None] * len(args)
         for k, g in zip(wanted, grads):
             result[k] = g.to(args[k].dtype)

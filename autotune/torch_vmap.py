@@ -7,7 +7,9 @@ warning). Each rule moves the batch dimension first, where the operator's rows a
     vmap(softmax, dim=d)(x [B, ...])      ->  softmax(x, d + 1)
 
 (a weight or bias with its own batch dimension scales the normalized rows instead of
-being the kernel's own vector). ``attention`` and ``moe`` keep the fallback.
+being the kernel's own vector). ``gelu_backward`` and ``softmax_backward`` have rules
+too (``jacrev`` and ``vmap(grad(...))`` batch the backward); ``attention``, ``moe`` and
+the norms' backward (whose weight gradient sums over all rows) keep the fallback.
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ def _first(t: torch.Tensor, dim: int | None, size: int) -> torch.Tensor:
 
 def _gelu(info, in_dims, x, approximate="none"):
     return ops.gelu(x, approximate), in_dims[0]  # elementwise: any layout
+
+
+def _gelu_backward(info, in_dims, x, dy, approximate="none"):
+    n = info.batch_size
+    return ops.gelu_backward(_first(x, in_dims[0], n), _first(dy, in_dims[1], n), approximate), 0
 
 
 def _rows_scaled(info, name, x, x_dim, vectors, norm):
@@ -71,7 +78,22 @@ def _softmax(info, in_dims, x, dim=-1):
     return ops.softmax(x, dim % rank + 1), 0
 
 
-RULES = {"gelu": _gelu, "rms_norm": _rms_norm, "layer_norm": _layer_norm, "softmax": _softmax}
+def _softmax_backward(info, in_dims, y, dy, dim):
+    y, dy = _first(y, in_dims[0], info.batch_size), _first(dy, in_dims[1], info.batch_size)
+    rank = y.dim() - 1
+    if rank == 0:
+        return ops.softmax_backward(y.unsqueeze(-1), dy.unsqueeze(-1), -1).squeeze(-1), 0
+    return ops.softmax_backward(y, dy, dim % rank + 1), 0
+
+
+RULES = {
+    "gelu": _gelu,
+    "gelu_backward": _gelu_backward,
+    "softmax_backward": _softmax_backward,
+    "rms_norm": _rms_norm,
+    "layer_norm": _layer_norm,
+    "softmax": _softmax,
+}
 
 
 def register() -> None:

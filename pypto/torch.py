@@ -1,6 +1,8 @@
 """PyTorch interop: tensors through pypto modules zero-copy, and user kernels as operators.
 
-This is the one module of ``pypto`` that imports torch (the optional ``torch`` extra).
+This module and ``torch_autograd`` (``register_autograd``: an operator's derivative, under
+``torch.func`` too) are the ones of ``pypto`` that import torch (the optional ``torch``
+extra).
 
     import pypto.torch as ptt
     def build(x_shape):                          # shapes of the inputs -> (schedule, tensors)
@@ -44,6 +46,7 @@ from .module import CHECKED_SHAPES, EmulatedModule
 from .runtime import build as _build
 from .target import as_target
 from .tensor import PlaceholderOp
+from .torch_autograd import register_autograd  # noqa: F401  (public here)
 
 TORCH_DTYPES = {
     torch.float32: "float32",

@@ -1,0 +1,128 @@
+"""Reverse-mode autograd for PyTorch operators that holds under ``torch.func``.
+
+``op.register_autograd(backward, setup_context=...)`` gives an operator a backward
+that ``.backward()`` and ``torch.autograd.grad`` use, but ``torch.func.grad``,
+``vjp``, ``jacrev`` and ``vmap(grad(...))`` refuse it (PyTorch wraps the formula in an
+``autograd.Function`` without ``setup_context``). ``register_autograd(op, backward,
+setup_context=...)`` takes the same two functions and installs the operator's
+autograd kernel as PyTorch's own operators have one: at each transform level it
+records the backward there and calls the operator one level down::
+
+    torch.func.grad(lambda x: ops.gelu(x).sum())(x)
+
+    level 1 (grad)    gelu(x1)   x1 tracks gradients: the backward is recorded here
+                        |        (redispatched below autograd, gradients enabled)
+    level 0           gelu(x)    the kernel itself
+    backward          dx = backward(ctx, dy): gelu_backward(x1, dy1) at level 1
+
+An operator without a ``backward`` (a backward operator itself) gets a kernel that
+raises ``NotImplementedError`` naming it when something differentiates through it (a
+second derivative).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch import _C
+
+try:  # PyTorch's own machinery for an autograd kernel inside a transform level
+    from torch._functorch.utils import enable_single_level_autograd_function
+    from torch.autograd.function import _SingleLevelFunction
+
+    _AFTER_AUTOGRAD = _C._after_autograd_keyset
+    _BELOW_AUTOGRAD = _C._AutoDispatchBelowAutograd
+except (ImportError, AttributeError):  # pragma: no cover  (a PyTorch without them)
+    _SingleLevelFunction = None
+
+
+class _Call:
+    """The dispatch keys and keyword-only arguments of one call (not a tensor, so
+    autograd passes it through to ``forward`` untouched)."""
+
+    __slots__ = ("keyset", "kwargs")
+
+    def __init__(self, keyset, kwargs: dict):
+        self.keyset, self.kwargs = keyset, kwargs
+
+
+def _with_defaults(schema, args: tuple) -> tuple:
+    """``args`` with the trailing defaults the dispatcher dropped put back."""
+    rest = [a for a in schema.arguments[len(args) :] if not a.kwarg_only]
+    return args + tuple(a.default_value for a in rest)
+
+
+def register_autograd(op, backward: Callable | None = None, *, setup_context=None) -> None:
+    """Give the custom operator ``op`` (``torch.library.custom_op``'s) its reverse-mode
+    derivative: ``setup_context(ctx, inputs, output)`` saves what ``backward(ctx,
+    *grads)`` needs, as ``op.register_autograd`` takes them, and the derivative holds
+    under ``torch.func`` transforms too. ``backward=None``: differentiating through
+    ``op`` raises ``NotImplementedError``."""
+    overload = getattr(op, "_opoverload", None)
+    if overload is None or not hasattr(op, "register_autograd"):
+        raise TypeError(
+            f"register_autograd: {op!r} is not a custom operator (torch.library.custom_op's "
+            "or pypto.torch.custom_op's)"
+        )
+    name = overload._schema.name
+    if backward is not None:  # PyTorch's bookkeeping of the formula (and its kernel)
+        op.register_autograd(backward, setup_context=setup_context)
+    if _SingleLevelFunction is None:
+        return
+    schema = overload._schema
+
+    class Derivative(_SingleLevelFunction):
+        @staticmethod
+        def forward(ctx, *args):
+            call = args[-1]
+            args = args[:-1]
+            # gradients on: an autograd.Function's forward runs with them off, and a
+            # transform level below would then record nothing (a derivative of zero)
+            with torch.enable_grad(), _BELOW_AUTOGRAD():
+                keys = call.keyset & _AFTER_AUTOGRAD
+                out = overload.redispatch(keys, *args, **call.kwargs)
+            if setup_context is not None:
+                inputs = _with_defaults(schema, args)
+                if call.kwargs:
+                    setup_context(ctx=ctx, inputs=inputs, keyword_only_inputs=call.kwargs,
+                                  output=out)  # fmt: skip
+                else:
+                    setup_context(ctx=ctx, inputs=inputs, output=out)
+            return out
+
+        @staticmethod
+        def backward(ctx, *grads):
+            if backward is None:
+                raise NotImplementedError(
+                    f"{name} has no derivative, so a second derivative through the "
+                    "operator whose backward it is cannot be taken (its first can)"
+                )
+            wanted = ctx.needs_input_grad
+            ctx.needs_input_grad = wanted[:-1]  # the inputs' flags, as op's formula sees
+            try:
+                result = backward(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = wanted
+            return (*result, None) if isinstance(result, tuple) else (result, None)
+
+    Derivative.__name__ = Derivative.__qualname__ = f"Derivative_{name.replace('::', '_')}"
+
+    def kernel(keyset, *args, **kwargs):
+        call = _Call(keyset, kwargs)
+        if _C.is_grad_enabled() and _C._any_requires_grad(*args):
+            with enable_single_level_autograd_function():
+                return Derivative.apply(*args, call)
+        with _BELOW_AUTOGRAD():
+            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
+
+    ns, op_name = name.split("::")
+    lib = torch.library.Library(ns, "IMPL")
+    with warnings.catch_warnings():  # "overriding a previously registered kernel"
+        warnings.simplefilter("ignore", UserWarning)
+        lib.impl(op_name, kernel, "Autograd", with_keyset=True)
+    _LIBRARIES.append(lib)  # a Library unregisters its kernels when collected
+
+
+_LIBRARIES: list = []

@@ -1,0 +1,216 @@
+"""Reverse mode under ``torch.func``: grad, vjp, jacrev and vmap(grad) through
+pypto's operators agree with PyTorch's own compositions (float64); a second
+derivative through an operator whose backward is a pypto kernel is refused by name,
+and attention's (recomputed by PyTorch) is taken; ``pypto.torch.register_autograd``
+gives a user's operator the same."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+func = torch.func
+
+import autotune.torch  # noqa: E402, F401  (registers the operators)
+import pypto as pt  # noqa: E402
+import pypto.torch as ptt  # noqa: E402
+
+ops = torch.ops.pypto
+f64 = torch.float64
+
+
+def _rand(*shape):
+    return torch.randn(*shape, dtype=f64)
+
+
+def _attention_ref(q, k, v, is_causal=False):
+    scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if is_causal:
+        keep = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+def _moe_ref(x, wg, wu, wd, tw, ti):
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for j in range(ti.shape[1]):
+            e = ti[t, j]
+            out[t] += tw[t, j] * ((F.silu(wg[e] @ x[t]) * (wu[e] @ x[t])) @ wd[e].T)
+    return out
+
+
+def _cases():
+    """name: (pypto's f, PyTorch's f, inputs): f of every input, each differentiated."""
+    torch.manual_seed(0)
+    x, w, b = _rand(3, 19), _rand(19), _rand(19)
+    q, k, v = _rand(1, 2, 5, 8), _rand(1, 2, 6, 8), _rand(1, 2, 6, 3)
+    E, d, f = 3, 6, 5
+    moe = (_rand(4, d), _rand(E, f, d), _rand(E, f, d), _rand(E, d, f), _rand(4, 2))
+    ti = torch.tensor([[0, 1], [2, 2], [1, 0], [0, 2]])
+    return {
+        "gelu": (ops.gelu, F.gelu, (x,)),
+        "gelu_tanh": (
+            lambda x: ops.gelu(x, "tanh"),
+            lambda x: F.gelu(x, approximate="tanh"),
+            (x,),
+        ),
+        "rms_norm": (
+            lambda x, w: ops.rms_norm(x, w, 1e-6),
+            lambda x, w: F.rms_norm(x, (19,), w, 1e-6),
+            (x, w),
+        ),
+        "layer_norm": (
+            lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+            lambda x, w, b: F.layer_norm(x, (19,), w, b, 1e-5),
+            (x, w, b),
+        ),
+        "softmax_dim0": (lambda x: ops.softmax(x, 0), lambda x: torch.softmax(x, 0), (x,)),
+        "attention": (ops.attention, _attention_ref, (q, k, v)),
+        "attention_causal": (
+            lambda q, k, v: ops.attention(q, k, v, True),
+            lambda q, k, v: _attention_ref(q, k, v, True),
+            (q, k, v),
+        ),
+        "moe": (lambda *t: ops.moe(*t, ti), lambda *t: _moe_ref(*t, ti), moe),
+    }
+
+
+CASES = list(_cases())
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_grad_and_vjp_agree_with_pytorch(name):
+    """torch.func.grad of a weighted sum, for every input at once, and torch.func.vjp
+    with a random cotangent: PyTorch's own setup_context error before."""
+    ours, theirs, inputs = _cases()[name]
+    weights = torch.randn_like(theirs(*inputs))
+    argnums = tuple(range(len(inputs)))
+    for a, b in zip(
+        func.grad(lambda *t: (ours(*t) * weights).sum(), argnums)(*inputs),
+        func.grad(lambda *t: (theirs(*t) * weights).sum(), argnums)(*inputs),
+    ):
+        _close(a, b)
+    (y, pull), (y_ref, pull_ref) = func.vjp(ours, *inputs), func.vjp(theirs, *inputs)
+    _close(y, y_ref)
+    for a, b in zip(pull(weights), pull_ref(weights)):
+        _close(a, b)
+
+
+@pytest.mark.parametrize("name", ["gelu", "rms_norm", "softmax_dim0", "attention"])
+def test_jacrev_and_per_sample_gradients_agree_with_pytorch(name):
+    """jacrev (a vmap over the backward) and vmap(grad(...)) over a batch of inputs,
+    the per-sample gradients of training: the batching rules of gelu's and softmax's
+    backward, PyTorch's fallback for the rest."""
+    ours, theirs, inputs = _cases()[name]
+    first = inputs[0][:1]  # the first row, or the first batch of sequences
+    rest = inputs[1:]
+    _close(
+        func.jacrev(lambda t: ours(t, *rest))(first),
+        func.jacrev(lambda t: theirs(t, *rest))(first),
+    )
+
+    def per_sample(f):
+        return func.vmap(func.grad(lambda t: (f(t.unsqueeze(0), *rest) ** 2).sum()))(inputs[0])
+
+    _close(per_sample(ours), per_sample(theirs))
+
+
+def test_gelu_and_softmax_backward_batch_without_the_fallback():
+    """With PyTorch's per-element fallback off, vmap(grad) of gelu and of softmax still
+    runs: their backward operators have batching rules."""
+    x = _rand(4, 7)
+    fallback = torch._C._functorch._set_vmap_fallback_enabled
+    fallback(False)
+    try:
+        pairs = (
+            (ops.gelu, F.gelu),
+            (lambda t: ops.softmax(t, -1), lambda t: torch.softmax(t, -1)),
+        )
+        for ours, theirs in pairs:
+            got = func.vmap(func.grad(lambda t, f=ours: (f(t) ** 2).sum()))(x)
+            _close(got, func.vmap(func.grad(lambda t, f=theirs: (f(t) ** 2).sum()))(x))
+    finally:
+        fallback(True)
+
+
+@pytest.mark.parametrize("name", ["gelu", "rms_norm", "layer_norm", "softmax_dim0"])
+def test_a_second_derivative_through_a_pypto_backward_is_refused(name):
+    """Their backward is itself a pypto kernel, with no derivative: under torch.func and
+    with create_graph=True the second derivative raises, naming that kernel."""
+    ours, _, inputs = _cases()[name]
+    refused = r"pypto::\w+_backward has no derivative"
+
+    def first(t):
+        return func.grad(lambda u: (ours(u, *inputs[1:]) ** 2).sum())(t).sum()
+
+    with pytest.raises(NotImplementedError, match=refused):
+        func.grad(first)(inputs[0])
+    x = inputs[0].clone().requires_grad_()
+    (g,) = torch.autograd.grad((ours(x, *inputs[1:]) ** 2).sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match=refused):
+        g.sum().backward()
+    first(inputs[0])  # the first derivative alone still runs
+
+
+@pytest.mark.parametrize("name", ["attention", "moe"])
+def test_second_derivatives_of_attention_and_moe_agree_with_pytorch(name):
+    """Their backward recomputes the definition with PyTorch on the saved inputs, so a
+    graph for a second derivative is kept: grad of grad, and double backward."""
+    ours, theirs, inputs = _cases()[name]
+
+    def gradgrad(f):
+        inner = func.grad(lambda *t: (f(*t) ** 2).sum(), argnums=0)
+        return func.grad(lambda *t: inner(*t).sum(), argnums=tuple(range(len(inputs))))(*inputs)
+
+    for a, b in zip(gradgrad(ours), gradgrad(theirs)):
+        _close(a, b)
+    leaf = [t.clone().requires_grad_() for t in inputs]
+    (g,) = torch.autograd.grad((ours(*leaf) ** 2).sum(), leaf[0], create_graph=True)
+    g.sum().backward()
+    want = gradgrad(theirs)
+    for t, b in zip(leaf, want):
+        _close(t.grad, b)
+
+
+def test_compiled_function_of_torch_func_grad():
+    """torch.compile(fullgraph=True) of torch.func.grad through an operator."""
+    x, w = _rand(3, 19), _rand(19)
+    f = func.grad(lambda x: (ops.rms_norm(x, w, 1e-6) ** 2).sum())
+    want = func.grad(lambda x: (F.rms_norm(x, (19,), w, 1e-6) ** 2).sum())(x)
+    _close(torch.compile(f, fullgraph=True)(x), want)
+
+
+def _cube(shape):
+    X = pt.placeholder(shape, "float64", name="X")
+    Y = pt.compute(shape, lambda i: X[i] * X[i] * X[i], name="Y")
+    return pt.create_schedule(Y.op), [X, Y]
+
+
+def test_register_autograd_gives_a_users_operator_its_derivative_under_torch_func():
+    """pypto.torch.register_autograd on a custom_op: .backward() and torch.func.grad
+    both use the user's backward; without a backward, differentiating is refused."""
+    cube = ptt.custom_op("pypto_test::func_cube", _cube, n_inputs=1)
+    triple = ptt.custom_op("pypto_test::func_triple_sq", _cube, n_inputs=1)
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return triple(x) / x * 3 * dy  # 3 x^2 dy, through another pypto kernel
+
+    ptt.register_autograd(cube, backward, setup_context=setup)
+    ptt.register_autograd(triple)
+    x = _rand(11).abs() + 0.5
+    _close(func.grad(lambda t: cube(t).sum())(x), 3 * x**2)
+    leaf = x.clone().requires_grad_()
+    cube(leaf).sum().backward()
+    _close(leaf.grad, 3 * x**2)
+    with pytest.raises(NotImplementedError, match=r"pypto_test::func_triple_sq has no deriv"):
+        func.grad(lambda t: func.grad(lambda u: cube(u).sum())(t).sum())(x)
+    with pytest.raises(TypeError, match=r"is not a custom operator"):
+        ptt.register_autograd(torch.ops.aten.sin, backward, setup_context=setup)
