@@ -7,9 +7,9 @@ warning). Each rule moves the batch dimension first, where the operator's rows a
     vmap(softmax, dim=d)(x [B, ...])      ->  softmax(x, d + 1)
 
 (a weight or bias with its own batch dimension scales the normalized rows instead of
-being the kernel's own vector). ``gelu_backward`` and ``softmax_backward`` have rules
-too (``jacrev`` and ``vmap(grad(...))`` batch the backward); ``attention``, ``moe`` and
-the norms' backward (whose weight gradient sums over all rows) keep the fallback.
+being the kernel's own vector). The backward operators have rules too (``jacrev`` and
+``vmap(grad(...))`` batch the backward; ``_norm_backward`` sums the norms' weight
+gradients per element); ``attention`` and ``moe`` keep the fallback.
 """
 
 from __future__ import annotations
@@ -33,13 +33,9 @@ def _gelu_backward(info, in_dims, x, dy, approximate="none"):
     return ops.gelu_backward(_first(x, in_dims[0], n), _first(dy, in_dims[1], n), approximate), 0
 
 
-def _rows_scaled(info, name, x, x_dim, vectors, norm):
-    """``norm(x, *vectors)`` on ``x`` batched first, the vectors ``(tensor, batch dim)``:
-    unbatched, the kernel's own; batched, applied to the rows it normalized with the
-    identity vectors (``norm``'s weight 1, bias 0), after the operator's own checks."""
-    x = _first(x, x_dim, info.batch_size)
-    if all(d is None for _, d in vectors):
-        return norm(x, *(v for v, _ in vectors)), 0
+def _check_vectors(name: str, x: torch.Tensor, vectors) -> tuple:
+    """The operator's checks of its weight (and bias) ``(tensor, batch dim)`` against
+    ``x`` batched first; returns the shape that broadcasts a batched vector over x."""
     if x.dim() < 2:
         raise ValueError(f"{name}: x is 0-d; it needs a last dimension to normalize")
     for v, d in vectors:
@@ -49,9 +45,19 @@ def _rows_scaled(info, name, x, x_dim, vectors, norm):
                              f"rows of {x.shape[-1]}")  # fmt: skip
         if v.dtype != x.dtype:
             raise TypeError(f"{name}: dtype {v.dtype} differs from x's ({x.dtype})")
+    return (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+
+
+def _rows_scaled(info, name, x, x_dim, vectors, norm):
+    """``norm(x, *vectors)`` on ``x`` batched first, the vectors ``(tensor, batch dim)``:
+    unbatched, the kernel's own; batched, applied to the rows it normalized with the
+    identity vectors (``norm``'s weight 1, bias 0), after the operator's own checks."""
+    x = _first(x, x_dim, info.batch_size)
+    if all(d is None for _, d in vectors):
+        return norm(x, *(v for v, _ in vectors)), 0
+    shape = _check_vectors(name, x, vectors)
     one = torch.ones(x.shape[-1], dtype=x.dtype)
     y = norm(x, one, *(torch.zeros_like(one) for _ in vectors[1:]))
-    shape = (info.batch_size,) + (1,) * (x.dim() - 2) + (x.shape[-1],)
     w = _first(vectors[0][0], vectors[0][1], info.batch_size).reshape(shape)
     y = y * w
     if len(vectors) > 1:
@@ -68,6 +74,38 @@ def _layer_norm(info, in_dims, x, weight, bias, eps=1e-5):
     norm = lambda t, w, b: ops.layer_norm(t, w, b, eps)  # noqa: E731
     vectors = [(weight, in_dims[1]), (bias, in_dims[2])]
     return _rows_scaled(info, "layer_norm", x, in_dims[0], vectors, norm)
+
+
+def _norm_backward(info, in_dims, x, weight, dy, eps, *, centred: bool):
+    """``rms_norm_backward`` (``layer_norm_backward``: ``centred``) over a batch. dx
+    from one kernel call: it depends on the weight only through ``weight * dy``, so a
+    batched weight is folded into dy and the kernel given ones. The weight's (and
+    bias's) gradient, which the kernel sums over all rows, is summed per element of
+    the batch by PyTorch::
+
+        dx     = kernel(x, w, dy).dx          (a batched w: kernel(x, 1, w[b] * dy).dx)
+        dw[b]  = sum over b's rows of dy * xhat,   xhat = (x [- mean]) * rstd
+        db[b]  = sum over b's rows of dy           (layer_norm)
+    """
+    name = "layer_norm_backward" if centred else "rms_norm_backward"
+    op = getattr(ops, name)
+    n = info.batch_size
+    x, dy = _first(x, in_dims[0], n), _first(dy, in_dims[2], n)
+    if in_dims[1] is None:
+        dx = op(x, weight, dy, eps)[0]
+    else:
+        shape = _check_vectors(name, x, [(weight, in_dims[1])])
+        w = _first(weight, in_dims[1], n).reshape(shape)
+        dx = op(x, torch.ones(x.shape[-1], dtype=x.dtype), dy * w, eps)[0]
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xw, dyw = x.to(wide), dy.to(wide)
+    if centred:
+        xw = xw - xw.mean(-1, keepdim=True)
+    xhat = xw * torch.rsqrt(xw.square().mean(-1, keepdim=True) + eps)
+    rows = tuple(range(1, x.dim() - 1))  # each element's rows (none: one row)
+    sums = [dyw * xhat] + ([dyw] if centred else [])
+    sums = [(t.sum(rows) if rows else t).to(x.dtype) for t in sums]
+    return (dx, *sums), (0,) * (1 + len(sums))
 
 
 def _softmax(info, in_dims, x, dim=-1):
@@ -87,6 +125,8 @@ def _softmax_backward(info, in_dims, y, dy, dim):
 
 
 RULES = {
+    "rms_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=False),
+    "layer_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=True),
     "gelu": _gelu,
     "gelu_backward": _gelu_backward,
     "softmax_backward": _softmax_backward,

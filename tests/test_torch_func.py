@@ -119,22 +119,46 @@ def test_jacrev_and_per_sample_gradients_agree_with_pytorch(name):
     _close(per_sample(ours), per_sample(theirs))
 
 
-def test_gelu_and_softmax_backward_batch_without_the_fallback():
-    """With PyTorch's per-element fallback off, vmap(grad) of gelu and of softmax still
-    runs: their backward operators have batching rules."""
-    x = _rand(4, 7)
+_ROWS = {  # name: (pypto's, PyTorch's), both of (x, w, b)
+    "gelu": (lambda x, w, b: ops.gelu(x), lambda x, w, b: F.gelu(x)),
+    "softmax": (lambda x, w, b: ops.softmax(x, -1), lambda x, w, b: torch.softmax(x, -1)),
+    "rms_norm": (
+        lambda x, w, b: ops.rms_norm(x, w, 1e-6),
+        lambda x, w, b: F.rms_norm(x, x.shape[-1:], w, 1e-6),
+    ),
+    "layer_norm": (
+        lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+        lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(_ROWS))
+@pytest.mark.parametrize("batched_weights", [False, True])
+def test_per_sample_gradients_batch_without_the_fallback(name, batched_weights):
+    """With PyTorch's per-element fallback off, vmap(grad) over samples of 2 rows each,
+    the gradients of x, the weight and the bias, runs on the backward operators'
+    batching rules (the norms' weight gradients summed per sample) and agrees with
+    PyTorch's; the weights shared, or one per sample."""
+    torch.manual_seed(1)
+    x, dy = _rand(5, 2, 9), _rand(5, 2, 9)
+    w, b = _rand(5, 9) if batched_weights else _rand(9), _rand(9)
+    ours, theirs = _ROWS[name]
+    dims = (0, 0 if batched_weights else None, None, 0)
+
+    def per_sample(f):
+        loss = lambda x, w, b, dy: (f(x, w, b) * dy).sum()  # noqa: E731
+        return func.vmap(func.grad(loss, argnums=(0, 1, 2)), in_dims=dims)(x, w, b, dy)
+
+    want = per_sample(theirs)
     fallback = torch._C._functorch._set_vmap_fallback_enabled
     fallback(False)
     try:
-        pairs = (
-            (ops.gelu, F.gelu),
-            (lambda t: ops.softmax(t, -1), lambda t: torch.softmax(t, -1)),
-        )
-        for ours, theirs in pairs:
-            got = func.vmap(func.grad(lambda t, f=ours: (f(t) ** 2).sum()))(x)
-            _close(got, func.vmap(func.grad(lambda t, f=theirs: (f(t) ** 2).sum()))(x))
+        got = per_sample(ours)
     finally:
         fallback(True)
+    for a, r in zip(got, want):
+        _close(a, r)
 
 
 @pytest.mark.parametrize("name", ["gelu", "rms_norm", "layer_norm", "softmax_dim0"])
