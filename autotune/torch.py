@@ -15,11 +15,12 @@ backward passes (their ``*_backward`` templates, also pypto kernels).
 Tensors: CPU, float32 or float64, and for gelu, rms_norm, layer_norm and softmax
 (forward and backward) also bfloat16 and float16, stored in 16 bits and computed in
 float32, each result rounded once (float32 runs the tuned float32 templates, the
-other dtypes the dtype-generic ones); attention multiplies bfloat16 on the target's
-bfloat16 dot instructions (AMX's tiles, ``vdpbf16ps``) where it has them and computes
-other 16-bit inputs in float32 (one copy each), moe takes bfloat16 (its GEMMs on the
-BF16 dot kernels where the target has them) and float16 (computed in float32, the
-weights widened once).
+other dtypes the dtype-generic ones; rms_norm's and layer_norm's weight and bias
+may be float32 beside 16-bit x, as under ``torch.autocast``); attention multiplies
+bfloat16 on the target's bfloat16 dot instructions (AMX's tiles, ``vdpbf16ps``) where
+it has them and computes other 16-bit inputs in float32 (one copy each), moe takes
+bfloat16 (its GEMMs on the BF16 dot kernels where the target has them) and float16
+(computed in float32, the weights widened once).
 Tensors are passed zero-copy; non-contiguous inputs are copied to contiguous ones
 first. Other dtypes and devices raise ``TypeError`` /
 ``ValueError`` naming the argument. Outputs of 1 MiB and more come from
@@ -40,9 +41,9 @@ from .torch_call import (
     ROW_DTYPES,
     call,
     check_like,
-    check_vector,
     flat,
     module,
+    norm_params,
     rows_cols,
     target_of,
 )
@@ -99,10 +100,13 @@ register_autograd(gelu, _gelu_bwd, setup_context=_gelu_setup)
 # ---------------------------------------------------------------- rms_norm
 
 
-def _norm_args(tuned: str, generic: str, rows, cols, eps, dt):
+def _norm_args(tuned: str, generic: str, rows, cols, eps, dt, wdt):
     """float32: the tuned template; the other dtypes: the dtype-generic one (``module``
-    names the workload without its trailing defaults, as the shipped records do)."""
-    return (tuned, (rows, cols, eps)) if dt == "float32" else (generic, (rows, cols, eps, dt))
+    names the workload without its trailing defaults, as the shipped records do), with
+    a float32 weight beside 16-bit x as ``weight_dtype``."""
+    if dt == "float32":
+        return tuned, (rows, cols, eps)
+    return generic, (rows, cols, eps, dt) + ((wdt,) if wdt != dt else ())
 
 
 @torch.library.custom_op("pypto::rms_norm", mutates_args=())
@@ -112,8 +116,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     if x.dim() == 0:  # as PyTorch: a norm is over a last dimension
         raise ValueError("rms_norm: x is 0-d; it needs a last dimension to normalize")
     rows, cols = rows_cols(x)
-    check_vector(weight, cols, dt, "rms_norm: weight")
-    name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt)
+    wdt = norm_params(dt, "rms_norm", cols, weight)
+    name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt, wdt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight")]
     (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape])
     return y
@@ -132,9 +136,10 @@ def rms_norm_backward(
     dt = dtype_name(x, "rms_norm_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "rms_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
-    check_vector(weight, cols, dt, "rms_norm_backward: weight")
+    wdt = norm_params(dt, "rms_norm_backward", cols, weight)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
-    dx, dw = call("rmsnorm_backward", (rows, cols, eps, dt), ins, [(rows, cols), (cols,)], dt)
+    args = (rows, cols, eps, dt) + ((wdt,) if wdt != dt else ())
+    dx, dw = call("rmsnorm_backward", args, ins, [(rows, cols), (cols,)], (dt, wdt))
     return dx.reshape(x.shape), dw
 
 
@@ -169,9 +174,8 @@ def layer_norm(
     if x.dim() == 0:  # as PyTorch: a norm is over a last dimension
         raise ValueError("layer_norm: x is 0-d; it needs a last dimension to normalize")
     rows, cols = rows_cols(x)
-    check_vector(weight, cols, dt, "layer_norm: weight")
-    check_vector(bias, cols, dt, "layer_norm: bias")
-    name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, dt)
+    wdt = norm_params(dt, "layer_norm", cols, weight, bias)
+    name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, dt, wdt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
     (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape])
     return y
@@ -190,10 +194,11 @@ def layer_norm_backward(
     dt = dtype_name(x, "layer_norm_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "layer_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
-    check_vector(weight, cols, dt, "layer_norm_backward: weight")
+    wdt = norm_params(dt, "layer_norm_backward", cols, weight)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     shapes = [(rows, cols), (cols,), (cols,)]
-    dx, dw, db = call("layernorm_backward", (rows, cols, eps, dt), ins, shapes, dt)
+    args = (rows, cols, eps, dt) + ((wdt,) if wdt != dt else ())
+    dx, dw, db = call("layernorm_backward", args, ins, shapes, (dt, wdt, wdt))
     return dx.reshape(x.shape), dw, db
 
 

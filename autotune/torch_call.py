@@ -66,21 +66,38 @@ def rows_cols(x: torch.Tensor) -> tuple[int, int]:
     return (x.numel() // cols if cols else 0), cols
 
 
-def check_vector(w: torch.Tensor, cols: int, dtype: str, name: str):
+def check_vector(w: torch.Tensor, cols: int, dtype: str, name: str, of: str = "x"):
     if tuple(w.shape) != (cols,):
         raise ValueError(f"{name}: shape {tuple(w.shape)}, expected ({cols},) (the last dim of x)")
     if dtype_name(w, name, allowed=ROW_DTYPES) != dtype:
-        raise TypeError(f"{name}: dtype {w.dtype} differs from x's ({dtype})")
+        raise TypeError(f"{name}: dtype {w.dtype} differs from {of}'s ({dtype})")
 
 
-def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype: str, shaped=()):
-    """Run template ``name``'s module on ``inputs`` into fresh outputs of ``out_shapes``;
-    ``shaped``: the shapes the first outputs are returned in (allocated so, the kernel
-    writing a view of its own shape: the caller gets a tensor that is no view, which
-    autograd lets ``h += r`` change in place)."""
-    whole = [empty(tuple(sh), getattr(torch, dtype)) for sh in shaped]
+def norm_params(dtype: str, name: str, cols: int, weight: torch.Tensor, bias=None) -> str:
+    """The dtype of a norm's weight (and bias), checked against x's ``dtype`` and
+    ``cols``: x's own, or float32 beside bfloat16 or float16 x (a float32 module's
+    parameters under autocast, as PyTorch's norms take them); both of one dtype."""
+    wdt = dtype_name(weight, f"{name}: weight", allowed=ROW_DTYPES)
+    if not (wdt == "float32" and dtype in ("bfloat16", "float16")):
+        wdt = dtype
+    check_vector(weight, cols, wdt, f"{name}: weight")
+    if bias is not None:
+        check_vector(bias, cols, wdt, f"{name}: bias", of="weight" if wdt != dtype else "x")
+    return wdt
+
+
+def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype, shaped=()):
+    """Run template ``name``'s module on ``inputs`` into fresh outputs of ``out_shapes``
+    and ``dtype`` (one name for all, or one per output); ``shaped``: the shapes the
+    first outputs are returned in (allocated so, the kernel writing a view of its own
+    shape: the caller gets a tensor that is no view, which autograd lets ``h += r``
+    change in place)."""
+    dts = [
+        getattr(torch, d) for d in ([dtype] * len(out_shapes) if isinstance(dtype, str) else dtype)
+    ]
+    whole = [empty(tuple(sh), dt) for sh, dt in zip(shaped, dts)]
     outs = [o.view(sh) for o, sh in zip(whole, out_shapes)]
-    outs += [empty(sh, getattr(torch, dtype)) for sh in out_shapes[len(whole) :]]
+    outs += [empty(sh, dt) for sh, dt in zip(out_shapes[len(whole) :], dts[len(whole) :])]
     if all(o.numel() for o in outs):
         run(module(name, args), inputs, outs)
     else:  # no rows: the other outputs are sums over none (a norm's weight gradient)

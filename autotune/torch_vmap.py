@@ -33,36 +33,45 @@ def _gelu_backward(info, in_dims, x, dy, approximate="none"):
     return ops.gelu_backward(_first(x, in_dims[0], n), _first(dy, in_dims[1], n), approximate), 0
 
 
+_HALF = (torch.bfloat16, torch.float16)
+
+
 def _check_vectors(name: str, x: torch.Tensor, vectors) -> tuple:
     """The operator's checks of its weight (and bias) ``(tensor, batch dim)`` against
-    ``x`` batched first; returns the shape that broadcasts a batched vector over x."""
+    ``x`` batched first (of x's dtype, or float32 beside 16-bit x, as the operator
+    takes them); returns ``(the shape that broadcasts a batched vector over x, the
+    vectors' dtype)``."""
     if x.dim() < 2:
         raise ValueError(f"{name}: x is 0-d; it needs a last dimension to normalize")
+    vdt = vectors[0][0].dtype
+    if not (vdt == torch.float32 and x.dtype in _HALF):
+        vdt = x.dtype
     for v, d in vectors:
         cols = v.shape[-1] if v.dim() == (1 if d is None else 2) else None
         if cols != x.shape[-1]:
             raise ValueError(f"{name}: a vector of shape {tuple(v.shape)} (batch dim {d}) for "
                              f"rows of {x.shape[-1]}")  # fmt: skip
-        if v.dtype != x.dtype:
+        if v.dtype != vdt:
             raise TypeError(f"{name}: dtype {v.dtype} differs from x's ({x.dtype})")
-    return (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+    return (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],), vdt
 
 
 def _rows_scaled(info, name, x, x_dim, vectors, norm):
     """``norm(x, *vectors)`` on ``x`` batched first, the vectors ``(tensor, batch dim)``:
     unbatched, the kernel's own; batched, applied to the rows it normalized with the
-    identity vectors (``norm``'s weight 1, bias 0), after the operator's own checks."""
+    identity vectors (``norm``'s weight 1, bias 0), after the operator's own checks;
+    float32 vectors beside 16-bit x: x widened, the result rounded once."""
     x = _first(x, x_dim, info.batch_size)
     if all(d is None for _, d in vectors):
         return norm(x, *(v for v, _ in vectors)), 0
-    shape = _check_vectors(name, x, vectors)
-    one = torch.ones(x.shape[-1], dtype=x.dtype)
-    y = norm(x, one, *(torch.zeros_like(one) for _ in vectors[1:]))
+    shape, vdt = _check_vectors(name, x, vectors)
+    one = torch.ones(x.shape[-1], dtype=vdt)
+    y = norm(x.to(vdt), one, *(torch.zeros_like(one) for _ in vectors[1:]))
     w = _first(vectors[0][0], vectors[0][1], info.batch_size).reshape(shape)
     y = y * w
     if len(vectors) > 1:
         y = y + _first(vectors[1][0], vectors[1][1], info.batch_size).reshape(shape)
-    return y, 0
+    return y.to(x.dtype), 0
 
 
 def _rms_norm(info, in_dims, x, weight, eps=1e-6):
@@ -93,10 +102,11 @@ def _norm_backward(info, in_dims, x, weight, dy, eps, *, centred: bool):
     x, dy = _first(x, in_dims[0], n), _first(dy, in_dims[2], n)
     if in_dims[1] is None:
         dx = op(x, weight, dy, eps)[0]
-    else:
-        shape = _check_vectors(name, x, [(weight, in_dims[1])])
+    else:  # (a float32 weight beside 16-bit x: x and dy widened, dx rounded once)
+        shape, vdt = _check_vectors(name, x, [(weight, in_dims[1])])
         w = _first(weight, in_dims[1], n).reshape(shape)
-        dx = op(x, torch.ones(x.shape[-1], dtype=x.dtype), dy * w, eps)[0]
+        one = torch.ones(x.shape[-1], dtype=vdt)
+        dx = op(x.to(vdt), one, dy.to(vdt) * w, eps)[0].to(x.dtype)
     wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
     xw, dyw = x.to(wide), dy.to(wide)
     if centred:
@@ -104,7 +114,7 @@ def _norm_backward(info, in_dims, x, weight, dy, eps, *, centred: bool):
     xhat = xw * torch.rsqrt(xw.square().mean(-1, keepdim=True) + eps)
     rows = tuple(range(1, x.dim() - 1))  # each element's rows (none: one row)
     sums = [dyw * xhat] + ([dyw] if centred else [])
-    sums = [(t.sum(rows) if rows else t).to(x.dtype) for t in sums]
+    sums = [(t.sum(rows) if rows else t).to(weight.dtype) for t in sums]
     return (dx, *sums), (0,) * (1 + len(sums))
 
 

@@ -3,7 +3,8 @@
 ``rmsnorm_fwd``, ``layernorm_fwd``, ``softmax_fwd`` compute what ``norm.py``'s
 ``rmsnorm``, ``layernorm`` and ``softmax`` compute, with a ``dtype`` argument
 (float32, float64, or bfloat16 and float16 stored in 16 bits and computed in
-float32, ``precision.widen``; the float32 PyTorch operators run the tuned
+float32, ``precision.widen``; the norms' weight and bias, and their gradients, may
+be float32 beside 16-bit x: ``weight_dtype``; the float32 PyTorch operators run the tuned
 float32 templates, these serve the other dtypes, e.g. float64 for
 ``torch.autograd.gradcheck``).
 The backward templates (``rmsnorm_backward``, ``layernorm_backward``,
@@ -87,14 +88,29 @@ def _column_sum(s, C, lanes: int):
     s[C].vectorize(ji)
 
 
-def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str):
+def weight_dtype_of(name: str, dtype: str, weight_dtype) -> str:
+    """The dtype of a norm's weight (and bias, and their gradients): ``dtype``'s own
+    (``weight_dtype`` None), or float32 beside 16-bit x, as PyTorch's norms take a
+    float32 module's parameters under autocast (computed in float32 either way)."""
+    if weight_dtype is None or weight_dtype == dtype:
+        return dtype
+    if weight_dtype == "float32" and dtype in ("bfloat16", "float16"):
+        return weight_dtype
+    raise ValueError(
+        f"{name}: weight_dtype must be None (x's dtype, {dtype}), or float32 when x is "
+        f"bfloat16 or float16; got {weight_dtype!r}"
+    )
+
+
+def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str, weight_dtype=None):
     """A backward template's knobs, compute dtype and inputs: ``(lanes, L, cdt,
     [X, W, DY], [X, W, DY] as computed with)``."""
     cdt = check_row_dtype(name, dtype)
+    wdt = weight_dtype_of(name, dtype, weight_dtype)
     lanes = cfg.target.vector_lanes(cdt)
     define_row_knobs(cfg, cols, lanes)
     X = pt.placeholder((rows, cols), dtype, name="X")
-    W = pt.placeholder((cols,), dtype, name="W")
+    W = pt.placeholder((cols,), wdt, name="W")
     DY = pt.placeholder((rows, cols), dtype, name="DY")
     ins = [X, W, DY]
     return lanes, cfg["red_lanes"].val, cdt, ins, [widen(t) for t in ins]
@@ -138,7 +154,7 @@ def rmsnorm_grad_ref(x, w, dy, eps=1e-6):
     r = 1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps)
     g = dy64 * w64
     dx = r * g - x64 * r**3 * (g * x64).mean(-1, keepdims=True)
-    return dx.astype(x.dtype), (dy64 * x64 * r).sum(0).astype(x.dtype)
+    return dx.astype(x.dtype), (dy64 * x64 * r).sum(0).astype(w.dtype)
 
 
 def layernorm_grad_ref(x, w, dy, eps=1e-5):
@@ -148,7 +164,7 @@ def layernorm_grad_ref(x, w, dy, eps=1e-5):
     xh = (x64 - mu) * rstd
     g = dy64 * w64
     dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True))
-    return dx.astype(x.dtype), (dy64 * xh).sum(0).astype(x.dtype), dy64.sum(0).astype(x.dtype)
+    return dx.astype(x.dtype), (dy64 * xh).sum(0).astype(w.dtype), dy64.sum(0).astype(w.dtype)
 
 
 def softmax_grad_ref(y, dy):
@@ -160,12 +176,14 @@ def softmax_grad_ref(y, dy):
 
 
 @template("rmsnorm_fwd", reference=lambda x, w, *, eps: rmsnorm_ref(x, w, eps))
-def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
-    """Y = X * rsqrt(mean(X^2) + eps) * w over the last axis."""
+def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None):
+    """Y = X * rsqrt(mean(X^2) + eps) * w over the last axis (w of ``weight_dtype``:
+    ``weight_dtype_of``)."""
     cdt = check_row_dtype("rmsnorm_fwd", dtype)
+    wdt = weight_dtype_of("rmsnorm_fwd", dtype, weight_dtype)
     define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     X = pt.placeholder((rows, cols), dtype, name="X")
-    W = pt.placeholder((cols,), dtype, name="W")
+    W = pt.placeholder((cols,), wdt, name="W")
     Xc, Wc = widen(X), widen(W)
     r, st = _stats_rms(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
     Y = pt.compute((rows, cols), lambda i, j: rounded(Xc[i, j] * r[i] * Wc[j], dtype), name="Y")
@@ -177,13 +195,15 @@ def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32"):
 
 
 @template("layernorm_fwd", reference=lambda x, w, b, *, eps: layernorm_ref(x, w, b, eps))
-def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32"):
-    """Y = (X - mean) * rsqrt(var + eps) * w + b over the last axis."""
+def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=None):
+    """Y = (X - mean) * rsqrt(var + eps) * w + b over the last axis (w and b of
+    ``weight_dtype``: ``weight_dtype_of``)."""
     cdt = check_row_dtype("layernorm_fwd", dtype)
+    wdt = weight_dtype_of("layernorm_fwd", dtype, weight_dtype)
     define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     X = pt.placeholder((rows, cols), dtype, name="X")
-    W = pt.placeholder((cols,), dtype, name="W")
-    Bb = pt.placeholder((cols,), dtype, name="B")
+    W = pt.placeholder((cols,), wdt, name="W")
+    Bb = pt.placeholder((cols,), wdt, name="B")
     Xc, Wc, Bc = widen(X), widen(W), widen(Bb)
     mean, rstd, st1, st2 = layer_stats(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
     Y = pt.compute(
@@ -227,16 +247,20 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
     "rmsnorm_backward",
     reference=lambda x, w, dy, *, eps: rmsnorm_grad_ref(x, w, dy, eps),
 )
-def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
-    """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY."""
-    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype)
+def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None):
+    """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY (W and DW of
+    ``weight_dtype``)."""
+    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(
+        cfg, "rmsnorm_backward", rows, cols, dtype, weight_dtype
+    )
     c = lambda v: pt.const(v, cdt)  # noqa: E731
     r, st = _stats_rms(X, rows, cols, eps, cdt, L)
     gx, gx_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * X[i, j], rows, cols, L, "gx")
     k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
     dx = lambda i, j: r[i] * W[j] * DY[i, j] - X[i, j] * k[i]  # noqa: E731
     DX = pt.compute((rows, cols), lambda i, j: rounded(dx(i, j), dtype), name="DX")
-    sums, (DW,) = _column_sums(cols, rows, {"DW": lambda q, j: DY[q, j] * X[q, j] * r[q]}, dtype)
+    dw = {"DW": lambda q, j: DY[q, j] * X[q, j] * r[q]}
+    sums, (DW,) = _column_sums(cols, rows, dw, str(ins[1].dtype))
     s = pt.create_schedule([DX.op, DW.op])
     inline_widened(s, [X, W, DY])
     _root_rows(cfg, s, r, st, st[:-1])
@@ -251,9 +275,12 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32"):
     "layernorm_backward",
     reference=lambda x, w, dy, *, eps: layernorm_grad_ref(x, w, dy, eps),
 )
-def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
-    """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY."""
-    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype)
+def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=None):
+    """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY (W, DW and DB of
+    ``weight_dtype``)."""
+    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(
+        cfg, "layernorm_backward", rows, cols, dtype, weight_dtype
+    )
     c = lambda v: pt.const(v, cdt)  # noqa: E731
     mean, rstd, st1, st2 = layer_stats(X, rows, cols, eps, cdt, L)
     xh = lambda i, j: (X[i, j] - mean[i]) * rstd[i]  # noqa: E731
@@ -268,7 +295,7 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32"):
         name="DX",
     )
     terms = {"DW": lambda q, j: DY[q, j] * xh(q, j), "DB": lambda q, j: DY[q, j]}
-    sums, (DW, DB) = _column_sums(cols, rows, terms, dtype)
+    sums, (DW, DB) = _column_sums(cols, rows, terms, str(ins[1].dtype))
     s = pt.create_schedule([DX.op, DW.op, DB.op])
     inline_widened(s, [X, W, DY])
     _root_rows(cfg, s, mean, st1, st1[:-1])
