@@ -45,6 +45,7 @@ from .torch_call import (
     module,
     norm_params,
     rows_cols,
+    run_in_autocast_dtype,
     target_of,
 )
 from .torch_grad import _backward, attention_definition, moe_definition
@@ -386,6 +387,8 @@ _moe_setup, _moe_bwd = _backward(moe_definition, 5)
 register_autograd(moe, _moe_bwd, setup_context=_moe_setup)
 for _op in (gelu_backward, rms_norm_backward, layer_norm_backward, softmax_backward):
     register_autograd(_op)  # no second derivative: an error, not a silent zero
+for _name in ("attention", "moe"):  # in the autocast dtype, as PyTorch's SDPA and linear
+    run_in_autocast_dtype(_name)
 torch_vmap.register()  # batching rules of the row-wise operators
 
 __all__ = ["gelu", "rms_norm", "layer_norm", "softmax", "attention", "moe", "module"]

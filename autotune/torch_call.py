@@ -119,3 +119,33 @@ def check_like(t: torch.Tensor, ref: torch.Tensor, what: str, ref_name: str) -> 
         )
     if t.dtype != ref.dtype:
         raise TypeError(f"{what}: dtype {t.dtype} differs from {ref_name}'s {ref.dtype}")
+
+
+_AUTOCAST_CPU = torch._C.DispatchKey.AutocastCPU
+_AUTOCAST_LIBRARIES: list = []
+
+
+def run_in_autocast_dtype(name: str) -> None:
+    """Under ``torch.autocast("cpu", dtype=...)`` the operator ``pypto::name`` runs in
+    the region's dtype, as PyTorch's lower-precision operators do (its SDPA, linear):
+    floating tensor arguments cast to it (float64 left alone; autograd sees the casts),
+    then the operator called with autocast off::
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ops.attention(q32, k32, v32)    ->   attention(bf16(q32), bf16(k32), bf16(v32))
+    """
+    overload = getattr(torch.ops.pypto, name).default
+    keys = torch._C.DispatchKeySet(_AUTOCAST_CPU)
+
+    def eligible(a) -> bool:
+        return isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64
+
+    def kernel(_keyset, *args, **kwargs):
+        dt = torch.get_autocast_dtype("cpu")
+        args = [a.to(dt) if eligible(a) and a.device.type == "cpu" else a for a in args]
+        with torch._C._ExcludeDispatchKeyGuard(keys):
+            return overload(*args, **kwargs)
+
+    lib = torch.library.Library("pypto", "IMPL")
+    lib.impl(name, kernel, "AutocastCPU", with_keyset=True)
+    _AUTOCAST_LIBRARIES.append(lib)  # a Library unregisters its kernels when collected

@@ -1,7 +1,8 @@
-"""rms_norm and layer_norm of bfloat16 or float16 x with a float32 weight (and bias):
-a float32 module's parameters under ``torch.autocast``, as PyTorch's norms take them.
-The output in x's dtype, computed in float32 and rounded once (bit for bit
-PyTorch's); dx in x's dtype, the weight's and bias's gradients in float32."""
+"""pypto's operators under ``torch.autocast("cpu")``. rms_norm and layer_norm of
+bfloat16 or float16 x with a float32 weight (and bias), a float32 module's parameters,
+as PyTorch's norms take them: the output in x's dtype, computed in float32 and rounded
+once (bit for bit PyTorch's); dx in x's dtype, the weight's and bias's gradients in
+float32. attention and moe run in the region's dtype, as PyTorch's SDPA and linear."""
 
 import numpy as np
 import pytest
@@ -161,3 +162,48 @@ def test_templates_take_a_float32_weight_beside_bfloat16(tpl):
         assert g.dtype == r.dtype
         tol = 1e-5 if g.dtype == np.float32 else 1e-2
         np.testing.assert_allclose(g.astype("f8"), r.astype("f8"), rtol=tol, atol=tol)
+
+
+def _moe_args():
+    torch.manual_seed(0)
+    T, d, f, E = 6, 16, 24, 3
+    x = torch.randn(T, d)
+    wg, wu = torch.randn(E, f, d) / 4, torch.randn(E, f, d) / 4
+    wd = torch.randn(E, d, f) / 5
+    tw, ti = torch.softmax(torch.randn(T, E), -1).topk(2, -1)
+    return x, wg, wu, wd, tw, ti
+
+
+@pytest.mark.parametrize("dt", HALF)
+@pytest.mark.parametrize("name", ["attention", "moe"])
+def test_attention_and_moe_run_in_the_autocast_dtype(name, dt):
+    """Under torch.autocast(cpu, dt), float32 arguments are cast to dt, as PyTorch's SDPA
+    and linear do: the result is the operator's on the cast arguments, bit for bit, and
+    the float32 leaves get float32 gradients through the casts; float64 stays float64."""
+    torch.manual_seed(0)
+    if name == "attention":
+        args = [torch.randn(1, 2, 9, 16) for _ in range(3)] + [True]
+        op = ops.attention
+    else:
+        args, op = list(_moe_args()), ops.moe
+    floats = [isinstance(a, torch.Tensor) and a.is_floating_point() for a in args]
+    leaves = [a.clone().requires_grad_() if f else a for a, f in zip(args, floats)]
+    with torch.autocast("cpu", dtype=dt):
+        out = op(*leaves)
+    cast = [a.to(dt) if f else a for a, f in zip(args, floats)]
+    assert out.dtype == dt and torch.equal(out, op(*cast))
+    out.float().sum().backward()
+    assert leaves[0].grad.dtype == torch.float32 and leaves[0].grad.abs().sum() > 0
+    wide = [a.double() if f else a for a, f in zip(args, floats)]
+    with torch.autocast("cpu", dtype=dt):
+        assert op(*wide).dtype == torch.float64
+
+
+def test_compiled_attention_under_autocast():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 9, 16) for _ in range(3))
+    f = torch.compile(lambda q, k, v: ops.attention(q, k, v, True), fullgraph=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, want = f(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
