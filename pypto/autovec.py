@@ -35,6 +35,16 @@ iteration's value survives (``overwritten_across``)::
 
 Such a loop is marked ``#pragma GCC ivdep`` instead: its iterations are independent
 (isl proved it), and the enclosing loop keeps its order.
+
+Nor does gcc keep, under a vectorized loop's ``omp simd``, the order of one
+iteration's accesses to an element through different indices across a loop inside
+(``inner_meet``)::
+
+    #pragma omp simd                         a = 1, c = 1 reads Y[3] as Y[a * 2 + c]
+    for (a = 0; a < 2; ++a)                  without c = 0's store to it as Y[a * 3]
+      for (c = 0; c < 2; ++c) Y[a * 3] -= Y[a * 2 + c] * Y[c * 2 + a];
+
+Such a loop gets no pragma: the compiler's own dependence test decides it.
 """
 
 from __future__ import annotations
@@ -187,3 +197,57 @@ def _two_writers(index, loops: tuple, k: int, sizes) -> bool:
     xs, ys = (", ".join(f"{c}{n}" for n in range(len(loops))) for c in "xy")
     text = f"[{', '.join(pnames.values())}] -> {{ [{xs}] -> [{ys}] : {' and '.join(cons)} }}"
     return not isl.Map(text).is_empty()
+
+
+def inner_meet(loop: For, enclosing: tuple, sizes) -> bool:
+    """Whether vectorized ``loop`` holds a loop, and one of its iterations may reach an
+    element of a buffer it stores through two different indices (a store and a load
+    or two stores; isl, with ``enclosing`` and ``loop`` at the same values and the
+    loops inside free; True where it cannot tell)."""
+    inner = [x for x in walk_stmts(loop.body) if isinstance(x, For)]
+    if not inner:
+        return False
+    stored: dict = {}
+    reached: dict = {}  # buffer -> {index key: index}, stores and loads
+    for st in walk_stmts(loop.body):
+        if isinstance(st, Store):
+            stored.setdefault(id(st.buffer), {})[skey(st.index)] = st.index
+            reached.setdefault(id(st.buffer), {})[skey(st.index)] = st.index
+        for e in own_exprs(st):
+            for y in walk(e):
+                if isinstance(y, Load):
+                    reached.setdefault(id(y.buffer), {})[skey(y.index)] = y.index
+    shared = (*enclosing, loop)
+    for b, stores in stored.items():
+        for ks, a in stores.items():
+            for kb, other in reached[b].items():
+                if ks != kb and _meet(a, other, shared, inner, sizes):
+                    return True
+    return False
+
+
+def _meet(a, b, shared: tuple, own: list, sizes) -> bool:
+    """Whether index ``a`` at one point and ``b`` at another take one value, the loops
+    ``shared`` at the same values at both points, the loops ``own`` free at each."""
+    loops = (*shared, *own)
+    mine = {lp.var for lp in loops}
+    params = [v for v in {*sizes} if v not in mine]
+    free = {v for lp in loops for v in vars_of(lp.extent)} | set(vars_of(a)) | set(vars_of(b))
+    if any(v not in mine and v not in params for v in free):
+        return True
+    pnames = {v: f"p{n}" for n, v in enumerate(params)}
+    common = {lp.var: f"s{n}" for n, lp in enumerate(shared)}
+    sides = [
+        IslPrinter({**pnames, **common, **{lp.var: f"{c}{n}" for n, lp in enumerate(own)}})
+        for c in "xy"
+    ]
+    try:
+        cons = [f"{sides[0](a)} = {sides[1](b)}"]
+        for pr in sides:
+            for lp in loops:
+                cons.append(f"0 <= {pr(lp.var)} < {pr(lp.extent)}")
+    except NonAffine:
+        return True
+    names = [*common.values(), *(f"{c}{n}" for c in "xy" for n in range(len(own)))]
+    text = f"[{', '.join(pnames.values())}] -> {{ [{', '.join(names)}] : {' and '.join(cons)} }}"
+    return not isl.Set(text).is_empty()

@@ -15,7 +15,7 @@ import re
 from . import dtypes
 from ._version import __version__ as _version
 from .arg_checks import index_checks
-from .autovec import autovec_hazard, overwritten_across
+from .autovec import autovec_hazard, inner_meet, overwritten_across
 from .c_expr import CPrinter
 from .c_helpers import (
     ALLOC,
@@ -134,6 +134,8 @@ class CodeGen:
             # OpenMP forbids a simd or parallel region nested in a simd loop
             if overwritten_across(s, tuple(self.enclosing), self.func.size_vars):
                 self.emit(depth, "#pragma GCC ivdep  /* not omp simd: pypto/autovec.py */")
+            elif inner_meet(s, tuple(self.enclosing), self.func.size_vars):
+                self.emit(depth, "/* not omp simd: pypto/autovec.py */")
             else:
                 self.emit(depth, "#pragma omp simd")
         elif s.kind == "unrolled":

@@ -1,13 +1,23 @@
 import os
+import shutil
 import tempfile
 
 import pytest
 
-# Tests build into a private cache so they measure real compiles and never
-# reuse objects from a developer's ~/.cache/pypto.
-os.environ.setdefault("PYPTO_CACHE_DIR", tempfile.mkdtemp(prefix="pypto-test-cache-"))
-# ... and a private user store, so no test reads or writes the developer's records.
-os.environ.setdefault("PYPTO_HOME", tempfile.mkdtemp(prefix="pypto-test-home-"))
+# Tests build into a private cache so they measure real compiles and never reuse
+# objects from a developer's ~/.cache/pypto, and use a private user store, so no test
+# reads or writes the developer's records. Both are removed when the session ends (a
+# run's cache holds about 140 MB).
+_MADE = []
+for _var, _prefix in (("PYPTO_CACHE_DIR", "pypto-test-cache-"), ("PYPTO_HOME", "pypto-test-home-")):
+    if _var not in os.environ:
+        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+        _MADE.append(os.environ[_var])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    for d in _MADE:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_addoption(parser):
