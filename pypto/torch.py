@@ -12,6 +12,7 @@ extra).
         return s, [X, Y]                         # inputs first, then outputs
     double = ptt.custom_op("mylib::double", build, n_inputs=1)
     y = double(torch.randn(4, 8))                # also torch.ops.mylib.double; torch.compile-able
+    ptt.register_autograd(double, lambda ctx, dy: dy * 2)   # its derivative (torch.func too)
 
 Tensors are passed as numpy views of their memory (no copy); a non-contiguous
 input is first made contiguous (one copy, the only one). Only CPU tensors of the
