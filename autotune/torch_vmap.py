@@ -9,7 +9,8 @@ warning). Each rule moves the batch dimension first, where the operator's rows a
 (a weight or bias with its own batch dimension scales the normalized rows instead of
 being the kernel's own vector). The backward operators have rules too (``jacrev`` and
 ``vmap(grad(...))`` batch the backward; ``_norm_backward`` sums the norms' weight
-gradients per element); ``attention`` and ``moe`` keep the fallback.
+gradients per element). ``attention`` folds the batch into its own batch dimension,
+``moe`` into its tokens (one call, where the experts' weights are shared).
 """
 
 from __future__ import annotations
@@ -134,7 +135,60 @@ def _softmax_backward(info, in_dims, y, dy, dim):
     return ops.softmax_backward(y, dy, dim % rank + 1), 0
 
 
+def _each(info, in_dims, op, args):
+    """``op`` per element of the batch, stacked (the operator's own checks and errors)."""
+    n = info.batch_size
+    firsts = [_first(a, d, n) if d is not None else a for a, d in zip(args, in_dims)]
+    outs = [op(*(a[i] if d is not None else a for a, d in zip(firsts, in_dims))) for i in range(n)]
+    return torch.stack(outs), 0
+
+
+def _fold(t: torch.Tensor) -> torch.Tensor:
+    """``[n, B, ...]`` as ``[n * B, ...]``."""
+    return t.reshape(t.shape[0] * t.shape[1], *t.shape[2:])
+
+
+def _attention(info, in_dims, q, k, v, is_causal=False, scale=None, enable_gqa=False,
+               attn_mask=None):  # fmt: skip
+    """The batch folded into the operator's own batch dimension: one call. A mask is
+    given that dimension explicitly first (an unbatched one of batch 1 broadcasts)."""
+    n = info.batch_size
+
+    def op(q, k, v, m):
+        return ops.attention(q, k, v, is_causal, scale, enable_gqa, m)
+
+    qkv = [_first(t, d, n) for t, d in zip((q, k, v), in_dims[:3])]
+    mask, md = attn_mask, (in_dims[6] if len(in_dims) > 6 else None)  # (defaults: no dims)
+    if any(t.dim() != 5 for t in qkv) or (mask is not None and mask.dim() - (md is not None) > 4):
+        return _each(info, (*in_dims[:3], md), op, (q, k, v, mask))  # the operator's errors
+    B = qkv[0].shape[1]
+    if mask is not None:
+        m = mask.movedim(md, 0) if md is not None else mask.unsqueeze(0)
+        m = m.reshape(m.shape[0], *(1,) * (5 - m.dim()), *m.shape[1:])  # [n or 1, b, h, s, sk]
+        if md is not None or m.shape[1] != 1:
+            mask = _fold(m.expand(n, B, *m.shape[2:]))
+        else:  # one mask for every element and every batch: broadcast as it is
+            mask = m[0]
+    out = op(*(_fold(t) for t in qkv), mask)
+    return out.reshape(n, B, *out.shape[1:]), 0
+
+
+def _moe(info, in_dims, x, w_gate, w_up, w_down, topk_weights, topk_ids):
+    """A batch of token sets with shared experts: the tokens of all elements in one
+    call (the experts' weights packed once); batched expert weights: one call each."""
+    n, args = info.batch_size, (x, w_gate, w_up, w_down, topk_weights, topk_ids)
+    tok = [_first(args[k], in_dims[k], n) for k in (0, 4, 5)]
+    if any(d is not None for d in in_dims[1:4]) or any(t.dim() != 3 for t in tok):
+        return _each(info, in_dims, ops.moe, args)
+    x, tw, ti = tok
+    T = x.shape[1]
+    out = ops.moe(_fold(x), w_gate, w_up, w_down, _fold(tw), _fold(ti))
+    return out.reshape(n, T, *out.shape[1:]), 0
+
+
 RULES = {
+    "attention": _attention,
+    "moe": _moe,
     "rms_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=False),
     "layer_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=True),
     "gelu": _gelu,

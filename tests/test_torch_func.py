@@ -238,3 +238,73 @@ def test_register_autograd_gives_a_users_operator_its_derivative_under_torch_fun
         func.grad(lambda t: func.grad(lambda u: cube(u).sum())(t).sum())(x)
     with pytest.raises(TypeError, match=r"is not a custom operator"):
         ptt.register_autograd(torch.ops.aten.sin, backward, setup_context=setup)
+
+
+def _no_fallback(f, *args):
+    """``f(*args)`` with PyTorch's per-element vmap fallback off: a missing rule raises."""
+    fallback = torch._C._functorch._set_vmap_fallback_enabled
+    fallback(False)
+    try:
+        return f(*args)
+    finally:
+        fallback(True)
+
+
+def test_vmap_of_attention_folds_the_batch_into_one_call():
+    """q, k, v batched or shared, causal, a batched bool mask, a shared float mask of
+    the operator's batch or of none: as vmap of PyTorch's SDPA, without the fallback."""
+    torch.manual_seed(0)
+    q, k, v = _rand(3, 2, 2, 5, 8), _rand(3, 2, 2, 6, 8), _rand(3, 2, 2, 6, 4)
+    sdpa = F.scaled_dot_product_attention
+    keep = torch.rand(3, 5, 6) > 0.3
+    keep[..., 0] = True
+    bias = _rand(2, 2, 5, 6)
+    cases = [
+        (lambda q, k, v: ops.attention(q, k, v), lambda q, k, v: sdpa(q, k, v), (0, 0, 0)),
+        (
+            lambda q, k, v: ops.attention(q, k, v, True),
+            lambda q, k, v: sdpa(q, k, v, is_causal=True),
+            (0, None, None),
+        ),
+        (
+            lambda q, k, v, m: ops.attention(q, k, v, attn_mask=m),
+            lambda q, k, v, m: sdpa(q, k, v, attn_mask=m),
+            (0, None, None, 0),
+        ),
+        (
+            lambda q, k, v: ops.attention(q, k, v, attn_mask=bias),
+            lambda q, k, v: sdpa(q, k, v, attn_mask=bias),
+            (0, None, None),
+        ),
+        (
+            lambda q, k, v: ops.attention(q, k, v, attn_mask=bias[0, 0]),
+            lambda q, k, v: sdpa(q, k, v, attn_mask=bias[0, 0]),
+            (None, 0, 0),
+        ),
+    ]
+    for ours, theirs, dims in cases:
+        args = [q if dims[0] == 0 else q[0], k if dims[1] == 0 else k[0]]
+        args += [v if dims[2] == 0 else v[0]] + ([keep] if len(dims) == 4 else [])
+        got = _no_fallback(func.vmap(ours, in_dims=dims), *args)
+        _close(got, func.vmap(theirs, in_dims=dims)(*args))
+    with pytest.raises(ValueError, match=r"attention: q must be \[B, H, S, D\]"):
+        _no_fallback(func.vmap(lambda t: ops.attention(t, t, t)), _rand(2, 3, 4))
+
+
+def test_vmap_of_moe_puts_every_elements_tokens_in_one_call():
+    """Token sets batched over shared experts: one call on all the tokens; experts
+    batched too: one call per element. Both as per-element calls."""
+    torch.manual_seed(0)
+    x, wg, wu, wd, tw = _cases()["moe"][2]
+    ti = torch.tensor([[0, 1], [2, 2], [1, 0], [0, 2]])
+    xs, tws = torch.stack([x, 2 * x, -x]), torch.stack([tw, tw.flip(0), tw * 0.5])
+    tis = torch.stack([ti, ti.flip(0), ti])
+    dims = (0, None, None, None, 0, 0)
+    got = _no_fallback(func.vmap(ops.moe, in_dims=dims), xs, wg, wu, wd, tws, tis)
+    for i in range(3):
+        _close(got[i], ops.moe(xs[i], wg, wu, wd, tws[i], tis[i]))
+    wgs = torch.stack([wg, wg * 2])
+    dims = (None, 0, None, None, None, None)
+    got = _no_fallback(func.vmap(ops.moe, in_dims=dims), x, wgs, wu, wd, tw, ti)
+    for i in range(2):
+        _close(got[i], ops.moe(x, wgs[i], wu, wd, tw, ti))
