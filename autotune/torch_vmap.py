@@ -1,4 +1,4 @@
-"""Batching rules of the row-wise operators for ``torch.func.vmap``: one kernel call
+"""Batching rules of pypto's operators for ``torch.func.vmap``: one kernel call
 over the whole batch instead of PyTorch's fallback (a call per batch element, with a
 warning). Each rule moves the batch dimension first, where the operator's rows are:
 
@@ -187,16 +187,16 @@ def _moe(info, in_dims, x, w_gate, w_up, w_down, topk_weights, topk_ids):
 
 
 RULES = {
-    "attention": _attention,
-    "moe": _moe,
-    "rms_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=False),
-    "layer_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=True),
     "gelu": _gelu,
-    "gelu_backward": _gelu_backward,
-    "softmax_backward": _softmax_backward,
     "rms_norm": _rms_norm,
     "layer_norm": _layer_norm,
     "softmax": _softmax,
+    "attention": _attention,
+    "moe": _moe,
+    "gelu_backward": _gelu_backward,
+    "rms_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=False),
+    "layer_norm_backward": lambda info, d, *a: _norm_backward(info, d, *a, centred=True),
+    "softmax_backward": _softmax_backward,
 }
 
 
