@@ -109,10 +109,9 @@ def _norm_backward(info, in_dims, x, weight, dy, eps, *, centred: bool):
         one = torch.ones(x.shape[-1], dtype=vdt)
         dx = op(x.to(vdt), one, dy.to(vdt) * w, eps)[0].to(x.dtype)
     wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    xw, dyw = x.to(wide), dy.to(wide)
-    if centred:
-        xw = xw - xw.mean(-1, keepdim=True)
-    xhat = xw * torch.rsqrt(xw.square().mean(-1, keepdim=True) + eps)
+    xw, dyw, cols = x.to(wide), dy.to(wide), x.shape[-1:]
+    norm = torch.nn.functional.layer_norm if centred else torch.nn.functional.rms_norm
+    xhat = norm(xw, cols, None, None, eps) if centred else norm(xw, cols, None, eps)
     rows = tuple(range(1, x.dim() - 1))  # each element's rows (none: one row)
     sums = [dyw * xhat] + ([dyw] if centred else [])
     sums = [(t.sum(rows) if rows else t).to(weight.dtype) for t in sums]
