@@ -177,9 +177,16 @@ def overwritten_across(loop: For, enclosing: tuple, sizes) -> bool:
 def _two_writers(index, loops: tuple, k: int, sizes) -> bool:
     """Whether ``index`` takes one value at two points of ``loops`` that differ in
     loop ``k`` (the loops before it the same; isl; True where it cannot tell)."""
+    return _coincide(index, index, loops, k, sizes, differ=True)
+
+
+def _coincide(a, b, loops: tuple, same: int, sizes, differ: bool = False) -> bool:
+    """Whether index ``a`` at a point x of ``loops`` and ``b`` at a point y take one
+    value, x and y equal in the first ``same`` loops (and, ``differ``, not in the next
+    one); isl, True where it cannot tell."""
     mine = {lp.var for lp in loops}
     params = [v for v in {*sizes} if v not in mine]
-    free = {v for lp in loops for v in vars_of(lp.extent)} | set(vars_of(index))
+    free = {v for lp in loops for v in vars_of(lp.extent)} | set(vars_of(a)) | set(vars_of(b))
     if any(v not in mine and v not in params for v in free):
         return True
     pnames = {v: f"p{n}" for n, v in enumerate(params)}
@@ -187,8 +194,8 @@ def _two_writers(index, loops: tuple, k: int, sizes) -> bool:
         IslPrinter({**pnames, **{lp.var: f"{c}{n}" for n, lp in enumerate(loops)}}) for c in "xy"
     ]
     try:
-        cons = [f"{sides[0](index)} = {sides[1](index)}", f"x{k} != y{k}"]
-        cons += [f"x{n} = y{n}" for n in range(k)]
+        cons = [f"{sides[0](a)} = {sides[1](b)}"] + [f"x{n} = y{n}" for n in range(same)]
+        cons += [f"x{same} != y{same}"] if differ else []
         for pr in sides:
             for lp in loops:
                 cons.append(f"0 <= {pr(lp.var)} < {pr(lp.extent)}")
@@ -221,33 +228,6 @@ def inner_meet(loop: For, enclosing: tuple, sizes) -> bool:
     for b, stores in stored.items():
         for ks, a in stores.items():
             for kb, other in reached[b].items():
-                if ks != kb and _meet(a, other, shared, inner, sizes):
+                if ks != kb and _coincide(a, other, (*shared, *inner), len(shared), sizes):
                     return True
     return False
-
-
-def _meet(a, b, shared: tuple, own: list, sizes) -> bool:
-    """Whether index ``a`` at one point and ``b`` at another take one value, the loops
-    ``shared`` at the same values at both points, the loops ``own`` free at each."""
-    loops = (*shared, *own)
-    mine = {lp.var for lp in loops}
-    params = [v for v in {*sizes} if v not in mine]
-    free = {v for lp in loops for v in vars_of(lp.extent)} | set(vars_of(a)) | set(vars_of(b))
-    if any(v not in mine and v not in params for v in free):
-        return True
-    pnames = {v: f"p{n}" for n, v in enumerate(params)}
-    common = {lp.var: f"s{n}" for n, lp in enumerate(shared)}
-    sides = [
-        IslPrinter({**pnames, **common, **{lp.var: f"{c}{n}" for n, lp in enumerate(own)}})
-        for c in "xy"
-    ]
-    try:
-        cons = [f"{sides[0](a)} = {sides[1](b)}"]
-        for pr in sides:
-            for lp in loops:
-                cons.append(f"0 <= {pr(lp.var)} < {pr(lp.extent)}")
-    except NonAffine:
-        return True
-    names = [*common.values(), *(f"{c}{n}" for c in "xy" for n in range(len(own)))]
-    text = f"[{', '.join(pnames.values())}] -> {{ [{', '.join(names)}] : {' and '.join(cons)} }}"
-    return not isl.Set(text).is_empty()
