@@ -48,8 +48,16 @@ from .torch_call import (
     run_in_autocast_dtype,
     target_of,
 )
-from .torch_grad import _backward, attention_definition, moe_definition
+from .torch_grad import (
+    _backward,
+    attention_definition,
+    attention_tangent,
+    moe_definition,
+    moe_tangent,
+)
 from .torch_moe import moe, release_packed_weights  # noqa: F401  (public here)
+
+ops = torch.ops.pypto
 
 # ---------------------------------------------------------------- gelu
 
@@ -96,7 +104,11 @@ def _gelu_bwd(ctx, dy):
     return torch.ops.pypto.gelu_backward(x, dy, ctx.approximate), None
 
 
-register_autograd(gelu, _gelu_bwd, setup_context=_gelu_setup)
+def _gelu_jvp(inputs, out, tx, *_):  # gelu'(x) tx, as the backward's gelu'(x) dy
+    return ops.gelu_backward(inputs[0], tx, inputs[1])
+
+
+register_autograd(gelu, _gelu_bwd, setup_context=_gelu_setup, jvp=_gelu_jvp)
 
 # ---------------------------------------------------------------- rms_norm
 
@@ -161,7 +173,26 @@ def _rms_bwd(ctx, dy):
     return dx, dw, None
 
 
-register_autograd(rms_norm, _rms_bwd, setup_context=_save_x_w)
+def _norm_jvp(norm, backward, inputs, out, tx, *vector_tangents):
+    """A norm's tangent: ``w * N'(x) tx + norm(x, tw[, tb])``. The Jacobian N'(x) of
+    the normalized rows is symmetric, so it is the backward's dx with weight 1."""
+    x, vectors, eps = inputs[0], inputs[1:-1], inputs[-1]
+    t = torch.zeros_like(out)
+    if tx is not None:
+        t = t + backward(x, torch.ones_like(vectors[0]), tx, eps)[0] * vectors[0]
+    tv = vector_tangents[: len(vectors)]
+    if any(v is not None for v in tv):
+        t = t + norm(
+            x, *(torch.zeros_like(v) if d is None else d for v, d in zip(vectors, tv)), eps
+        )
+    return t.to(out.dtype)
+
+
+def _rms_jvp(inputs, out, *tangents):
+    return _norm_jvp(ops.rms_norm, ops.rms_norm_backward, inputs, out, *tangents)
+
+
+register_autograd(rms_norm, _rms_bwd, setup_context=_save_x_w, jvp=_rms_jvp)
 
 # ---------------------------------------------------------------- layer_norm
 
@@ -216,7 +247,11 @@ def _ln_bwd(ctx, dy):
     return dx, dw, db, None
 
 
-register_autograd(layer_norm, _ln_bwd, setup_context=_save_x_w)
+def _ln_jvp(inputs, out, *tangents):
+    return _norm_jvp(ops.layer_norm, ops.layer_norm_backward, inputs, out, *tangents)
+
+
+register_autograd(layer_norm, _ln_bwd, setup_context=_save_x_w, jvp=_ln_jvp)
 
 # ---------------------------------------------------------------- softmax
 
@@ -278,7 +313,11 @@ def _softmax_bwd(ctx, dy):
     return torch.ops.pypto.softmax_backward(y, dy, ctx.dim), None
 
 
-register_autograd(softmax, _softmax_bwd, setup_context=_softmax_setup)
+def _softmax_jvp(inputs, out, tx, *_):  # (diag(y) - y y^T) tx: symmetric, the backward's
+    return ops.softmax_backward(out, tx, inputs[1])
+
+
+register_autograd(softmax, _softmax_bwd, setup_context=_softmax_setup, jvp=_softmax_jvp)
 
 # ---------------------------------------------------------------- attention
 
@@ -381,10 +420,10 @@ def _(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
-_attn_setup, _attn_bwd = _backward(attention_definition, 3)
-register_autograd(attention, _attn_bwd, setup_context=_attn_setup)
+_attn_setup, _attn_bwd = _backward(attention_definition, 7)  # (a float mask's gradient too)
+register_autograd(attention, _attn_bwd, setup_context=_attn_setup, jvp=attention_tangent)
 _moe_setup, _moe_bwd = _backward(moe_definition, 5)
-register_autograd(moe, _moe_bwd, setup_context=_moe_setup)
+register_autograd(moe, _moe_bwd, setup_context=_moe_setup, jvp=moe_tangent)
 for _op in (gelu_backward, rms_norm_backward, layer_norm_backward, softmax_backward):
     register_autograd(_op)  # no second derivative: an error, not a silent zero
 for _name in ("attention", "moe"):  # in the autocast dtype, as PyTorch's SDPA and linear

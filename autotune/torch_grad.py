@@ -1,5 +1,6 @@
 """Backward passes of ``pypto::attention`` and ``pypto::moe``: PyTorch's autograd of
-their definitions, recomputed from the saved inputs. Correct, not fast (the forward
+their definitions, recomputed from the saved inputs (and their forward-mode tangents,
+``attention_tangent`` and ``moe_tangent``, by the product rule). Correct, not fast (the forward
 passes are pypto's kernels; these are for training through them, and let
 ``torch.compile`` trace a call whose inputs require grad, as every module's parameters
 do)::
@@ -25,13 +26,17 @@ def _wide(t):
     return t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t
 
 
-def attention_definition(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
-    """SDPA as pypto's attention computes it (a query with no key left gives zeros)."""
-    H, S, D = q.shape[1], q.shape[2], q.shape[3]
-    if enable_gqa and k.shape[1] != H:
-        k = k.repeat_interleave(H // k.shape[1], dim=1)
-        v = v.repeat_interleave(H // v.shape[1], dim=1)
-    scores = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1 / math.sqrt(D))
+def _gqa(t, heads: int):
+    """Key or value heads repeated to the query's ``heads`` (grouped-query attention)."""
+    return t if t is None or t.shape[1] == heads else t.repeat_interleave(heads // t.shape[1], 1)
+
+
+def _probabilities(q, k, is_causal, scale, attn_mask):
+    """``(P, scale)`` of attention: P the softmax of the masked, scaled scores, a row
+    with no key left all zeros; k already repeated for GQA."""
+    S, D = q.shape[2], q.shape[3]
+    scale = scale if scale is not None else 1 / math.sqrt(D)
+    scores = (q @ k.transpose(-2, -1)) * scale
     keep = None
     if is_causal:
         keep = torch.ones(S, k.shape[2], dtype=torch.bool, device=q.device).tril()
@@ -42,15 +47,73 @@ def attention_definition(q, k, v, is_causal=False, scale=None, enable_gqa=False,
     if keep is not None:
         scores = scores.masked_fill(~keep, -math.inf)
     valid = torch.isfinite(scores).any(-1, keepdim=True)
-    p = torch.softmax(torch.where(valid, scores, 0.0), -1) * valid
-    return p @ v
+    return torch.softmax(torch.where(valid, scores, 0.0), -1) * valid, scale
+
+
+def attention_definition(q, k, v, is_causal=False, scale=None, enable_gqa=False, attn_mask=None):
+    """SDPA as pypto's attention computes it (a query with no key left gives zeros)."""
+    H = q.shape[1]
+    k, v = (_gqa(t, H) if enable_gqa else t for t in (k, v))
+    return _probabilities(q, k, is_causal, scale, attn_mask)[0] @ v
+
+
+def attention_tangent(inputs, out, dq, dk, dv, *rest):
+    """``register_autograd``'s ``jvp`` of attention: with ``dS = (dq k^T + q dk^T)
+    scale [+ dmask]``, ``dP = P (dS - rowsum(P dS))`` and ``dO = dP v + P dv``."""
+    q, k, v, is_causal, scale, gqa, mask = (*inputs, *(None,) * (7 - len(inputs)))[:7]
+    dmask = rest[3] if len(rest) > 3 else None
+    H = q.shape[1]
+    q, k, v, dq, dk, dv = (_wide(t) for t in (q, k, v, dq, dk, dv))
+    k, v, dk, dv = (_gqa(t, H) if gqa else t for t in (k, v, dk, dv))
+    p, scale = _probabilities(q, k, is_causal, scale, mask)
+    ds = torch.zeros_like(p)
+    if dq is not None:
+        ds = ds + (dq @ k.transpose(-2, -1)) * scale
+    if dk is not None:
+        ds = ds + (q @ dk.transpose(-2, -1)) * scale
+    if dmask is not None and mask is not None and mask.dtype != torch.bool:
+        ds = ds + _wide(dmask)
+    dp = p * (ds - (p * ds).sum(-1, keepdim=True))
+    do = dp @ v + (p @ dv if dv is not None else 0)
+    return do.to(out.dtype)
+
+
+def _combine(x, n_experts: int, topk_weights, topk_ids):
+    """``C[t, e]``: token t's weight of expert e."""
+    return x.new_zeros(x.shape[0], n_experts).scatter_add(1, topk_ids, topk_weights)
 
 
 def moe_definition(x, w_gate, w_up, w_down, topk_weights, topk_ids):
     """The mixture as one dense composition over the experts."""
-    comb = x.new_zeros(x.shape[0], w_gate.shape[0]).scatter_add(1, topk_ids, topk_weights)
+    comb = _combine(x, w_gate.shape[0], topk_weights, topk_ids)
     h = F.silu(torch.einsum("td,efd->tef", x, w_gate)) * torch.einsum("td,efd->tef", x, w_up)
     return torch.einsum("te,ted->td", comb, torch.einsum("tef,edf->ted", h, w_down))
+
+
+def moe_tangent(inputs, out, dx, dwg, dwu, dwd, dtw, *_):
+    """``register_autograd``'s ``jvp`` of moe, by the product rule over its definition:
+    ``a = x Wg^T``, ``b = x Wu^T``, ``h = silu(a) b``, ``y = h Wd^T``, ``out = C y``."""
+    x, wg, wu, wd, tw, ti = inputs
+    x, wg, wu, wd, tw, dx, dwg, dwu, dwd, dtw = (
+        _wide(t) for t in (x, wg, wu, wd, tw, dx, dwg, dwu, dwd, dtw)
+    )
+
+    def lin(a, w, da, dw, eq):  # d(a w) for the einsum eq
+        d = torch.einsum(eq, da, w) if da is not None else 0
+        return d + (torch.einsum(eq, a, dw) if dw is not None else 0)
+
+    a, b = torch.einsum("td,efd->tef", x, wg), torch.einsum("td,efd->tef", x, wu)
+    da, db = lin(x, wg, dx, dwg, "td,efd->tef"), lin(x, wu, dx, dwu, "td,efd->tef")
+    sig = torch.sigmoid(a)
+    h = a * sig * b
+    dh = sig * (1 + a * (1 - sig)) * da * b + a * sig * db
+    y = torch.einsum("tef,edf->ted", h, wd)
+    dy = lin(h, wd, dh, dwd, "tef,edf->ted")
+    comb = _combine(x, wg.shape[0], tw, ti)
+    dout = torch.einsum("te,ted->td", comb, dy) if torch.is_tensor(dy) else torch.zeros_like(x)
+    if dtw is not None:
+        dout = dout + torch.einsum("te,ted->td", _combine(x, wg.shape[0], dtw, ti), y)
+    return dout.to(out.dtype)
 
 
 def _backward(definition, n_tensors: int):
@@ -65,7 +128,8 @@ def _backward(definition, n_tensors: int):
     def backward(ctx, dout):
         saved, rest = iter(ctx.saved_tensors), iter(ctx.rest)
         args = [next(saved) if kind else next(rest) for kind in ctx.kinds]
-        wanted = [k for k, a in enumerate(args[:n_tensors]) if ctx.needs_input_grad[k]]
+        flags = ctx.needs_input_grad  # (the inputs given: the defaults are not among them)
+        wanted = [k for k in range(min(n_tensors, len(flags))) if flags[k]]
         # torch.func.vjp, not requires_grad_ and autograd.grad: it holds inside
         # transforms (jacrev's vmap over this backward), and with gradients enabled
         # here (create_graph, torch.func.grad) the gradients keep their graph to the

@@ -47,7 +47,7 @@ from .module import CHECKED_SHAPES, EmulatedModule
 from .runtime import build as _build
 from .target import as_target
 from .tensor import PlaceholderOp
-from .torch_autograd import register_autograd  # noqa: F401  (public here)
+from .torch_autograd import register_autograd, tangents_seen  # noqa: F401  (public here)
 
 TORCH_DTYPES = {
     torch.float32: "float32",
@@ -229,11 +229,12 @@ def empty_cache() -> None:
 
 def refuse_forward_mode(kernel: str) -> None:
     """``NotImplementedError`` inside forward-mode AD (``torch.func.jvp``, ``jacfwd``,
-    ``torch.autograd.forward_ad.dual_level``). PyTorch gives custom operators no
-    forward-mode rule: their outputs would come out with zero tangents, silently, and
-    a kernel cannot tell an input with a tangent from a constant there (functorch
-    hands it the bare values), so any call inside is refused."""
-    if getattr(_forward_ad, "_current_level", -1) >= 0:
+    ``torch.autograd.forward_ad.dual_level``), unless the operator's autograd kernel
+    (``register_autograd``) saw the inputs' tangents and handled them. Elsewhere
+    PyTorch gives custom operators no forward-mode rule: their outputs would come out
+    with zero tangents, silently, and a kernel cannot tell an input with a tangent
+    from a constant there (functorch hands it the bare values)."""
+    if getattr(_forward_ad, "_current_level", -1) >= 0 and not tangents_seen():
         raise NotImplementedError(
             f"{kernel}: pypto's PyTorch operators have no forward-mode derivative (inside "
             "torch.func.jvp, jacfwd or forward_ad.dual_level() their outputs would have "

@@ -1,4 +1,5 @@
-"""Reverse-mode autograd for PyTorch operators that holds under ``torch.func``.
+"""Derivatives of PyTorch custom operators, reverse and forward mode, that hold under
+``torch.func``.
 
 ``op.register_autograd(backward, setup_context=...)`` gives an operator a backward
 that ``.backward()`` and ``torch.autograd.grad`` use, but ``torch.func.grad``,
@@ -18,17 +19,29 @@ records the backward there and calls the operator one level down::
 An operator without a ``backward`` (a backward operator itself) gets a kernel that
 raises ``NotImplementedError`` naming it when something differentiates through it (a
 second derivative).
+
+Forward mode (``torch.func.jvp``, ``jacfwd``, ``forward_ad``): an operator given a
+``jvp`` rule computes its output's tangent with it; one without raises
+``NotImplementedError`` when an input carries a tangent. Kernels run under forward
+mode only from a kernel here that has seen the inputs' tangents (``tangents_seen``):
+elsewhere (an operator PyTorch's own autograd kernel serves) the tangents would be
+dropped without a word, so ``pypto.torch.run`` refuses them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 from collections.abc import Callable
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import _C
 
 try:  # PyTorch's own machinery for an autograd kernel inside a transform level
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
     from torch._functorch.utils import enable_single_level_autograd_function
     from torch.autograd.function import _SingleLevelFunction
 
@@ -54,12 +67,57 @@ def _with_defaults(schema, args: tuple) -> tuple:
     return args + tuple(a.default_value for a in rest)
 
 
-def register_autograd(op, backward: Callable | None = None, *, setup_context=None) -> None:
-    """Give the custom operator ``op`` (``torch.library.custom_op``'s) its reverse-mode
-    derivative: ``setup_context(ctx, inputs, output)`` saves what ``backward(ctx,
+_SEEN = contextvars.ContextVar("pypto_tangents_seen", default=False)
+
+
+def tangents_seen() -> bool:
+    """Whether the kernel running now was called from an autograd kernel of this
+    module, which saw its inputs' forward-mode tangents (and handled them, or refused)."""
+    return _SEEN.get()
+
+
+@contextlib.contextmanager
+def _seen():
+    token = _SEEN.set(True)
+    try:
+        yield
+    finally:
+        _SEEN.reset(token)
+
+
+def _forward_mode() -> bool:
+    return getattr(_forward_ad, "_current_level", -1) >= 0
+
+
+def _tensor(a) -> bool:
+    return isinstance(a, torch.Tensor)
+
+
+def _has_tangent(args) -> bool:
+    return any(_tensor(a) and _forward_ad.unpack_dual(a).tangent is not None for a in args)
+
+
+def _reverse_around(inputs) -> bool:
+    """Whether reverse mode may differentiate the tangent being computed: a
+    ``torch.func.grad`` (``vjp``, ``jacrev``) transform outside this forward-mode one,
+    or inputs that track gradients. PyTorch keeps no graph of a custom operator's
+    tangent, so that derivative would come out as zero."""
+    outer = [i.key() for i in retrieve_all_functorch_interpreters()]
+    if TransformType.Grad in outer:
+        return True
+    return _C.is_grad_enabled() and any(_tensor(a) and a.requires_grad for a in inputs)
+
+
+def register_autograd(
+    op, backward: Callable | None = None, *, setup_context=None, jvp: Callable | None = None
+) -> None:
+    """Give the custom operator ``op`` (``torch.library.custom_op``'s) its derivatives.
+    Reverse mode: ``setup_context(ctx, inputs, output)`` saves what ``backward(ctx,
     *grads)`` needs, as ``op.register_autograd`` takes them, and the derivative holds
-    under ``torch.func`` transforms too. ``backward=None``: differentiating through
-    ``op`` raises ``NotImplementedError``."""
+    under ``torch.func`` transforms too; ``backward=None``: differentiating through
+    ``op`` raises ``NotImplementedError``. Forward mode: ``jvp(inputs, output,
+    *tangents)`` returns the output's tangent (an input without one has None);
+    without it, an input with a tangent raises ``NotImplementedError``."""
     overload = getattr(op, "_opoverload", None)
     if overload is None or not hasattr(op, "register_autograd"):
         raise TypeError(
@@ -78,11 +136,15 @@ def register_autograd(op, backward: Callable | None = None, *, setup_context=Non
         def forward(ctx, *args):
             call = args[-1]
             args = args[:-1]
-            # gradients on: an autograd.Function's forward runs with them off, and a
-            # transform level below would then record nothing (a derivative of zero)
-            with torch.enable_grad(), _BELOW_AUTOGRAD():
+            # gradients and tangents on: an autograd.Function's forward runs with both
+            # off, and a transform level below would then record nothing (a derivative
+            # of zero, or a tangent dropped)
+            with torch.enable_grad(), _forward_ad._set_fwd_grad_enabled(True), _BELOW_AUTOGRAD():
                 keys = call.keyset & _AFTER_AUTOGRAD
                 out = overload.redispatch(keys, *args, **call.kwargs)
+            if jvp is not None and _forward_mode():  # (the values, not their tangents)
+                bare = [_forward_ad.unpack_dual(a).primal if _tensor(a) else a for a in args]
+                ctx.primals = (_with_defaults(schema, tuple(bare)), out)
             if setup_context is not None:
                 inputs = _with_defaults(schema, args)
                 if call.kwargs:
@@ -107,15 +169,39 @@ def register_autograd(op, backward: Callable | None = None, *, setup_context=Non
                 ctx.needs_input_grad = wanted
             return (*result, None) if isinstance(result, tuple) else (result, None)
 
+        @staticmethod
+        def jvp(ctx, *tangents):
+            inputs, out = ctx.primals
+            if _reverse_around(inputs):
+                raise NotImplementedError(
+                    f"{name}: a reverse-mode derivative of its forward-mode derivative "
+                    "(torch.func.grad of a jvp, or .backward() through a tangent) is not "
+                    "supported; compute tangents under torch.no_grad(), or take both "
+                    "derivatives in reverse mode"
+                )
+            pad = (None,) * (len(inputs) + 1 - len(tangents))
+            # differentiable, as the forward: a transform around this one (grad of a
+            # jvp, jvp of a jvp) differentiates the tangent too
+            with torch.enable_grad(), _forward_ad._set_fwd_grad_enabled(True):
+                return jvp(inputs, out, *tangents[:-1], *pad)
+
     Derivative.__name__ = Derivative.__qualname__ = f"Derivative_{name.replace('::', '_')}"
 
     def kernel(keyset, *args, **kwargs):
         call = _Call(keyset, kwargs)
-        if _C.is_grad_enabled() and _C._any_requires_grad(*args):
-            with enable_single_level_autograd_function():
-                return Derivative.apply(*args, call)
-        with _BELOW_AUTOGRAD():
-            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
+        forward = _forward_mode()
+        tangents = forward and _has_tangent(args)
+        if tangents and jvp is None:
+            raise NotImplementedError(
+                f"{name} has no forward-mode derivative (torch.func.jvp, jacfwd, "
+                "forward_ad); differentiate in reverse mode"
+            )
+        with _seen() if forward else contextlib.nullcontext():
+            if tangents or (_C.is_grad_enabled() and _C._any_requires_grad(*args)):
+                with enable_single_level_autograd_function():
+                    return Derivative.apply(*args, call)
+            with _BELOW_AUTOGRAD():
+                return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
 
     ns, op_name = name.split("::")
     lib = torch.library.Library(ns, "IMPL")

@@ -1,8 +1,11 @@
-"""Reverse mode under ``torch.func``: grad, vjp, jacrev and vmap(grad) through
-pypto's operators agree with PyTorch's own compositions (float64); a second
-derivative through an operator whose backward is a pypto kernel is refused by name,
-and attention's (recomputed by PyTorch) is taken; ``pypto.torch.register_autograd``
+"""Derivatives under ``torch.func``: grad, vjp, jacrev and vmap(grad) (reverse mode),
+jvp, jacfwd and forward_ad (forward mode) through pypto's operators agree with
+PyTorch's own compositions (float64); a second derivative through an operator whose
+backward is a pypto kernel, and reverse mode over a tangent, are refused by name;
+attention's and moe's other second derivatives are taken; ``pypto.torch.register_autograd``
 gives a user's operator the same."""
+
+import re
 
 import pytest
 
@@ -308,3 +311,73 @@ def test_vmap_of_moe_puts_every_elements_tokens_in_one_call():
     got = _no_fallback(func.vmap(ops.moe, in_dims=dims), x, wgs, wu, wd, tw, ti)
     for i in range(2):
         _close(got[i], ops.moe(x, wgs[i], wu, wd, tw, ti))
+
+
+# ---------------------------------------------------------------- forward mode
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_forward_mode_agrees_with_pytorch(name):
+    """torch.func.jvp along random tangents of every input, jacfwd of the first, and
+    forward_ad's dual tensors: as PyTorch's compositions."""
+    import torch.autograd.forward_ad as fwAD
+
+    ours, theirs, inputs = _cases()[name]
+    tangents = tuple(torch.randn_like(a) for a in inputs)
+    (y, t), (y_ref, t_ref) = func.jvp(ours, inputs, tangents), func.jvp(theirs, inputs, tangents)
+    _close(y, y_ref)
+    _close(t, t_ref)
+    _close(
+        func.jacfwd(lambda a: ours(a, *inputs[1:]))(inputs[0]),
+        func.jacfwd(lambda a: theirs(a, *inputs[1:]))(inputs[0]),
+    )
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(inputs[0], tangents[0])
+        got = fwAD.unpack_dual(ours(dual, *inputs[1:])).tangent
+    _close(got, func.jvp(lambda a: theirs(a, *inputs[1:]), inputs[:1], tangents[:1])[1])
+
+
+_NESTED = {
+    "jvp(grad)": lambda f, a: func.jvp(func.grad(lambda y: f(y).square().sum()), (a,), (a,))[1],
+    "grad(jvp)": lambda f, a: func.grad(lambda y: func.jvp(f, (y,), (a,))[1].square().sum())(a),
+    "jvp(jvp)": lambda f, a: func.jvp(lambda y: func.jvp(f, (y,), (a,))[1], (a,), (a,))[1],
+    "hessian": lambda f, a: func.hessian(lambda y: f(y).square().sum())(a),
+    "jacrev(jacrev)": lambda f, a: func.jacrev(func.jacrev(lambda y: f(y).square().sum()))(a),
+    "vmap(jvp)": lambda f, a: func.vmap(lambda y: func.jvp(f, (y,), (y,))[1])(
+        torch.stack([a, 2 * a])
+    ),
+}
+
+
+@pytest.mark.parametrize("nest", list(_NESTED))
+@pytest.mark.parametrize("name", ["gelu", "layer_norm", "softmax_dim0", "attention", "moe"])
+def test_nested_derivatives_are_right_or_refused_by_name(name, nest):
+    """Every nesting of forward and reverse mode through an operator either agrees with
+    PyTorch's composition or raises NotImplementedError naming a pypto operator: the
+    derivative of a pypto kernel's backward (a second derivative of the row
+    operators), or reverse mode over a tangent (PyTorch keeps no graph of a custom
+    operator's tangent). attention and moe take every second derivative but that."""
+    ours, theirs, inputs = _cases()[name]
+    a = inputs[0]
+    with_rest = [lambda y, f=f: f(y, *inputs[1:]) for f in (ours, theirs)]
+    want = _NESTED[nest](with_rest[1], a)
+    try:
+        got = _NESTED[nest](with_rest[0], a)
+    except NotImplementedError as e:
+        assert re.search(r"pypto::\w+", str(e)), str(e)
+        assert not (name in ("attention", "moe") and nest != "grad(jvp)"), str(e)
+        return
+    _close(got, want)
+
+
+def test_a_users_operator_takes_a_jvp_rule():
+    cube = ptt.custom_op("pypto_test::func_cube_fwd", _cube, n_inputs=1)
+    ptt.register_autograd(
+        cube,
+        lambda ctx, dy: 3 * ctx.x**2 * dy,
+        setup_context=lambda ctx, inputs, output: setattr(ctx, "x", inputs[0]),
+        jvp=lambda inputs, out, t: 3 * inputs[0] ** 2 * t,
+    )
+    x, t = _rand(11), _rand(11)
+    _close(func.jvp(cube, (x,), (t,))[1], 3 * x**2 * t)
+    _close(func.jacfwd(cube)(x), torch.diag(3 * x**2))
