@@ -381,3 +381,17 @@ def test_a_users_operator_takes_a_jvp_rule():
     x, t = _rand(11), _rand(11)
     _close(func.jvp(cube, (x,), (t,))[1], 3 * x**2 * t)
     _close(func.jacfwd(cube)(x), torch.diag(3 * x**2))
+
+
+def test_a_float_attention_mask_gets_its_gradient():
+    """An additive mask that requires grad (a learned position bias) gets the
+    gradient PyTorch's SDPA gives it; it had none."""
+    torch.manual_seed(2)
+    q, k, v = _rand(1, 2, 5, 8), _rand(1, 2, 6, 8), _rand(1, 2, 6, 3)
+    grads, values = [], _rand(2, 5, 6)
+    for att in (ops.attention, F.scaled_dot_product_attention):
+        bias = values.clone().requires_grad_()
+        att(q, k, v, attn_mask=bias).square().sum().backward()
+        grads.append(bias.grad)
+    assert grads[0] is not None
+    _close(grads[0], grads[1])
