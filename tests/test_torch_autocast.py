@@ -10,6 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
+from test_torch_func import _ROWS  # noqa: E402
+
 import autotune.torch  # noqa: E402, F401  (registers the operators)
 from autotune.templates import norm_grad  # noqa: E402
 from autotune.torch_call import module  # noqa: E402
@@ -17,16 +19,7 @@ from autotune.torch_call import module  # noqa: E402
 ops = torch.ops.pypto
 HALF = [torch.bfloat16, torch.float16]
 
-NORMS = {  # name: (pypto's, PyTorch's), both of (x, w, b)
-    "rms_norm": (
-        lambda x, w, b: ops.rms_norm(x, w, 1e-6),
-        lambda x, w, b: F.rms_norm(x, x.shape[-1:], w, 1e-6),
-    ),
-    "layer_norm": (
-        lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
-        lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b, 1e-5),
-    ),
-}
+NORMS = {name: _ROWS[name] for name in ("rms_norm", "layer_norm")}  # (pypto's, PyTorch's)
 
 
 def _inputs(dt, shape=(2, 7, 45)):
