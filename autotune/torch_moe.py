@@ -150,6 +150,11 @@ def moe(
             f"{list(topk_ids.shape)} and {list(topk_weights.shape)}"
         )
     dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
+    if topk_ids.shape[1] > E:
+        raise ValueError(
+            f"moe: topk_ids picks {topk_ids.shape[1]} experts per token, but there are {E} "
+            "(w_gate's first dim)"
+        )
     if dt == "float16":
         wide = (x.float(), (w_gate, w_up, w_down), topk_weights.float(), topk_ids, "float32")
         return empty((T, d), torch.float16).copy_(_experts(*wide))

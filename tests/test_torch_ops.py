@@ -399,6 +399,11 @@ def test_bad_inputs_are_refused_by_name():
     args[5] = -args[5]  # negative ids
     with pytest.raises(ValueError, match=r"topk_ids must lie in \[0, 4\), got -"):
         ops.moe(*args)
+    args = list(_moe_inputs(E=2, k=2))
+    args[4], args[5] = args[4].repeat(1, 2), args[5].repeat(1, 2)  # k = 4 of 2 experts
+    too_many = r"moe: topk_ids picks 4 experts per token, but there are 2"
+    with pytest.raises(ValueError, match=too_many):
+        ops.moe(*args)
     # a gradient of another shape is refused, even with as many elements
     x, w = torch.randn(4, 16), torch.ones(16)
     for dy in (torch.randn(16, 4), torch.randn(4, 15)):
