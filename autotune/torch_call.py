@@ -10,6 +10,7 @@ import torch
 
 import pypto as pt
 from pypto.torch import ModuleCache, dtype_name, empty, run
+from pypto.torch_autograd import register_kernel
 
 from . import dispatch
 from .task import get_template
@@ -122,7 +123,6 @@ def check_like(t: torch.Tensor, ref: torch.Tensor, what: str, ref_name: str) -> 
 
 
 _AUTOCAST_CPU = torch._C.DispatchKey.AutocastCPU
-_AUTOCAST_LIBRARIES: list = []
 
 
 def run_in_autocast_dtype(name: str) -> None:
@@ -146,6 +146,4 @@ def run_in_autocast_dtype(name: str) -> None:
         with torch._C._ExcludeDispatchKeyGuard(keys):
             return overload(*args, **kwargs)
 
-    lib = torch.library.Library("pypto", "IMPL")
-    lib.impl(name, kernel, "AutocastCPU", with_keyset=True)
-    _AUTOCAST_LIBRARIES.append(lib)  # a Library unregisters its kernels when collected
+    register_kernel(f"pypto::{name}", kernel, "AutocastCPU")

@@ -203,12 +203,18 @@ def register_autograd(
             with _BELOW_AUTOGRAD():
                 return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
 
-    ns, op_name = name.split("::")
-    lib = torch.library.Library(ns, "IMPL")
-    with warnings.catch_warnings():  # "overriding a previously registered kernel"
-        warnings.simplefilter("ignore", UserWarning)
-        lib.impl(op_name, kernel, "Autograd", with_keyset=True)
-    _LIBRARIES.append(lib)  # a Library unregisters its kernels when collected
+    register_kernel(name, kernel, "Autograd")
 
 
 _LIBRARIES: list = []
+
+
+def register_kernel(qualname: str, kernel: Callable, dispatch_key: str) -> None:
+    """``kernel(keyset, *args, **kwargs)`` as operator ``qualname``'s (``"ns::op"``)
+    kernel for ``dispatch_key``, in place of the one PyTorch registered there."""
+    ns, op_name = qualname.split("::")
+    lib = torch.library.Library(ns, "IMPL")
+    with warnings.catch_warnings():  # "overriding a previously registered kernel"
+        warnings.simplefilter("ignore", UserWarning)
+        lib.impl(op_name, kernel, dispatch_key, with_keyset=True)
+    _LIBRARIES.append(lib)  # a Library unregisters its kernels when collected
