@@ -18,6 +18,10 @@ element ``i`` lie in the same lane of the vectors before and after::
 
 The ``%`` and ``//`` of the indices vanish where the loops' ranges decide them
 (``pypto.index_sets`` splits the loop ``p`` at 1 and 249 so that they do).
+
+Symbolic sizes are isl parameters: the map may use them, is checked for every value,
+and the buffer is sized when the kernel runs (``B`` of ``n`` elements, ``[i % 8, i //
+8]``: ``B.layout[min(8, n), ceil(n / 8)]``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ from dataclasses import dataclass
 import islpy as isl
 
 from .domain import IslSpace, pw_aff_expr
+from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Const, Expr, Var, as_expr, substitute
+from .expr import Binary, Const, Expr, Var, as_expr, substitute, vars_of
 from .isl_expr import NonAffine
+from .simplify import simplify
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -55,22 +61,42 @@ def layout_text(stage, mapping) -> str:
             f"transform_layout on stage '{stage.name}': expected a function of the "
             f"indices (lambda i, j: [j, i]), got {mapping!r}"
         )
-    dims = [Var(f"i{k}", "int64") for k in range(len(stage.op.output(0).shape))]
+    shape = stage.op.output(0).shape
+    dims = [Var(f"i{k}", "int64") for k in range(len(shape))]
     out = mapping(*dims)
     out = list(out) if isinstance(out, (list, tuple)) else [out]
     if not out:
         raise ScheduleError(f"transform_layout on stage '{stage.name}': no index returned")
-    sp = IslSpace(dims)
+    sp = _space(dims, shape)
+    out = [as_expr(e) for e in out]
+    other = sorted({v.name for e in out for v in vars_of(e) if v not in sp.names})
+    if other:
+        raise ScheduleError(
+            f"transform_layout on stage '{stage.name}': the layout uses {', '.join(other)}, "
+            "neither an index nor a size of the tensor"
+        )
     pr = sp.printer([])
     try:
-        outs = [pr(as_expr(e)) for e in out]
+        outs = [pr(e) for e in out]
     except NonAffine as e:
         raise ScheduleError(
             f"transform_layout on stage '{stage.name}': index {e} is not quasi-affine in "
-            "the tensor's indices (use + - * by constants, // and % by constants)"
+            "the tensor's indices and sizes (use + - * by constants, // and % by constants)"
         ) from None
-    names = ", ".join(sp.dims)
-    return f"{{ [{names}] -> [{', '.join(outs)}] }}"
+    return _map_text(sp, outs)
+
+
+def _space(dims: list, shape) -> IslSpace:
+    """The isl names of the tensor's indices, its sizes their parameters (in the order
+    of the shape: the names a stored layout uses)."""
+    sp = IslSpace(dims)
+    sp.printer(list(shape))
+    return sp
+
+
+def _map_text(sp: IslSpace, outs: list) -> str:
+    params = f"[{', '.join(sp.params.values())}] -> " if sp.params else ""
+    return f"{params}{{ [{', '.join(sp.dims)}] -> [{', '.join(outs)}] }}"
 
 
 def storage_layout(stage, text: str) -> StorageLayout:
@@ -78,41 +104,75 @@ def storage_layout(stage, text: str) -> StorageLayout:
     one over the tensor, into places from 0 on (``ScheduleError`` naming a witness)."""
     where = f"transform_layout on stage '{stage.name}'"
     shape = stage.op.output(0).shape
-    if not all(isinstance(d, Const) for d in shape):
-        raise ScheduleError(f"{where}: the tensor's shape must be constant, got {list(shape)}")
+    dims = [Var(f"i{k}", "int64") for k in range(len(shape))]
+    sp = _space(dims, shape)
+    pr = sp.printer([])
     try:
         m = isl.Map(text)
+        box = sp.set([f"0 <= {x} < {pr(d)}" for x, d in zip(sp.dims, shape)])
     except isl.Error:
         raise ScheduleError(f"{where}: not a map in isl's syntax: {text!r}") from None
-    if m.dim(isl.dim_type.in_) != len(shape) or m.dim(isl.dim_type.param):
-        raise ScheduleError(f"{where}: {text} is not a map of the tensor's {len(shape)} indices")
-    dims = [Var(f"i{k}", "int64") for k in range(len(shape))]
-    sp = IslSpace(dims)
+    except NonAffine as e:
+        raise ScheduleError(
+            f"{where}: the tensor's shape {list(shape)} is not affine ({e})"
+        ) from None
+    known = set(sp.params.values())
+    if m.dim(isl.dim_type.in_) != len(shape) or not set(_names(m, isl.dim_type.param)) <= known:
+        raise ScheduleError(
+            f"{where}: {text} is not a map of the tensor's {len(shape)} indices and its sizes"
+        )
     for k, name in enumerate(sp.dims):
         m = m.set_dim_name(isl.dim_type.in_, k, name)
     m = m.reset_tuple_id(isl.dim_type.in_).reset_tuple_id(isl.dim_type.out)
-    box = " and ".join(f"0 <= {x} < {d.value}" for x, d in zip(sp.dims, shape))
-    m = m.intersect_domain(isl.Set(f"{{ [{', '.join(sp.dims)}] : {box} }}"))
+    m = m.intersect_domain(box)
     if not m.is_single_valued():
         raise ScheduleError(f"{where}: {text} gives an element more than one place")
     same = m.apply_range(m.reverse())
     clash = same.subtract(isl.Map.identity(same.get_space()))
     if not clash.is_empty():
-        a, b = _pair(clash.wrap().sample_point(), len(shape))
+        p = clash.wrap().sample_point()
+        a, b = _pair(p, len(shape))
         raise ScheduleError(
-            f"{where}: elements {a} and {b} are stored in the same place; "
+            f"{where}: elements {a} and {b}{_at(p)} are stored in the same place; "
             "the layout must be one to one"
         )
     rng, sizes = m.range(), []
     for k in range(rng.dim(isl.dim_type.set)):
-        lo = rng.dim_min_val(k).to_python()
-        hi = rng.dim_max_val(k).to_python()
-        if lo < 0:
-            raise ScheduleError(f"{where}: index {k} of the layout reaches {lo}; places start at 0")
-        sizes.append(Const(hi + 1, "int64"))
+        below = rng.lower_bound_val(isl.dim_type.set, k, isl.Val(0)).complement().intersect(rng)
+        if not below.is_empty():
+            p = below.sample_point()
+            lo = p.get_coordinate_val(isl.dim_type.set, k).to_python()
+            raise ScheduleError(
+                f"{where}: index {k} of the layout reaches {lo}{_at(p)}; places start at 0"
+            )
+        sizes.append(_extent(rng.dim_max(k), sp))
     pma = isl.PwMultiAff.from_map(m)
     exprs = [pw_aff_expr(pma.get_pw_aff(k), sp, m.domain()) for k in range(m.dim(isl.dim_type.out))]
     return StorageLayout(text, tuple(dims), tuple(exprs), tuple(sizes))
+
+
+def _names(obj, kind) -> list:
+    return [obj.get_dim_name(kind, k) for k in range(obj.dim(kind))]
+
+
+def _at(p: isl.Point) -> str:
+    """``" (with n = 3)"``: the sizes of a witness point, or ""."""
+    sp = p.get_space()
+    sizes = [
+        f"{sp.get_dim_name(isl.dim_type.param, k).removeprefix('p_')} = "
+        f"{p.get_coordinate_val(isl.dim_type.param, k).to_python()}"
+        for k in range(sp.dim(isl.dim_type.param))
+    ]
+    return f" (with {', '.join(sizes)})" if sizes else ""
+
+
+def _extent(hi: isl.PwAff, sp: IslSpace) -> Expr:
+    """The size of a buffer axis whose places reach ``hi``: ``hi + 1``, at least 1 (a
+    tensor with no elements stores none)."""
+    if hi.is_cst() and not hi.domain().is_empty():
+        return Const(hi.max_val().to_python() + 1, INDEX)
+    one = Const(1, INDEX)
+    return simplify(Binary("max", Binary("add", pw_aff_expr(hi, sp), one, INDEX), one, INDEX))
 
 
 def _pair(p: isl.Point, n: int) -> tuple:

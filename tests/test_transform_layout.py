@@ -155,6 +155,49 @@ def test_the_layout_is_stored_and_replayed():
     np.testing.assert_array_equal(out_b, ref_b)
 
 
+def _symbolic(mapping):
+    n = pt.var("n")
+    X = pt.placeholder((n,), "float64", name="X")
+    Y = pt.compute((n,), lambda i: X[i] + 1.0, name="Y")
+    Z = pt.compute((n,), lambda i: Y[i] * 2.0 + Y[n - 1 - i], name="Z")
+    s = pt.create_schedule(Z.op)
+    s[Y].transform_layout(lambda i: [i % 8, i // 8])
+    s[Z].transform_layout(mapping(n))
+    return s, [X, Z]
+
+
+def test_symbolic_sizes_size_the_buffers_at_run_time():
+    """Layouts of tensors of ``n`` elements, quasi-affine in the indices and ``n``: the
+    buffers take the places the layout reaches for the ``n`` of the call, and the
+    stored map names ``n`` as a parameter (replayed as the same size)."""
+    s, args = _symbolic(lambda n: lambda i: [n - 1 - i])
+    steps = [x["layout"] for x in s.to_json()["steps"]]
+    assert steps[1] == "[p_n] -> { [d_i0] -> [((p_n - 1) - d_i0)] }"
+    text = str(pt.lower(s, args, simple_mode=True))
+    assert "alloc Y: float64[max(min(8, n), 1) * max((n + 7) // 8, 1)]" in text
+    for f in (pt.build(s, args), pt.build(pt.Schedule.from_json(s.to_json(), args), args)):
+        for n in (0, 1, 7, 8, 9, 37):
+            x = np.random.default_rng(n).random(n)
+            z = np.full(n, np.nan)
+            f(x, z)
+            y = x + 1.0
+            np.testing.assert_array_equal(z, y * 2.0 + y[::-1])
+
+
+@pytest.mark.parametrize(
+    "mapping, message",
+    [
+        (lambda n: lambda i: [i % n], r"index i0 % n is not quasi-affine"),
+        (lambda n: lambda i: [pt.var("m") - i], "the layout uses m, neither an index nor a size"),
+        (lambda n: lambda i: [n - 2 - i], r"reaches -1 \(with n = 1\); places start at 0"),
+        (lambda n: lambda i: [i % 8], r"elements \[8\] and \[0\] \(with n = 9\) are stored"),
+    ],
+)
+def test_symbolic_layouts_are_refused_with_a_witness_size(mapping, message):
+    with pytest.raises(ScheduleError, match=message):
+        _symbolic(mapping)
+
+
 def _stages():
     X = pt.placeholder((16,), "float64", name="X")
     Y = pt.compute((16,), lambda i: X[i] + 1.0, name="Y")

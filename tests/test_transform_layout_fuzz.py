@@ -5,7 +5,9 @@ A two-stage pipeline ``Y = 3 X + i`` (an intermediate), ``Z = Y[i, j] + 2 Y[i, j
 (the output, copied into the caller's array from its own layout) gets a layout for
 each from ``LAYOUTS`` (transposes, tiles, strips, reversals, a flattening, a skew),
 then a schedule of ``Z`` (a split of either loop, a reorder, a vectorized or parallel
-loop). The results must equal numpy's to a few ulps (the same operations in the same
+loop). The sizes are constants or the kernel's symbolic sizes ``m`` and ``n`` (then
+only the layouts quasi-affine in them: a strip of ``ceil(m / c)`` divides by a size).
+The results must equal numpy's to a few ulps (the same operations in the same
 order; the C compiler fuses a multiply and an add), with every access checked at run
 time (``conftest.py``), and the index-set splitting of ``pypto.index_sets`` must leave
 them so.
@@ -36,6 +38,7 @@ LAYOUTS = {
     "flat": lambda m, n, c: lambda i, j: [i * n + j],
     "skewed": lambda m, n, c: lambda i, j: [i, j + i],
 }
+SYMBOLIC = ["identity", "transpose", "column tiles", "reversed rows", "skewed"]
 
 
 @st.composite
@@ -43,15 +46,18 @@ def cases(draw):
     m = draw(st.integers(2, 9))
     n = draw(st.integers(3, 19))
     c = draw(st.integers(1, 5))
-    layouts = [draw(st.sampled_from(sorted(LAYOUTS))) for _ in range(2)]
+    symbolic = draw(st.booleans())
+    layouts = [draw(st.sampled_from(SYMBOLIC if symbolic else sorted(LAYOUTS))) for _ in range(2)]
     loop = draw(st.sampled_from(["i", "j"]))
     factor = draw(st.integers(1, 8))
     reorder = draw(st.booleans())
     kind = draw(st.sampled_from(["vectorize", "parallel", "none"]))
-    return m, n, c, layouts, loop, factor, reorder, kind
+    return m, n, c, symbolic, layouts, loop, factor, reorder, kind
 
 
-def _build(m, n, c, layouts, loop, factor, reorder, kind):
+def _build(m, n, c, symbolic, layouts, loop, factor, reorder, kind):
+    if symbolic:
+        m, n = pt.var("m"), pt.var("n")
     X = pt.placeholder((m, n), "float64", name="X")
     Y = pt.compute((m, n), lambda i, j: X[i, j] * 3.0 + pt.cast("float64", i), name="Y")
     Z = pt.compute((m, n - 1), lambda i, j: Y[i, j] + Y[i, j + 1] * 2.0, name="Z")
