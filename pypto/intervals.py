@@ -13,7 +13,8 @@ and uint8 in int32 and truncates): ``may_wrap`` says where that can happen, so
 that the simplifier decides comparisons, min/max, division and modulo from
 bounds only where it cannot; ``bounds(..., wrapped=True)`` gives the values the
 kernel computes, for code generation. Index arithmetic over loops and sizes
-never wraps (sizes are far below 2**62); values read from tensors may.
+never wraps (a call whose sizes would make it is refused: ``pypto.overflow``);
+values read from tensors may.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def _bounds(e: Expr, ranges: Ranges, wrapped: bool) -> tuple:
         rule = _BOUND_RULES.get(e.op)
         if rule is not None:
             lo, hi = rule(e, ranges, wrapped)
-            if wrapped and _is_int(e):  # (infinite: sizes, which stay far below 2**62)
+            if wrapped and _is_int(e):  # (infinite: sizes, checked by pypto.overflow)
                 vlo, vhi = dtypes.value_range(e.dtype)
                 if (-INF < lo < vlo) or (vhi < hi < INF):
                     return (vlo, vhi)

@@ -12,11 +12,9 @@ tensor, ...), viewed without copying.
 
 from __future__ import annotations
 
-import ast
 import ctypes
 import hashlib
 import json
-import operator
 import os
 import time
 from dataclasses import dataclass
@@ -44,9 +42,11 @@ from .arg_checks import (
 )
 from .bounds_check import SizeCheck, check_sizes
 from .cache import atomic_write_all
-from .expr import Const, Expr, Var, binary
+from .expr import Const, Var
 from .loop_ir import Allocate, LoweredFunc, output_flags, walk_stmts
+from .overflow import SAVED_SAFE_SIZE, check_overflow, safe_size
 from .scalar_args import SCALAR_CTYPES, ScalarParam, ScalarSlots
+from .shape_text import shape_expr
 from .target import Target
 
 SIGNATURE_FORMAT = 2  # 2: the sha256 covers the signature file's fields too
@@ -94,6 +94,7 @@ class Signature:
     temps: tuple = ()  # of Temp
     scalars: tuple = ()  # of scalar_args.ScalarParam, passed after the sizes
     index_checks: tuple = ()  # the accesses checked at run time (arg_checks.index_checks)
+    safe_size: int = SAVED_SAFE_SIZE  # sizes up to it keep index arithmetic in int64
 
     @staticmethod
     def of(func: LoweredFunc, cname: str) -> Signature:
@@ -109,7 +110,7 @@ class Signature:
         checks = tuple(func.attrs.get("size_checks", ()))
         return Signature(
             func.name, cname, params, tuple(func.size_vars), checks, temps, func.scalars,
-            index_checks(func.body),
+            index_checks(func.body), safe_size(func),
         )  # fmt: skip
 
     def to_json(self) -> dict:
@@ -133,6 +134,7 @@ class Signature:
             ],
             "scalars": [p.to_json() for p in self.scalars],
             "index_checks": list(self.index_checks),
+            "safe_size": self.safe_size,
         }  # fmt: skip
 
     @staticmethod
@@ -140,7 +142,7 @@ class Signature:
         sizes = {name: Var(name) for name in d["size_vars"]}
         params = tuple(
             Param(p["name"], dtypes.check(p["dtype"]),
-                  tuple(_shape_expr(s, sizes) for s in p["shape"]), bool(p["written"]))
+                  tuple(shape_expr(s, sizes) for s in p["shape"]), bool(p["written"]))
             for p in d["params"]
         )  # fmt: skip
         var = lambda n: sizes[n] if n in sizes else Var(n)  # noqa: E731
@@ -151,59 +153,19 @@ class Signature:
         )  # fmt: skip
         temps = tuple(
             Temp(str(t["name"]), int(t["elem_bytes"]),
-                 tuple(_shape_expr(x, sizes) for x in t["shape"]))
+                 tuple(shape_expr(x, sizes) for x in t["shape"]))
             for t in d.get("temps", [])
         )  # fmt: skip
         scalars = tuple(ScalarParam.from_json(p) for p in d.get("scalars", []))
         notes = tuple(str(n) for n in d.get("index_checks", []))
+        safe = int(d.get("safe_size", SAVED_SAFE_SIZE))
         return Signature(
-            d["name"], d["cname"], params, tuple(sizes.values()), checks, temps, scalars, notes
-        )
-
-
-# the arithmetic a printed shape may use: AST node type -> how to combine pypto Exprs
-_SHAPE_OPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.BitAnd: operator.and_,
-    ast.BitOr: operator.or_,
-    ast.BitXor: operator.xor,
-    ast.LShift: operator.lshift,
-    ast.RShift: operator.rshift,
-}
+            d["name"], d["cname"], params, tuple(sizes.values()), checks, temps, scalars, notes,
+            safe,
+        )  # fmt: skip
 
 
 CHECKED_SHAPES = 64  # shape signatures a module remembers as checked
-
-
-def _shape_expr(text: str, sizes: dict) -> Expr:
-    """A shape dimension as printed (``n``, ``64``, ``(n + 7) // 8``, ``min(n, 8)``) back
-    into an Expr over the size variables; anything else is refused."""
-
-    def conv(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return Const(node.value, "int64")
-        if isinstance(node, ast.Name) and node.id in sizes:
-            return sizes[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _SHAPE_OPS:
-            return _SHAPE_OPS[type(node.op)](conv(node.left), conv(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return Const(0, "int64") - conv(node.operand)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
-            return ~conv(node.operand)
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ("min", "max")
-            and len(node.args) == 2
-        ):
-            return binary(node.func.id, conv(node.args[0]), conv(node.args[1]))
-        raise ValueError(f"cannot read the shape dimension {text!r} of a saved module")
-
-    return conv(ast.parse(text, mode="eval").body)
 
 
 @dataclass(frozen=True)
@@ -369,6 +331,7 @@ class Module:
                         f"{w} (shape {fmt_shape(shape)}{provenance(want, bound)})"
                     )
         check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
+        check_overflow(self.name, self.signature.safe_size, self.func, bound)
         for t in self.signature.temps:
             check_temporary(self.name, t, values)
         return [bound[v][0] for v in self.signature.size_vars]
