@@ -275,6 +275,11 @@ def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
     got = mod(*given)
     got = list(got) if isinstance(got, tuple) else [got]
     want = reference(*copies())
+    if want is None:
+        raise TypeError(
+            f"validate: the reference returned None; it returns {mod.name}'s output(s) "
+            f"({', '.join(outs)}), an array or a tuple of arrays"
+        )
     want = list(want) if isinstance(want, (tuple, list)) else [want]
     names = [p.name for p in mod.signature.params if not p.written]  # the arrays, in order
     pairs = [(a, b) for a, b in zip(given, pristine) if array(a)]

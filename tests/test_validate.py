@@ -138,6 +138,8 @@ def test_several_outputs_and_bad_calls():
         ValueError, match=r"output Y: shape \(6,\), but the reference returned \(5,\)"
     ):
         pt.validate(mod, lambda a: (a * 2, a[:5]), [a])
+    with pytest.raises(TypeError, match=r"the reference returned None; it returns two's output"):
+        pt.validate(mod, lambda a: None, [a])
     with pytest.raises(TypeError, match=r"two takes 1 input\(s\) \(A\), got 2"):
         pt.validate(mod, lambda a: (a, a), [a, a])
     with pytest.raises(ValueError, match="rtol must be a non-negative finite number"):
