@@ -331,9 +331,9 @@ class Module:
                         f"{w} (shape {fmt_shape(shape)}{provenance(want, bound)})"
                     )
         check_sizes(self.name, self.signature.size_checks, {v: x for v, (x, _) in bound.items()})
-        check_overflow(self.name, self.signature.safe_size, self.func, bound)
         for t in self.signature.temps:
             check_temporary(self.name, t, values)
+        check_overflow(self.name, self.signature.safe_size, self.func, bound)
         return [bound[v][0] for v in self.signature.size_vars]
 
     def __reduce__(self):  # (a loaded library cannot travel)

@@ -22,7 +22,7 @@ from . import dtypes
 from .errors import ScheduleError
 from .expr import Binary, Expr, walk
 from .intervals import INF, Ranges, bounds, reads_data
-from .loop_ir import For, Let, LoweredFunc, own_exprs, stmt_children
+from .loop_ir import Allocate, For, Let, LoweredFunc, own_exprs, stmt_children
 
 _OPS = ("add", "sub", "mul", "shl")
 LO, HI = dtypes.value_range(dtypes.INDEX)
@@ -38,7 +38,8 @@ def first_overflow(func: LoweredFunc, sizes: dict) -> tuple | None:
 
 
 def _stmt(s, ranges: Ranges):
-    for e in own_exprs(s):
+    # (a temporary's size is counted exactly before the call: arg_checks.check_temporary)
+    for e in () if isinstance(s, Allocate) else own_exprs(s):
         hit = _expr(e, ranges)
         if hit is not None:
             return hit
