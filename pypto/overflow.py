@@ -30,17 +30,19 @@ SMALLEST, LARGEST = 15, 62  # the exponents safe_size tries: 2^15 - 1 .. 2^62 - 
 SAVED_SAFE_SIZE = (1 << 31) - 1  # of a saved module whose signature does not say
 
 
-def first_overflow(func: LoweredFunc, sizes: dict) -> tuple | None:
+def first_overflow(func: LoweredFunc, sizes: dict, unknown: bool = False) -> tuple | None:
     """``(operation, (lo, hi))``: the first int64 ``+ - * <<`` of index arithmetic in
     ``func`` whose exact bounds leave int64 when each size ``v`` lies in ``sizes[v]``
-    (inclusive ``(lo, hi)``); None when none can."""
-    return _stmt(func.body, Ranges(sizes))
+    (inclusive ``(lo, hi)``); None when none can. Bounds not known (a division by a
+    size that may be 0, a loop bound read from data) count as leaving it with
+    ``unknown``, and as not leaving it without."""
+    return _stmt(func.body, Ranges(sizes), unknown)
 
 
-def _stmt(s, ranges: Ranges):
+def _stmt(s, ranges: Ranges, unknown: bool):
     # (a temporary's size is counted exactly before the call: arg_checks.check_temporary)
     for e in () if isinstance(s, Allocate) else own_exprs(s):
-        hit = _expr(e, ranges)
+        hit = _expr(e, ranges, unknown)
         if hit is not None:
             return hit
     inner = ranges
@@ -52,13 +54,13 @@ def _stmt(s, ranges: Ranges):
         inner = Ranges(ranges, extents=ranges.extents)
         inner[s.var] = bounds(s.value, ranges)
     for c in stmt_children(s):
-        hit = _stmt(c, inner)
+        hit = _stmt(c, inner, unknown)
         if hit is not None:
             return hit
     return None
 
 
-def _expr(e: Expr, ranges: Ranges):
+def _expr(e: Expr, ranges: Ranges, unknown: bool):
     for x in walk(e):
         if (
             type(x) is Binary
@@ -67,7 +69,7 @@ def _expr(e: Expr, ranges: Ranges):
             and not reads_data(x)  # a value: wraps as numpy's (pypto.intervals.may_wrap)
         ):
             lo, hi = bounds(x, ranges)
-            if (-INF < lo < LO) or (HI < hi < INF):  # (infinite: not known, a // by 0..n)
+            if ((unknown or lo > -INF) and lo < LO) or ((unknown or hi < INF) and hi > HI):
                 return x, (lo, hi)
     return None
 
@@ -75,7 +77,8 @@ def _expr(e: Expr, ranges: Ranges):
 def safe_size(func: LoweredFunc) -> int:
     """The largest ``2^k - 1`` (k from 15 to 62) such that no index arithmetic of
     ``func`` leaves int64 with every size from 0 to it; 0 when even 2^15 - 1 is too
-    large. ``ScheduleError`` when a kernel without sizes overflows (at every call)."""
+    large or a bound is not known (a division by ``n - 2``): each call's sizes are then
+    checked. ``ScheduleError`` when a kernel without sizes overflows (at every call)."""
     if not func.size_vars:
         hit = first_overflow(func, {})
         if hit is not None:
@@ -84,7 +87,7 @@ def safe_size(func: LoweredFunc) -> int:
     lo, hi = SMALLEST - 1, LARGEST  # lo: the largest k known safe (SMALLEST - 1: none)
     while lo < hi:
         k = (lo + hi + 1) // 2
-        if first_overflow(func, {v: (0, (1 << k) - 1) for v in func.size_vars}) is None:
+        if first_overflow(func, {v: (0, (1 << k) - 1) for v in func.size_vars}, True) is None:
             lo = k
         else:
             hi = k - 1

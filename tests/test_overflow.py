@@ -88,3 +88,19 @@ def test_a_saved_module_refuses_sizes_past_its_proven_bound(tmp_path):
     np.testing.assert_array_equal(f(a, 2**61 - 1), a[[(i * (2**61 - 1)) % 4 for i in range(4)]] * 2)
     with pytest.raises(ValueError, match=r"n = 2305843009213693953 .* exceeds 2305843009213693951"):
         f(a, 2**61 + 1)
+
+
+def test_bounds_not_known_when_built_are_checked_at_each_call():
+    """A fused loop over ``n x n`` indexes by ``f // n`` and ``f % n``: their bounds are
+    not known while ``n`` may be 0, so nothing is proved for all sizes, and each call's
+    ``n`` is checked (``safe_size`` 0) -- and runs."""
+    n = pt.var("n")
+    A = pt.placeholder((n, n), "float64", name="A")
+    B = pt.compute((n, n), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    s = pt.create_schedule(B.op)
+    s[B].fuse(*B.op.axis)
+    f = pt.build(s, [A, B])
+    assert "//" in str(pt.lower(s, [A, B])) and f.signature.safe_size == 0
+    for size in (0, 1, 3, 5):
+        a = np.random.default_rng(size).random((size, size))
+        np.testing.assert_array_equal(f(a), a * 2.0 + 1.0)
