@@ -50,7 +50,7 @@ from .confirm import BusyMachineWarning, confirm_best
 from .measure import MeasureOption, Measurer
 from .records import best_by_workload, load_records
 from .scheduler_display import Progress, summary_table
-from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner
+from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner, own_records
 from .xgb_tuner import XGBTuner
 
 TUNERS = {cls.name: cls for cls in (XGBTuner, GATuner, RandomTuner, GridSearchTuner)}
@@ -218,9 +218,7 @@ class TaskScheduler:
             recs = cache[st.log]
             st.resumed = st.tuner.load_history(recs)
             if st.resumed:
-                key = (st.task.workload_key, st.task.target.key)
-                mine = [r for r in recs if (r.workload, r.target) == key]
-                st.curve = _curve_from_records(mine, self.per_round)
+                st.curve = _curve_from_records(own_records(st.task, recs), self.per_round)
                 st.curve[-1] = st.tuner.best_cost
                 st.rounds = len(st.curve)
                 st.scale = next((c for c in st.curve if math.isfinite(c)), None)

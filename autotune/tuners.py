@@ -17,6 +17,13 @@ from .space import Config, SpaceError
 from .startup import begin_tuning
 
 
+def own_records(task, records) -> list:
+    """The records of ``task``: its workload in any spelling of its default arguments
+    ((16,16,16) and (16,16,16,"float32") are one workload), on its target."""
+    keys = set(task.template.spellings(task.args))
+    return [r for r in records if r.workload in keys and r.target == task.target.key]
+
+
 @dataclass
 class MeasureInput:
     task: object
@@ -94,11 +101,7 @@ class Tuner:
         they count as visited and inform the search; a config measured more than once
         counts once, by the median of all its timings. Returns how many configs were used."""
         inputs, results = [], []
-        keys = set(self.task.template.spellings(self.task.args))  # (16,16,16) and
-        mine = [  # (16,16,16,"float32") are one workload
-            r for r in records if r.workload in keys and r.target == self.task.target.key
-        ]
-        for r in one_per_config(mine):  # a config measured again counts once, pooled
+        for r in one_per_config(own_records(self.task, records)):  # one per config, pooled
             try:
                 cfg = self.space.config(r.config)
             except SpaceError:

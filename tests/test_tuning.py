@@ -1021,6 +1021,10 @@ def test_records_of_either_spelling_resume_and_pick_best_keeps_a_fitting_record(
     long = [at.Record(long_key, mm.target.key, c, [1e-6]) for c in cfgs]
     assert at.GridSearchTuner(mm).load_history(long) == 3
     assert at.XGBTuner(mm).load_history(long) == 3
+    log = tmp_path / "long.jsonl"
+    at.append_records(str(log), long)
+    sched = at.TaskScheduler([mm], logs=str(log), tuner="random")  # raised IndexError
+    assert sched.trials == 3 and sched.states[0].curve == [1e-6]
     task = at.Task("toy_matmul", (16, 16, 8))
     space, tgt = task.config_space, task.target.key
     tpl = at.get_template("toy_matmul")
