@@ -148,13 +148,13 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None
                 stderr=r.stderr,
                 source_path=entry.source,
             )
+        _check_compiler_works(cc, flags, timeout, r.stderr, entry.source)
         if r.returncode < 0:  # a signal: the out-of-memory killer, a user
             raise CompilerKilled(
                 f"the C compiler was killed by {_signal_name(-r.returncode)} (out of memory?)",
                 stderr=r.stderr,
                 source_path=entry.source,
             )
-        _check_compiler_works(cc, flags, timeout, r.stderr, entry.source)
         raise BuildError(
             f"the C compiler failed (exit {r.returncode})",
             stderr=r.stderr,
@@ -190,7 +190,9 @@ def _check_compiler_works(
         try:
             r = _run_compiler([*cc, *flags, src, "-o", out, "-lm"], min(timeout, 60.0))
             stderr = stderr or r.stderr
-            if r.returncode != 0:
+            if r.returncode < 0:
+                why = f"killed by {_signal_name(-r.returncode)}"
+            elif r.returncode != 0:
                 why = f"exit {r.returncode}"
             elif not os.path.exists(out) or os.path.getsize(out) == 0:
                 why = "it reported success but wrote no object"

@@ -266,6 +266,25 @@ def test_a_compiler_killed_by_a_signal_is_named_and_its_candidate_built_again_al
     assert r.error is None, r.error_msg
 
 
+def test_a_compiler_killed_on_every_kernel_is_the_environments_fault(
+    private_cache, tmp_path, monkeypatch
+):
+    """Killed on a trivial kernel too: the compiler, not the candidate, is at fault;
+    a tuner stops with nothing recorded (each config had been a COMPILE_ERROR for good)."""
+    monkeypatch.setenv("CC", _fake_cc(tmp_path, """\
+        case "$*" in *--version*) exec cc "$@";; esac
+        kill -SEGV $$
+        """))  # fmt: skip
+    name = _unique("segv")
+    with pytest.raises(pt.BuildEnvironmentError, match=r"trivial kernel .*killed by SIGSEGV"):
+        pt.build(*_kernel(name), name=name)
+    log = tmp_path / "t.jsonl"
+    tuner = at.RandomTuner(at.Task("toy_matmul", (16, 16, 8)), seed=1)
+    with pytest.raises(at.EnvironmentFault, match="killed by SIGSEGV"):
+        tuner.tune(3, measure=FAST, callbacks=[at.log_to_file(log)])
+    assert _log_records(log) == []
+
+
 def test_temporaries_of_killed_builds_are_removed_after_an_hour(private_cache):
     from pypto import cache
 
