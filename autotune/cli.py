@@ -25,6 +25,7 @@ import signal
 import sys
 import warnings
 
+from pypto._version import __version__
 from pypto.errors import TargetError
 
 from .commands.common import UsageError
@@ -66,6 +67,7 @@ def parser() -> argparse.ArgumentParser:
         description="Tune pypto templates and work with tuning records. "
         "'pypto-tune TEMPLATE ...' is short for 'pypto-tune tune TEMPLATE ...'.",
     )
+    p.add_argument("--version", action="version", version=f"pypto-tune {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_) in COMMANDS.items():
         mod = importlib.import_module(module)
@@ -122,6 +124,8 @@ def _main(argv) -> int:
             p.print_help(sys.stderr)
             return 2
         ns, extra = p.parse_known_args(argv)
+        if ns.command is None:  # options only, none of them known (pypto-tune -v)
+            p.error(f"unrecognized arguments: {' '.join(extra)}; a COMMAND comes first")
         if extra:
             p.subcommands[ns.command].error(f"unrecognized arguments: {' '.join(extra)}")
         return ns.run(ns)

@@ -130,14 +130,24 @@ def _target_this_machine_cannot_run():
         (["--timeout", "inf"], "--timeout must be a finite number, got inf"),
         (["--log", "{tmp}"], "is a directory; give a file"),
         (["--log", "{tmp}/afile/x.jsonl"], "afile is a file, not a directory"),
+        (["--log", "{tmp}/fifo"], "not a regular file (a pipe or a device)"),
+        (["--seed", "-1"], "argument --seed: --seed must be non-negative, got -1"),
     ],
 )
 def test_tune_refuses_bad_arguments_before_measuring(extra, message, tmp_path, home, capsys):
     (tmp_path / "afile").write_text("")
+    os.mkfifo(tmp_path / "fifo")  # (opened, it would block until read)
     extra = [e.replace("{tmp}", str(tmp_path)) for e in extra]
     assert cli_main(["tune", "matmul", "--args", "16,16,16", *extra]) == 2
     _one_line_error(capsys, message)
     assert not home.exists()  # nothing was measured nor logged
+
+
+def test_version_and_a_lone_unknown_option(capsys):
+    assert cli_main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"pypto-tune {pt.__version__}"
+    assert cli_main(["-v"]) == 2  # was KeyError: None
+    _one_line_error(capsys, "unrecognized arguments: -v; a COMMAND comes first")
 
 
 def test_tune_refuses_an_empty_workload_and_a_foreign_target(home, capsys):

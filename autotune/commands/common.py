@@ -294,6 +294,9 @@ def writable_log(path: str, what: str | None = None) -> str:
             raise UsageError(f"{what}: {path} is a directory, not a log file")
         raise UsageError(f"--log {path} is a directory; give a file such as {path}/log.jsonl")
     what = what or f"--log {path}"
+    if os.path.exists(path) and not os.path.isfile(path):  # a pipe would be read back
+        raise UsageError(f"{what}: not a regular file (a pipe or a device); the log is read "
+                         "back to resume and pick the best: give a file")  # fmt: skip
     folder = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)

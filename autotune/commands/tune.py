@@ -63,7 +63,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "rounds, so the best one is the one that holds up, not the luckiest draw; a config "
         "counts by the median of all its timings (default 4, 0: off)",
     )
-    p.add_argument("--seed", type=int, default=None, help="random seed of the tuner")
+    p.add_argument(
+        "--seed",
+        type=positive("--seed", zero_ok=True),
+        default=None,
+        help="random seed of the tuner",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_ray_argument(p)
 

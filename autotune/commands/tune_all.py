@@ -114,7 +114,12 @@ def add_tuning_arguments(p: argparse.ArgumentParser) -> None:
         help="trials per scheduling round (default 16)",
     )
     add_measure_arguments(p)
-    p.add_argument("--seed", type=int, default=0, help="random seed of the scheduler and tuners")
+    p.add_argument(
+        "--seed",
+        type=positive("--seed", zero_ok=True),
+        default=0,
+        help="random seed of the scheduler and tuners",
+    )
     add_import_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     add_ray_argument(p)

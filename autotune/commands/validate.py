@@ -21,7 +21,9 @@ from .common import add_workload_arguments, positive, task_of
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """This subcommand's arguments."""
     add_workload_arguments(p, "hardware target (default: this host); it must run here")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument(
+        "--seed", type=positive("--seed", zero_ok=True), default=0, help="seed of the random inputs"
+    )
     p.add_argument(
         "--rtol",
         type=positive("--rtol", real=True),
