@@ -438,3 +438,15 @@ def test_train_model_checks_its_output_before_training(tmp_path, capsys, monkeyp
     assert cli_main(["train-model", log, "--out", str(out)]) == 2
     _one_line_error(capsys, f"--out {out}: cannot create it (Not a directory)")
     assert trained == []
+
+
+def test_the_summary_counts_the_logs_trials_and_this_runs(home, tmp_path, capsys):
+    """A second run into the same log (without --resume) may find its best among the
+    first run's trials: the summary says how many it chose from."""
+    log = str(tmp_path / "mm.jsonl")
+    run = ["tune", "matmul", "--args", "8,8,8", "--trials", "1", "--confirm", "0",
+           "--no-progress", "--log", log]  # fmt: skip
+    assert cli_main(run) == 0
+    assert "best of 1 trial(s):" in capsys.readouterr().out
+    assert cli_main(run) == 0
+    assert "best of 2 trial(s) in the log (1 this run):" in capsys.readouterr().out

@@ -9,6 +9,7 @@ import autotune as at
 
 from .. import store
 from ..scheduler import TUNERS
+from ..tuners import own_records
 from .common import (
     add_measure_arguments,
     add_ray_argument,
@@ -126,8 +127,10 @@ def _tune(a, task, log, opt, measurer) -> int:
     rate = f" ({best.gflops:.1f} GFLOP/s)" if best.gflops else ""
     mine = any(r.config == best.config and r.ts == best.ts for r in at.load_records([log]))
     shipped = "" if mine else ", a shipped record: measured where the package was made"
+    ran, logged = len(tuner.history), len(own_records(task, recs))
+    of = f"{ran} trial(s)" if logged <= ran else f"{logged} trial(s) in the log ({ran} this run)"
     print(
-        f"best of {len(tuner.history)} trial(s): {best.cost * 1e3:.4g} ms{rate} "
+        f"best of {of}: {best.cost * 1e3:.4g} ms{rate} "
         f"(median of {len(best.costs)} timing(s){shipped})\n  config {best.config}\n  log {log}"
     )
     return 0
