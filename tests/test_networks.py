@@ -344,6 +344,16 @@ def test_network_cli_refusals(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_network_file_with_an_empty_workload_is_refused(tmp_path, capsys):
+    from autotune import cli
+
+    f = tmp_path / "net.json"
+    f.write_text('[{"template": "matmul", "args": [0, 1, 1]}]')
+    assert cli.main(["network", str(f), "--trials", "2", "--log-dir", str(tmp_path / "d")]) == 2
+    assert "workload matmul 0x1x1: an empty workload" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()  # nothing measured
+
+
 @pytest.mark.parametrize("command", [["network", "resnet18"], ["all", "--only", "matmul"]])
 @pytest.mark.parametrize(
     "extra, message",

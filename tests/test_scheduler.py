@@ -367,10 +367,15 @@ def _unrunnable_target():
         (["--trials", "5", "--tuner", "magic"], "argument --tuner: invalid choice"),
         (["--trials", "5", "--workloads", "/nonexistent.json"], "cannot read workloads from"),
         (["--trials", "5", "--log", "a.jsonl", "--log-dir", "d"], "not allowed with argument"),
+        (["--trials", "5", "--workloads", "{empty}"],
+         "workload matmul 0x1x1: an empty workload (input A has shape (0, 1))"),
     ],
-)
+)  # fmt: skip
 def test_tune_all_refuses_before_measuring(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PYPTO_HOME", str(tmp_path))
+    empty = tmp_path / "empty.json"
+    empty.write_text('[{"template": "matmul", "args": [0, 1, 1]}]')
+    argv = [str(empty) if a == "{empty}" else a for a in argv]
     argv = [_unrunnable_target() if a == "UNRUNNABLE" else a for a in argv]
     assert cli_main(["all", *argv]) == 2
     err = capsys.readouterr().err.strip()

@@ -224,19 +224,25 @@ def task_of(ns, must_run: bool = True) -> at.Task:
         raise UsageError(f"--args do not fit template {ns.template!r}: {e}") from None
     except (ValueError, at.SpaceError, PyptoError) as e:
         raise UsageError(f"--args {ns.args}: {e}") from None
+    check_arrays(f"--args {ns.args}", tensors)
+    return task
+
+
+def check_arrays(label: str, tensors) -> None:
+    """``UsageError`` (``label``: the workload as the user wrote it) for a workload whose
+    arrays are empty or do not fit this machine's memory: nothing to measure."""
     for t in tensors:
         shape = [getattr(d, "value", None) for d in t.shape]
         if 0 in shape:
             kind = "input" if isinstance(t.op, PlaceholderOp) else "output"
             raise UsageError(
-                f"--args {ns.args}: an empty workload ({kind} {t.name} has shape "
+                f"{label}: an empty workload ({kind} {t.name} has shape "
                 f"{tuple(shape)}); every size must be at least 1"
             )
-    _check_memory(ns.args, tensors)
-    return task
+    _check_memory(label, tensors)
 
 
-def _check_memory(args: str, tensors) -> None:
+def _check_memory(label: str, tensors) -> None:
     """Refuse a workload whose arrays, with the copies and the reference a measurement
     makes (about three times them), do not fit this machine's memory."""
     need = 0
@@ -247,7 +253,7 @@ def _check_memory(args: str, tensors) -> None:
     have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if 3 * need > have:
         raise UsageError(
-            f"--args {args}: the workload's arrays take {need / 2**30:.3g} GiB, about three "
+            f"{label}: the workload's arrays take {need / 2**30:.3g} GiB, about three "
             f"times that to measure, and this machine has {have / 2**30:.3g} GiB"
         )
 

@@ -24,6 +24,8 @@ import os
 import sys
 import time
 
+from pypto.errors import PyptoError
+
 from .. import store
 from ..confirm import confirm_best
 from ..scheduler import TUNERS, TaskScheduler
@@ -35,6 +37,7 @@ from .common import (
     add_import_argument,
     add_measure_arguments,
     add_ray_argument,
+    check_arrays,
     check_ray,
     connect_ray,
     import_modules,
@@ -146,13 +149,16 @@ def tasks_of(ws, target) -> list:
     for w in ws:
         try:
             get_template(w.template)
-            tasks.append(Task(w.template, w.task_args, target=target))
+            task = Task(w.template, w.task_args, target=target)
+            _, tensors = task.instantiate(task.config_space.default_config())
         except KeyError as e:
             raise UsageError(str(e).strip("'\"")) from None
-        except (TypeError, ValueError, SpaceError) as e:
+        except (TypeError, ValueError, SpaceError, PyptoError) as e:
             raise UsageError(
                 f"workload {w.label}: arguments do not fit {w.template!r}: {e}"
             ) from None
+        check_arrays(f"workload {w.label}", tensors)
+        tasks.append(task)
     return tasks
 
 
