@@ -116,6 +116,23 @@ def test_best_json(tmp_path, capsys):
     assert row["records"] == 2 and row["target"] == "x86-avx2"
 
 
+def test_best_keeps_targets_it_does_not_know_and_names_workloads_it_drops(tmp_path, capsys):
+    """A record of a target this version lacks is listed (its knobs are not checked
+    here; it had been 'none valid'); a workload whose records fit nowhere is named."""
+    log = tmp_path / "b.jsonl"
+    mm = at.Task("matmul", (16, 16, 16))
+    cfg = mm.config_space.default_config().to_json()
+    at.append_records(str(log), [
+        at.Record(mm.workload_key, "riscv-rvv", cfg, costs=[1e-3]),
+        at.Record(at.workload_key("matmul", [16, 16]), "x86-avx2", cfg, costs=[1e-3]),
+    ])  # fmt: skip
+    assert cli_main(["best", str(log), "--json"]) == 0
+    out = capsys.readouterr()
+    (row,) = [json.loads(line) for line in out.out.splitlines()]
+    assert row["target"] == "riscv-rvv" and row["config"] == cfg
+    assert '["matmul",[16,16]] on x86-avx2: no record fits the template' in out.err
+
+
 def _target_this_machine_cannot_run():
     for name in ("aarch64-neon", "x86-avx512", "x86-avx2"):
         if not can_run(pt.Target(name)):

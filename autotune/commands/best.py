@@ -8,6 +8,7 @@ import json
 import sys
 
 import autotune as at
+from pypto.target import KNOWN
 
 from .common import load_logs
 
@@ -22,10 +23,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _fits(r) -> bool:
     """Whether a record's config is a point of its template's space (as
-    ``apply_history_best`` takes it); True for a template not registered here."""
+    ``apply_history_best`` takes it); True for a template or target not known here."""
     try:
         t = at.get_template(r.template)
     except KeyError:
+        return True
+    if r.target not in KNOWN:  # a target this version does not know: not checked here
         return True
     try:
         space = t.space(*r.args, target=r.target)
@@ -43,6 +46,9 @@ def _best(recs) -> tuple[dict, dict]:
             if _fits(r):
                 best[key], stale[key] = r, k
                 break
+        else:
+            print(f"{key[0]} on {key[1]}: no record fits the template (another version of "
+                  "it, or arguments it refuses)", file=sys.stderr)  # fmt: skip
     return best, stale
 
 
