@@ -93,8 +93,9 @@ def atomic_write_all(files: list) -> None:
     """Write each ``(path, data, mode)`` to a temporary file first, then rename them all
     into place one after another: files that belong together (a saved module's object
     and signature) are never seen half old, half new but for the instant between
-    renames."""
-    tmps = []
+    renames. A rename that fails puts back the files renamed before it (kept as hard
+    links until all are in place), so a failed save leaves the old pair whole."""
+    tmps, kept, done = [], [], []
     try:
         for path, data, mode in files:
             if os.path.isdir(path):  # (the rename would name the temporary file)
@@ -108,12 +109,33 @@ def atomic_write_all(files: list) -> None:
                 f.write(data)
             os.chmod(tmp, mode)
         for (path, _, _), tmp in zip(files, tmps):
+            kept.append(_keep(path))
             os.replace(tmp, path)
+            done.append(path)
     except BaseException:
-        for tmp in tmps:
-            if os.path.lexists(tmp):
+        for path, old in zip(done, kept):  # (the last one kept was not replaced)
+            if old is not None:
+                os.replace(old, path)
+        for tmp in [*tmps, *kept]:
+            if tmp is not None and os.path.lexists(tmp):
                 remove_file(tmp)
         raise
+    for old in kept:
+        if old is not None:
+            remove_file(old)
+
+
+def _keep(path: str) -> str | None:
+    """A hard link to the file at ``path`` (to put it back), or None: no file there, or
+    a file system without hard links."""
+    if not os.path.isfile(path):
+        return None
+    old = os.path.join(os.path.dirname(path) or ".", f".tmp-old-{os.getpid()}-{id(path)}")
+    try:
+        os.link(path, old)
+    except OSError:
+        return None
+    return old
 
 
 def remove_file(path: str) -> None:

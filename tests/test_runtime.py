@@ -343,6 +343,33 @@ def test_unusable_build_arguments_are_named(add_one, tmp_path, monkeypatch):
         pt.build(pt.create_schedule(B.op), [A, B], name="unbalanced_cc")
 
 
+def test_a_failed_export_leaves_the_previous_one_whole(add_one, tmp_path, monkeypatch):
+    """The object is renamed into place before the signature file: when the second
+    rename fails (a file the user may not replace), the first is put back."""
+    path = str(tmp_path / "k.so")
+    add_one.export_library(path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    A = pt.placeholder((4,), "float32", name="A")
+    B = pt.compute((4,), lambda i: A[i] * 2, name="B")
+    double = pt.build(pt.create_schedule(B.op), [A, B], name="double")
+    real = os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith(".json"):
+            raise PermissionError(1, "Operation not permitted", dst)
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(PermissionError):
+        double.export_library(path)
+    monkeypatch.setattr(os, "replace", real)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    a = np.arange(8, dtype=np.float32).reshape(2, 4)
+    b = np.empty_like(a)
+    pt.load_module(path)(a, b)
+    np.testing.assert_array_equal(b, a + 1)
+
+
 def test_num_threads_setting_keeps_results():
     n = 64
     A = pt.placeholder((n, n), "float32", name="A")
