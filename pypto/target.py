@@ -196,6 +196,9 @@ class Target:
     is_host: bool | None = None
 
     def __post_init__(self):
+        if not isinstance(self.name, str):  # (pt.build's target= also takes a Target, None)
+            got = "a Target (use it as it is)" if isinstance(self.name, Target) else repr(self.name)
+            raise TypeError(f"a target is named by a string such as 'host', got {got}")
         for f, v in _defaults(self.name).items():
             if f == "name" or getattr(self, f) is None:
                 object.__setattr__(self, f, v)
@@ -378,8 +381,12 @@ def _defaults(name: str) -> dict:
 def _host_defaults(name: str) -> dict:
     """The named target's parameters on this machine: its own caches, and its
     architecture for the portable target; the CPU features stay the target's (the
-    code uses those, whatever else the CPU has)."""
-    vals = dict(_named(name), is_host=True, arch=platform.machine() or KNOWN[name].arch)
+    code uses those, whatever else the CPU has), and so does the architecture of any
+    other (``PYPTO_TARGET=aarch64-neon`` on x86: code run under qemu)."""
+    arch = KNOWN[name].arch
+    vals = dict(
+        _named(name), is_host=True, arch=platform.machine() or arch if arch == "any" else arch
+    )
     vals.update(_cache_sizes(), cores=os.cpu_count() or 1)
     return vals
 

@@ -312,6 +312,33 @@ def test_pypto_target_overrides_the_host(monkeypatch):
         pt.Target("host")
 
 
+def test_pypto_target_of_another_architecture_runs_its_code_there(monkeypatch):
+    """``PYPTO_TARGET=aarch64-neon`` on x86: the host is that target, of its own
+    architecture (it had taken this machine's, and ran aarch64 code under qemu-x86_64)."""
+    from pypto import emulate
+
+    monkeypatch.setenv("PYPTO_TARGET", "aarch64-neon")
+    t = pt.Target("host")
+    assert t.name == "aarch64-neon" and t.arch == "aarch64" and t.is_host
+    if platform.machine() == "aarch64":
+        pytest.skip("this machine is an aarch64 one")
+    why = emulate.why_not_runnable(t)
+    if why:
+        pytest.skip(why)
+    A = pt.placeholder((8,), "float32", name="A")
+    B = pt.compute((8,), lambda i: A[i] * 2, name="B")
+    a = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(pt.build(pt.create_schedule(B.op), [A, B])(a), a * 2)
+
+
+@pytest.mark.parametrize(
+    "name, got", [(None, "None"), (3, "3"), (pt.Target("generic"), r"a Target \(use it as it is\)")]
+)
+def test_a_target_is_named_by_a_string(name, got):
+    with pytest.raises(TypeError, match=f"a target is named by a string such as 'host', got {got}"):
+        pt.Target(name)
+
+
 def test_time_evaluator(add_one):
     a = np.random.rand(100, 4).astype(np.float32)
     b = np.empty_like(a)
