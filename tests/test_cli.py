@@ -461,9 +461,9 @@ def test_the_summary_counts_the_logs_trials_and_this_runs(home, tmp_path, capsys
     """A second run into the same log (without --resume) may find its best among the
     first run's trials: the summary says how many it chose from."""
     log = str(tmp_path / "mm.jsonl")
-    run = ["tune", "matmul", "--args", "8,8,8", "--trials", "1", "--confirm", "0",
-           "--no-progress", "--log", log]  # fmt: skip
-    assert cli_main(run) == 0
-    assert "best of 1 trial(s):" in capsys.readouterr().out
-    assert cli_main(run) == 0
-    assert "best of 2 trial(s) in the log (1 this run):" in capsys.readouterr().out
+    run = ["tune", "matmul", "--args", "8,8,8", "--tuner", "grid", "--confirm", "1",
+           "--no-progress", "--log", log, "--trials"]  # fmt: skip
+    assert cli_main([*run, "2"]) == 0  # configs 0 and 1; confirmed with the default
+    assert "best of 2 trial(s):" in capsys.readouterr().out
+    assert cli_main([*run, "1"]) == 0  # config 0 again
+    assert "best of 1 trial(s) and 3 config(s) the log held before:" in capsys.readouterr().out

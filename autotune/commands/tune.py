@@ -8,6 +8,7 @@ import argparse
 import autotune as at
 
 from .. import store
+from ..records import one_per_config
 from ..scheduler import TUNERS
 from ..tuners import own_records
 from .common import (
@@ -90,7 +91,7 @@ def run(a: argparse.Namespace) -> int:
 
 def _tune(a, task, log, opt, measurer) -> int:
     tuner = TUNERS[a.tuner](task, seed=a.seed)
-    done = 0
+    done = earlier = 0
     sources = [log] + ([] if a.log else store.shipped_logs(task.target))
     if a.resume:
         key = (task.workload_key, task.target.key)
@@ -99,6 +100,8 @@ def _tune(a, task, log, opt, measurer) -> int:
         held = {p: sum((r.workload, r.target) == key for r in recs) for p, recs in per_log.items()}
         where = ", ".join(f"{p} ({n} record(s))" for p, n in held.items() if n) or log
         print(f"resuming: {done} trial(s) of this workload already in {where}")
+    else:  # configs of this workload the log holds already: the best may be one of them
+        earlier = len(one_per_config(own_records(task, load_logs([log]))))
     remaining = max(0, a.trials - done)
     callbacks = [at.log_to_file(log)]
     if not a.no_progress:
@@ -127,8 +130,9 @@ def _tune(a, task, log, opt, measurer) -> int:
     rate = f" ({best.gflops:.1f} GFLOP/s)" if best.gflops else ""
     mine = any(r.config == best.config and r.ts == best.ts for r in at.load_records([log]))
     shipped = "" if mine else ", a shipped record: measured where the package was made"
-    ran, logged = len(tuner.history), len(own_records(task, recs))
-    of = f"{ran} trial(s)" if logged <= ran else f"{logged} trial(s) in the log ({ran} this run)"
+    of = f"{len(tuner.history)} trial(s)"
+    if earlier:
+        of += f" and {earlier} config(s) the log held before"
     print(
         f"best of {of}: {best.cost * 1e3:.4g} ms{rate} "
         f"(median of {len(best.costs)} timing(s){shipped})\n  config {best.config}\n  log {log}"
