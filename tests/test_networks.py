@@ -202,9 +202,12 @@ def test_network_cli_tunes_a_file_then_reports_from_the_logs(tmp_path):
     assert len(at.load_records(str(tmp_path / "logs" / "matmul.jsonl"))) == len(
         [x for x in recs if x.template == "matmul"]
     )
-    # PyTorch runs with the threads pypto's kernels ran with, unless told otherwise
-    one = _tune(str(f), "--report-only", home=tmp_path, OMP_NUM_THREADS="1")
-    assert "against PyTorch eager (1 thread(s))" in one.stdout, one.stderr
+    # PyTorch runs with the threads pypto's records were measured with (not this
+    # process's OMP_NUM_THREADS: the report had compared 1-thread records with 2-thread
+    # PyTorch), unless told otherwise
+    (ran,) = {x.threads for x in recs if x.ok}
+    other = _tune(str(f), "--report-only", home=tmp_path, OMP_NUM_THREADS=str(ran + 1))
+    assert f"against PyTorch eager ({ran} thread(s))" in other.stdout, other.stderr
     three = _tune(str(f), "--report-only", "--torch-threads", "3", home=tmp_path)
     assert "against PyTorch eager (3 thread(s))" in three.stdout, three.stderr
 

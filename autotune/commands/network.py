@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="PyTorch eager's intra-op threads in the report (default: the threads pypto's "
-        "kernels ran with, OMP_NUM_THREADS or the target's cores)",
+        "kernels ran with: --threads, else those its records were measured with, else "
+        "OMP_NUM_THREADS or the cores)",
     )
 
 
@@ -69,6 +70,14 @@ def kernel_threads(target) -> int:
     if env.isdigit() and int(env) > 0:
         return int(env)
     return (target.cores if target.is_host else None) or os.cpu_count() or 1
+
+
+def recorded_threads(logs) -> int | None:
+    """The threads the logs' measurements ran with, where they all agree (a report
+    compares PyTorch at those); None otherwise."""
+    existing = sorted({p for p in logs if os.path.isfile(p)})
+    seen = {r.threads for r in load_records(existing) if r.ok and r.threads} if existing else set()
+    return seen.pop() if len(seen) == 1 else None
 
 
 def _installed(module: str) -> bool:
@@ -180,7 +189,7 @@ def run(a: argparse.Namespace) -> int:
     logs = log_paths(a, ws, write=not a.report_only)
     if not a.report_only:
         tune_workloads(a, target, ws, tasks, logs, t0)
-    threads = a.torch_threads or kernel_threads(target)
+    threads = a.torch_threads or a.threads or recorded_threads(logs) or kernel_threads(target)
     # with the user's store, what pypto runs: the user's records, else the shipped ones
     shipped = [] if (a.log or a.log_dir) else store.shipped_logs(target)
     rows = report_rows(ws, tasks, logs, threads=threads, shipped=shipped)
