@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -16,6 +17,17 @@ from benchmarks.blas import free_env
 # a pause before timing one library after another: longer than the time the usual
 # OpenMP runtimes' idle threads spin (200 ms), stealing the cores from the next
 PAUSE_S = 0.3
+
+
+def counts(text: str) -> list[int]:
+    """An argparse type: comma-separated positive integers (``--threads 1,2``)."""
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes comma-separated integers, got {text!r}") from None
+    if min(out) < 1:
+        raise argparse.ArgumentTypeError(f"takes positive integers, got {text!r}")
+    return out
 
 
 def cpu_name() -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 import pypto as pt
 from autotune.templates.dot_ukernels import usable
-from benchmarks.common import block_times
+from benchmarks.common import block_times, counts
 from pypto import peak, runtime
 from pypto.arg_checks import aligned_copy
 from pypto.dtypes import numpy_dtype
@@ -189,7 +189,9 @@ def main(argv=None):
         prog="python -m benchmarks mixed",
         description="int8, bfloat16, float16 and float32 matmul 1024^3 against torch",
     )
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument(
+        "--threads", type=counts, default="1,2", help="comma-separated thread counts (1,2)"
+    )
     p.add_argument("--repeat", type=int, default=15, help="timed rounds of each (15)")
     p.add_argument(
         "--target",
@@ -197,14 +199,18 @@ def main(argv=None):
         "richest target here with a dot kernel for each dtype, the host's for float32)",
     )
     a = p.parse_args(argv)
-    if a.target is not None and not pt.Target(a.target).can_run():
+    try:
+        runs = a.target is None or pt.Target(a.target).can_run()
+    except ValueError as e:  # an unknown name
+        p.error(f"--target: {e}")
+    if not runs:
         p.error(f"target {a.target} cannot run on this machine")
     import torch
 
     isa_cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "all")
     print(f"torch {torch.__version__}: ATen {torch.backends.cpu.get_cpu_capability()}, "
           f"oneDNN ISA cap {isa_cap}")  # fmt: skip
-    for t in (int(x) for x in a.threads.split(",")):
+    for t in a.threads:
         print(f"{t} thread(s):")
         f32 = None
         for dt in ("float32", *DTYPES):

@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import blas, history, mixed  # noqa: E402
-from benchmarks.common import block_medians, run_workers, table  # noqa: E402
+from benchmarks.common import block_medians, counts, run_workers, table  # noqa: E402
 from benchmarks.kernels import Kernel, all_kernels  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,9 +224,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description=__doc__.split("\n\n", 2)[2],
+        epilog="the other benchmarks (each with --help): python -m benchmarks torch_ops "
+        "(the PyTorch operators), mixed (int8 and bfloat16 matmul), lower_times (pt.lower "
+        "of every template)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--threads", default="1,2", help="comma-separated thread counts (1,2)")
+    p.add_argument(
+        "--threads", type=counts, default="1,2", help="comma-separated thread counts (1,2)"
+    )
     p.add_argument("--only", default="", help="comma-separated substrings of kernel names")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow start)")
     p.add_argument(
@@ -264,10 +269,7 @@ def main(argv=None):
         if not os.path.isdir(d):
             p.error(f"--logs {d}: no such directory")
     names = [n for n in a.only.split(",") if n]
-    try:
-        threads = [int(x) for x in a.threads.split(",")]
-    except ValueError:
-        p.error("--threads takes comma-separated integers")
+    threads = a.threads
     labels = [k.label for k in all_kernels()]
     if names and not any(n in lb for n in names for lb in labels):
         p.error(f"--only {a.only!r} matches no kernel; kernels: {', '.join(labels)}")

@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import peak  # noqa: E402
 from benchmarks.common import (  # noqa: E402
     block_medians,  # noqa: E402
+    counts,
     run_workers,
     table,
 )
@@ -175,7 +176,7 @@ def main(argv=None):
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--threads", default="1,2")
+    p.add_argument("--threads", type=counts, default="1,2", help="comma-separated thread counts")
     p.add_argument("--only", default="", help=f"comma-separated substrings of {', '.join(ROWS)}")
     p.add_argument("--repeat", type=int, default=1, help="whole runs; medians are reported")
     p.add_argument("--logs", default="", help="a directory of tuning records used first")
@@ -189,7 +190,7 @@ def main(argv=None):
     if a.worker:
         print(json.dumps(worker(int(os.environ["OMP_NUM_THREADS"]), only, a.logs)))
         return
-    threads = [int(x) for x in a.threads.split(",")]
+    threads = a.threads
     import pypto as pt
 
     triad = {t: peak.measure(t)["triad_gbps"] for t in threads}

@@ -220,6 +220,20 @@ def test_torch_ops_refuses_an_unknown_row():
     assert "--only 'conv' matches no row; rows: attention, attention causal, att" in r.stderr
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--threads", "0"], "argument --threads: takes positive integers, got '0'"),
+        (["torch_ops", "--threads", "1,x"], "takes comma-separated integers, got '1,x'"),
+        (["mixed", "--target", "nosuch"], "--target: unknown target 'nosuch'"),
+    ],
+)
+def test_bad_arguments_are_one_line_usage_errors(argv, message):
+    r = subprocess.run([sys.executable, "-m", "benchmarks", *argv],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 def test_default_logs_are_those_of_a_target_whose_records_serve_the_host(monkeypatch):
     from benchmarks import suite
 
