@@ -123,7 +123,13 @@ class NodeRunner:
     """The actor on one node: runs candidates one at a time in a local ``Measurer``'s
     runner child (crash and timeout isolation as on one machine)."""
 
-    def __init__(self):
+    def __init__(self, omp_threads: str | None = None):
+        # Ray sets its workers' OMP_NUM_THREADS (to 1 for this CPU-less actor); candidates
+        # run with the driver's, else the node's cores, as they do without Ray
+        if omp_threads is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp_threads
         self.m = None
 
     def facts(self) -> dict:
@@ -286,7 +292,7 @@ class RayMeasurer:
             strategy = NodeAffinitySchedulingStrategy(node_id=nid, soft=False)
             actor = self._actor.options(
                 num_cpus=0, max_restarts=0, scheduling_strategy=strategy
-            ).remote()
+            ).remote(os.environ.get("OMP_NUM_THREADS"))
             self.nodes[nid] = _Node(nid, address, actor, actor.facts.remote())
 
     def _lose(self, node: _Node, why: str) -> None:

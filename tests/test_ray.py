@@ -328,6 +328,8 @@ def test_tune_command_runs_on_the_cluster(cluster, tmp_path, capsys):
     assert f"Ray node(s) of {HOST}: 127.0.0.1" in out and "best of 5 trial(s)" in out
     recs = at.load_records(str(log))
     assert all(r.ok for r in recs)
+    # the threads a run without Ray gives (Ray's own OMP_NUM_THREADS=1 does not leak in)
+    assert {r.threads for r in recs} == {pt.runtime.get_num_threads()}, {r.threads for r in recs}
     assert len({json.dumps(r.config, sort_keys=True) for r in recs[:5]}) == 5
     assert len(recs) >= 5 + 2  # the fastest measured twice more (and any that overtook it)
     assert not ray.is_initialized()  # the command left the cluster
