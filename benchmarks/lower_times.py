@@ -24,13 +24,16 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 def _times(root: pathlib.Path) -> dict[str, float]:
     """Template -> milliseconds, from one run of ``snapshot_c.py --times`` of ``root``."""
-    out = subprocess.run(
+    run = subprocess.run(
         [sys.executable, str(root / "tests" / "snapshot_c.py"), "--times"],
         env={**os.environ, "PYTHONPATH": str(root)},
-        check=True,
         capture_output=True,
         text=True,
-    ).stdout
+    )
+    if run.returncode != 0:
+        last = (run.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"timing the templates of {root} failed: {last}")
+    out = run.stdout
     times = {}
     for line in out.splitlines():
         ms, _, key = line.strip().partition(" ms  ")
@@ -40,6 +43,14 @@ def _times(root: pathlib.Path) -> dict[str, float]:
 
 
 def _export(rev: str, into: str) -> pathlib.Path:
+    """The compiler's tree at git revision ``rev``, extracted under ``into``."""
+    known = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+    )
+    if known.returncode != 0:
+        raise ValueError(f"--against {rev!r} is not a git revision of {ROOT}")
     archive = subprocess.run(
         ["git", "archive", rev, "pypto", "autotune", "cost_models", "tests"],
         cwd=ROOT,
@@ -64,12 +75,18 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="pypto-lower-") as tmp:
         roots = {"new": ROOT}
         if a.against:
-            roots["old"] = _export(a.against, tmp)
+            try:
+                roots["old"] = _export(a.against, tmp)
+            except ValueError as e:
+                p.error(str(e))
         best: dict = {k: {} for k in roots}
         totals: dict = {k: [] for k in roots}
         for _ in range(a.rounds):
             for k, root in roots.items():
-                t = _times(root)
+                try:
+                    t = _times(root)
+                except RuntimeError as e:
+                    p.exit(1, f"{p.prog}: {e}\n")
                 totals[k].append(sum(t.values()))
                 for name, ms in t.items():
                     best[k][name] = min(best[k].get(name, float("inf")), ms)

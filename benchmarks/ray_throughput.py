@@ -102,10 +102,15 @@ def main(argv=None) -> int:
     p.add_argument("--args", default="96,96,96", help="its arguments (default 96,96,96)")
     p.add_argument("--batch", type=int, default=16, help="candidates per measure call")
     a = p.parse_args(argv)
+    if a.trials < 1 or a.batch < 1:
+        p.error(f"--trials and --batch must be positive, got {a.trials} and {a.batch}")
     if not HAVE_RAY:
         print(f"ray is not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2
-    task = at.Task(a.template, [int(x) for x in a.args.split(",")], target="host")
+    try:
+        task = at.Task(a.template, [int(x) for x in a.args.split(",")], target="host")
+    except (ValueError, TypeError, KeyError) as e:
+        p.error(f"--template {a.template} --args {a.args}: {e.args[0] if e.args else e}")
     tuner = at.RandomTuner(task, seed=0)
     tuner.batch_size = a.batch
     opt = at.MeasureOption(number=3, repeat=3)

@@ -129,6 +129,15 @@ def main(argv=None) -> dict:
         help="weights and activations (bfloat16: routing ties may round differently)",
     )  # fmt: skip
     a = ap.parse_args(argv)
+    for name in ("seq", "dim", "heads", "ff", "experts", "repeat"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} must be positive, got {getattr(a, name)}")
+    if a.dim % a.heads:
+        ap.error(f"--dim {a.dim} must be a multiple of --heads {a.heads}")
+    if a.kv_heads is not None and not (0 < a.kv_heads <= a.heads and a.heads % a.kv_heads == 0):
+        ap.error(f"--kv-heads {a.kv_heads} must divide --heads {a.heads}")
+    if a.experts < 2:
+        ap.error(f"--experts must be at least 2 (each token goes to its top 2), got {a.experts}")
     dt = getattr(torch, a.dtype)
     p = make_params(a.dim, a.heads, a.ff, a.experts, dtype=dt, kv_heads=a.kv_heads)
     x = torch.randn(a.seq, a.dim, generator=torch.Generator().manual_seed(1)).to(dt)

@@ -226,11 +226,21 @@ def test_torch_ops_refuses_an_unknown_row():
         (["--threads", "0"], "argument --threads: takes positive integers, got '0'"),
         (["torch_ops", "--threads", "1,x"], "takes comma-separated integers, got '1,x'"),
         (["mixed", "--target", "nosuch"], "--target: unknown target 'nosuch'"),
+        (["lower_times", "--against", "no-such-rev"], "'no-such-rev' is not a git revision"),
+        ([".ray_throughput", "--trials", "0"], "--trials and --batch must be positive, got 0"),
+        ([".ray_throughput", "--args", "1,2"], "matmul takes (M, N, K, dtype), got (1, 2)"),
+        (["/examples/transformer_block.py", "--kv-heads", "3"], "--kv-heads 3 must divide"),
+        (["/examples/transformer_block.py", "--dim", "30"], "--dim 30 must be a multiple of"),
     ],
 )
 def test_bad_arguments_are_one_line_usage_errors(argv, message):
-    r = subprocess.run([sys.executable, "-m", "benchmarks", *argv],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks", *argv]
+    if argv[0].startswith("."):  # a module of its own: python -m benchmarks.ray_throughput
+        cmd = [sys.executable, "-m", "benchmarks" + argv[0], *argv[1:]]
+    elif argv[0].startswith("/"):  # a script beside the package
+        cmd = [sys.executable, str(ROOT) + argv[0], *argv[1:]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
