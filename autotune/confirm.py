@@ -40,9 +40,9 @@ import time
 import warnings
 
 from .measure import EnvironmentFault, MeasureOption, Measurer
-from .records import CONFIRM, append_records, config_key, load_records, ranked_configs
+from .records import CONFIRM, append_records, config_key, load_records
 from .space import SpaceError
-from .tuners import MeasureInput, to_record
+from .tuners import MeasureInput, ranked_own, to_record
 
 BUSY = 2.0  # a round's median time over the search's, above which the machine was busy
 BUSY_TRIES, BUSY_PAUSE = 3, 2.0  # a busy round is measured again, this many times in all
@@ -71,9 +71,8 @@ def _slowdown(before: dict, todo: list, results: list) -> float:
 def _fastest(task, records, k: int) -> list:
     """The ``k`` fastest configs of ``task`` in ``records`` that fit its template (each
     once, whatever thread counts its records state)."""
-    key = (task.workload_key, task.target.key)
     out = []
-    for r in ranked_configs([r for r in records if (r.workload, r.target) == key]).get(key, []):
+    for r in ranked_own(task, records):
         try:
             cfg = task.config_space.config(r.config)
         except SpaceError:
@@ -103,8 +102,7 @@ def confirm_best(
     if k <= 0 or rounds <= 0:
         return 0
     records = load_records(log)
-    key = (task.workload_key, task.target.key)
-    before = {config_key(r.config): r.cost for r in ranked_configs(records).get(key, [])}
+    before = {config_key(r.config): r.cost for r in ranked_own(task, records)}
     default = task.config_space.default_config()
     fresh: dict = {}  # config index -> measurements made in this call
     made = 0

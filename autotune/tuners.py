@@ -7,12 +7,13 @@ trial budget, the space or the patience (``early_stopping``) runs out.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass
 
 from .measure import EnvironmentFault, ErrorKind, MeasureOption, Measurer, MeasureResult
-from .records import Record, one_per_config
+from .records import Record, one_per_config, ranked_configs
 from .space import Config, SpaceError
 from .startup import begin_tuning
 
@@ -20,8 +21,22 @@ from .startup import begin_tuning
 def own_records(task, records) -> list:
     """The records of ``task``: its workload in any spelling of its default arguments
     ((16,16,16) and (16,16,16,"float32") are one workload), on its target."""
-    keys = set(task.template.spellings(task.args))
-    return [r for r in records if r.workload in keys and r.target == task.target.key]
+    mine = is_own(task)
+    return [r for r in records if mine(r)]
+
+
+def ranked_own(task, records) -> list:
+    """``task``'s configs as records, fastest first (``ranked_configs``), its records in
+    every spelling of its workload pooled as one."""
+    key = (task.workload_key, task.target.key)
+    same = [dataclasses.replace(r, workload=key[0]) for r in own_records(task, records)]
+    return ranked_configs(same).get(key, [])
+
+
+def is_own(task):
+    """A predicate: is a record one of ``task``'s own (see ``own_records``)?"""
+    keys = frozenset(task.template.spellings(task.args))
+    return lambda r: r.workload in keys and r.target == task.target.key
 
 
 @dataclass

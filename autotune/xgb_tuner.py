@@ -25,7 +25,7 @@ from pypto.target import Target
 from .records import one_per_config
 from .space import Config, SpaceError
 from .task import Task
-from .tuners import Tuner
+from .tuners import Tuner, is_own
 
 
 class XGBTuner(Tuner):
@@ -98,11 +98,10 @@ class XGBTuner(Tuner):
         and of any of its workloads on other targets, train the model (transfer learning:
         each featurized for the target it was measured on, whose parameters are features)."""
         used = super().load_history(records)
-        spellings = set(self.task.template.spellings(self.task.args))
+        mine = is_own(self.task)
         by_workload: dict = {}
         for r in records:
-            own = r.workload in spellings and r.target == self.task.target.key
-            if own or r.template != self.task.name:
+            if mine(r) or r.template != self.task.name:
                 continue
             by_workload.setdefault((r.workload, r.target), []).append(r)
         for (_, target_key), recs in by_workload.items():

@@ -225,6 +225,23 @@ def test_resume_with_the_default_log_counts_the_shipped_records(home, capsys):
     assert at.load_records(user) == []  # nothing measured, nothing appended
 
 
+def test_resume_counts_and_ranks_the_records_of_every_spelling(home, capsys):
+    """``gelu(8,64)`` resumed from a log that holds ``gelu(8,64,"none")``: those records
+    are the same workload's, counted in the "resuming" line and ranked with the new."""
+    task = at.Task("gelu", (8, 64))
+    default = task.config_space.default_config().values
+    fast = {**default, "unroll_j": 2 if default["unroll_j"] != 2 else 1}
+    log = os.path.join(store.logs_dir(), "gelu.jsonl")
+    other = at.workload_key("gelu", (8, 64, "none"))
+    at.append_records(log, [at.Record(other, task.target.key, fast, [1e-9], flop=task.flop)])
+    argv = ["gelu", "--args", "8,64", "--resume", "--trials", "2", "--no-progress",
+            "--confirm", "0", "--log", log]  # fmt: skip
+    assert cli_main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"resuming: 1 trial(s) of this workload already in {log} (1 record(s))" in out
+    assert f"config {fast}\n" in out  # the earlier record, 1 ns, stays the best
+
+
 def test_no_argument_history_uses_the_users_records_first_then_the_shipped(home):
     key = at.workload_key("softmax", [4096, 4096])
     shipped = at.best_by_workload(at.load_records(store.shipped_logs(SHIPPED_TARGET)))

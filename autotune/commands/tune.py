@@ -10,7 +10,7 @@ import autotune as at
 from .. import store
 from ..records import one_per_config
 from ..scheduler import TUNERS
-from ..tuners import own_records
+from ..tuners import own_records, ranked_own
 from .common import (
     add_measure_arguments,
     add_ray_argument,
@@ -94,10 +94,9 @@ def _tune(a, task, log, opt, measurer) -> int:
     done = earlier = 0
     sources = [log] + ([] if a.log else store.shipped_logs(task.target))
     if a.resume:
-        key = (task.workload_key, task.target.key)
         per_log = {p: load_logs([p]) for p in sources}  # each read once
         done = tuner.load_history([r for recs in per_log.values() for r in recs])
-        held = {p: sum((r.workload, r.target) == key for r in recs) for p, recs in per_log.items()}
+        held = {p: len(own_records(task, recs)) for p, recs in per_log.items()}
         where = ", ".join(f"{p} ({n} record(s))" for p, n in held.items() if n) or log
         print(f"resuming: {done} trial(s) of this workload already in {where}")
     else:  # configs of this workload the log holds already: the best may be one of them
@@ -123,7 +122,7 @@ def _tune(a, task, log, opt, measurer) -> int:
         if made:
             print(f"confirmed the {a.confirm} fastest: {made} more measurement(s)")
     recs = at.load_records(sources if a.resume else [log])
-    best = at.best_by_workload(recs).get((task.workload_key, task.target.key))
+    best = next(iter(ranked_own(task, recs)), None)
     if best is None:  # every record of the best config failed on re-measurement
         print(f"no config held up to re-measurement; see {log}")
         return 1
