@@ -18,7 +18,8 @@ so measurements never overlap on a node.
 
 Faults: a node that dies (or whose actor dies) while measuring loses only its
 in-flight candidate, which goes back to the queue and is measured on another
-node; a build whose node dies is retried by Ray on another. Every config of a
+node; a node still in the cluster after its actor died gets a new actor (at most
+``ACTOR_RESTARTS`` times); a build whose node dies is retried by Ray on another. Every config of a
 batch gets exactly one result, and only the driver turns results into records,
 so a log holds each measured candidate once. The cluster's nodes are read
 again every few seconds while a batch runs: a node that joins late gets work.
@@ -30,6 +31,7 @@ again every few seconds while a batch runs: a node that joins late gets work.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import socket
@@ -69,6 +71,7 @@ INSTALL_HINT = "install the distributed extra (pip install 'pypto[distributed]')
 MEASURE_RESOURCE = "pypto_measure"  # a node offering it measures even without CPUs
 REFRESH_S = 2.0  # how often the cluster's nodes are read while a batch runs
 BUILD_RETRIES = 3  # Ray re-runs a build whose worker or node died
+ACTOR_RESTARTS = 2  # new actors for a node that stays in the cluster when its actor dies
 
 
 class RayUnavailable(RuntimeError):
@@ -201,6 +204,7 @@ class _Node:
         self.refused = ""  # why it gets no measurements
         self.lost = False
         self.busy = False
+        self.restarts = 0  # actors started on it after its first died
 
     @property
     def name(self) -> str:
@@ -275,8 +279,9 @@ class RayMeasurer:
     # ---- nodes
 
     def refresh(self) -> None:
-        """Start an actor on every live node that may measure and has none yet; mark
-        nodes that left the cluster as lost."""
+        """Start an actor on every live node that may measure and has none yet, or whose
+        actor died (``ACTOR_RESTARTS`` times at most); mark nodes that left the cluster
+        as lost."""
         self._last_refresh = time.monotonic()
         alive = {}
         for n in ray.nodes():
@@ -287,13 +292,20 @@ class RayMeasurer:
             if nid not in alive and not node.lost:
                 self._lose(node, "it left the cluster")
         for nid, address in alive.items():
-            if nid in self.nodes:
+            old = self.nodes.get(nid)
+            if old is not None and not (old.lost and old.restarts < ACTOR_RESTARTS):
                 continue
             strategy = NodeAffinitySchedulingStrategy(node_id=nid, soft=False)
             actor = self._actor.options(
                 num_cpus=0, max_restarts=0, scheduling_strategy=strategy
             ).remote(os.environ.get("OMP_NUM_THREADS"))
-            self.nodes[nid] = _Node(nid, address, actor, actor.facts.remote())
+            node = self.nodes[nid] = _Node(nid, address, actor, actor.facts.remote())
+            if old is not None:  # its actor died, the node did not
+                with contextlib.suppress(ray.exceptions.RayError, ValueError):
+                    ray.kill(old.actor, no_restart=True)  # should it linger, hung
+                node.restarts = old.restarts + 1
+                n = f"{node.restarts} of {ACTOR_RESTARTS}"
+                self.say(f"restarting the measuring actor of node {node.name} ({n})")
 
     def _lose(self, node: _Node, why: str) -> None:
         node.lost, node.busy = True, False
@@ -436,7 +448,8 @@ class RayMeasurer:
         return since
 
     def _no_node(self, target: str) -> EnvironmentFault:
-        refused = "; ".join(self.refusals[-5:]) or f"no node offers CPUs or {MEASURE_RESOURCE}"
+        said = self.refusals[-5:] + self.lost[-5:]
+        refused = "; ".join(said) or f"no node offers CPUs or {MEASURE_RESOURCE}"
         return EnvironmentFault(
             f"no node of the cluster can measure {target} (waited {self.node_wait:g} s): {refused}"
         )

@@ -249,6 +249,35 @@ def test_refused_node_late_node_and_a_node_killed_mid_measurement(cluster):
         assert sum(m.measured_on.values()) == len(configs)  # each once, none lost
 
 
+def test_a_node_whose_actor_dies_gets_a_new_actor(cluster):
+    """The node stays in the cluster: its candidate is measured again, and a new actor
+    there measures on."""
+    cluster.plain()
+    task = at.Task("matmul", (32, 32, 32), target="host")
+    said = []
+    with RayMeasurer(cluster.address, say=said.append) as m:
+        m.usable_nodes(HOST)
+        m.option = at.MeasureOption(number=1, repeat=2, min_repeat_ms=300)  # long runs
+        configs = [task.config_space.get(i) for i in range(20, 26)]
+        out = {}
+        worker = threading.Thread(target=lambda: out.update(r=m.measure(task, configs)))
+        worker.start()
+        deadline = time.monotonic() + 120
+        while not any(n.busy for n in m.nodes.values()):  # a candidate is being measured
+            assert worker.is_alive() and time.monotonic() < deadline
+            time.sleep(0.05)
+        node = next(n for n in m.nodes.values() if n.busy)
+        ray.kill(node.actor, no_restart=True)
+        worker.join(180)
+        assert not worker.is_alive()
+        assert len(out["r"]) == len(configs) and all(r.ok for r in out["r"])
+        assert sum(m.measured_on.values()) == len(configs)  # each once
+        assert any(s.startswith(f"warning: lost node {node.name}") for s in said), said
+        assert f"restarting the measuring actor of node {node.name} (1 of 2)" in said
+        assert node.name in m.usable_nodes(HOST)  # the new actor measures there
+        assert not m.nodes[node.id].lost and m.nodes[node.id] is not node
+
+
 def test_no_node_of_the_task_target_is_an_environment_fault(cluster):
     task = at.Task("matmul", (16, 16, 16), target="aarch64-neon")  # no node runs it
     with RayMeasurer(cluster.address, say=lambda msg: None, node_wait=0.5) as m:
