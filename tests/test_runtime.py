@@ -616,3 +616,19 @@ def test_a_collected_module_unloads_its_library_and_openmp_stays():
         assert again.lib_path == paths[1]
     finally:
         pt.set_num_threads(before)
+
+
+def test_contraction_off_gives_numpys_rounding():
+    """Multiply-adds contract into FMAs by default; ``-ffp-contract=off`` among a target's
+    flags rounds each product, as numpy does: ``sqrt(x*x - y*y)`` of ``x == y`` is 0,
+    never the NaN that ``fma(x, x, -(y*y))`` gives half the time."""
+    n = pt.var("n")
+    X = pt.placeholder((n,), "float32", name="X")
+    Y = pt.placeholder((n,), "float32", name="Y")
+    Z = pt.compute((n,), lambda i: pt.sqrt(X[i] * X[i] - Y[i] * Y[i]), name="Z")
+    x = np.random.default_rng(0).random(1000, dtype=np.float32)
+    host = pt.Target("host")
+    strict = pt.Target("host", cflags=host.cflags + ("-ffp-contract=off",))
+    pt.build(pt.create_schedule(Z.op), [X, Y, Z], target=host)(x, x.copy())  # cached first
+    got = pt.build(pt.create_schedule(Z.op), [X, Y, Z], target=strict)(x, x.copy())
+    np.testing.assert_array_equal(got, np.sqrt(x * x - x * x))  # all 0: another object
