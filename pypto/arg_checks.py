@@ -215,6 +215,24 @@ def _torch_of(a):
     return torch if torch is not None and isinstance(a, torch.Tensor) else None
 
 
+def _check_torch_tensor(torch, a, name: str) -> None:
+    """``TypeError`` for a PyTorch tensor whose memory is not its values, or that
+    autograd tracks (the same for every dtype: bfloat16's goes through a view of its
+    bits, which DLPack's own refusals would not see)."""
+    if a.layout != torch.strided:
+        raise TypeError(f"argument {name}: a {a.layout} tensor; pass t.to_dense()")
+    if a.is_neg():  # lazy negation (z.conj().imag): DLPack exports the values unnegated
+        raise TypeError(
+            f"argument {name}: a tensor with its negative bit set (a lazy negation, as "
+            "z.conj().imag gives); pass t.resolve_neg()"
+        )
+    if a.requires_grad:
+        raise TypeError(
+            f"argument {name}: a tensor that requires grad (the kernel's reads and writes "
+            "bypass autograd); pass t.detach()"
+        )
+
+
 def as_array(a, name: str) -> np.ndarray:
     """A numpy view of an argument: an ndarray as it is, anything with ``__dlpack__``
     (a PyTorch CPU tensor, ...) through DLPack, without copying; a PyTorch bfloat16
@@ -227,15 +245,11 @@ def as_array(a, name: str) -> np.ndarray:
     if isinstance(a, np.ndarray):
         return a
     torch = _torch_of(a)
-    if torch is not None and a.dtype == torch.bfloat16:
-        return as_array(a.view(torch.int16), name).view(numpy_dtype("bfloat16"))
+    if torch is not None:
+        _check_torch_tensor(torch, a, name)
+        if a.dtype == torch.bfloat16:
+            return as_array(a.view(torch.int16), name).view(numpy_dtype("bfloat16"))
     if hasattr(a, "__dlpack__"):
-        if callable(getattr(a, "is_neg", None)) and a.is_neg():
-            # PyTorch's lazy negation (z.conj().imag): DLPack exports the values unnegated
-            raise TypeError(
-                f"argument {name}: a tensor with its negative bit set (a lazy negation, as "
-                "z.conj().imag gives); pass t.resolve_neg()"
-            )
         try:
             return np.from_dlpack(a)
         except Exception as e:  # noqa: BLE001 - report any exporter failure the same way

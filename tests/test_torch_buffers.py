@@ -104,6 +104,26 @@ def test_a_tensor_with_its_negative_bit_is_refused_not_read_unnegated():
     np.testing.assert_array_equal(mod(lazy.resolve_neg()), -np.arange(1.0, 5.0))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tensors_autograd_tracks_or_not_strided_are_refused_for_every_dtype(dtype):
+    """bfloat16 goes through a view of its bits: it was written with requires_grad set,
+    and its negative bit and sparse layout met PyTorch's own errors."""
+    n = pt.var("n")
+    A = pt.placeholder((n,), dtype, name="A")
+    C = pt.compute((n,), lambda i: A[i], name="C")
+    mod = pt.build(pt.create_schedule(C.op), [A, C])
+    a = torch.arange(1, 5, dtype=getattr(torch, dtype))
+    leaf = torch.zeros(4, dtype=a.dtype, requires_grad=True)
+    with pytest.raises(TypeError, match="argument C: a tensor that requires grad"):
+        mod(a, leaf)
+    assert torch.equal(leaf.detach(), torch.zeros(4, dtype=a.dtype))  # not written
+    with pytest.raises(TypeError, match="argument A: a tensor with its negative bit set"):
+        mod(torch._neg_view(a))
+    with pytest.raises(TypeError, match="argument A: a torch.sparse_coo tensor; pass"):
+        mod(a.to_sparse())
+    assert torch.equal(mod(a), a)
+
+
 def _plus_100():
     A = pt.placeholder((4,), "float32", name="A")
     W = pt.compute((4,), lambda i: A[i] + 100.0, name="W")
