@@ -104,13 +104,24 @@ def aligned_empty(shape: tuple, dtype) -> np.ndarray:
     return raw[start : start + n].view(dt).reshape(shape)
 
 
-def stand_in(a: np.ndarray) -> np.ndarray:
-    """What a kernel gets for an array of no elements: a zeroed buffer of its shape with
-    every empty dimension 1. No proven access reaches an empty array, but one whose
-    data index failed its run-time check goes on at index 0 (the call then raises
-    IndexError): it lands here, not outside the caller's array. (Zeroed by calloc: a
-    large one costs no memory until touched.)"""
-    return np.zeros(tuple(max(d, 1) for d in a.shape), a.dtype)
+def stand_in(a: np.ndarray, name: str, checked: bool) -> np.ndarray:
+    """What a kernel gets for an array of no elements. No proven access reaches an empty
+    array, so a kernel without run-time index checks gets one zeroed element. With
+    ``checked`` ones, an access whose data index failed its check goes on at index 0
+    in that dimension (the call then raises IndexError): it gets a zeroed buffer of the
+    array's shape with every empty dimension 1, where such accesses land, not outside
+    the caller's array. (Zeroed by calloc: a large one costs no memory until touched;
+    one too large for the address space is a ``MemoryError`` naming the argument.)"""
+    if not checked:
+        return np.zeros(1, a.dtype)
+    shape = tuple(max(d, 1) for d in a.shape)
+    try:
+        return np.zeros(shape, a.dtype)
+    except (MemoryError, ValueError):
+        raise MemoryError(
+            f"argument {name} is empty, but the kernel checks data-dependent indices at run "
+            f"time and needs a stand-in of shape {shape} for it, which cannot be allocated"
+        ) from None
 
 
 def aligned_copy(a: np.ndarray) -> np.ndarray:

@@ -309,7 +309,10 @@ class Module:
                 raise ValueError(f"argument {name} is not C-contiguous; pass {fix}")
             if out and not arr.flags.writeable:
                 raise ValueError(f"argument {name} is written but the array is read-only")
-        arrays = [a if a.size else stand_in(a) for a in arrays]
+        checked = bool(self.signature.index_checks)
+        arrays = [
+            a if a.size else stand_in(a, spec[0], checked) for a, spec in zip(arrays, self._specs)
+        ]
         addresses = [a.ctypes.data for a in arrays]
         check_overlap(arrays, self._specs, self._written, addresses)
         check_tensor_writes(args, self._specs, self._written)

@@ -578,6 +578,28 @@ def test_a_failed_data_index_into_an_empty_tensor_touches_nothing():
     np.testing.assert_array_equal(gather(np.zeros(0, np.float32), x[:0]), [])  # no access
 
 
+def test_an_empty_array_with_a_huge_other_dimension_is_a_call_that_does_nothing():
+    """Was: its stand-in had the shape with each 0 made 1, 4 TiB for (0, 2**40): a
+    MemoryError for a call with nothing to compute. A kernel without run-time index
+    checks gets one element; one with them names the argument it cannot stand in for."""
+    n, m = pt.var("n"), pt.var("m")
+    A = pt.placeholder((n, m), "float32", name="A")
+    C = pt.compute((n, m), lambda i, j: A[i, j] + 1, name="C")
+    mod = pt.build(pt.create_schedule(C.op), [A, C])
+    assert mod(np.zeros((0, 2**40), np.float32)).shape == (0, 2**40)
+    out = np.zeros((3, 0), np.float32)
+    mod(np.zeros((3, 0), np.float32), out)
+    k = pt.var("k")
+    X = pt.placeholder((k,), "int64", name="X")
+    G = pt.compute((k,), lambda i: A[X[i], 5], name="G")
+    gather = pt.build(pt.create_schedule(G.op), [A, X, G])
+    assert gather(np.zeros((0, 2**20), np.float32), np.zeros(0, np.int64)).shape == (0,)
+    with pytest.raises(MemoryError, match=r"argument A is empty, but the kernel checks data"):
+        gather(np.zeros((0, 2**50), np.float32), np.zeros(3, np.int64))
+    with pytest.raises(IndexError, match="an index into A computed from data"):
+        gather(np.zeros((0, 8), np.float32), np.zeros(3, np.int64))
+
+
 @pytest.mark.skipif(not hasattr(os, "RTLD_NOLOAD"), reason="a platform without RTLD_NOLOAD")
 def test_a_collected_module_unloads_its_library_and_openmp_stays():
     """A process building kernel after kernel must not keep every library mapped
