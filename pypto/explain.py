@@ -10,6 +10,7 @@ stage 'T.update(0)': T[ri, rj] = max(T[ri - 1, rj], T[ri, rj - 1]) + S[ri, rj]
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from .bounds import Bounds
@@ -59,15 +60,25 @@ def _leaf_distance(m: GroupModel, d, st: Stage) -> str:
 
 
 class Explanation(str):
-    """The report as text; at a Python prompt (its ``repr``) it shows as the report
-    itself rather than as a quoted string of ``\\n``: ``s.explain()`` there prints it."""
+    """The report as text (``str``), returned by ``explain`` after it printed it: at a
+    Python prompt its ``repr`` is one line, so the report does not show twice."""
 
     def __repr__(self) -> str:
-        return str(self)
+        stages = self.count("\nstage '") + self.startswith("stage '")
+        return f"<explanation of {stages} stage(s), printed above; str() gives the text>"
 
 
-def explain(sch: Schedule) -> Explanation:
-    """Text for every stage: loop nest, dependences (distance vectors), legal annotations."""
+def explain(sch: Schedule, file=None) -> Explanation:
+    """Print, per stage, the loop nest, the dependences (distance vectors) and which
+    loops are legal to parallelize or vectorize, to ``file`` (default: stdout); return
+    the report as text."""
+    text = report(sch)
+    print(text, file=file if file is not None else sys.stdout, end="")
+    return text
+
+
+def report(sch: Schedule) -> Explanation:
+    """The text ``explain`` prints."""
     low = Bounds(sch)
     cmap = cluster_map(sch)
     lines = []

@@ -115,11 +115,11 @@ class Schedule:
         attach (``g.compute_at(s[C], loop)``) or inline together (``pypto.group``)."""
         return create_group(self, outputs, inputs, include_inputs)
 
-    def explain(self) -> str:
-        """Per stage: the loop nest, the dependences with their distance vectors, and
-        which loops may be parallelized or vectorized: text (``print(s.explain())`` in a
-        script) that a Python prompt shows as it is."""
-        return explain(self)
+    def explain(self, file=None) -> str:
+        """Print, per stage, the loop nest, the dependences with their distance vectors,
+        and which loops may be parallelized or vectorized (to ``file``, default stdout);
+        return the report as text."""
+        return explain(self, file)
 
     @property
     def steps(self) -> list[dict]:

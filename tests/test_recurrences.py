@@ -414,7 +414,7 @@ def test_update_added_after_create_schedule_refused():
 # ---------------------------------------------------------------- explain
 
 
-def test_explain_reports_dependences_and_parallel_loops():
+def test_explain_reports_dependences_and_parallel_loops(capsys):
     S, T, ri, rj = dp()
     s = pt.create_schedule(T.op)
     u = s[T].update(0)
@@ -429,8 +429,9 @@ def test_explain_reports_dependences_and_parallel_loops():
     assert "parallel/vectorize: yes" in ri_line
     assert "RAW  T[ri, rj] reads T[ri - 1, rj - 1], written by T[ri, rj]   distance (2, 1)" in text
     assert pt.explain(s) == text
-    # at a Python prompt the report shows as text, not as a quoted string of \n
-    assert isinstance(text, str) and repr(text) == str(text) and "\\n" not in repr(text)
+    # printed (API.md: s.explain() prints), and at a Python prompt not shown again
+    assert capsys.readouterr().out == text + text
+    assert repr(text) == "<explanation of 2 stage(s), printed above; str() gives the text>"
 
 
 # ---------------------------------------------------------------- compute_at inside parallel loops
