@@ -238,20 +238,32 @@ def read_log(path: str) -> tuple[list[Record], int]:
 
 
 def load_records(src) -> list[Record]:
-    """Records from a path, a list of paths, or records; corrupt lines skipped with a warning."""
-    if isinstance(src, Record):
-        return [src]
+    """Records from a path, a list of paths, or records (``Record``s, or log lines parsed
+    as JSON: dicts); corrupt lines skipped with a warning, a dict that is no valid
+    record a ``ValueError``."""
+    if isinstance(src, (Record, dict)):
+        src = [src]
     if isinstance(src, (str, bytes, os.PathLike)):
         src = [src]
     if not hasattr(src, "__iter__"):
-        raise TypeError(f"tuning records come from log paths or Records, got {src!r}")
+        raise TypeError(
+            f"tuning records come from log paths, Records or their JSON dicts, got {src!r}"
+        )
     out: list[Record] = []
     for item in src:
         if isinstance(item, Record):
             out.append(item)
             continue
+        if isinstance(item, dict):  # a log line, parsed
+            try:
+                out.append(Record.from_json(json.dumps(item)))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"not a valid tuning record ({e}): {item!r:.200}") from None
+            continue
         if not isinstance(item, (str, bytes, os.PathLike)):
-            raise TypeError(f"tuning records come from log paths or Records, got {item!r}")
+            raise TypeError(
+                f"tuning records come from log paths, Records or their JSON dicts, got {item!r}"
+            )
         path = os.fsdecode(item)
         if not os.path.exists(path):
             raise FileNotFoundError(f"no tuning log at {path}")

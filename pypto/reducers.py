@@ -40,6 +40,8 @@ class CommReducer:
     @property
     def takes_tuples(self) -> bool:
         """Whether it reduces tuples (argmax): its identity takes a dtype per element."""
+        if isinstance(self.fidentity, _Identity):
+            return isinstance(self.fidentity.value, tuple)
         try:
             params = inspect.signature(self.fidentity).parameters.values()
         except (TypeError, ValueError):  # a builtin: one dtype
@@ -147,11 +149,45 @@ class CommReducer:
         return f"CommReducer({self.name})"
 
 
-def comm_reducer(fcombine: Callable, fidentity: Callable, name: str = "reduce") -> CommReducer:
-    """``pt.comm_reducer(lambda x, y: ..., lambda dtype: pt.const(...))``.
+class _Identity:
+    """An identity given as a constant (``pt.comm_reducer(f, 1.0)``), or a tuple of them
+    for a tuple reducer: the same value for every dtype."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, *dtypes):
+        return self.value
+
+    def __reduce__(self):
+        return (_Identity, (self.value,))
+
+
+def _is_constant(v) -> bool:
+    return isinstance(v, (bool, int, float, Const)) and not isinstance(v, type)
+
+
+def comm_reducer(fcombine: Callable, fidentity, name: str = "reduce") -> CommReducer:
+    """``pt.comm_reducer(lambda x, y: ..., lambda dtype: pt.const(...))``, or with the
+    identity as a constant (``pt.comm_reducer(lambda x, y: x * y, 1)``; a tuple of
+    constants for a tuple reducer).
 
     Returns a reducer used like ``pt.sum``: ``myred(expr, axis=k)``.
     """
+    if not callable(fcombine):
+        raise TypeError(
+            f"comm_reducer: fcombine must be a function of two values, got {fcombine!r}"
+        )
+    if not callable(fidentity):
+        if isinstance(fidentity, list):
+            fidentity = tuple(fidentity)
+        parts = fidentity if isinstance(fidentity, tuple) else (fidentity,)
+        if not parts or not all(_is_constant(v) for v in parts):
+            raise TypeError(
+                "comm_reducer: the identity is a function of the dtype (lambda t: "
+                f"pt.const(0, t)) or a constant (or a tuple of them), got {fidentity!r}"
+            )
+        fidentity = _Identity(fidentity)
     return CommReducer(fcombine, fidentity, name)
 
 

@@ -637,15 +637,21 @@ def test_pick_best(tmp_path):
 def test_records_from_what_is_not_a_log_are_refused_by_name(tmp_path):
     with pytest.raises(IsADirectoryError, match=f"{tmp_path} is a directory, not a tuning log"):
         at.load_records(str(tmp_path))
-    with pytest.raises(TypeError, match="tuning records come from log paths or Records, got 5"):
+    with pytest.raises(TypeError, match="come from log paths, Records or their JSON dicts, got 5"):
         at.load_records([5])
-    with pytest.raises(TypeError, match="come from log paths or Records, got 42"):
+    with pytest.raises(TypeError, match="come from log paths, Records or their JSON dicts, got 42"):
         with at.apply_history_best(42):  # was: 'int' object is not iterable
             pass
     log = tmp_path / "a.jsonl"
     at.append_records(str(log), [at.Record(at.workload_key("toy_matmul", [8, 8, 8]), "t",
                                            {"c": 1}, costs=[1.0])])  # fmt: skip
     assert len(at.load_records(os.fsencode(log))) == 1  # a bytes path is a path
+    # log lines parsed as JSON are records too (API.md: "a path, a list of paths, or records")
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert at.load_records(lines) == at.load_records(str(log)) == at.load_records(lines[0:1])
+    assert at.load_records(lines[0]) == at.load_records(str(log))
+    with pytest.raises(ValueError, match=r"not a valid tuning record \(unknown format version"):
+        at.load_records([{**lines[0], "version": 99}])
 
 
 # ---------------------------------------------------------------- the command line

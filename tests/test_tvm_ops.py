@@ -299,3 +299,27 @@ def test_iter_var_domain_as_tvm_range_and_gpu_primitives_name_their_cpu_counterp
     with pytest.raises(AttributeError, match="'Stage' object has no attribute 'nothing'"):
         s[C].nothing  # noqa: B018
     assert not hasattr(pt, "no_such_name")
+
+
+def test_comm_reducer_takes_its_identity_as_a_constant():
+    """``pt.comm_reducer(f, 1.0)`` (was: 'float' object is not callable, at lowering); a
+    tuple of constants for a tuple reducer; anything else refused at once."""
+    A = pt.placeholder((4, 6), "float32", name="A")
+    k = pt.reduce_axis((0, 6), name="k")
+    prod = pt.comm_reducer(lambda a, b: a * b, 1.0, name="prod")
+    C = pt.compute((4,), lambda i: prod(A[i, k], axis=k), name="C")
+    a = np.random.default_rng(0).random((4, 6), dtype=np.float32) + 0.5
+    np.testing.assert_allclose(pt.build(pt.create_schedule(C.op), [A, C])(a), a.prod(1), 1e-5)
+
+    def better(x, y):
+        keep = x[1] >= y[1]
+        return pt.select(keep, x[0], y[0]), pt.select(keep, x[1], y[1])
+
+    argmax = pt.comm_reducer(better, (-1, -3.0e38))
+    idx, val = pt.compute((4,), lambda i: argmax((k, A[i, k]), axis=k), name="am")
+    got_idx, got_val = pt.build(pt.create_schedule(idx.op), [A, idx, val])(a)
+    np.testing.assert_array_equal(got_idx, a.argmax(1))
+    np.testing.assert_array_equal(got_val, a.max(1))
+    for bad in ("zero", None, ()):
+        with pytest.raises(TypeError, match="comm_reducer: the identity is a function of"):
+            pt.comm_reducer(lambda x, y: x + y, bad)
