@@ -487,3 +487,16 @@ def test_the_summary_counts_the_logs_trials_and_this_runs(home, tmp_path, capsys
     assert cli_main([*run, "1"]) == 0  # config 0 again
     out = capsys.readouterr().out
     assert f"best of 1 trial(s) and {held} config(s) the log held before:" in out
+
+
+def test_shipped_logs_spell_their_fields_as_the_api_does():
+    """API.md §4: ``version`` and ``timestamp``; a reader written to the contract reads
+    every shipped line (pypto also reads the older ``v`` and ``ts``)."""
+    logs = store.shipped_logs()
+    assert logs
+    for path in logs:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                d = json.loads(line)
+                assert d["version"] == 1 and d["timestamp"] > 0, f"{path}:{n}"
+                assert "v" not in d and "ts" not in d, f"{path}:{n}"
