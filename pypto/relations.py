@@ -213,3 +213,16 @@ def root_sources(relations: list, leaf: IterVar) -> set:
         else:
             out.add(iv)
     return out
+
+
+def derives_from(relations, loop, axis) -> bool:
+    """Whether ``loop`` is ``axis`` or made from it by ``relations`` (splits, fuses...)."""
+    seen, todo = set(), [loop]
+    while todo:
+        iv = todo.pop()
+        if iv is axis:
+            return True
+        if iv not in seen:
+            seen.add(iv)
+            todo.extend(p for rel in relations if iv in rel.created for p in rel.parents)
+    return False

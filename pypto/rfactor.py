@@ -36,6 +36,7 @@ from __future__ import annotations
 from .dtypes import INDEX, accumulator_dtype
 from .errors import ScheduleError
 from .expr import Binary, Cast, Const, Reduce, Select, conjunction, substitute, vars_of
+from .relations import derives_from
 from .simplify import simplify
 from .tensor import ComputeOp, IterVar, make_iter_var
 
@@ -171,3 +172,18 @@ def _as(e, dtype: str):
 def _rest_name(iv: IterVar, roots: list, made: list) -> str:
     """``k.r`` for the one other loop of one split root; else the loop's own name."""
     return f"{roots[0].name}.r" if len(roots) == 1 and len(made) == 1 else iv.name
+
+
+def loop_to_factor(stage, axis, factor_axis):
+    """``(loop, factor_axis)`` of ``s[C].rfactor(axis, factor_axis)``, where
+    ``factor_axis`` may also be a loop made from the reduce axis ``axis`` (the API's
+    ``s[C].rfactor(k, ki)``: factor ``ki`` at position 0)."""
+    if not isinstance(factor_axis, IterVar):
+        return axis, factor_axis
+    if not derives_from(stage.relations, factor_axis, axis):
+        raise ScheduleError(
+            f"rfactor({axis.name}, {factor_axis.name}) on stage '{stage.name}': "
+            f"{factor_axis.name} is no loop made from {axis.name} (give the loop to factor "
+            "alone: rfactor(loop), or rfactor(loop, factor_axis: int))"
+        )
+    return factor_axis, 0

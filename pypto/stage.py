@@ -23,6 +23,7 @@ from .extern import refuse_extern
 from .intrin import TensorIntrin
 from .prefetch import check_prefetch
 from .relations import Fuse, Shift, Skew, Split
+from .rfactor import loop_to_factor
 from .tensor import ComputeOp, IterVar, Operation, PlaceholderOp, Tensor, make_iter_var
 from .transform_layout import layout_text
 
@@ -386,8 +387,9 @@ class Stage:
         """Unroll a loop: constant extents are expanded in the IR, others by the compiler."""
         self.schedule.apply(steps.Unroll(self, iv))
 
-    def rfactor(self, axis, factor_axis: int = 0):
-        """``s[C].rfactor(k)`` is TVM's ``s.rfactor(C, k)`` (``Schedule.rfactor``)."""
+    def rfactor(self, axis, factor_axis=0):
+        """TVM's ``s.rfactor(C, k)``; ``rfactor(k, ki)`` factors ``ki``, a loop of ``k``."""
+        axis, factor_axis = loop_to_factor(self, axis, factor_axis)
         return self.schedule.rfactor(self.op.output(0), axis, factor_axis)
 
     def pragma(self, iv, name: str, value=None):

@@ -32,6 +32,21 @@ def test_rfactor_inner_of_split(factor):
     np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
 
 
+def test_stage_rfactor_names_the_axis_and_its_loop():
+    """API.md §2's ``s[C].rfactor(k, ki)``: the reduce axis and the loop of it to factor."""
+    A, C, k = row_sum()
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    CF = s[C].rfactor(k, ki)
+    assert [str(d) for d in CF.shape] == ["4", "n"]
+    a = RNG.random((6, 13), "float32")
+    np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
+    s = pt.create_schedule(C.op)
+    ko, ki = s[C].split(k, factor=4)
+    with pytest.raises(pt.ScheduleError, match=r"rfactor\(k, i\) on stage 'C': i is no loop"):
+        s[C].rfactor(k, C.op.axis[0])
+
+
 def test_rfactor_outer_of_split_parallel_and_attached():
     A, C, k = row_sum(m=64, dtype="float64")
     s = pt.create_schedule(C.op)
@@ -215,8 +230,10 @@ def test_stage_rfactor_is_the_schedule_primitive():
     ko, ki = s[C].split(k, factor=4)
     CF = s[C].rfactor(ki)
     assert CF.name == "C.rf" and s.steps[-1]["prim"] == "rfactor"
+    with pytest.raises(pt.ScheduleError, match="k.inner is no loop made from k.r"):
+        s[CF].rfactor(s[CF].op.reduce_axis[0], factor_axis=ki)  # a loop of another stage
     with pytest.raises(TypeError, match="rfactor: factor_axis must be an int"):
-        s[CF].rfactor(s[CF].op.reduce_axis[0], factor_axis=ki)
+        s[CF].rfactor(s[CF].op.reduce_axis[0], factor_axis="0")
     a = RNG.random((3, 12), "float32")
     np.testing.assert_allclose(pt.build(s, [A, C])(a), a.sum(1), rtol=1e-5)
 
