@@ -371,6 +371,7 @@ def attention(
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
     B, H, S, D = q.shape
+    dts = {n: dtype_name(t, f"attention: {n}", allowed=ROW_DTYPES) for t, n in ((k, "k"), (v, "v"))}
     Hk, Sk = (k.shape[1], k.shape[2]) if k.dim() == 4 else (None, None)
     heads = Hk if enable_gqa and Hk and H % Hk == 0 else H
     for t, n, want in ((k, "k", (B, heads, D)), (v, "v", (B, heads, Sk))):
@@ -381,7 +382,7 @@ def attention(
                 "(k: [B, Hkv, S_kv, D] with q's B and D; v: [B, Hkv, S_kv, Dv]; Hkv is q's "
                 "H, or with enable_gqa a divisor of it)"
             )
-        if dtype_name(t, f"attention: {n}", allowed=ROW_DTYPES) != dt:
+        if dts[n] != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
     mask = None if attn_mask is None else _mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:

@@ -68,22 +68,27 @@ def rows_cols(x: torch.Tensor) -> tuple[int, int]:
 
 
 def check_vector(w: torch.Tensor, cols: int, dtype: str, name: str, of: str = "x"):
+    got = dtype_name(w, name, allowed=ROW_DTYPES)
     if tuple(w.shape) != (cols,):
         raise ValueError(f"{name}: shape {tuple(w.shape)}, expected ({cols},) (the last dim of x)")
-    if dtype_name(w, name, allowed=ROW_DTYPES) != dtype:
+    if got != dtype:
         raise TypeError(f"{name}: dtype {w.dtype} differs from {of}'s ({dtype})")
 
 
-def norm_params(dtype: str, name: str, cols: int, weight: torch.Tensor, bias=None) -> str:
+def norm_params(dtype: str, name: str, cols: int, weight: torch.Tensor, *bias) -> str:
     """The dtype of a norm's weight (and bias), checked against x's ``dtype`` and
     ``cols``: x's own, or float32 beside bfloat16 or float16 x (a float32 module's
     parameters under autocast, as PyTorch's norms take them); both of one dtype."""
+    given = [(weight, "weight", "torch.ones"), *((b, "bias", "torch.zeros") for b in bias)]
+    for t, n, like in given:
+        if t is None:  # F.layer_norm's and F.rms_norm's may be; the operators' schemas say not
+            raise TypeError(f"{name}: {n} is None; pass {like}({cols}) for none")
     wdt = dtype_name(weight, f"{name}: weight", allowed=ROW_DTYPES)
     if not (wdt == "float32" and dtype in ("bfloat16", "float16")):
         wdt = dtype
     check_vector(weight, cols, wdt, f"{name}: weight")
-    if bias is not None:
-        check_vector(bias, cols, wdt, f"{name}: bias", of="weight" if wdt != dtype else "x")
+    for b in bias:  # layer_norm's
+        check_vector(b, cols, wdt, f"{name}: bias", of="weight" if wdt != dtype else "x")
     return wdt
 
 
@@ -114,6 +119,9 @@ def flat(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 def check_like(t: torch.Tensor, ref: torch.Tensor, what: str, ref_name: str) -> None:
     """``ValueError`` unless ``t`` has ``ref``'s shape (a gradient of the wrong shape with
     as many elements must not be reshaped into place), ``TypeError`` unless its dtype."""
+    if not isinstance(t, torch.Tensor):
+        got = "None" if t is None else type(t).__name__
+        raise TypeError(f"{what}: expected a torch.Tensor, got {got}")
     if tuple(t.shape) != tuple(ref.shape):
         raise ValueError(
             f"{what}: shape {tuple(t.shape)} differs from {ref_name}'s {tuple(ref.shape)}"

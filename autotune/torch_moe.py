@@ -125,6 +125,9 @@ def moe(
     is computed in float32 (x converted per call, the weights once, as they are
     packed) and the output rounded once."""
     dt = dtype_name(x, "moe: x", allowed=_DTYPES)
+    given = {"w_gate": w_gate, "w_up": w_up, "w_down": w_down, "topk_weights": topk_weights}
+    dts = {n: dtype_name(t, f"moe: {n}", allowed=_DTYPES) for n, t in given.items()}
+    dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
     if x.dim() != 2:
         raise ValueError(f"moe: x must be [T, d_model], got shape {tuple(x.shape)}")
     T, d = x.shape
@@ -136,20 +139,14 @@ def moe(
     for t, n, want in ((w_up, "w_up", (E, F, d)), (w_down, "w_down", (E, d, F))):
         if tuple(t.shape) != want:
             raise ValueError(f"moe: {n} must be {list(want)}, got {list(t.shape)}")
-    for t, n in (
-        (w_gate, "w_gate"),
-        (w_up, "w_up"),
-        (w_down, "w_down"),
-        (topk_weights, "topk_weights"),
-    ):
-        if dtype_name(t, f"moe: {n}", allowed=_DTYPES) != dt:
-            raise TypeError(f"moe: {n} has dtype {t.dtype}, x has {x.dtype}")
+    for n, got in dts.items():
+        if got != dt:
+            raise TypeError(f"moe: {n} has dtype {given[n].dtype}, x has {x.dtype}")
     if topk_ids.dim() != 2 or topk_ids.shape[0] != T or topk_weights.shape != topk_ids.shape:
         raise ValueError(
             f"moe: topk_ids and topk_weights must both be [{T}, k], got "
             f"{list(topk_ids.shape)} and {list(topk_weights.shape)}"
         )
-    dtype_name(topk_ids, "moe: topk_ids", allowed=("int32", "int64"))
     if topk_ids.shape[1] > E:
         raise ValueError(
             f"moe: topk_ids picks {topk_ids.shape[1]} experts per token, but there are {E} "

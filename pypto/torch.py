@@ -66,13 +66,20 @@ _NUMPY_DTYPES = frozenset(t for t in TORCH_DTYPES if t is not torch.bfloat16)  #
 
 
 def dtype_name(t: torch.Tensor, name: str, allowed=("float32", "float64")) -> str:
-    """The pypto dtype of tensor ``t``; a ``TypeError`` naming ``name`` if not ``allowed``."""
-    if isinstance(t, torch.Tensor) and t.layout != torch.strided:
+    """The pypto dtype of tensor ``t``; a ``TypeError`` naming ``name`` if not ``allowed``
+    (or not a tensor at all)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {_what(t)}")
+    if t.layout != torch.strided:
         raise TypeError(f"{name}: a {t.layout} tensor; pypto takes dense ones (t.to_dense())")
     d = TORCH_DTYPES.get(t.dtype)
     if d not in allowed:
         raise TypeError(f"{name}: dtype {t.dtype} is not supported (expected {', '.join(allowed)})")
     return d
+
+
+def _what(v) -> str:
+    return "None" if v is None else type(v).__name__
 
 
 def as_numpy(t: torch.Tensor, name: str) -> np.ndarray:

@@ -929,3 +929,21 @@ def test_vmap_of_the_row_operators_uses_their_batching_rules(bdim):
             vm(sq)(torch.randn(2, 3, 4))
     finally:
         fallback(True)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x, w: ops.layer_norm(x, w, None, 1e-5), "layer_norm: bias is None; pass torch.z"),
+        (lambda x, w: ops.rms_norm(x, None), "rms_norm: weight is None; pass torch.ones(8)"),
+        (lambda x, w: ops.gelu(None), "gelu: x: expected a torch.Tensor, got None"),
+        (lambda x, w: ops.softmax_backward(x, None, -1), "softmax_backward: dy: expected a torch"),
+        (lambda x, w: ops.attention(x[None, None], x[None, None], None), "attention: v: expected"),
+        (lambda x, w: ops.moe(x, None, None, None, None, None), "moe: w_gate: expected a torch"),
+    ],
+)
+def test_none_for_a_tensor_is_refused_by_name(call, message):
+    """Was: AttributeError ('NoneType' object has no attribute 'shape') from inside."""
+    x, w = torch.randn(4, 8), torch.randn(8)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        call(x, w)
