@@ -128,14 +128,17 @@ INT_TO_FLOAT = "static inline {f} {name}({i} r) {{\n  return r == 0 ? ({f})0 : (
 
 # ``malloc``: the block aliases no other pointer, so gcc may keep values of one buffer
 # in registers across stores to another (predictive commoning); ``noinline`` keeps
-# that knowledge, which inlining the body would lose
-ALLOC = """__attribute__((malloc, noinline)) static void* pt_alloc(size_t bytes) {
+# that knowledge, which inlining the body would lose; ``assume_aligned``: the block
+# starts on a cache line, so vector loads and stores of it may be aligned ones
+ALLOC = """__attribute__((malloc, noinline, assume_aligned(64)))
+static void* pt_alloc(size_t bytes) {
   void* p = NULL;
   size_t n = (bytes + 63) / 64 * 64;
   if (posix_memalign(&p, 64, n ? n : 64) != 0) return NULL;
   return p;
 }
-__attribute__((malloc, noinline)) static void* pt_alloc_or_die(size_t bytes) {
+__attribute__((malloc, noinline, assume_aligned(64)))
+static void* pt_alloc_or_die(size_t bytes) {
   void* p = pt_alloc(bytes);
   if (!p) { fputs("pypto: out of memory in a parallel region\\n", stderr); abort(); }
   return p;
@@ -149,7 +152,8 @@ __attribute__((malloc, noinline)) static void* pt_alloc_or_die(size_t bytes) {
 WORKSPACE = """static void* pt_ws_block[{n}];
 static size_t pt_ws_bytes[{n}];
 static int pt_ws_busy;
-__attribute__((malloc, noinline)) static void* pt_workspace(int slot, size_t bytes) {{
+__attribute__((malloc, noinline, assume_aligned(64)))
+static void* pt_workspace(int slot, size_t bytes) {{
   if (pt_ws_block[slot] && pt_ws_bytes[slot] >= bytes) return pt_ws_block[slot];
   free(pt_ws_block[slot]);
   pt_ws_block[slot] = pt_alloc(bytes);
