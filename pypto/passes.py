@@ -26,6 +26,8 @@ only the statement kinds it is about.
   of its body, each with the loop variable replaced by a constant.
 - ``promote_accumulators`` (``pypto/promote.py``): an element a serial loop
   keeps updating is held in a local scalar for the loop's duration.
+- ``hoist_checks`` (``pypto/hoist.py``): a run-time checked index a loop does not
+  change is computed once before it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import replace
 
 from .dtypes import INDEX
 from .expr import FLIP, Binary, Cmp, Const, Expr, Not, Var, conjunction, substitute, vars_of
+from .hoist import hoist_checks
 from .index_sets import split_index_sets
 from .intervals import INF, Ranges, bounds
 from .loop_ir import (
@@ -291,6 +294,7 @@ PIPELINE = (
     ),
     ("unroll", lambda s, ranges, sizes: unroll(s, ranges)),
     ("promote_accumulators", lambda s, ranges, sizes: promote_accumulators(s)),
+    ("hoist_checks", lambda s, ranges, sizes: hoist_checks(s)),
 )
 
 

@@ -654,3 +654,30 @@ def test_contraction_off_gives_numpys_rounding():
     pt.build(pt.create_schedule(Z.op), [X, Y, Z], target=host)(x, x.copy())  # cached first
     got = pt.build(pt.create_schedule(Z.op), [X, Y, Z], target=strict)(x, x.copy())
     np.testing.assert_array_equal(got, np.sqrt(x * x - x * x))  # all 0: another object
+
+
+def test_a_checked_index_a_loop_leaves_unchanged_is_computed_before_it():
+    """A row gather ``Y[s, c] = X[I[s], c]``: the check of ``I[s]`` ran in every
+    iteration of ``c``, a branch that kept the copy from vectorizing. It runs once per
+    row now, with the same results and the same IndexError; a loop that may not run
+    keeps its check inside (a hoisted one would fail where nothing was read)."""
+    n, m = pt.var("n"), pt.var("m")
+    X = pt.placeholder((n, 64), "float32", name="X")
+    Idx = pt.placeholder((m,), "int64", name="Idx")
+    Y = pt.compute((m, 64), lambda s, c: X[Idx[s], c], name="Y")
+    sch = pt.create_schedule(Y.op)
+    sch[Y].vectorize(Y.op.axis[1])
+    mod = pt.build(sch, [X, Idx, Y])
+    lines = [ln.strip() for ln in mod.source.splitlines()]
+    hoisted = lines.index("const int64_t checked = pt_checked_index(Idx[s], n, -16, &status);")
+    assert lines[hoisted + 1] == "#pragma omp simd"
+    assert "Y[s * 64 + c] = X[checked * 64 + c];" in lines
+    x = np.random.default_rng(0).random((5, 64), dtype=np.float32)
+    idx = np.array([4, 0, 2, 2], np.int64)
+    np.testing.assert_array_equal(mod(x, idx), x[idx])
+    with pytest.raises(IndexError, match="an index into X computed from data"):
+        mod(x, np.array([1, 5], np.int64))
+    W = pt.compute((m, n), lambda s, c: X[Idx[s], 0] + X[c, 1], name="W")  # c: 0..n, maybe none
+    wmod = pt.build(pt.create_schedule(W.op), [X, Idx, W])
+    assert "const int64_t checked" not in wmod.source
+    assert wmod(np.zeros((0, 64), np.float32), np.array([3], np.int64)).shape == (1, 0)
