@@ -27,7 +27,7 @@ from .c_helpers import (
     WORKSPACE_MAX,
 )
 from .errors import BuildError
-from .expr import Binary, Cast, Const, Load
+from .expr import Binary, Cast, Const, Load, vars_of
 from .intervals import INF, bounds
 from .intrin import intrin_fences
 from .loop_ir import (
@@ -45,6 +45,7 @@ from .loop_ir import (
     written_buffers,
 )
 from .prefetch import LEVELS
+from .structural import skey
 from .target import CACHE_LINE, Target
 
 ALIGN = CACHE_LINE  # local buffers start on a cache line
@@ -125,8 +126,11 @@ class CodeGen:
                 self.emit(depth, "#pragma omp parallel")
                 self.emit(depth, "{")
                 depth += 1
-                for name, t, nbytes in scratch:
-                    self.emit(depth, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die({nbytes});")
+                for name, t, nbytes, _ in scratch:
+                    if nbytes is None:  # sized at run time: at its first use (if any)
+                        self.emit(depth, f"{t}* restrict {name} = NULL;")
+                    else:
+                        self.emit(depth, f"{t}* restrict {name} = ({t}*)pt_alloc_or_die({nbytes});")
                 self.emit(depth, "#pragma omp for schedule(static)")
             else:
                 self.emit(depth, "#pragma omp parallel for schedule(static)")
@@ -159,24 +163,42 @@ class CodeGen:
         self.parallel_depth -= s.kind == "parallel"
         self.emit(depth, "}")
         if scratch:
-            for name, _, _ in reversed(scratch):
+            for name, *_ in reversed(scratch):
                 self.emit(depth, f"free({name});")
             self.emit(depth - 1, "}")
 
     def scratch(self, body) -> list:
-        """The heap buffers of constant size allocated inside a parallel loop's body, as
-        ``(C name, C type, bytes)``: allocated once per thread around the loop instead of
-        once per iteration (a thread runs its iterations one after another, and a fresh
-        block holds nothing an iteration may read). Softmax's 16 KiB row of exponentials
-        cost a malloc and a free per row, 2-5% of its time on a Zen 4."""
-        out = {}
+        """The heap buffers allocated inside a parallel loop's body, as ``(C name, C
+        type, bytes or None, buffer)``: allocated once per thread around the loop instead
+        of once per iteration (a thread runs its iterations one after another, and a
+        fresh block holds nothing an iteration may read). Softmax's 16 KiB row of
+        exponentials cost a malloc and a free per row, 2-5% of its time on a Zen 4. A
+        buffer of constant size gets its largest; one sized by the kernel's sizes only
+        (None: computed at run time) the same shape in every copy of it."""
+        out, shapes, mixed = {}, {}, set()
+        size_vars = {id(v) for v in self.func.size_vars}
         for a in walk_stmts(body):
-            if isinstance(a, Allocate):
-                nbytes = self.const_bytes(a)
-                if nbytes is not None and STACK_LIMIT < nbytes <= MAX_BYTES:
-                    name = self.namer(a.buffer, a.buffer.name)
-                    t = dtypes.dtype(a.buffer.dtype).c_storage
-                    out[name] = (name, t, max(nbytes, out.get(name, ("", "", 0))[2]))
+            if not isinstance(a, Allocate):
+                continue
+            name = self.namer(a.buffer, a.buffer.name)
+            t = dtypes.dtype(a.buffer.dtype).c_storage
+            nbytes = self.const_bytes(a)
+            if nbytes is None:
+                shape = tuple(skey(d) for d in a.buffer.shape)
+                free = {id(v) for d in a.buffer.shape for v in vars_of(d)}
+                if free <= size_vars and shapes.setdefault(name, shape) == shape:
+                    out.setdefault(name, (name, t, None, a.buffer))
+                    continue
+                mixed.add(name)
+                continue
+            if shapes.setdefault(name, None) is not None:
+                mixed.add(name)  # a copy of constant size beside one sized at run time
+            if STACK_LIMIT < nbytes <= MAX_BYTES:
+                old = out.get(name, (name, t, 0, a.buffer))
+                if old[2] is None:
+                    mixed.add(name)
+                out[name] = (name, t, max(nbytes, old[2] or 0), a.buffer)
+        out = {k: v for k, v in out.items() if k not in mixed}
         self.hoisted.update(out)
         self.needs_alloc |= bool(out)
         return list(out.values())
@@ -244,6 +266,14 @@ class CodeGen:
         b = s.buffer
         name = self.namer(b, b.name)
         if name in self.hoisted:  # allocated once per thread around the parallel loop
+            if self.hoisted[name][2] is None:  # sized at run time: by the first iteration
+                self.emit(depth, f"if (!{name}) {{")
+                self.emit(depth + 1, "int32_t pt_bad = 0;")
+                self.emit(depth + 1, f"int64_t pt_nb = {self.checked_bytes(b, 'pt_bad')};")
+                t = dtypes.dtype(b.dtype).c_storage
+                nb = "pt_bad ? SIZE_MAX : (size_t)pt_nb"  # an overflow: a clean abort
+                self.emit(depth + 1, f"{name} = ({t}*)pt_alloc_or_die({nb});")
+                self.emit(depth, "}")
             self.stmt(s.body, depth)
             return
         t = dtypes.dtype(b.dtype).c_storage
