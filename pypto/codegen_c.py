@@ -27,7 +27,7 @@ from .c_helpers import (
     WORKSPACE_MAX,
 )
 from .errors import BuildError
-from .expr import Binary, Cast, Const, Load, vars_of
+from .expr import Binary, Cast, Const, Load, Var, vars_of
 from .intervals import INF, bounds
 from .intrin import intrin_fences
 from .loop_ir import (
@@ -109,7 +109,7 @@ class CodeGen:
     def for_(self, s: For, depth):
         v = self.namer(s.var, s.var.name)
         ext = self.p(s.extent)
-        if not isinstance(s.extent, Const):
+        if not isinstance(s.extent, (Const, Var)):
             # a bound that is not a constant is computed once, before the loop: gcc 12's
             # -O3 vectorizer miscompiled a short loop re-evaluating its bound
             # (``j_outer < pt_floordiv_i64(1 - j_inner, 5) + 2`` inside a parallel loop
