@@ -356,6 +356,8 @@ class Simplifier:
             return e.b
         if e.op == "div" and isinstance(e.b, Const) and e.b.value == 1:
             return e.a
+        if e.op in ("min", "max") and skey(e.a) == skey(e.b):  # NaN either way
+            return e.a
         return e
 
     def divmod_(self, a: Expr, c: int, dt: str, want_div: bool) -> Expr:

@@ -128,3 +128,14 @@ def test_a_harris_pipeline_with_inlined_stencils_lowers_and_computes():
     sxx, sxy, syy = boxed(ix * ix), boxed(ix * iy), boxed(iy * iy)
     want = sxx * syy - sxy * sxy - 0.04 * (sxx + syy) ** 2
     np.testing.assert_allclose(mod(a.astype(np.float32)), want, rtol=2e-4, atol=2e-4)
+
+
+def test_a_float_min_or_max_of_one_expression_with_itself_is_that_expression():
+    """``pt.max(x, x)`` was ``pt_max_float(x, x)`` in the C; NaN and -0.0 stay as they are."""
+    n = pt.var("n")
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((n,), lambda i: pt.max(A[i] * 2, A[i] * 2) + pt.min(A[i], A[i]), name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    assert "pt_max_float" not in mod.source and "pt_min_float" not in mod.source
+    a = np.array([1, np.nan, -0.0, 3], np.float32)
+    np.testing.assert_array_equal(mod(a), a * 2 + a)
