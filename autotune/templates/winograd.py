@@ -265,7 +265,7 @@ def _schedule_transforms(s, Dq, BD, V, Gw, U, Y, TWp: int, m: int):
     s[Gw].unroll(e)
     s[Gw].unroll(b)
     # stride-9 reads of the weights, which gcc's very-cheap cost model leaves scalar (no
-    # gathers): K * 6 * 3 * C elements per call (74k for 64 channels)
+    # gathers): K * 6 * 3 * C elements per call, 3% of the time of 64 channels at 56x56 (Zen 5)
     s[Gw].vectorize(c)
     eu, k, c = U.op.axis
     s[U].reorder(k, eu, c)
