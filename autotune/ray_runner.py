@@ -19,9 +19,9 @@ so measurements never overlap on a node.
 Faults: a node that dies (or whose actor dies) while measuring loses only its
 in-flight candidate, which goes back to the queue and is measured on another
 node; a node still in the cluster after its actor died gets a new actor (at most
-``ACTOR_RESTARTS`` times); a build whose node dies is retried by Ray on another. Every config of a
-batch gets exactly one result, and only the driver turns results into records,
-so a log holds each measured candidate once. The cluster's nodes are read
+``ACTOR_RESTARTS`` times); a build whose node dies is retried by Ray on another.
+Every config of a batch gets exactly one result, and only the driver turns
+results into records, so a log holds each measured candidate once. The cluster's nodes are read
 again every few seconds while a batch runs: a node that joins late gets work.
 
 ``ray`` is imported here only, and only if installed (``HAVE_RAY``); without it

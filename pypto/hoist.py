@@ -1,33 +1,48 @@
 """``hoist_checks``: a run-time checked index that a loop does not change is computed
 once, before the loop, instead of in each of its iterations.
 
-    for (c, 0, 1024) vectorized                 let checked = checked_index(tok[s], 512)
-      Xg[s*1024 + c] = X[checked_index(tok[s],  ->  for (c, 0, 1024) vectorized
-                         512) * 1024 + c]              Xg[s*1024 + c] = X[checked * 1024 + c]
+    for (c, 0, 1024) vectorized              let checked = checked_index(tok[s], 512)
+      Xg[s*1024 + c] =                  ->   for (c, 0, 1024) vectorized
+        X[checked_index(tok[s], 512)*1024 + c]   Xg[s*1024 + c] = X[checked*1024 + c]
 
 A check in the loop body is a branch (it records a failure) that keeps the compiler
 from vectorizing the loop; before it, the loop is a plain copy. Hoisted only where
 this changes nothing else: the loop runs at least once (a constant extent), its body
-is stores only (each check ran in every iteration, unconditionally), and the index
-reads no buffer the loop writes.
+is stores only, the check runs in each iteration (not under a select or the right
+side of ``&&``/``||``: a guard there may keep it from failing), and the index reads
+no buffer the loop writes.
 """
 
 from __future__ import annotations
 
 from .dtypes import INDEX
-from .expr import Call, Const, Load, Var, map_children, walk
+from .expr import Binary, Call, Const, Load, Select, Var, children, map_children, walk
 from .loop_ir import For, Let, Seq, StmtMutator, Store
 from .structural import skey
 
 
+def _always_evaluated(e):
+    """The sub-expressions of ``e`` C evaluates whenever it evaluates ``e``: not the
+    branches of a select (``c ? a : b``), nor the right side of ``&&`` and ``||``."""
+    yield e
+    if isinstance(e, Select):
+        yield from _always_evaluated(e.cond)
+    elif isinstance(e, Binary) and e.op in ("and", "or"):
+        yield from _always_evaluated(e.a)
+    else:
+        for c in children(e):
+            yield from _always_evaluated(c)
+
+
 def _invariant_checks(loop: For, stores: list) -> dict:
     """structural key -> a ``checked_index`` call of ``stores`` that ``loop`` leaves
-    unchanged (no loop variable, no load of a buffer the stores write)."""
+    unchanged (no loop variable, no load of a buffer the stores write) and that runs
+    in every iteration (not under a select, where a guard may keep it from failing)."""
     written = {id(s.buffer) for s in stores}
     found: dict = {}
     for st in stores:
         for e in (st.index, st.value):
-            for x in walk(e):
+            for x in _always_evaluated(e):
                 if not (isinstance(x, Call) and x.name == "checked_index"):
                     continue
                 inner = list(walk(x))

@@ -677,6 +677,19 @@ def test_a_checked_index_a_loop_leaves_unchanged_is_computed_before_it():
     np.testing.assert_array_equal(mod(x, idx), x[idx])
     with pytest.raises(IndexError, match="an index into X computed from data"):
         mod(x, np.array([1, 5], np.int64))
+    # a guarded gather: the check runs only where the guard holds, so it stays inside
+    G = pt.compute(
+        (m, 64),
+        lambda s, c: pt.select((Idx[s] >= 0) & (Idx[s] < n), X[Idx[s], c], pt.const(0.0)),
+        name="G",
+    )
+    gs = pt.create_schedule(G.op)
+    gs[G].vectorize(G.op.axis[1])
+    guarded = pt.build(gs, [X, Idx, G])
+    assert "const int64_t checked" not in guarded.source
+    idx = np.array([4, -1, 7, 2], np.int64)
+    want = np.where(((idx >= 0) & (idx < 5))[:, None], x[np.clip(idx, 0, 4)], 0)
+    np.testing.assert_array_equal(guarded(x, idx), want)
     W = pt.compute((m, n), lambda s, c: X[Idx[s], 0] + X[c, 1], name="W")  # c: 0..n, maybe none
     wmod = pt.build(pt.create_schedule(W.op), [X, Idx, W])
     assert "const int64_t checked" not in wmod.source
