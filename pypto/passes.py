@@ -104,13 +104,68 @@ class _Simplify(StmtMutator):
             c = Const(known, "bool")
         if isinstance(c, Const):
             return self.visit(s.then if c.value else s.else_)
-        then = _Simplify(self.ranges, {**self.facts, skey(c): True}).visit(s.then)
-        els = _Simplify(self.ranges, {**self.facts, skey(c): False}).visit(s.else_)
+        neg = [Cmp(_NEGATE[c.op], c.a, c.b, c.dtype)] if isinstance(c, Cmp) else []
+        then, els = (
+            self.branch(conds, {**self.facts, skey(c): holds}, body)
+            for conds, holds, body in ((_conjuncts(c), True, s.then), (neg, False, s.else_))
+        )
         if then is None and els is None:
             return None
         if then is None:
             return IfThenElse(Not(c), els)
         return IfThenElse(c, then, els)
+
+    def branch(self, conds: list, facts: dict, body):
+        """``body`` simplified where ``conds`` hold; a variable they leave one value is
+        that constant there."""
+        if body is None:
+            return None
+        ranges = self.narrowed(conds)
+        fixed = {
+            v: Const(lo, v.dtype)
+            for v, (lo, hi) in ranges.items()
+            if lo == hi and lo != INF and self.ranges.get(v) != (lo, hi)
+        }
+        return _Simplify(ranges, facts).visit(subst_stmt(body, fixed) if fixed else body)
+
+    def narrowed(self, conds: list) -> Ranges:
+        """The ranges where ``conds`` hold: an integer variable compared with constants
+        alone (``x_outer * 32 <= 24``) gets its bound (``x_outer <= 0``), so the
+        branch's bounds and extents fold (a partial tile's trip count becomes a
+        constant)."""
+        out = self.ranges
+        for c in conds:
+            found = _var_bound(c) if isinstance(c, Cmp) and c.a.dtype == INDEX else None
+            if found is None or found[0] not in out:
+                continue
+            v, lo, hi = found
+            old_lo, old_hi = out[v]
+            if out is self.ranges:
+                out = Ranges(self.ranges, extents=self.ranges.extents)
+            out[v] = (max(lo, old_lo), min(hi, old_hi))
+        return out
+
+
+def _var_bound(c: Cmp):
+    """``(v, lo, hi)`` when ``c`` is ``a*v + r OP k`` of constants ``a != 0``, ``r``, ``k``
+    (the integers v it admits: ``lo <= v <= hi``, either may be infinite), else None."""
+    if not isinstance(c.b, Const) or c.op in ("eq", "ne"):
+        return None
+    lin = Lin.of(c.a)
+    if len(lin.terms) != 1:
+        return None
+    ((v, a),) = lin.terms.values()
+    if not isinstance(v, Var) or not isinstance(a, int) or a == 0:
+        return None
+    t = c.b.value - lin.const  # a*v OP t
+    if c.op in ("lt", "le"):  # a*v <= u
+        u = t - 1 if c.op == "lt" else t
+        return (v, -INF, u // a) if a > 0 else (v, -((-u) // a), INF)
+    u = t + 1 if c.op == "gt" else t  # a*v >= u
+    return (v, -((-u) // a), INF) if a > 0 else (v, -INF, u // a)
+
+
+_NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}
 
 
 def simplify_stmt(s, ranges: dict, facts: dict | None = None):

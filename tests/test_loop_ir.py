@@ -2,7 +2,7 @@
 
 import pytest
 
-from pypto.expr import Const, Var
+from pypto.expr import Cmp, Const, Var
 from pypto.intervals import Ranges
 from pypto.loop_ir import (
     STMT_KINDS,
@@ -18,7 +18,7 @@ from pypto.loop_ir import (
     own_exprs,
     stmt_children,
 )
-from pypto.passes import simplify_stmt
+from pypto.passes import _var_bound, simplify_stmt
 
 
 def _nest():
@@ -110,3 +110,30 @@ def test_a_let_of_a_constant_or_variable_is_inlined_and_others_bound_their_uses(
     out = simplify_stmt(For(i, Const(8, "int64"), "serial", kept), Ranges())
     assert isinstance(out.body, Let) and isinstance(out.body.body, Store)
     assert "let v = i * 2 + 1" in str(out)
+
+
+def test_a_branch_knows_the_bound_its_condition_puts_on_a_loop_variable():
+    """``for xo in 0..2: if (xo*32 <= 24) full else tail``: in the tail xo is 1, so its
+    trip count ``56 - xo*32`` is the constant 24 (partial tiles, constant trip counts)."""
+    xo, xi = Var("xo"), Var("xi")
+    buf = Buffer("B", "float32", (Const(56, "int64"),), "local")
+    n = Const(56, "int64") - xo * 32
+    tail = For(xi, n, "vectorized", Store(buf, xo * 32 + xi, Const(1.0, "float32")))
+    full = For(
+        xi, Const(32, "int64"), "vectorized", Store(buf, xo * 32 + xi, Const(0.0, "float32"))
+    )
+    nest = For(xo, Const(2, "int64"), "serial", IfThenElse(xo * 32 <= 24, full, tail))
+    out = simplify_stmt(nest, Ranges())
+    assert str(out.body.else_.extent) == "24" and str(out.body.else_.body.index) == "xi + 32"
+    assert str(out.body.then.body.index) == "xi"  # xo <= 0 in the full tile: xo is 0
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("a", [32, 3, 1, -1, -3])
+def test_the_bound_a_comparison_puts_on_a_variable_admits_exactly_its_integers(op, a):
+    v = Var("v")
+    cond = Cmp(op, v * a + 5, Const(24, "int64"))
+    _, lo, hi = _var_bound(cond)
+    python = {"lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+    want = [x for x in range(-60, 60) if eval(f"{a} * x + 5 {python} 24")]
+    assert [x for x in range(-60, 60) if lo <= x <= hi] == want
