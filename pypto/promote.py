@@ -16,10 +16,11 @@ of a 1024 x 1024 int8 matrix took 14% of an int8 GEMM's time that way.
 An element qualifies when every access to its buffer inside the loop (loads, stores,
 intrinsic operands, prefetches) has the same index, that index does not change in the
 loop (it names no loop variable bound there), at least one access stores, none is
-under an ``if`` (which may guard the index), the buffer is not allocated inside the
-loop, and the loop has a constant extent of at least 1 (so the element is accessed
-anyway). The
-order of the operations is unchanged.
+under an ``if`` (which may guard the index) or in an inner loop that may run no
+times (``for io < (0 - ii) // 2 + 1``: the element may be out of range where it does
+not run), the buffer is not allocated inside the loop, and the loop has a constant
+extent of at least 1 (so the element is accessed anyway). The order of the
+operations is unchanged.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def _accesses(body) -> dict:
     for s in walk_stmts(body):
         if isinstance(s, Allocate):
             _never(out, s.buffer)
-        elif isinstance(s, IfThenElse):
+        elif isinstance(s, IfThenElse) or (
+            isinstance(s, For) and not (isinstance(s.extent, Const) and s.extent.value >= 1)
+        ):  # accesses that may not happen: an if, or an inner loop that may run no times
             for x in walk_stmts(s):
                 for e in own_exprs(x):
                     for y in walk(e):

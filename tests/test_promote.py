@@ -4,6 +4,7 @@ serial loop keeps updating lives in a local scalar, the results unchanged."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import pypto as pt
 
@@ -83,3 +84,26 @@ def test_a_guarded_element_is_not_promoted():
     mod = pt.build(s, [A, S])
     a = np.random.default_rng(4).standard_normal((6, 16)).astype(np.float32)
     np.testing.assert_allclose(mod(a), a.sum(1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("checks", [True, False])
+def test_an_element_updated_only_in_an_inner_loop_that_may_not_run_stays_in_memory(checks):
+    """Found by the schedule fuzzer: splits leave ``for io < (0 - ii) // 2 + 1`` inside
+    ``for k``, running no times for ii = 1, where C[ii] is past C's one element. The
+    element was promoted around ``for k``, loaded and stored for ii = 1 too."""
+    A = pt.placeholder((1, 2), "float32", name="A")
+    B = pt.placeholder((2, 1), "float32", name="B")
+    k = pt.reduce_axis((0, 2), name="k")
+    C = pt.compute((1, 1), lambda i, j: pt.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = pt.create_schedule(C.op)
+    i, j = C.op.axis
+    io, ii = s[C].split(i, factor=2)
+    iio, iii = s[C].split(ii, nparts=1)
+    iioo, iioi = s[C].split(iio, factor=2)
+    s[C].reorder(iii, k, iioo, io, j, iioi)
+    mod = pt.build(s, [A, B, C], bound_checks=checks)
+    assert "C_r" not in mod.source
+    a, b = np.array([[2.0, 3.0]], np.float32), np.array([[5.0], [7.0]], np.float32)
+    out = np.full((1, 1), np.nan, np.float32)
+    mod(a, b, out)
+    np.testing.assert_array_equal(out, a @ b)
