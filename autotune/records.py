@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from pypto import __version__ as PYPTO_VERSION
-from pypto.cache import atomic_write
+from pypto.cache import atomic_write, private_dirs
 
 FORMAT_VERSION = 1
 MAX_LINE = 1 << 20  # characters; a longer line is skipped as corrupt
@@ -192,7 +192,7 @@ def append_records(path: str, records) -> None:
     if not data:
         return
     d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    private_dirs(d)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

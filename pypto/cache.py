@@ -46,6 +46,11 @@ def own_dir(d: str, what: str, hint: str = "") -> str:
     or would be made by root inside another user's directory (``sudo -E`` keeps that
     user's HOME: the directories would lock them out)."""
     d, tail = os.path.abspath(d), f"; {hint}" if hint else ""
+    try:
+        os.stat(d)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # (a path through a loop of symlinks: no directory)
+            raise BuildEnvironmentError(f"{what} {d} runs into a loop of symlinks{tail}") from None
     if os.path.islink(d) and not os.path.exists(d):
         raise BuildEnvironmentError(
             f"{what} {d} is a symlink to {os.readlink(d)}, which does not exist{tail}"
@@ -59,7 +64,7 @@ def own_dir(d: str, what: str, hint: str = "") -> str:
             f"{os.stat(above).st_uid} (another user's HOME, as under sudo -E?){tail}"
         )
     try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        private_dirs(d)
         st = os.stat(d)
     except OSError as e:
         raise BuildEnvironmentError(f"cannot create {what} {d}: {e.strerror or e}{tail}") from None
@@ -75,6 +80,21 @@ def own_dir(d: str, what: str, hint: str = "") -> str:
     if not os.access(d, os.W_OK | os.X_OK):
         raise BuildEnvironmentError(f"{what} {d} is not writable{tail}")
     return d
+
+
+def private_dirs(d: str) -> None:
+    """``d`` and its missing parents created 0700 whatever the umask (``os.makedirs``
+    applies it: under umask 0777 it made a directory no one could enter, for good)."""
+    if os.path.isdir(d):
+        return
+    parent = os.path.dirname(d)
+    if parent and parent != d:
+        private_dirs(parent)
+    try:
+        os.mkdir(d, 0o700)
+    except FileExistsError:
+        return  # (made meanwhile by another process, or not a directory: the caller sees)
+    os.chmod(d, 0o700)
 
 
 def cache_dir() -> str:
@@ -231,10 +251,14 @@ class Entry:
                 f"(is $CC a compiler? CC={os.environ.get('CC') or 'cc'!r})",
                 source_path=self.source,
             )
-        with _disk_faults(self.so):
-            os.chmod(tmp, 0o700)
-            atomic_write(self.hash, self.digest(data).encode())
-            os.replace(tmp, self.so)
+        try:
+            with _disk_faults(self.so):
+                os.chmod(tmp, 0o700)
+                atomic_write(self.hash, self.digest(data).encode())
+                os.replace(tmp, self.so)
+        except BaseException:
+            remove_file(tmp)  # (a full disk: not one more object left on it per retry)
+            raise
         return self.so
 
 

@@ -52,8 +52,8 @@ __all__ = [
 
 
 def compiler() -> list[str]:
-    """``$CC`` as a command line (default ``cc``)."""
-    cc = os.environ.get("CC") or "cc"
+    """``$CC`` as a command line (default ``cc``, also for a blank one)."""
+    cc = (os.environ.get("CC") or "").strip() or "cc"
     try:
         return shlex.split(cc)
     except ValueError as e:  # an unbalanced quote
@@ -66,13 +66,14 @@ PROBE_SOURCE = "int pypto_probe(int x) { return x + 1; }\n"
 _PROBE_VALID_S = 60.0  # a compiler that worked this recently is taken as working
 _probed: dict = {}  # (compiler, flags) -> when a trivial kernel last compiled
 _running: dict = {}  # pid -> Popen of the compilers this process is waiting for
-_versions: dict = {}  # compiler command -> its --version line
+_versions: dict = {}  # compiler command -> its --version output
 
 
 def _compiler_version(cc: tuple, timeout: float) -> str:
-    """The compiler's first ``--version`` line (part of every cache key), asked once per
-    binary (the command resolved on ``PATH``, with its modification time: a ``PATH``
-    switched to another toolchain asks again)."""
+    """The compiler's ``--version`` output (part of every cache key: all of it, since a
+    wrapper may print a line of its own first), asked once per binary (the command
+    resolved on ``PATH``, with its modification time: a ``PATH`` switched to another
+    toolchain asks again)."""
     found = shutil.which(cc[0]) if cc else None
     key = (cc, found, os.stat(found).st_mtime_ns if found and os.path.exists(found) else None)
     if key not in _versions:
@@ -87,7 +88,7 @@ def _compiler_version(cc: tuple, timeout: float) -> str:
                 f"the C compiler {' '.join(cc)!r} did not answer --version within "
                 f"{min(timeout, 30.0):g} s (the build's timeout: too short, or check $CC)"
             ) from None
-        _versions[key] = r.stdout.splitlines()[0] if r.stdout else ""
+        _versions[key] = r.stdout or ""
     return _versions[key]
 
 
@@ -213,9 +214,10 @@ def _check_compiler_works(
 def _run_compiler(cmd: list, timeout: float) -> subprocess.CompletedProcess:
     """Run the compiler in its own process group, so that a timeout stops the whole
     driver -> cc1 -> as chain, not only the driver."""
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    p = subprocess.Popen(  # its messages in any encoding (a localized gcc's Latin-1)
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+        start_new_session=True,
+    )  # fmt: skip
     _running[p.pid] = p
     try:
         out, err = p.communicate(timeout=timeout)

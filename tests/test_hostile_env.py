@@ -1,0 +1,96 @@
+"""A user's machine as it may be: a compiler that speaks Latin-1 or hides behind a
+wrapper, a blank $CC, a umask that forbids everything, a symlink loop, a disk that
+fills while an object is stored. Each kernel is checked against numpy."""
+
+import errno
+import os
+import stat
+import uuid
+
+import numpy as np
+import pytest
+
+import pypto as pt
+from pypto import cache, runtime
+
+
+def _build_and_check(prefix: str):
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"  # its own C: compiled afresh
+    A = pt.placeholder((8,), "float32", name="A")
+    B = pt.compute((8,), lambda i: A[i] * 2.0 + 1.0, name=name)
+    mod = pt.build(pt.create_schedule(B.op), [A, B], name=name)
+    a = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(mod(a), a * 2.0 + 1.0)
+
+
+def _wrapper(tmp_path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_bytes(b"#!/bin/sh\n" + body.encode("latin-1") + b'\nexec gcc "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_compiler_writing_latin1_to_stderr_builds(private_cache, tmp_path, monkeypatch):
+    """Was: UnicodeDecodeError for every build, each tuning config a COMPILE_ERROR."""
+    cc = _wrapper(tmp_path, "latin1-cc", "printf 'avertissement: d\\351j\\340 vu\\n' >&2")
+    monkeypatch.setenv("CC", cc)
+    _build_and_check("latin1")
+
+
+def test_a_blank_cc_is_the_default_compiler(private_cache, monkeypatch):
+    monkeypatch.setenv("CC", "   ")
+    assert runtime.compiler() == ["cc"]
+    _build_and_check("blank_cc")
+
+
+def test_the_cache_key_takes_the_whole_version_of_a_wrapped_compiler(tmp_path, monkeypatch):
+    """A wrapper printing its own first line hid which compiler was behind it."""
+    noisy = _wrapper(tmp_path, "noisy-cc", 'echo "note: a wrapper"')
+    cc = (noisy,)
+    version = runtime._compiler_version(cc, 30.0)
+    assert version.startswith("note: a wrapper\n") and "gcc" in version.lower()
+
+
+def test_directories_made_under_any_umask_are_usable_and_private(tmp_path, monkeypatch):
+    """os.makedirs applies the umask: under 0777 it made a directory nobody could enter,
+    and every later build was refused."""
+    d = tmp_path / "a" / "b" / "cache"
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(d))
+    old = os.umask(0o777)
+    try:
+        _build_and_check("umask")
+    finally:
+        os.umask(old)
+    for p in (tmp_path / "a", tmp_path / "a" / "b", d):
+        assert stat.S_IMODE(p.stat().st_mode) == 0o700, p
+
+
+def test_a_symlink_loop_is_named(tmp_path, monkeypatch):
+    (tmp_path / "l1").symlink_to(tmp_path / "l2")
+    (tmp_path / "l2").symlink_to(tmp_path / "l1")
+    for d in (tmp_path / "l1", tmp_path / "l1" / "cache"):
+        monkeypatch.setenv("PYPTO_CACHE_DIR", str(d))
+        with pytest.raises(pt.BuildEnvironmentError, match=r"runs into a loop of symlinks"):
+            _build_and_check("loop")
+
+
+def test_a_full_disk_while_storing_leaves_no_object_behind(private_cache, monkeypatch):
+    """Was: each failed store left its whole temporary object on the full disk."""
+
+    write = cache.atomic_write
+
+    def full(path, data, mode=0o600):  # the disk fills after the object is compiled
+        if path.endswith(cache.HASH_SUFFIX):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        write(path, data, mode)
+
+    monkeypatch.setattr(cache, "atomic_write", full)
+    with pytest.raises(pt.BuildEnvironmentError, match="No space left on device"):
+        _build_and_check("full")
+    assert not [p for p in private_cache.iterdir() if p.name.startswith(".tmp-")]
