@@ -404,6 +404,9 @@ class Runner:
             return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
         if loaded is not None:
             loaded()
+        crowded = _oversubscribed()
+        if crowded:
+            return {"fault": crowded}
         try:
             pristine, outs, ref, names = self.case(spec, tpl, tensors, opt["seed"])
             # no earlier candidate touched these; each starts on a cache line, as the
@@ -431,6 +434,21 @@ class Runner:
         except Exception as e:  # noqa: BLE001
             return {"error": ErrorKind.RUNTIME.value, "msg": short_error(e)}
         return {"costs": costs, "run_s": time.perf_counter() - t0, "threads": pt.get_num_threads()}
+
+
+def _oversubscribed() -> str:
+    """Why this process's timings would be time-sliced: its kernels use more threads
+    than the CPUs it may run on (``OMP_PROC_BIND`` pinned the tuner to one CPU as
+    libgomp started, ``taskset``), else ""."""
+    threads = pt.get_num_threads()
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else threads
+    if threads <= cpus:
+        return ""
+    return (
+        f"the measuring process may run on {cpus} CPU(s) but its kernels use {threads} "
+        "threads, so their timings would be time-sliced (OMP_PROC_BIND or taskset pinned "
+        f"it?): unset OMP_PROC_BIND, widen the affinity, or measure with --threads {cpus}"
+    )
 
 
 def runner_main(conn, parent_pid: int):

@@ -341,9 +341,13 @@ def set_num_threads(n: int) -> None:
 
 def get_num_threads() -> int:
     """The number of threads parallel loops use (OpenMP's ``omp_get_max_threads``:
-    ``set_num_threads``, else ``OMP_NUM_THREADS``, else the cores; 1 without OpenMP)."""
+    ``set_num_threads``, else ``OMP_NUM_THREADS``, else the cores; at most
+    ``OMP_THREAD_LIMIT``, which caps the regions whatever the count asked; 1 without
+    OpenMP)."""
     lib = _gomp()
-    return int(lib.omp_get_max_threads()) if lib is not None else 1
+    if lib is None:
+        return 1
+    return max(1, min(int(lib.omp_get_max_threads()), int(lib.omp_get_thread_limit())))
 
 
 def _one_thread_after_fork() -> None:

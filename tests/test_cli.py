@@ -172,7 +172,11 @@ def test_tune_refuses_an_empty_workload_and_a_foreign_target(home, capsys):
     _one_line_error(capsys, "--args 0,16,16: an empty workload (input A has shape (0, 16))")
     other = _target_this_machine_cannot_run()
     assert cli_main(["tune", "matmul", "--args", "16,16,16", "--target", other]) == 2
-    _one_line_error(capsys, f"this machine cannot run code for {other}")
+    _one_line_error(capsys, f"--target {other}: this machine cannot run code for {other}")
+    with pytest.MonkeyPatch.context() as mp:  # no --target: the variable that chose it
+        mp.setenv("PYPTO_TARGET", other)
+        assert cli_main(["tune", "matmul", "--args", "16,16,16"]) == 2
+    _one_line_error(capsys, f"PYPTO_TARGET={other}: this machine cannot run code for {other}")
     assert not home.exists()
 
 

@@ -5,13 +5,18 @@ fills while an object is stored. Each kernel is checked against numpy."""
 import errno
 import os
 import stat
+import subprocess
+import sys
 import uuid
 
 import numpy as np
 import pytest
 
+import autotune as at
 import pypto as pt
 from pypto import cache, runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _build_and_check(prefix: str):
@@ -94,3 +99,37 @@ def test_a_full_disk_while_storing_leaves_no_object_behind(private_cache, monkey
     with pytest.raises(pt.BuildEnvironmentError, match="No space left on device"):
         _build_and_check("full")
     assert not [p for p in private_cache.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_threads_beyond_the_cpus_the_runner_may_use_are_an_environment_fault(tmp_path):
+    """taskset (or OMP_PROC_BIND pinning the tuner as libgomp starts) left the runner one
+    CPU: two threads there are time-sliced, and the records said "threads": 2. Nothing
+    is recorded now, and OMP_THREAD_LIMIT caps the count pypto states."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to leave the runner one")
+    script = tmp_path / "pinned.py"
+    script.write_text(
+        "import os, sys\n"
+        "import autotune as at\n"
+        "if __name__ == '__main__':\n"
+        "    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "    task = at.Task('matmul', (32, 32, 32))\n"
+        "    opt = at.MeasureOption(number=1, repeat=1, threads=2)\n"
+        "    log = at.log_to_file(sys.argv[1])\n"
+        "    try:\n"
+        "        at.RandomTuner(task).tune(1, measure=opt, callbacks=[log])\n"
+        "    except at.EnvironmentFault as e:\n"
+        "        print('fault:', e)\n"
+    )
+    log = tmp_path / "t.jsonl"
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYPTO_HOME": str(tmp_path / "home")}
+    r = subprocess.run([sys.executable, str(script), str(log)], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert "fault:" in r.stdout and "may run on 1 CPU(s) but its kernels use 2 threads" in r.stdout
+    assert not log.exists() or at.load_records(str(log)) == []
+    limit = subprocess.run(
+        [sys.executable, "-c", "import pypto as pt; print(pt.get_num_threads())"],
+        env={**env, "OMP_NUM_THREADS": "2", "OMP_THREAD_LIMIT": "1"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert limit.stdout.strip() == "1", limit.stderr

@@ -198,8 +198,10 @@ def target_of(name: str, must_run: bool) -> Target:
     except ValueError as e:
         raise UsageError(str(e)) from None
     if must_run and not can_run(target):
+        said = os.environ.get("PYPTO_TARGET", "").strip()
+        where = f"PYPTO_TARGET={said}" if name == "host" and said else f"--target {name}"
         raise UsageError(
-            f"--target {name}: this machine cannot run code for {target.name} "
+            f"{where}: this machine cannot run code for {target.name} "
             "(measure it on a machine of that kind)"
         )
     return target
