@@ -37,7 +37,7 @@ from .module import EmulatedModule, Module, TimeResult
 from .profile import Profiler, describe
 from .saved import load_module
 from .schedule import Schedule
-from .target import as_target, can_run, missing_features
+from .target import GCC_VECTORIZER_LIMITS, as_target, can_run, missing_features
 
 __all__ = [
     "EmulatedModule",
@@ -61,6 +61,7 @@ def compiler() -> list[str]:
 
 
 DEFAULT_TIMEOUT = 300.0  # seconds one compiler run may take
+_GCC_ONLY = frozenset(GCC_VECTORIZER_LIMITS)  # flags left out for clang, which refuses them
 _MAX_TIMEOUT = 1e6  # seconds; poll() cannot wait much longer (2**31 ms)
 PROBE_SOURCE = "int pypto_probe(int x) { return x + 1; }\n"
 _PROBE_VALID_S = 60.0  # a compiler that worked this recently is taken as working
@@ -116,8 +117,9 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None
     """
     timeout = check_timeout(timeout)
     cc = tuple(cc or compiler())
-    flags = tuple(flags)
-    key = hashlib.sha256("\0".join([_compiler_version(cc, timeout), *cc, *flags, source]).encode())
+    version = _compiler_version(cc, timeout)
+    flags = tuple(f for f in flags if f not in _GCC_ONLY or "clang" not in version)
+    key = hashlib.sha256("\0".join([version, *cc, *flags, source]).encode())
     entry = Entry(key.hexdigest()[:32])
     so = entry.lookup()
     if so is not None:

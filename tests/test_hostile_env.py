@@ -133,3 +133,19 @@ def test_threads_beyond_the_cpus_the_runner_may_use_are_an_environment_fault(tmp
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert limit.stdout.strip() == "1", limit.stderr
+
+
+def test_a_clang_compiler_gets_no_gcc_only_flag(private_cache, tmp_path, monkeypatch):
+    """clang refuses gcc's vectorizer limits (-fvect-cost-model=...): every build failed.
+    A stand-in that answers as clang and refuses them as clang does."""
+    fake = tmp_path / "clang"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "clang version 14.0.6"; exit 0; fi\n'
+        'for a in "$@"; do case "$a" in -fvect-cost-model*|-fno-tree-slp-vectorize)\n'
+        '  echo "clang: error: unknown argument: $a" >&2; exit 1;; esac; done\n'
+        'exec gcc "$@"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    _build_and_check("clang")
