@@ -694,23 +694,3 @@ def test_a_checked_index_a_loop_leaves_unchanged_is_computed_before_it():
     wmod = pt.build(pt.create_schedule(W.op), [X, Idx, W])
     assert "const int64_t checked" not in wmod.source
     assert wmod(np.zeros((0, 64), np.float32), np.array([3], np.int64)).shape == (1, 0)
-
-
-def test_a_buffer_sized_at_run_time_is_allocated_once_per_thread_of_a_parallel_loop():
-    """Was: malloc and free in every iteration (an mmap and its page faults for a large
-    one). Now at the first iteration a thread runs, none when it runs none."""
-    n = pt.var("n")
-    A = pt.placeholder((n, n), "float32", name="A")
-    B = pt.compute((n, n), lambda i, j: A[i, j] * 2.0, name="B")
-    C = pt.compute((n - 1, n), lambda i, j: B[i, j] + B[i + 1, j], name="C")
-    s = pt.create_schedule(C.op)
-    io, ii = s[C].split(C.op.axis[0], 4)
-    s[B].compute_at(s[C], io)
-    s[C].parallel(io)
-    mod = pt.build(s, [A, C])
-    body = mod.source[mod.source.index("#pragma omp parallel") :]
-    assert body.index("float* restrict B = NULL;") < body.index("#pragma omp for")
-    assert body.count("if (!B) {") == 1 and body.count("free(B);") == 1
-    for size in (1, 2, 5, 9, 33):
-        a = np.random.default_rng(size).random((size, size), dtype=np.float32)
-        np.testing.assert_allclose(mod(a), a[:-1] * 2 + a[1:] * 2, rtol=1e-6)
