@@ -139,10 +139,12 @@ class _Simplify(StmtMutator):
             if found is None or found[0] not in out:
                 continue
             v, lo, hi = found
-            old_lo, old_hi = out[v]
+            lo, hi = max(lo, out[v][0]), min(hi, out[v][1])
+            if lo > hi:  # a branch that never runs: left to the other rules
+                continue
             if out is self.ranges:
                 out = Ranges(self.ranges, extents=self.ranges.extents)
-            out[v] = (max(lo, old_lo), min(hi, old_hi))
+            out[v] = (lo, hi)
         return out
 
 
