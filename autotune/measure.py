@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from pypto.errors import TargetError
+from pypto.runtime import cpus_for_workers
 from pypto.target import Target
 
 from .records import ErrorKind, Measured
@@ -173,7 +174,7 @@ class Measurer:
                 max_workers=n or self.n_workers,
                 mp_context=self.ctx,
                 initializer=init_build_worker,
-                initargs=(os.getpid(),),
+                initargs=(os.getpid(), cpus_for_workers()),
             )
         return self.pool
 
@@ -266,7 +267,9 @@ class Measurer:
 
     def _start_runner(self):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=runner_main, args=(child, os.getpid()), daemon=True)
+        proc = self.ctx.Process(
+            target=runner_main, args=(child, os.getpid(), cpus_for_workers()), daemon=True
+        )
         try:
             proc.start()
         except OSError as e:

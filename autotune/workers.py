@@ -109,11 +109,25 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
     threading.Thread(target=watch, name="pypto-parent-watch", daemon=True).start()
 
 
-def init_build_worker(parent_pid: int) -> None:
+def widen_affinity(cpus: frozenset[int] | None) -> frozenset[int] | None:
+    """Let this child run on ``cpus`` (``pypto.runtime.cpus_for_workers``), before it
+    starts OpenMP: it inherited its parent's thread, which ``OMP_PROC_BIND`` bound to one
+    CPU, and the runner's threads would share that one and the build workers' compilers
+    too. Returns the CPUs it may run on now, which OpenMP spreads its threads over."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    if cpus and os.sched_getaffinity(0) != cpus:
+        with contextlib.suppress(OSError):  # the CPUs left the cgroup since: keep ours
+            os.sched_setaffinity(0, cpus)
+    return frozenset(os.sched_getaffinity(0))
+
+
+def init_build_worker(parent_pid: int, cpus: frozenset[int] | None = None) -> None:
     """Pool initializer: SIGTERM (also sent when the parent dies) kills the compiler the
     worker waits for, then the worker; SIGINT is the parent's to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(parent_pid, signal.SIGTERM)
+    widen_affinity(cpus)
 
 
 def probe_worker() -> int:
@@ -297,9 +311,10 @@ class Runner:
     writes its inputs harms no other; it is caught by comparing its inputs with the
     pristine ones after its runs, and recorded as a wrong answer."""
 
-    def __init__(self):
+    def __init__(self, cpus: frozenset[int] | None = None):
         self.cases: dict = {}
         self.flush_buf = None
+        self.cpus = cpus  # read before OpenMP started: it binds this thread to one
 
     def case(self, spec, tpl, tensors, seed):
         key = spec["workload"]
@@ -404,7 +419,7 @@ class Runner:
             return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
         if loaded is not None:
             loaded()
-        crowded = _oversubscribed()
+        crowded = _oversubscribed(self.cpus)
         if crowded:
             return {"fault": crowded}
         try:
@@ -436,28 +451,29 @@ class Runner:
         return {"costs": costs, "run_s": time.perf_counter() - t0, "threads": pt.get_num_threads()}
 
 
-def _oversubscribed() -> str:
+def _oversubscribed(cpus: frozenset[int] | None) -> str:
     """Why this process's timings would be time-sliced: its kernels use more threads
-    than the CPUs it may run on (``OMP_PROC_BIND`` pinned the tuner to one CPU as
-    libgomp started, ``taskset``), else ""."""
+    than the CPUs it may run on (``taskset``), else ""."""
     threads = pt.get_num_threads()
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else threads
-    if threads <= cpus:
+    n_cpus = len(cpus) if cpus else threads
+    if threads <= n_cpus:
         return ""
     return (
-        f"the measuring process may run on {cpus} CPU(s) but its kernels use {threads} "
-        "threads, so their timings would be time-sliced (OMP_PROC_BIND or taskset pinned "
-        f"it?): unset OMP_PROC_BIND, widen the affinity, or measure with --threads {cpus}"
+        f"the measuring process may run on {n_cpus} CPU(s) but its kernels use {threads} "
+        "threads, so their timings would be time-sliced (taskset, or OMP_PROC_BIND set "
+        "as OpenMP started before pypto was imported, pinned it?): widen the affinity, "
+        f"or measure with --threads {n_cpus}"
     )
 
 
-def runner_main(conn, parent_pid: int):
+def runner_main(conn, parent_pid: int, cpus: frozenset[int] | None = None):
     """The runner child's loop: ``("run"|"prepare", spec, opt)`` in, ``("done", dict)`` out
     (a run first says ``("loaded", None)`` when its candidate is ready to run)."""
     die_with_parent(parent_pid, signal.SIGKILL)  # a candidate may hang in C: no handler runs
+    cpus = widen_affinity(cpus)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["PYPTO_MEASURING"] = "1"
-    runner = Runner()
+    runner = Runner(cpus)
     conn.send(("ready", os.getpid()))
     while True:
         try:

@@ -366,3 +366,20 @@ def _one_thread_after_fork() -> None:
 
 _forked_child = False
 os.register_at_fork(after_in_child=_one_thread_after_fork)
+
+# The CPUs this process may run on, read before OpenMP starts here: with OMP_PROC_BIND
+# set, libgomp binds the thread that loads it to one of them.
+_START_AFFINITY: frozenset[int] | None = (
+    frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+)
+
+
+def cpus_for_workers() -> frozenset[int] | None:
+    """The CPUs a process started now should run on (None: as it inherits). Under
+    ``OMP_PROC_BIND`` OpenMP has bound this thread to one CPU, which a child would
+    inherit, and its own threads would all share: it gets the CPUs this process had when
+    pypto was imported (``taskset`` narrows those too)."""
+    lib = _gomp()
+    if lib is None or _START_AFFINITY is None or not int(lib.omp_get_proc_bind()):
+        return None
+    return _START_AFFINITY

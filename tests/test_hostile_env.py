@@ -135,6 +135,35 @@ def test_threads_beyond_the_cpus_the_runner_may_use_are_an_environment_fault(tmp
     assert limit.stdout.strip() == "1", limit.stderr
 
 
+def test_omp_proc_bind_leaves_the_runner_every_cpu(tmp_path):
+    """OMP_PROC_BIND binds the thread that starts OpenMP to one CPU; the runner inherited
+    that one CPU, ran one thread, and records said "threads": 1 on a two-CPU machine.
+    Children now start on the CPUs the tuner had, and OpenMP spreads their threads."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+    script = tmp_path / "bound.py"
+    script.write_text(
+        "import os, sys\n"
+        "import autotune as at\n"
+        "import pypto as pt\n"
+        "if __name__ == '__main__':\n"
+        "    pt.get_num_threads()  # OpenMP starts and binds this thread\n"
+        "    print('tuner', len(os.sched_getaffinity(0)))\n"
+        "    task = at.Task('matmul', (32, 32, 32))\n"
+        "    opt = at.MeasureOption(number=1, repeat=1, threads=2)\n"
+        "    at.RandomTuner(task).tune(1, measure=opt, callbacks=[at.log_to_file(sys.argv[1])])\n"
+    )
+    log = tmp_path / "t.jsonl"
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYPTO_HOME": str(tmp_path / "home"),
+           "OMP_PROC_BIND": "true"}  # fmt: skip
+    r = subprocess.run([sys.executable, str(script), str(log)], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "tuner 1" in r.stdout  # the binding this guards against did happen
+    (rec,) = at.load_records(str(log))
+    assert rec.error is None and rec.threads == 2
+
+
 def test_a_clang_compiler_gets_no_gcc_only_flag(private_cache, tmp_path, monkeypatch):
     """clang refuses gcc's vectorizer limits (-fvect-cost-model=...): every build failed.
     A stand-in that answers as clang and refuses them as clang does."""
