@@ -76,6 +76,12 @@ class CPrinter(Printer):
         self.helpers: dict[str, str] = {}
         self.checks = False  # data-dependent indices are checked at run time
         self.index_notes = index_notes  # the checked accesses, in status order (arg_checks)
+        self.scalars: set = set()  # ids of one-element local buffers declared as scalars
+
+    def element(self, buf, index) -> str:
+        """C for ``buf[index]``: the name alone for a buffer declared as a scalar."""
+        name = self.namer(buf, buf.name)
+        return name if id(buf) in self.scalars else f"{name}[{self(index)}]"
 
     def helper(self, kind: str, dt: str) -> str:
         t = _ctype(dt)
@@ -270,8 +276,7 @@ class CPrinter(Printer):
         raise AssertionError(f"internal: the tensor read {e} reached the C code unlowered")
 
     def load(self, e):
-        name = self.namer(e.buffer, e.buffer.name)
-        text = f"{name}[{self(e.index)}]"
+        text = self.element(e.buffer, e.index)
         if forms := self.storage(e.buffer.dtype):
             return forms.load.format(text), ATOM
         return text, ATOM

@@ -39,8 +39,10 @@ from .loop_ir import (
     LoweredFunc,
     Namer,
     Prefetch,
+    Seq,
     Store,
     rule,
+    seq,
     walk_stmts,
     written_buffers,
 )
@@ -75,6 +77,7 @@ class CodeGen:
         self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins, *theirs))
         self.ranges = {v: (0, INF) for v in func.size_vars}
         self.p = CPrinter(self.namer, self.ranges, index_checks(func.body))
+        self.p.scalars = _scalar_buffers(func.body)
         self.lines: list[str] = []
         self.parallel_depth = 0
         self.simd_depth = 0  # inside a loop marked omp simd: no other loop is marked
@@ -218,7 +221,7 @@ class CodeGen:
         value = self.p(s.value)
         d = dtypes.dtype(b.dtype)
         if _same_storage_copy(s):  # a 16-bit float copied: its bits, not a round trip
-            value = f"{self.namer(s.value.buffer, s.value.buffer.name)}[{self.p(s.value.index)}]"
+            value = self.p.element(s.value.buffer, s.value.index)
         elif forms := self.p.storage(b.dtype):
             if isinstance(s.value, Cast) and s.value.dtype == b.dtype:
                 inner = s.value.value  # stored rounded: the store rounds, once
@@ -228,7 +231,7 @@ class CodeGen:
             value = forms.store.format(value)
         elif d.c_storage != d.c_compute and not value.startswith(f"(({d.c_storage})"):
             value = f"({d.c_storage})({value})"  # (unless the value is truncated already)
-        self.emit(depth, f"{self.namer(b, b.name)}[{self.p(s.index)}] = {value};")
+        self.emit(depth, f"{self.p.element(b, s.index)} = {value};")
 
     def prefetch(self, s: Prefetch, depth):
         # integer address arithmetic: the lines may lie past the buffer (no fault, no UB)
@@ -321,7 +324,16 @@ class CodeGen:
         inner = depth + braces
         if braces:
             self.emit(depth, "{")
-        if not on_heap:
+        if id(b) in self.p.scalars:
+            first, *rest = s.body.stmts if isinstance(s.body, Seq) else (s.body,)
+            if isinstance(first, Store) and first.buffer is b and id(first) not in self.timers:
+                self.store(first, inner)  # declared with its first value
+                self.lines[-1] = "  " * inner + f"{t} {self.lines[-1].lstrip()}"
+                self.stmt(seq(*rest), inner)
+            else:
+                self.emit(inner, f"{t} {name};")
+                self.stmt(s.body, inner)
+        elif not on_heap:
             self.emit(inner, f"{t} {name}[{s.size.value}] __attribute__((aligned({ALIGN})));")
             self.stmt(s.body, inner)
         else:
@@ -453,6 +465,24 @@ def codegen(func: LoweredFunc, target: Target, timers: dict | None = None) -> tu
     g = CodeGen(func, target, timers)
     src = g.generate()
     return src, g.fname
+
+
+def _scalar_buffers(body) -> set:
+    """Ids of the one-element local buffers (a promoted accumulator, a reduction's
+    register) that only loads and stores name: declared ``float acc;``, not
+    ``float acc[1]``, and read as ``acc``. A tensor intrinsic or a prefetch takes an
+    address, so a buffer either names stays an array."""
+    ones = {
+        id(s.buffer)
+        for s in walk_stmts(body)
+        if isinstance(s, Allocate) and isinstance(s.size, Const) and s.size.value == 1
+    }
+    for s in walk_stmts(body):
+        if isinstance(s, IntrinCall):
+            ones -= {id(o.buffer) for o in s.operands}
+        elif isinstance(s, Prefetch):
+            ones.discard(id(s.buffer))
+    return ones
 
 
 def _same_storage_copy(s: Store) -> bool:

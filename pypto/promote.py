@@ -20,7 +20,9 @@ under an ``if`` (which may guard the index) or in an inner loop that may run no
 times (``for io < (0 - ii) // 2 + 1``: the element may be out of range where it does
 not run), the buffer is not allocated inside the loop, and the loop has a constant
 extent of at least 1 (so the element is accessed anyway). The order of the
-operations is unchanged.
+operations is unchanged. A store of the element just before the loop (a reduction's
+``S[i] = 0``) becomes the scalar's first value (``_forward``); C declares the scalar
+as ``int32_t A_rowsum_r = 0;`` (``codegen_c._scalar_buffers``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .loop_ir import (
     IfThenElse,
     IntrinCall,
     Prefetch,
+    Seq,
     StmtMutator,
     Store,
     own_exprs,
@@ -133,6 +136,20 @@ class _Redirect(StmtMutator):
 
 
 class _Promote(StmtMutator):
+    def __init__(self):
+        self.made: set = set()  # ids of the scalars made here
+
+    def mutate_seq(self, s: Seq):
+        out: list = []
+        for x in s.stmts:
+            x = self.visit(x)
+            forwarded = _forward(out[-1], x, self.made) if out else None
+            if forwarded is not None:
+                out[-1] = forwarded
+            elif x is not None:
+                out.append(x)
+        return seq(*out)
+
     def mutate_for_(self, s: For):
         if s.kind == "serial" and isinstance(s.extent, Const) and s.extent.value >= 1:
             found = _candidates(s)
@@ -145,6 +162,7 @@ class _Promote(StmtMutator):
         pre, post, accs = [], [], []
         for buf, idx in found:
             acc = Buffer(f"{buf.name}_r", buf.dtype, (Const(1, INDEX),), "local")
+            self.made.add(id(acc))
             body = _Redirect(buf, acc).visit(body)
             pre.append(Store(acc, ZERO, Load(buf, idx, buf.dtype)))
             post.append(Store(buf, idx, Load(acc, ZERO, buf.dtype)))
@@ -154,6 +172,36 @@ class _Promote(StmtMutator):
         for acc in reversed(accs):
             out = Allocate(acc, Const(1, INDEX), out)
         return out
+
+
+def _forward(prev, block, made: set):
+    """``prev; block`` as one block when ``prev`` stores the value the promoted ``block``
+    first loads into its scalar: the scalar starts from that value, and the store goes,
+    as ``block`` stores the element after its loop anyway.
+
+        C[i] = 0;                  C_r[0] = 0;
+        C_r[0] = C[i];      ->     for k ...
+        for k ...                  C[i] = C_r[0];
+        C[i] = C_r[0];
+    """
+    if not isinstance(prev, Store):
+        return None
+    allocs = []
+    while isinstance(block, Allocate) and id(block.buffer) in made:
+        allocs.append(block.buffer)
+        block = block.body
+    if not allocs or not isinstance(block, Seq):
+        return None
+    stmts = list(block.stmts)
+    for n, x in enumerate(stmts[: len(allocs)]):  # the loads into the scalars
+        v = x.value
+        if isinstance(v, Load) and v.buffer is prev.buffer and skey(v.index) == skey(prev.index):
+            stmts[n] = Store(x.buffer, x.index, prev.value)
+            out = seq(*stmts)
+            for acc in reversed(allocs):
+                out = Allocate(acc, Const(1, INDEX), out)
+            return out
+    return None
 
 
 def promote_accumulators(s):
