@@ -27,7 +27,7 @@ from .c_helpers import (
     WORKSPACE_MAX,
 )
 from .errors import BuildError
-from .expr import Binary, Cast, Const, Load, Var, vars_of
+from .expr import Binary, Cast, Const, Load, Var, vars_of, walk
 from .intervals import INF, bounds
 from .intrin import intrin_fences
 from .loop_ir import (
@@ -41,6 +41,7 @@ from .loop_ir import (
     Prefetch,
     Seq,
     Store,
+    own_exprs,
     rule,
     seq,
     walk_stmts,
@@ -469,19 +470,31 @@ def codegen(func: LoweredFunc, target: Target, timers: dict | None = None) -> tu
 
 def _scalar_buffers(body) -> set:
     """Ids of the one-element local buffers (a promoted accumulator, a reduction's
-    register) that only loads and stores name: declared ``float acc;``, not
-    ``float acc[1]``, and read as ``acc``. A tensor intrinsic or a prefetch takes an
-    address, so a buffer either names stays an array."""
+    register) that only loads and stores at the constant index 0 name: declared
+    ``float acc;``, not ``float acc[1]``, and read as ``acc``. Any other index (which
+    may be out of range, and checked) keeps the array, and so does a tensor intrinsic
+    or a prefetch, which takes an address."""
     ones = {
         id(s.buffer)
         for s in walk_stmts(body)
         if isinstance(s, Allocate) and isinstance(s.size, Const) and s.size.value == 1
     }
+
+    def at_zero(buf, index):
+        if not (isinstance(index, Const) and index.value == 0):
+            ones.discard(id(buf))
+
     for s in walk_stmts(body):
         if isinstance(s, IntrinCall):
             ones -= {id(o.buffer) for o in s.operands}
         elif isinstance(s, Prefetch):
             ones.discard(id(s.buffer))
+        elif isinstance(s, Store):
+            at_zero(s.buffer, s.index)
+        for e in own_exprs(s):
+            for x in walk(e):
+                if isinstance(x, Load):
+                    at_zero(x.buffer, x.index)
     return ones
 
 
