@@ -15,6 +15,8 @@ no buffer the loop writes.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from .dtypes import INDEX
 from .expr import Binary, Call, Const, Load, Select, Var, children, map_children, walk
 from .loop_ir import For, Let, Seq, StmtMutator, Store
@@ -84,3 +86,114 @@ class _Hoist(StmtMutator):
 def hoist_checks(s):
     """``s`` with its loop-invariant checked indices computed before their loops."""
     return _Hoist()(s)
+
+
+# ---------------------------------------------------------------- a loop's common row
+
+
+_PURE = frozenset({"add", "sub", "mul", "min", "max"})
+
+
+def _pure(e) -> bool:
+    """Integer arithmetic of variables and constants only: no call (a check records a
+    failure), no load (which a loop's stores may change)."""
+    if isinstance(e, (Var, Const)):
+        return True
+    return isinstance(e, Binary) and e.op in _PURE and _pure(e.a) and _pure(e.b)
+
+
+def _terms(e, sign: int = 1):
+    """``(sign, term)`` of the sum ``e``."""
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        yield from _terms(e.a, sign)
+        yield from _terms(e.b, -sign if e.op == "sub" else sign)
+    else:
+        yield sign, e
+
+
+def _sum(terms, dtype: str):
+    """The sum of ``(sign, term)``, its first term added."""
+    (_, out), *rest = terms
+    for sign, t in rest:
+        out = Binary("add" if sign > 0 else "sub", out, t, dtype)
+    return out
+
+
+def _split(index, var) -> tuple[list, list]:
+    """The terms of ``index`` that do not change in ``var``'s loop (no constant: the
+    row's start, not one element's), and the others."""
+    row, rest = [], []
+    for sign, t in _terms(index):
+        fixed = not isinstance(t, Const) and _pure(t) and not any(x is var for x in walk(t))
+        (row if fixed else rest).append((sign, t))
+    return row, rest
+
+
+def _indices(stores: list):
+    for st in stores:
+        yield st.index
+        for x in walk(st.value):
+            if isinstance(x, Load):
+                yield x.index
+
+
+def _common_row(loop: For, stores: list):
+    """The terms every index of ``stores`` shares and ``loop`` leaves unchanged, when
+    at least two indices share them and they are long enough to name (three terms, or
+    a min or max), else None."""
+    rows = {}
+    for index in _indices(stores):
+        row, _ = _split(index, loop.var)
+        if row:
+            rows.setdefault(frozenset(Counter((s, skey(t)) for s, t in row).items()), []).append(
+                row
+            )
+    if len(rows) != 1:
+        return None
+    ((row, *others),) = rows.values()
+    big = len(row) >= 3 or any(
+        isinstance(x, Binary) and x.op in ("min", "max") for _, t in row for x in walk(t)
+    )
+    if not others or not big or row[0][0] < 0:
+        return None
+    return row
+
+
+class _NameRows(StmtMutator):
+    def mutate_for_(self, s: For):
+        s = super().mutate_for_(s)  # the inner loops first
+        if not isinstance(s, For):
+            return s
+        stores = list(s.body.stmts) if isinstance(s.body, Seq) else [s.body]
+        if not all(isinstance(x, Store) for x in stores):
+            return s
+        row = _common_row(s, stores)
+        if row is None:
+            return s
+        name = Var("row", INDEX)
+
+        def rebase(index):
+            terms, rest = _split(index, s.var)
+            if not terms:
+                return index
+            return _sum([(1, name), *rest], index.dtype)
+
+        def swap(e):
+            if isinstance(e, Load):
+                return Load(e.buffer, rebase(swap(e.index)), e.dtype)
+            return map_children(e, swap)
+
+        body = [Store(x.buffer, rebase(x.index), swap(x.value)) for x in stores]
+        out = For(s.var, s.extent, s.kind, body[0] if len(body) == 1 else Seq(tuple(body)))
+        return Let(name, _sum(row, INDEX), out)
+
+
+def name_rows(s):
+    """``s`` with the start of the row its innermost loops' indices share named once
+    before each loop:
+
+        for (j, 0, 8) vectorized                     let row = io*44 + ii*11 + max(0, t*2 - jo*8)
+          B[io*44 + ii*11 + j + max(0, t*2 - jo*8) + 12] =   ->   for (j, 0, 8) vectorized
+            A[io*44 + ii*11 + j + max(0, t*2 - jo*8) + 11]         B[row + j + 12] = A[row + j + 11]
+    """
+    return _NameRows()(s)

@@ -28,6 +28,8 @@ only the statement kinds it is about.
   keeps updating is held in a local scalar for the loop's duration.
 - ``hoist_checks`` (``pypto/hoist.py``): a run-time checked index a loop does not
   change is computed once before it.
+- ``name_rows`` (``pypto/hoist.py``): the start of the row an innermost loop's indices
+  share is named once before it (``B[row + j + 12] = A[row + j + 11]``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import replace
 
 from .dtypes import INDEX
 from .expr import FLIP, Binary, Cmp, Const, Expr, Not, Var, conjunction, substitute, vars_of
-from .hoist import hoist_checks
+from .hoist import hoist_checks, name_rows
 from .index_sets import split_index_sets
 from .intervals import INF, Ranges, bounds
 from .loop_ir import (
@@ -352,6 +354,7 @@ PIPELINE = (
     ("unroll", lambda s, ranges, sizes: unroll(s, ranges)),
     ("promote_accumulators", lambda s, ranges, sizes: promote_accumulators(s)),
     ("hoist_checks", lambda s, ranges, sizes: hoist_checks(s)),
+    ("name_rows", lambda s, ranges, sizes: name_rows(s)),
 )
 
 
