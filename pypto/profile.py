@@ -31,11 +31,25 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import islpy as isl
+
 from . import dtypes
 from .arg_checks import bump_versions, raise_status
 from .codegen_c import codegen
-from .expr import BITWISE, Binary, Call, Const, Expr, Reduce, TensorRead, children, substitute
+from .expr import (
+    BITWISE,
+    Binary,
+    Call,
+    Const,
+    Expr,
+    Reduce,
+    TensorRead,
+    children,
+    substitute,
+    vars_of,
+)
 from .intervals import bounds
+from .isl_expr import IslPrinter, NonAffine
 from .loop_ir import Allocate, For, IntrinCall, Seq, Store, walk_stmts
 from .module import Module
 from .peak import FMA_SHARE, Peaks, measure_peaks
@@ -162,8 +176,7 @@ def _loop_groups(roots: list) -> list:
 
 
 def _value(e: Expr, sizes: dict, ranges: dict) -> int:
-    """``e`` at the bound sizes; an extent that still depends on outer axes counts at its
-    largest (a triangular domain is counted as its bounding box)."""
+    """``e`` at the bound sizes; one that still depends on outer axes at its largest."""
     v = simplify(substitute(e, sizes))
     if isinstance(v, Const):
         return int(v.value)
@@ -172,13 +185,38 @@ def _value(e: Expr, sizes: dict, ranges: dict) -> int:
 
 
 def _points(axes: tuple, sizes: dict) -> int:
+    """The points of the domain ``axes``: a box's product of extents; counted by isl
+    when an extent depends on the axes before it (``k < i + 1``: a triangle has half
+    its box's points), the box where isl cannot take the bounds."""
     n, ranges = 1, {}
     for iv in axes:
         ext = max(_value(iv.extent, sizes, ranges), 0)
         lo = _value(iv.dom_min, sizes, ranges)
         ranges[iv.var] = (lo, lo + ext - 1)
         n *= ext
+    axis_vars = {id(iv.var) for iv in axes}
+    if n and any(
+        id(v) in axis_vars for iv in axes for v in vars_of(iv.extent) + vars_of(iv.dom_min)
+    ):
+        return _isl_points(axes, sizes, n)
     return n
+
+
+def _isl_points(axes: tuple, sizes: dict, box: int) -> int:
+    names = {iv.var: f"a{k}" for k, iv in enumerate(axes)}
+    pr = IslPrinter(names)
+    try:
+        bounds_ = [
+            f"{pr(lo)} <= {names[iv.var]} < {pr(lo)} + {pr(ext)}"
+            for iv in axes
+            for lo, ext in [(simplify(substitute(iv.dom_min, sizes)),
+                             simplify(substitute(iv.extent, sizes)))]
+        ]  # fmt: skip
+        space = ", ".join(names.values())
+        count = isl.Set(f"{{ [{space}] : {' and '.join(bounds_)} }}").count_val()
+        return int(count.to_python())
+    except (NonAffine, isl.Error, KeyError):
+        return box
 
 
 def _nbytes(sized: tuple, sizes: dict) -> int:

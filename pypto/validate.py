@@ -166,6 +166,12 @@ def _ulp_distance(got: np.ndarray, want: np.ndarray, dt: np.dtype) -> np.ndarray
     return np.abs(_ordered_bits(got.astype(dt)).astype(np.float64) - _ordered_bits(w))
 
 
+def _integral(w: np.ndarray) -> bool:
+    """Whether every value of the float array ``w`` is a finite integer."""
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.isfinite(w) & (np.floor(w) == w)))
+
+
 def compare_one(got, want, name: str = "output", rtol=None, atol=None) -> OutputCheck:
     """Compare one output array with its reference (any dtype; ``want`` may be wider,
     e.g. float64). ``ValueError`` when the shapes differ."""
@@ -182,6 +188,10 @@ def compare_one(got, want, name: str = "output", rtol=None, atol=None) -> Output
     g = got.reshape(-1)
     w = want.reshape(-1)
     exact_int = got.dtype.kind in "iub" and want.dtype.kind in "iub"
+    if got.dtype.kind in "iu" and want.dtype.kind == "f" and _integral(w):
+        # a float reference of integers (a.astype(np.float64) @ b) is compared exactly:
+        # the int64 result 2**53 + 1 is not the float 2**53
+        w, exact_int = np.array([int(x) for x in w.tolist()], dtype=object), True
     if exact_int:  # exact even for int64 values past 2**53, and 64-bit differences
         wide = max(g.dtype.itemsize, w.dtype.itemsize) == 8  # int64 - int64 may overflow
         work = object if wide else np.int64  # (Python's integers: exact at any size)
@@ -243,15 +253,21 @@ def compare(got, expected, names=None, rtol=None, atol=None) -> ValidationReport
 
 def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
     """``pt.validate(mod, reference, inputs)``: run ``mod`` on the input arrays (its outputs
-    allocated) and compare every output with ``reference(*inputs)`` (an array, or a tuple
-    or list of arrays, one per output). The kernel and the reference each get copies of
-    the inputs; a kernel that changes its inputs is not ok (``inputs_written``).
+    allocated) and compare every output with ``reference(*inputs)`` (an array or a nested
+    list of numbers, or a tuple or list of arrays, one per output). The kernel and the
+    reference each get copies of the inputs; a kernel that changes its inputs is not ok
+    (``inputs_written``).
 
     Default tolerances depend on each output's dtype (``pypto.validate.TOLERANCES``;
     integers exact); ``rtol=`` and ``atol=`` override them for every output."""
     for what, v in (("rtol", rtol), ("atol", atol)):
         if v is not None and (isinstance(v, bool) or not np.isfinite(v) or v < 0):
             raise ValueError(f"{what} must be a non-negative finite number, got {v!r}")
+    if not callable(reference):
+        raise TypeError(
+            f"validate: reference is a function of the inputs that returns the expected "
+            f"output(s) (lambda a, b: a @ b), got {type(reference).__name__}"
+        )
     if isinstance(inputs, np.ndarray) or hasattr(inputs, "__dlpack__"):
         raise TypeError("validate: inputs is a list of the kernel's inputs, got one array; "
                         "pass [x]")  # fmt: skip
@@ -280,7 +296,11 @@ def validate(mod, reference, inputs, rtol=None, atol=None) -> ValidationReport:
             f"validate: the reference returned None; it returns {mod.name}'s output(s) "
             f"({', '.join(outs)}), an array or a tuple of arrays"
         )
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    # a tuple, or a list of arrays, has one per output; a list of numbers is one output
+    several = isinstance(want, tuple) or (
+        isinstance(want, list) and all(hasattr(x, "shape") for x in want)
+    )
+    want = list(want) if several else [want]
     names = [p.name for p in mod.signature.params if not p.written]  # the arrays, in order
     pairs = [(a, b) for a, b in zip(given, pristine) if array(a)]
     written = tuple(n for n, (a, b) in zip(names, pairs) if not _same(a, b))

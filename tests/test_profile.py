@@ -104,6 +104,22 @@ def test_symbolic_sizes_and_update_stages():
     assert p["Y.update(0)"].bytes == 2 * 1000 * 4
 
 
+@pytest.mark.parametrize("sized", [False, True])
+def test_a_triangular_domain_counts_its_points_not_its_box(sized):
+    """Row i sums k < i + 1 (or k >= i, with a size variable): half the box's points,
+    which the flops counted before, doubling the stage's GFLOP/s."""
+    n = pt.var("n") if sized else 300
+    A = pt.placeholder((n, n), "float32", name="A")
+
+    def row(i):
+        k = pt.reduce_axis((i, n) if sized else (0, i + 1), name="k")
+        return pt.sum(A[i, k], axis=k)
+
+    S = pt.compute((n,), row, name="S")
+    p = pt.build(pt.create_schedule(S.op), [A, S]).profile(np.ones((300, 300), "f4"), repeat=1)
+    assert p["S"].flops == 300 * 301 // 2
+
+
 def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("PYPTO_HOME", str(tmp_path))
     s, args = _chain(size=32)

@@ -47,6 +47,18 @@ def test_readme_block_runs_as_a_script(index, tmp_path):
     assert set(os.listdir(tmp_path)) <= {"block.py", "home"}  # nothing written beside it
 
 
+def test_the_first_blocks_loop_nest_is_what_it_prints(tmp_path):
+    """The README shows the loop nest its first block prints, up to its "..." line."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    shown = re.search(r"^```\n(func mm_relu.*?)^```", text, re.M | re.S).group(1)
+    shown = shown[: shown.index("      ... the same nest")].splitlines()
+    block = python_blocks()[0]
+    r = _run(block[: block.index("mod = pt.build")], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[: len(shown)] == shown
+
+
 def test_tuning_without_the_main_guard_fails_at_once_saying_what_to_add(tmp_path):
     (block,) = [b for b in python_blocks() if GUARD in b]
     head, rest = block.split(GUARD, 1)

@@ -121,6 +121,29 @@ def test_an_integer_output_off_a_fractional_reference_is_off_by_ulps():
     assert dict(c.ulp) == {"0": 1, "1": 1, "2-4": 1, "5-16": 0, "17-256": 0, ">256": 0}
 
 
+def test_an_integer_output_is_exact_against_a_float_reference_of_integers():
+    """int64 results past 2**53 became floats for the comparison: 2**60 + 1 equalled the
+    reference's 2**60, and an off-by-one kernel was ok."""
+    X = pt.placeholder((2,), "int64", name="X")
+    Y = pt.compute((2,), lambda i: X[i] + 1, name="Y")
+    mod = pt.build(pt.create_schedule(Y), [X, Y])
+    x = np.array([2**53, 2**60], np.int64)
+    r = pt.validate(mod, lambda x: x.astype(np.float64), [x])
+    assert (r.ok, r.mismatches, r.first_mismatches) == (False, 2, ((0,), (1,)))
+    assert r.outputs[0].max_abs_err == 1.0
+    assert pt.validate(mod, lambda x: x.astype(np.float64) + 1, [np.int64([3, -5])]).ok
+
+
+def test_a_reference_given_as_numbers_or_not_as_a_function():
+    X = pt.placeholder((3,), "float32", name="X")
+    Y = pt.compute((3,), lambda i: X[i] * 2, name="Y")
+    mod = pt.build(pt.create_schedule(Y), [X, Y])
+    x = np.float32([1, 2, 3])
+    assert pt.validate(mod, lambda x: (x * 2).tolist(), [x]).ok  # one output, as a list
+    with pytest.raises(TypeError, match=r"reference is a function of the inputs .* got ndarray"):
+        pt.validate(mod, x * 2, [x])
+
+
 def test_several_outputs_and_bad_calls():
     A = pt.placeholder((N,), "float32", name="A")
     X = pt.compute((N,), lambda i: A[i] * 2.0, name="X")
@@ -206,6 +229,11 @@ def test_pypto_tune_validate_prints_the_report(capsys):
     row = out.splitlines()[out.splitlines().index(header) + 1].split()
     assert row[0] == "C" and row[1] == "float32" and row[-3:] == ["0", "0", "yes"]
     assert sum(int(c) for c in row[4:10]) == 16 * 24  # every element in one ULP bucket
+    # --rtol 0 --atol 0 asks for bit-exact floats (refused as "not positive" before)
+    assert cli_main(["validate", "matmul", "--args", "16,24,8", "--rtol", "0", "--atol", "0"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    row = out[next(n for n, line in enumerate(out) if "ulp 0" in line) + 1].split()
+    assert row[0] == "C" and int(row[-3]) > 0 and row[-1] == "NO"  # float64 rounds apart
 
 
 def test_a_kernel_that_writes_its_input_is_not_ok_and_the_callers_arrays_stay():

@@ -26,13 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rtol",
-        type=positive("--rtol", real=True),
+        type=positive("--rtol", zero_ok=True, real=True),
         default=None,
         help="relative tolerance (default: by output dtype; integers exact)",
     )
     p.add_argument(
         "--atol",
-        type=positive("--atol", real=True),
+        type=positive("--atol", zero_ok=True, real=True),
         default=None,
         help="absolute tolerance (default: by output dtype; integers exact)",
     )
