@@ -28,7 +28,7 @@ import warnings
 from pypto._version import __version__
 from pypto.errors import TargetError
 
-from .commands.common import UsageError
+from .commands.common import UsageError, remove_empty_logs
 from .measure import EnvironmentFault
 
 # name -> (module with add_arguments(parser) and run(namespace) -> int, one-line help)
@@ -105,6 +105,7 @@ def main(argv=None) -> int:
     try:
         return _main(argv)
     finally:
+        remove_empty_logs()
         warnings.formatwarning = shown
         if before is not None:
             signal.signal(signal.SIGTERM, before)

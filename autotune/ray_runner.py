@@ -240,7 +240,13 @@ class RayMeasurer:
             try:
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as e:
-                msg = f"cannot connect to the Ray cluster at {address}: {e}"
+                said = str(e)
+                if "--address" in said:  # ray's advice names its own CLI's flag
+                    said = (
+                        "no running Ray instance found here (from RAY_ADDRESS or "
+                        "`ray start` on this machine); give --ray HOST:PORT"
+                    )
+                msg = f"cannot connect to the Ray cluster at {address}: {said}"
                 raise RayUnavailable(msg) from None
         # the driver's: a node's compiler and pypto must match them (with no compiler here,
         # the first node's compiler is the one)

@@ -73,6 +73,10 @@ def test_list_shows_arguments_docs_and_standard_workloads(capsys):
     assert "standard: --args 1,8,1024,64,True  (records for x86-amx)" in out  # causal
     assert "standard: --args 1,128,28,28,128,3,3,1,1  (records for x86-amx)" in out  # winograd
     assert "standard: --args 128,3072,768,int8  (no shipped records)" in out  # int8 dense
+    # each template's first sentence, whole: a docstring's first line ended mid-phrase
+    assert "    C[i, j] = sum_k A[i, k] * B[k, j]\n" in out
+    assert " by F(2 x 2, 3 x 3) Winograd tiles\n" in out
+    assert ". K[b, h, j, :]) V[b, h, j, :] over ``kv_len`` keys (default S)\n" in out
 
 
 def test_args_read_true_false_and_none_as_python_does():

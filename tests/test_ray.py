@@ -295,11 +295,15 @@ def test_no_node_of_the_task_target_is_an_environment_fault(cluster):
                      "Connection refused (is `ray start --head` running there?)"),
      ("nonsense", "--ray nonsense: 'nonsense' is not a Ray address: give host:port or 'auto'")],
 )  # fmt: skip
-def test_an_unreachable_cluster_is_refused(capsys, address, message):
+def test_an_unreachable_cluster_is_refused(capsys, address, message, tmp_path):
     from autotune import cli
 
     assert cli.main(["network", "resnet18", "--trials", "1", "--ray", address]) == 2
     assert message in capsys.readouterr().err
+    # the log made to check it could be written is not left behind, empty
+    log = tmp_path / "logs" / "t.jsonl"
+    assert cli.main(["matmul", "--args", "8,8,8", "--log", str(log), "--ray", address]) == 2
+    assert message in capsys.readouterr().err and not log.exists()
 
 
 def test_a_port_that_is_no_ray_head_is_refused_at_once(cluster):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import math
@@ -312,10 +313,26 @@ def writable_log(path: str, what: str | None = None) -> str:
         raise UsageError(f"{what}: {folder} is a file, not a directory")
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        if not os.path.exists(path):
+            CREATED_LOGS.add(os.path.abspath(path))
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
     except OSError as e:
         raise UsageError(f"{what}: cannot write there ({e.strerror})") from None
     return path
+
+
+# logs this command made to check that it can write them: those still empty when it
+# ends (a cluster it could not reach, a broken compiler) are removed again
+CREATED_LOGS: set = set()
+
+
+def remove_empty_logs() -> None:
+    """Remove the logs this command made and never wrote to."""
+    while CREATED_LOGS:
+        path = CREATED_LOGS.pop()
+        with contextlib.suppress(OSError):
+            if os.path.isfile(path) and os.path.getsize(path) == 0:
+                os.remove(path)
 
 
 def load_logs(paths) -> list:

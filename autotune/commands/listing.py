@@ -17,6 +17,18 @@ from ..workloads import standard_workloads
 from .common import add_import_argument, import_modules, load_logs
 
 
+def summary(doc: str) -> str:
+    """A docstring's first sentence, on one line: up to the first ``. ``, ``; `` or ``: ``
+    outside brackets (``Q[b, h, i, :] . K[b, h, j, :]`` is a dot product, not an end)."""
+    text = " ".join(doc.strip().split("\n\n")[0].split())
+    depth = 0
+    for n, c in enumerate(text):
+        depth += (c in "([{") - (c in ")]}")
+        if depth == 0 and c in ".;:" and text[n + 1 : n + 2] in (" ", ""):
+            return text[:n]
+    return text
+
+
 def signature(tpl) -> str:
     """``M, N, K, dtype='float32'``: a template's arguments after ``cfg``."""
     params = list(inspect.signature(tpl.func).parameters.values())[1:]
@@ -47,10 +59,10 @@ def run(a: argparse.Namespace) -> int:
     print(host_line(pt.Target("host")))
     for name in at.list_templates():
         t = at.get_template(name)
-        doc = (t.__doc__ or "").strip().splitlines()
+        doc = summary(t.__doc__ or "")
         print(f"{name}({signature(t)})")
         if doc:
-            print(f"    {doc[0]}")
+            print(f"    {doc}")
         for args in standard.get(name, []):
             targets = sorted(shipped.get((name, json.dumps(list(args))), ()))
             where = f"records for {', '.join(targets)}" if targets else "no shipped records"
