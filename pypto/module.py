@@ -31,12 +31,14 @@ from .arg_checks import (
     check_overlap,
     check_temporary,
     check_tensor_writes,
+    data_pointer,
     expected_dim,
     fmt_shape,
     index_checks,
     output_shapes,
     provenance,
     raise_status,
+    repeat_call,
     returned,
     stand_in,
 )
@@ -243,6 +245,8 @@ class Module:
         # a call with the same shapes repeats only the checks of its arrays themselves
         self._checked: dict = {}
         self._out_shapes: dict = {}  # the same for the outputs a call allocates
+        self._plain = not sig.scalars  # calls may take the fast path (``repeat_call``)
+        self._outs = tuple(i for i, w in enumerate(self._written) if w)
 
     def __repr__(self):
         return f"Module({self.name}, target={self.target.name})"
@@ -313,7 +317,7 @@ class Module:
         arrays = [
             a if a.size else stand_in(a, spec[0], checked) for a, spec in zip(arrays, self._specs)
         ]
-        addresses = [a.ctypes.data for a in arrays]
+        addresses = [data_pointer(a) for a in arrays]
         check_overlap(arrays, self._specs, self._written, addresses)
         check_tensor_writes(args, self._specs, self._written)
         return [*addresses, *sizes, *self._slots.floats(scalars)], arrays
@@ -362,6 +366,12 @@ class Module:
         """Run the kernel. With every argument given, returns None; with only the inputs,
         allocates the outputs and returns them (one array, or a tuple of several; PyTorch
         tensors when an input is one)."""
+        cargs = self._plain and repeat_call(args, len(self._specs), self._checked, self._outs)
+        if cargs:
+            status = self._invoke(cargs, args)
+            if status != 0:
+                raise_status(self.name, status, self.signature.index_checks)
+            return None
         given, (args, made) = args, self._with_outputs(args)
         cargs, keep = self._prepare(args)
         status = self._invoke(cargs, keep)
