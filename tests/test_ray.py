@@ -366,3 +366,21 @@ def test_tune_command_runs_on_the_cluster(cluster, tmp_path, capsys):
     assert len({json.dumps(r.config, sort_keys=True) for r in recs[:5]}) == 5
     assert len(recs) >= 5 + 2  # the fastest measured twice more (and any that overtook it)
     assert not ray.is_initialized()  # the command left the cluster
+
+
+def test_no_ray_instance_here_names_pypto_tunes_own_flag(monkeypatch):
+    """Ray's refusal of ``auto`` said to set "the `--address` flag", which pypto-tune has
+    not: it says --ray HOST:PORT."""
+    from autotune.ray_runner import RayUnavailable
+
+    def no_instance(**kw):
+        raise ConnectionError(
+            "Could not find any running Ray instance. Please specify the one to connect to "
+            "by setting `--address` flag or `RAY_ADDRESS` environment variable."
+        )
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", no_instance)
+    with pytest.raises(RayUnavailable, match=r"at auto: no running Ray instance found here "
+                                             r"\(.*\); give --ray HOST:PORT$"):  # fmt: skip
+        RayMeasurer("auto")
