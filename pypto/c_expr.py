@@ -259,6 +259,8 @@ class CPrinter(Printer):
             # numpy's power takes sqrt for 0.5 (sqrt(-inf) is nan, C's pow gives inf), and
             # gcc sometimes does: always, so no schedule differs
             e, args = Call("sqrt", e.args[:1], e.dtype), args[:1]
+        if e.name == "nextafter" and self.storage(e.dtype) is not None:
+            return self.half_nextafter(e.dtype, args), ATOM
         f = FUNCS[e.name]
         if f.c_int:  # the operand's bits: as the unsigned type of its storage width
             d = dtypes.dtype(e.args[0].dtype)
@@ -269,6 +271,15 @@ class CPrinter(Printer):
         operand = e.args[0].dtype if f.predicate else e.dtype  # isnan: by its operand's type
         form = f.c_float if _ctype(operand) == "float" else f.c_double
         return form.format(*args), ATOM
+
+    def half_nextafter(self, dt: str, args: list) -> str:
+        """``nextafter`` in a 16-bit type: a step of one in its bits (float32's
+        ``nextafterf`` steps by 2^-23 at 1.0, which the store rounds away again); the
+        operands rounded to the type first, as numpy's are."""
+        s = "bf16" if dt == "bfloat16" else "f16"
+        name = f"pt_nextafter_{s}"
+        self.helpers.setdefault(name, HALF_NEXTAFTER.format(s=s))
+        return f"{name}({args[0]}, {args[1]})"
 
     def tensor_read(self, e):
         """Lowering turns every read into a ``Load`` of a buffer; a read that reaches the C
@@ -281,6 +292,18 @@ class CPrinter(Printer):
             return forms.load.format(text), ATOM
         return text, ATOM
 
+
+# the neighbour of x towards y in a 16-bit float type whose bits pt_{s}_store and
+# pt_{s}_load convert (NaN for a NaN; y when equal; from zero the least subnormal)
+HALF_NEXTAFTER = """static inline float pt_nextafter_{s}(float x, float y) {{
+  uint16_t a = pt_{s}_store(x), b = pt_{s}_store(y);
+  const float fx = pt_{s}_load(a), fy = pt_{s}_load(b);
+  if (fx != fx || fy != fy) return fx + fy;
+  if (fx == fy) return fy;
+  if (fx == 0.0f) return pt_{s}_load((uint16_t)((b & 0x8000u) | 1u));
+  a = (fx < fy) == (fx > 0.0f) ? (uint16_t)(a + 1u) : (uint16_t)(a - 1u);
+  return pt_{s}_load(a);
+}}"""
 
 _ROUNDING = ("round", "floor", "ceil", "trunc")
 

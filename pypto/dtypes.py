@@ -110,11 +110,31 @@ def as_computed(value, name: str) -> float:
     """A float constant as the C computes with it: float64, or rounded once to float32
     (float32, and the 16-bit floats computed in float32), an integer directly (through
     float64 it would round twice)."""
+    if isinstance(value, int):
+        return _int_to_float(value, 53 if name == "float64" else 24)
     if name == "float64":
         return float(value)
-    if isinstance(value, int):
-        return float(np.array(value, np.uint64 if value >= 2**63 else np.int64).astype(np.float32))
-    return float(np.float32(value))
+    with np.errstate(over="ignore"):  # past float32's range: inf, as numpy's cast
+        return float(np.float32(value))
+
+
+def _int_to_float(value: int, bits: int) -> float:
+    """``value`` rounded once to nearest even with ``bits`` significant bits (53:
+    float64, 24: float32), inf past the type's range (numpy's ``x * 10**20`` of a
+    float32 ``x`` is 1e20: an int of any size)."""
+    n = abs(value)
+    shift = max(n.bit_length() - bits, 0)
+    q, r = divmod(n, 1 << shift)
+    half = (1 << shift) >> 1
+    if shift and (r > half or (r == half and q & 1)):
+        q += 1
+    top = 2.0**128 * (1 - 2.0**-24) if bits == 24 else float("inf")  # float32's largest
+    try:
+        f = math.ldexp(q, shift)
+    except OverflowError:
+        f = math.inf
+    f = f if f <= top else math.inf
+    return -f if value < 0 else f
 
 
 def as_value(value, name: str) -> float:

@@ -161,3 +161,48 @@ def test_a_float_made_integer_stays_an_integer_and_stores_as_plus_zero(target):
     _check(B, [A], [a], a.astype(np.int32).astype(np.int8), target)
     C = pt.compute((n,), lambda i: pt.cast("float16", pt.cast("int32", A[i])), name="C")
     _check(C, [A], [a], a.astype(np.int32).astype(np.float16), target)
+
+
+@pytest.mark.parametrize("dt", ["float32", "bfloat16", "float64"])
+def test_a_python_int_past_int64_scales_a_float_as_numpy_does(dt):
+    """``x * 10**20`` of a float32 x is 1e20 in numpy; pypto refused any int past int64
+    with "cast to a wider dtype". Rounded once (2**64 + 2**40 + 1 is not a tie in float32
+    the way its float64 rounding would make it), inf past the type's range."""
+    from pypto.dtypes import as_computed, numpy_dtype
+
+    A = pt.placeholder((3,), dt, name="A")
+    ints = (10**20, 2**64 + 2**40 + 1, -(10**400))
+    C = pt.compute((3,), lambda i: pt.select(i == 0, A[i] * ints[0], pt.select(
+        i == 1, A[i] * ints[1], A[i] * ints[2])), name="C")  # fmt: skip
+    got = pt.build(pt.create_schedule(C.op), [A, C])(np.ones(3, numpy_dtype(dt)))
+    # float32: one rounding, up to 2**64 + 2**41; through float64 (2**64 + 2**40, a
+    # tie) it would round to even, 2**64
+    middle = 2.0**64 + 2.0**41 if dt == "float32" else float(ints[1])
+    want = np.array([1e20, middle, -np.inf]).astype(numpy_dtype(dt))
+    np.testing.assert_array_equal(got, want)
+    assert as_computed(ints[1], "float32") == 2.0**64 + 2.0**41
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+def test_nextafter_steps_in_the_16_bit_type(dt):
+    """float32's nextafterf moved 1.0 by 2^-23, which the store rounded away: 170 of 256
+    special pairs came back unchanged. It steps in the type's own bits now, scalar and
+    vectorized, as numpy (ml_dtypes for bfloat16) does."""
+    from pypto.dtypes import numpy_dtype
+
+    npdt = numpy_dtype(dt)
+    n = pt.var("n")
+    A, B = pt.placeholder((n,), dt, name="A"), pt.placeholder((n,), dt, name="B")
+    C = pt.compute((n,), lambda i: pt.nextafter(A[i], B[i]), name="C")
+    vals = [0.0, -0.0, 1.0, -1.0, 3.0, 65504.0, -65504.0, np.inf, -np.inf, np.nan, 6e-8, 2.0**-14]
+    a = np.repeat(np.array(vals, np.float32), len(vals)).astype(npdt)
+    b = np.tile(np.array(vals, np.float32), len(vals)).astype(npdt)
+    # equal operands give y, as C, PyTorch and numpy's float32 do (numpy's float16: x)
+    with np.errstate(over="ignore"):  # 65504 towards inf is inf
+        want = np.where(a == b, b, np.nextafter(a, b))
+    for vectorized in (False, True):
+        s = pt.create_schedule(C.op)
+        if vectorized:
+            s[C].vectorize(s[C].split(C.op.axis[0], factor=16)[1])
+        got = pt.build(s, [A, B, C])(a, b)
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
