@@ -145,9 +145,8 @@ def _common_row(loop: For, stores: list):
     for index in _indices(stores):
         row, _ = _split(index, loop.var)
         if row:
-            rows.setdefault(frozenset(Counter((s, skey(t)) for s, t in row).items()), []).append(
-                row
-            )
+            key = frozenset(Counter((sign, skey(t)) for sign, t in row).items())
+            rows.setdefault(key, []).append(row)
     if len(rows) != 1:
         return None
     ((row, *others),) = rows.values()

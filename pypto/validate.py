@@ -191,7 +191,11 @@ def compare_one(got, want, name: str = "output", rtol=None, atol=None) -> Output
     if got.dtype.kind in "iu" and want.dtype.kind == "f" and _integral(w):
         # a float reference of integers (a.astype(np.float64) @ b) is compared exactly:
         # the int64 result 2**53 + 1 is not the float 2**53
-        w, exact_int = np.array([int(x) for x in w.tolist()], dtype=object), True
+        exact_int = True
+        if np.all(np.abs(w) < 2.0**63):
+            w = w.astype(np.int64)  # exact: integers, in range
+        else:
+            w = np.array([int(x) for x in w.tolist()], dtype=object)
     if exact_int:  # exact even for int64 values past 2**53, and 64-bit differences
         wide = max(g.dtype.itemsize, w.dtype.itemsize) == 8  # int64 - int64 may overflow
         work = object if wide else np.int64  # (Python's integers: exact at any size)
