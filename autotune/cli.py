@@ -102,10 +102,12 @@ def main(argv=None) -> int:
         before = None
     shown = warnings.formatwarning
     warnings.formatwarning = _one_line  # a warning is a line for the user, not a source line
+    status = 1
     try:
-        return _main(argv)
+        status = _main(argv)
+        return status
     finally:
-        remove_empty_logs()
+        remove_empty_logs(failed=status != 0)
         warnings.formatwarning = shown
         if before is not None:
             signal.signal(signal.SIGTERM, before)

@@ -322,17 +322,19 @@ def writable_log(path: str, what: str | None = None) -> str:
 
 
 # logs this command made to check that it can write them: those still empty when it
-# ends (a cluster it could not reach, a broken compiler) are removed again
+# fails (a cluster it could not reach, a broken compiler) are removed again
 CREATED_LOGS: set = set()
 
 
-def remove_empty_logs() -> None:
-    """Remove the logs this command made and never wrote to."""
+def remove_empty_logs(failed: bool) -> None:
+    """After a failed command, remove the logs it made and never wrote to (a command
+    that succeeds keeps them: its output names them)."""
     while CREATED_LOGS:
         path = CREATED_LOGS.pop()
-        with contextlib.suppress(OSError):
-            if os.path.isfile(path) and os.path.getsize(path) == 0:
-                os.remove(path)
+        if failed:
+            with contextlib.suppress(OSError):
+                if os.path.isfile(path) and os.path.getsize(path) == 0:
+                    os.remove(path)
 
 
 def load_logs(paths) -> list:
