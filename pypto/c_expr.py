@@ -21,9 +21,9 @@ from .c_helpers import (
     INT_TO_FLOAT,
     KEEP,
 )
-from .expr import Binary, Call, Cast, Const, walk
+from .expr import Binary, Call, Cast, Const, Load, walk
 from .intervals import INF, bounds, leaves_type, may_wrap
-from .loop_ir import Namer
+from .loop_ir import Allocate, IntrinCall, Namer, Prefetch, Store, own_exprs, walk_stmts
 from .mathfuncs import FUNCS
 from .printer import ATOM, Printer
 
@@ -291,6 +291,36 @@ class CPrinter(Printer):
         if forms := self.storage(e.buffer.dtype):
             return forms.load.format(text), ATOM
         return text, ATOM
+
+
+def scalar_buffers(body) -> set:
+    """Ids of the one-element local buffers (a promoted accumulator, a reduction's
+    register) that only loads and stores at the constant index 0 name: declared
+    ``float acc;``, not ``float acc[1]``, and read as ``acc``. Any other index (which
+    may be out of range, and checked) keeps the array, and so does a tensor intrinsic
+    or a prefetch, which takes an address."""
+    ones = {
+        id(s.buffer)
+        for s in walk_stmts(body)
+        if isinstance(s, Allocate) and isinstance(s.size, Const) and s.size.value == 1
+    }
+
+    def at_zero(buf, index):
+        if not (isinstance(index, Const) and index.value == 0):
+            ones.discard(id(buf))
+
+    for s in walk_stmts(body):
+        if isinstance(s, IntrinCall):
+            ones -= {id(o.buffer) for o in s.operands}
+        elif isinstance(s, Prefetch):
+            ones.discard(id(s.buffer))
+        elif isinstance(s, Store):
+            at_zero(s.buffer, s.index)
+        for e in own_exprs(s):
+            for x in walk(e):
+                if isinstance(x, Load):
+                    at_zero(x.buffer, x.index)
+    return ones
 
 
 # the neighbour of x towards y in a 16-bit float type whose bits pt_{s}_store and

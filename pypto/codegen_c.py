@@ -16,7 +16,7 @@ from . import dtypes
 from ._version import __version__ as _version
 from .arg_checks import index_checks
 from .autovec import autovec_hazard, inner_meet, overwritten_across
-from .c_expr import CPrinter
+from .c_expr import CPrinter, scalar_buffers
 from .c_helpers import (
     ALLOC,
     CHECKED_INDEX,
@@ -27,7 +27,7 @@ from .c_helpers import (
     WORKSPACE_MAX,
 )
 from .errors import BuildError
-from .expr import Binary, Cast, Const, Load, Var, vars_of, walk
+from .expr import Binary, Cast, Const, Load, Var, vars_of
 from .intervals import INF, bounds
 from .intrin import intrin_fences
 from .loop_ir import (
@@ -41,7 +41,6 @@ from .loop_ir import (
     Prefetch,
     Seq,
     Store,
-    own_exprs,
     rule,
     seq,
     walk_stmts,
@@ -78,7 +77,7 @@ class CodeGen:
         self.namer = Namer(taken=("pt_alloc", "pt_alloc_or_die", *self.intrins, *theirs))
         self.ranges = {v: (0, INF) for v in func.size_vars}
         self.p = CPrinter(self.namer, self.ranges, index_checks(func.body))
-        self.p.scalars = _scalar_buffers(func.body)
+        self.p.scalars = scalar_buffers(func.body)
         self.lines: list[str] = []
         self.parallel_depth = 0
         self.simd_depth = 0  # inside a loop marked omp simd: no other loop is marked
@@ -466,36 +465,6 @@ def codegen(func: LoweredFunc, target: Target, timers: dict | None = None) -> tu
     g = CodeGen(func, target, timers)
     src = g.generate()
     return src, g.fname
-
-
-def _scalar_buffers(body) -> set:
-    """Ids of the one-element local buffers (a promoted accumulator, a reduction's
-    register) that only loads and stores at the constant index 0 name: declared
-    ``float acc;``, not ``float acc[1]``, and read as ``acc``. Any other index (which
-    may be out of range, and checked) keeps the array, and so does a tensor intrinsic
-    or a prefetch, which takes an address."""
-    ones = {
-        id(s.buffer)
-        for s in walk_stmts(body)
-        if isinstance(s, Allocate) and isinstance(s.size, Const) and s.size.value == 1
-    }
-
-    def at_zero(buf, index):
-        if not (isinstance(index, Const) and index.value == 0):
-            ones.discard(id(buf))
-
-    for s in walk_stmts(body):
-        if isinstance(s, IntrinCall):
-            ones -= {id(o.buffer) for o in s.operands}
-        elif isinstance(s, Prefetch):
-            ones.discard(id(s.buffer))
-        elif isinstance(s, Store):
-            at_zero(s.buffer, s.index)
-        for e in own_exprs(s):
-            for x in walk(e):
-                if isinstance(x, Load):
-                    at_zero(x.buffer, x.index)
-    return ones
 
 
 def _same_storage_copy(s: Store) -> bool:

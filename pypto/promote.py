@@ -22,7 +22,7 @@ not run), the buffer is not allocated inside the loop, and the loop has a consta
 extent of at least 1 (so the element is accessed anyway). The order of the
 operations is unchanged. A store of the element just before the loop (a reduction's
 ``S[i] = 0``) becomes the scalar's first value (``_forward``); C declares the scalar
-as ``int32_t A_rowsum_r = 0;`` (``codegen_c._scalar_buffers``).
+as ``int32_t A_rowsum_r = 0;`` (``c_expr.scalar_buffers``).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import textwrap
 import uuid
 
 import numpy as np
@@ -101,19 +102,17 @@ def test_a_full_disk_while_storing_leaves_no_object_behind(private_cache, monkey
     assert not [p for p in private_cache.iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_threads_beyond_the_cpus_the_runner_may_use_are_an_environment_fault(tmp_path):
-    """taskset (or OMP_PROC_BIND pinning the tuner as libgomp starts) left the runner one
-    CPU: two threads there are time-sliced, and the records said "threads": 2. Nothing
-    is recorded now, and OMP_THREAD_LIMIT caps the count pypto states."""
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("needs two CPUs to leave the runner one")
-    script = tmp_path / "pinned.py"
+def _tune_at_two_threads(tmp_path, setup: str, **env_extra):
+    """One trial of a small matmul at two threads in a fresh process, its main block
+    starting with ``setup``: the process's output, its log, and its environment."""
+    script = tmp_path / "tune.py"
     script.write_text(
         "import os, sys\n"
         "import autotune as at\n"
+        "import pypto as pt\n"
         "if __name__ == '__main__':\n"
-        "    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
-        "    task = at.Task('matmul', (32, 32, 32))\n"
+        + textwrap.indent(setup, "    ")
+        + "    task = at.Task('matmul', (32, 32, 32))\n"
         "    opt = at.MeasureOption(number=1, repeat=1, threads=2)\n"
         "    log = at.log_to_file(sys.argv[1])\n"
         "    try:\n"
@@ -122,9 +121,21 @@ def test_threads_beyond_the_cpus_the_runner_may_use_are_an_environment_fault(tmp
         "        print('fault:', e)\n"
     )
     log = tmp_path / "t.jsonl"
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYPTO_HOME": str(tmp_path / "home")}
+    env = {**os.environ, "PYTHONPATH": ROOT, "PYPTO_HOME": str(tmp_path / "home"), **env_extra}
     r = subprocess.run([sys.executable, str(script), str(log)], env=env, capture_output=True,
                        text=True, timeout=300)  # fmt: skip
+    return r, log, env
+
+
+def test_threads_beyond_the_cpus_the_runner_may_use_are_an_environment_fault(tmp_path):
+    """taskset left the runner one CPU: two threads there are time-sliced, and the
+    records said "threads": 2. Nothing is recorded now, and OMP_THREAD_LIMIT caps the
+    count pypto states."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs to leave the runner one")
+    r, log, env = _tune_at_two_threads(
+        tmp_path, "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+    )
     assert "fault:" in r.stdout and "may run on 1 CPU(s) but its kernels use 2 threads" in r.stdout
     assert not log.exists() or at.load_records(str(log)) == []
     limit = subprocess.run(
@@ -141,24 +152,12 @@ def test_omp_proc_bind_leaves_the_runner_every_cpu(tmp_path):
     Children now start on the CPUs the tuner had, and OpenMP spreads their threads."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
-    script = tmp_path / "bound.py"
-    script.write_text(
-        "import os, sys\n"
-        "import autotune as at\n"
-        "import pypto as pt\n"
-        "if __name__ == '__main__':\n"
-        "    pt.get_num_threads()  # OpenMP starts and binds this thread\n"
-        "    print('tuner', len(os.sched_getaffinity(0)))\n"
-        "    task = at.Task('matmul', (32, 32, 32))\n"
-        "    opt = at.MeasureOption(number=1, repeat=1, threads=2)\n"
-        "    at.RandomTuner(task).tune(1, measure=opt, callbacks=[at.log_to_file(sys.argv[1])])\n"
+    setup = (
+        "pt.get_num_threads()  # OpenMP starts and binds this thread\n"
+        "print('tuner', len(os.sched_getaffinity(0)))\n"
     )
-    log = tmp_path / "t.jsonl"
-    env = {**os.environ, "PYTHONPATH": ROOT, "PYPTO_HOME": str(tmp_path / "home"),
-           "OMP_PROC_BIND": "true"}  # fmt: skip
-    r = subprocess.run([sys.executable, str(script), str(log)], env=env, capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r, log, _ = _tune_at_two_threads(tmp_path, setup, OMP_PROC_BIND="true")
+    assert r.returncode == 0 and "fault:" not in r.stdout, r.stdout + r.stderr
     assert "tuner 1" in r.stdout  # the binding this guards against did happen
     (rec,) = at.load_records(str(log))
     assert rec.error is None and rec.threads == 2
