@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 
 from .measure import EnvironmentFault, ErrorKind, MeasureOption, Measurer, MeasureResult
-from .records import Record, one_per_config, ranked_configs
+from .records import CONFIRM, Record, config_key, one_per_config, ranked_configs
 from .space import Config, SpaceError
 from .startup import begin_tuning
 
@@ -114,9 +114,14 @@ class Tuner:
         """Take earlier records of this task (same workload, in any spelling of its
         default arguments, and target) as measured:
         they count as visited and inform the search; a config measured more than once
-        counts once, by the median of all its timings. Returns how many configs were used."""
+        counts once, by the median of all its timings. Returns how many of them were
+        trials: a config measured only as ``confirm_best``'s baseline informs the search
+        but was never one of its trials."""
         inputs, results = [], []
-        for r in one_per_config(own_records(self.task, records)):  # one per config, pooled
+        own = own_records(self.task, records)
+        searched = {config_key(r.config) for r in own if r.tuner != CONFIRM}
+        trials = 0
+        for r in one_per_config(own):  # one per config, pooled
             try:
                 cfg = self.space.config(r.config)
             except SpaceError:
@@ -124,6 +129,7 @@ class Tuner:
             if cfg.index in self.visited:
                 continue
             inputs.append(MeasureInput(self.task, cfg))
+            trials += config_key(r.config) in searched
             err = (
                 ErrorKind(r.error)
                 if r.error in ErrorKind._value2member_map_
@@ -142,7 +148,7 @@ class Tuner:
             )
         if inputs:
             self.update(inputs, results)
-        return len(inputs)
+        return trials
 
     def _random_unvisited(self, n: int, taken: set) -> list[Config]:
         """Up to ``n`` random unvisited configs whose indices are not in ``taken``

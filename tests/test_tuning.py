@@ -1,6 +1,7 @@
 """Autotuning: spaces, tuners, isolated measurement, records, resume, the CLI."""
 
 import collections
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -21,7 +22,7 @@ import pypto as pt
 from autotune import confirm
 from autotune.cli import main as cli_main
 from autotune.confirm import BusyMachineWarning
-from autotune.records import one_per_config
+from autotune.records import CONFIRM, one_per_config
 
 FAST = at.MeasureOption(number=1, repeat=2, timeout=5)
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -277,7 +278,9 @@ def test_confirm_measures_the_fastest_again_side_by_side(tmp_path):
     assert 3 <= again <= 4 * 3 + 1 and len(at.load_records(log)) == 8 + made + again
     configs = {json.dumps(r.config, sort_keys=True) for r in recs}  # the 8, and the default
     assert json.dumps(task.config_space.default_config().to_json(), sort_keys=True) in configs
-    assert at.RandomTuner(task).load_history(recs) == len(configs)  # configs, not records
+    tuner = at.RandomTuner(task)
+    assert tuner.load_history(recs) == 8  # configs searched, not records nor the baseline
+    assert len(tuner.visited) == len(configs)  # the baseline too: measured, not proposed
 
 
 class _SteadyMeasurer:
@@ -339,6 +342,22 @@ def test_confirm_measures_the_default_beside_the_fastest(tmp_path):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     assert at.confirm_best(task, str(empty), k=2, measurer=_SteadyMeasurer({})) == 0
+
+
+def test_resume_does_not_count_the_confirmation_baseline_as_a_trial(tmp_path):
+    """The default config measured only beside the fastest (``--confirm``) was never a
+    trial of the search: a resumed ``--trials N`` still searches N configs in all."""
+    log = str(tmp_path / "baseline.jsonl")
+    task, default, a, b = _logged_default_and_two(log, 9.0, 0.5, 1.2)
+    recs = at.load_records(log)
+    searched = [r for r in recs if r.config != default.to_json()]
+    baseline = dataclasses.replace(recs[0], tuner=CONFIRM)
+    assert baseline.config == default.to_json()
+    tuner = at.RandomTuner(task)
+    assert tuner.load_history([*searched, baseline]) == 2
+    assert default.index in tuner.visited  # measured all the same: not proposed again
+    tuner = at.RandomTuner(task)
+    assert tuner.load_history(recs) == 3  # searched, not a baseline
 
 
 def test_confirm_on_a_busy_machine_records_nothing_and_keeps_the_ranking(tmp_path, monkeypatch):
