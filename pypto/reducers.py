@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
+from .dtypes import dtype as dtype_of
 from .dtypes import identity_value
 from .expr import Const, Expr, Reduce, Select, TensorRead, Var, as_expr, binary, walk
 from .tensor import IterVar
@@ -132,7 +133,7 @@ class CommReducer:
             cond = as_expr(where)
             if cond.dtype != "bool":
                 raise TypeError(f"{self.name}: where= must be a condition, got {cond.dtype}")
-            expr = Select(cond, expr, self.identity(expr.dtype), expr.dtype)
+            expr = Select(cond, expr, self._filler(expr.dtype), expr.dtype)
         start = ()
         if init is not None:
             start = (as_expr(init, expr.dtype),)
@@ -144,6 +145,13 @@ class CommReducer:
             if any(isinstance(x, Var) and x.axis in axes for x in walk(start[0])):
                 raise ValueError(f"{self.name}: init= may not name the reduce axes")
         return Reduce(self, expr, axes, expr.dtype, start)
+
+    def _filler(self, dtype: str) -> Expr:
+        """What a point ``where=`` leaves out contributes: the identity; for a sum of
+        floats -0.0, which leaves every value as it is (+0.0 turns -0.0 into +0.0)."""
+        if self is _sum and dtype_of(dtype).is_float:
+            return Const(-0.0, dtype)
+        return self.identity(dtype)
 
     def __repr__(self):
         return f"CommReducer({self.name})"

@@ -163,3 +163,26 @@ def test_a_reducer_that_reads_a_tensor_is_refused():
                            lambda a, b: (pt.const(-1, a), pt.const(0, b)))  # fmt: skip
     with pytest.raises(TypeError, match=r"its fcombine reads W\[0\]"):
         pt.compute((4,), lambda i: argm((k, A[i, k]), axis=k), name="D")
+
+
+@pytest.mark.parametrize("vectorize", [False, True])
+def test_where_keeps_a_negative_zero_init(vectorize):
+    """The points ``where=`` leaves out add -0.0, which changes no value: a sum of -0.0
+    from ``init=-0.0`` stays -0.0, as numpy's ``np.sum(..., where=, initial=)`` (+0.0
+    for each left-out point made it +0.0)."""
+    n = 16
+    A = pt.placeholder((n, n), name="A")
+    Ini = pt.placeholder((n,), name="I")
+    k = pt.reduce_axis((0, n), name="k")
+    C = pt.compute((n,), lambda i: pt.sum(A[i, k], axis=k, where=k < i, init=Ini[i]), name="C")
+    s = pt.create_schedule(C.op)
+    if vectorize:
+        s[C].reorder(k, C.op.axis[0])
+        s[C].vectorize(C.op.axis[0])
+    a = np.full((n, n), -0.0, np.float32)
+    a[5, :3] = [1.0, -1.0, 2.0]  # a row with values: they add as before
+    c = pt.build(s, [A, Ini, C])(a, np.full(n, -0.0, np.float32))
+    mask = np.arange(n)[None, :] < np.arange(n)[:, None]
+    want = np.array([np.sum(a[i], where=mask[i], initial=-0.0) for i in range(n)])
+    np.testing.assert_array_equal(c, want)
+    assert np.array_equal(np.signbit(c), np.signbit(want)) and np.signbit(c).sum() == n - 1
