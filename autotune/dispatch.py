@@ -45,6 +45,8 @@ def lookup(workload, targets) -> list:
     for two threads may not be the best on one), fastest first with the spellings'
     records pooled. The caller takes the first that fits the template, so records
     another version of it made (stale) fall through to the next; or []."""
+    if not _stack():  # outside every context (an operator's call, mostly)
+        return []
     out, now = [], get_num_threads()
     for target in _names(targets):
         for ranked in reversed(_stack()):

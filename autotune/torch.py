@@ -259,7 +259,7 @@ register_autograd(layer_norm, _ln_bwd, setup_context=_save_x_w, jvp=_ln_jvp)
 def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
     if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):  # a 0-d tensor takes -1 and 0
         raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor")
-    return x.movedim(dim, -1) if x.dim() else x
+    return x.movedim(dim, -1) if dim not in (-1, x.dim() - 1) else x
 
 
 @torch.library.custom_op("pypto::softmax", mutates_args=())

@@ -152,6 +152,9 @@ class ModuleCache:
         self._lock = threading.Lock()
 
     def get(self, key, make: Callable):
+        mod = self._mods.get(key)  # (a dict's get is atomic: the lock is for the build)
+        if mod is not None:
+            return mod
         with self._lock:
             mod = self._mods.get(key)
             if mod is None:

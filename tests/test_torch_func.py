@@ -243,6 +243,20 @@ def test_register_autograd_gives_a_users_operator_its_derivative_under_torch_fun
         ptt.register_autograd(torch.ops.aten.sin, backward, setup_context=setup)
 
 
+def test_a_plain_call_runs_the_operator_as_the_dispatcher_would():
+    """A call that nothing differentiates runs the operator's implementation straight
+    from its autograd kernel; a kernel registered for the CPU later is the one that runs,
+    as through the dispatcher."""
+    cube = ptt.custom_op("pypto_test::func_cube_direct", _cube, n_inputs=1)
+    ptt.register_autograd(cube)
+    x = _rand(7)
+    _close(cube(x), x**3)
+    with torch.no_grad():
+        _close(cube(x), x**3)
+    cube.register_kernel("cpu")(lambda t: -t)
+    _close(cube(x), -x)
+
+
 def _no_fallback(f, *args):
     """``f(*args)`` with PyTorch's per-element vmap fallback off: a missing rule raises."""
     fallback = torch._C._functorch._set_vmap_fallback_enabled
