@@ -53,7 +53,14 @@ class _Spec:
 # Without AVX-512VL such loads are AVX's vmaskmovps, which reads only the lanes asked
 # for; the 512-bit code is the same.
 AVX512_FLAGS = ("-march=x86-64-v4", "-mprefer-vector-width=512", "-mno-avx512vl")
-_AVX512 = ("avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl", "f16c", "fma")
+# -march=x86-64-v3 lets gcc use every one of these (/proc/cpuinfo's names; "abm" is
+# LZCNT, which a CPU without it runs as BSR: clz silently wrong), so a target compiled
+# with it needs them all; x86-64-v4 adds AVX-512's F, BW, CD, DQ and VL
+_X86_V3 = (
+    "abm", "avx", "avx2", "bmi1", "bmi2", "cx16", "f16c", "fma", "lahf_lm", "movbe", "popcnt",
+    "sse4_1", "sse4_2", "ssse3", "xsave",
+)  # fmt: skip
+_AVX512 = _X86_V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
 # The best targets first: "host" is the first row this CPU runs. A row with a ``base``
 # is its base's machine plus dot-product instructions for int8 and bfloat16 (tensor
 # intrinsics use them): the same registers, lanes and caches, a superset of features.
@@ -99,7 +106,7 @@ KNOWN = {
         "x86_64",
         256,
         16,
-        ("avx2", "avx_vnni", "f16c", "fma"),
+        _X86_V3 + ("avx_vnni",),
         ("-march=x86-64-v3", "-mavxvnni"),
         (32 * KIB, 512 * KIB, 16 * MIB),
         "x86_64-linux-gnu-gcc",
@@ -109,7 +116,7 @@ KNOWN = {
         "x86_64",
         256,
         16,
-        ("avx2", "f16c", "fma"),
+        _X86_V3,
         ("-march=x86-64-v3",),
         (32 * KIB, 512 * KIB, 16 * MIB),
         "x86_64-linux-gnu-gcc",

@@ -15,11 +15,14 @@ from autotune import store
 from autotune.cli import main as cli_main
 from pypto import target as target_mod
 
-ZEN5 = (  # a Zen 4/5-like flag set (abridged)
-    "avx", "avx2", "avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl", "avx512_bf16",
-    "avx512_vnni", "avx512_vbmi", "avx_vnni", "bmi2", "f16c", "fma", "sse4_2",
+AVX2_ONLY = (  # a Haswell-like flag set (abridged)
+    "abm", "avx", "avx2", "bmi1", "bmi2", "cx16", "f16c", "fma", "lahf_lm", "movbe", "popcnt",
+    "sse2", "sse4_1", "sse4_2", "ssse3", "xsave",
 )  # fmt: skip
-AVX2_ONLY = ("avx", "avx2", "bmi2", "f16c", "fma", "sse4_2")
+ZEN5 = AVX2_ONLY + (  # a Zen 4/5-like flag set (abridged)
+    "avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl", "avx512_bf16", "avx512_vnni",
+    "avx512_vbmi", "avx_vnni",
+)  # fmt: skip
 ALDER_LAKE = AVX2_ONLY + ("avx_vnni",)
 ICE_LAKE = tuple(f for f in ZEN5 if f not in ("avx512_bf16", "avx_vnni"))
 
@@ -32,6 +35,9 @@ ICE_LAKE = tuple(f for f in ZEN5 if f not in ("avx512_bf16", "avx_vnni"))
         (ALDER_LAKE, "x86-avx2-vnni"),
         (AVX2_ONLY, "x86-avx2"),
         (("sse2", "sse4_2"), "generic"),
+        # AVX2 and FMA, but no LZCNT, which -march=x86-64-v3 lets the compiler use
+        (tuple(f for f in AVX2_ONLY if f != "abm"), "generic"),
+        (tuple(f for f in ZEN5 if f != "avx512cd"), "x86-avx2-vnni"),  # -march=x86-64-v4's
     ],
 )
 def test_host_resolves_to_the_richest_target_the_cpu_runs(monkeypatch, flags, expected):
