@@ -207,7 +207,8 @@ class CPrinter(Printer):
     def float_to_int(self, inner: str, value, src: str, d) -> str:
         """A float converted to an integer type as x86 converts it (``FLOAT_TO_INT``):
         to int32 or int64 directly, to a narrower type through int32, to uint32 through
-        int64, wrapping (numpy's on x86), to uint64 as x86-64 code does
+        int64, wrapping (numpy's on x86 for -1.0; beyond int64's range or for NaN numpy's
+        answer depends on its version and build), to uint64 as x86-64 code does
         (``FLOAT_TO_UINT64``). A value clamped into the type by constants converts
         directly."""
         bits = 64 if d.bits >= 32 and (d.bits == 64 or d.kind == "uint") else 32
