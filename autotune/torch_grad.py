@@ -83,8 +83,20 @@ def _combine(x, n_experts: int, topk_weights, topk_ids):
     return x.new_zeros(x.shape[0], n_experts).scatter_add(1, topk_ids, topk_weights)
 
 
+def _routed(topk_ids, *weights) -> tuple:
+    """The expert ``weights`` with those of the experts no token is routed to set to 0:
+    the dense composition multiplies their outputs by a weight of 0, and 0 * inf (an
+    unused expert's weights or activations, which the kernel never reads) would make
+    the derivatives NaN. Their gradients are 0, as they are."""
+    E = weights[0].shape[0]
+    ids = topk_ids.reshape(-1)
+    used = ids.new_zeros(E).scatter_add(0, ids, torch.ones_like(ids)) > 0
+    return tuple(torch.where(used[:, None, None], w, 0) for w in weights)
+
+
 def moe_definition(x, w_gate, w_up, w_down, topk_weights, topk_ids):
-    """The mixture as one dense composition over the experts."""
+    """The mixture as one dense composition over the experts (those routed to)."""
+    w_gate, w_up, w_down = _routed(topk_ids, w_gate, w_up, w_down)
     comb = _combine(x, w_gate.shape[0], topk_weights, topk_ids)
     h = F.silu(torch.einsum("td,efd->tef", x, w_gate)) * torch.einsum("td,efd->tef", x, w_up)
     return torch.einsum("te,ted->td", comb, torch.einsum("tef,edf->ted", h, w_down))
@@ -97,6 +109,7 @@ def moe_tangent(inputs, out, dx, dwg, dwu, dwd, dtw, *_):
     x, wg, wu, wd, tw, dx, dwg, dwu, dwd, dtw = (
         _wide(t) for t in (x, wg, wu, wd, tw, dx, dwg, dwu, dwd, dtw)
     )
+    wg, wu, wd = _routed(ti, wg, wu, wd)
 
     def lin(a, w, da, dw, eq):  # d(a w) for the einsum eq
         d = torch.einsum(eq, da, w) if da is not None else 0

@@ -37,24 +37,45 @@ MAX_PACKED = 256  # weights kept packed (a model's MoE layers: three each)
 _DTYPES = (*MOE_DTYPES, "float16")  # the template's, and float16 computed in float32
 
 
-def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
-    """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``pack_panels``;
-    float16 widened to float32 on the way); kept while ``w`` is alive and unchanged
-    (its memory, shape, strides and version counter), so inference packs each weight
-    once (the 256 used most recently). The entry holds a weak reference to ``w`` (to
-    its base, for a view such as ``W[0]``): memory freed and reused by another tensor
-    is never mistaken for it. Writes the version counter does not see
-    (through ``.data`` or a numpy view, or to an inference tensor, which has no version
-    counter) are caught where they change one of 64 weights sampled across ``w``,
-    compared on every call."""
-    version = None if w.is_inference() else w._version  # (inference tensors keep none)
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, version, nr, group)
+def _pack(w: torch.Tensor, nr: int, group: int, experts=None) -> torch.Tensor:
+    """``pack_panels`` of ``w`` (float16 widened to float32 on the way): of every
+    expert (kept), or only of ``experts`` (into a recycled buffer, the other experts'
+    panels left unwritten)."""
+    wide = as_numpy(w.float() if w.dtype == torch.float16 else w, "expert weights")
+    if experts is None:
+        return from_numpy(pack_panels(wide, nr, group))
+    one = pack_panels(wide[:0], nr, group)  # (the shape of the panels, of no expert)
+    out = empty(
+        (w.shape[0], *one.shape[1:]), torch.float32 if w.dtype == torch.float16 else w.dtype
+    )
+    panels = as_numpy(out, "panels")
+    for e in experts:
+        pack_panels(wide[e : e + 1], nr, group, out=panels[e : e + 1])
+    return out
+
+
+def _panels(w: torch.Tensor, nr: int, group: int, experts) -> torch.Tensor:
+    """Expert weights ``w`` ([E, N, K]) in column panels of ``nr`` (``_pack``); kept
+    while ``w`` is alive and unchanged (its memory, shape, strides and version counter),
+    so inference packs each weight once (the 256 used most recently). The entry holds a
+    weak reference to ``w`` (to its base, for a view such as ``W[0]``): memory freed
+    and reused by another tensor is never mistaken for it.
+
+    Weights whose writes the version counter may not see are packed on every call, only
+    the ``experts`` it routes tokens to: an inference tensor (made under
+    ``torch.inference_mode()``: it has no counter) and one that requires grad (written
+    through ``.data``, as ``torch.autograd.gradcheck`` and optimizers of old do; its
+    values change every step of training anyway). Of the others, a write through
+    ``.data`` or a numpy view is caught where it changes one of 64 weights sampled
+    across ``w``, compared on every call (``release_packed_weights`` for the rest)."""
+    if w.is_inference() or w.requires_grad:
+        return _pack(w.detach(), nr, group, experts)
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w._version, nr, group)
     got = _PANELS.pop(key, None)  # (put back last: the most recently used)
-    flat = w.detach() if w.is_contiguous() else w.detach()[..., 0]  # no copy of all of w
+    flat = w if w.is_contiguous() else w[..., 0]  # no copy of all of w
     sample = flat.reshape(-1)[:: max(1, flat.numel() // 64)][:64]
     if got is None or got[0]() is None or not torch.equal(got[2], sample):
-        wide = w.float() if w.dtype == torch.float16 else w
-        packed = from_numpy(pack_panels(as_numpy(wide, name), nr, group))
+        packed = _pack(w, nr, group)
         owner = w._base if w._base is not None else w  # a view (W[0]) lives one call
         got = (weakref.ref(owner), packed, sample.clone())
     _PANELS[key] = got
@@ -65,8 +86,8 @@ def _panels(w: torch.Tensor, nr: int, group: int, name: str) -> torch.Tensor:
 
 def release_packed_weights() -> None:
     """Forget every packed copy of expert weights (and their memory): the next call
-    packs its weights again. For weights written where PyTorch's version counter does
-    not see it (``.data``, a numpy view, an inference tensor) and the 64 sampled
+    packs its weights again. For weights that require no grad written where PyTorch's
+    version counter does not see it (``.data``, a numpy view) and the 64 sampled
     weights may not either."""
     _PANELS.clear()
 
@@ -169,10 +190,8 @@ def _experts(x, weights: tuple, topk_weights, topk_ids, dt: str) -> torch.Tensor
     m = _moe_modules(args, dt)
     tok, wt, offsets, pos = moe_route(ids, as_numpy(topk_weights, "topk_weights"), E, m.align)
     tok, wt = torch.from_numpy(tok), from_numpy(wt)
-    wg, wu, wd = (
-        _panels(w, n, m.group, name)
-        for w, n, name in zip(weights, m.widths, ("w_gate", "w_up", "w_down"))
-    )
+    used = [e for e in range(E) if offsets[e + 1] > offsets[e]]
+    wg, wu, wd = (_panels(w, n, m.group, used) for w, n in zip(weights, m.widths))
     y = empty((len(tok), d), getattr(torch, dt))
     xc = x.contiguous()
     for e in range(E):

@@ -338,6 +338,44 @@ def test_moe_weights_written_behind_the_version_counter_are_packed_again():
     _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
 
 
+def test_moe_weights_written_in_inference_mode_are_seen():
+    """An inference tensor has no version counter: a write to one row of one expert
+    (none of the 64 sampled weights) ran the panels packed before it."""
+    x, wg, wu, wd, tw, ti = _moe_inputs(d=64, f=128, E=8)
+    with torch.inference_mode():
+        wg, wu, wd = (w.clone() for w in (wg, wu, wd))
+        _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+        wg[ti[0, 0], 7, :] = 5.0
+        _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+
+
+def test_moe_weights_that_require_grad_written_through_data_are_seen():
+    """``.data`` writes (``torch.autograd.gradcheck``'s, an optimizer's of old) to
+    weights that require grad: one weight changed, the next call uses it."""
+    x, wg, wu, wd, tw, ti = _moe_inputs(d=64, f=128, E=8)
+    wu.requires_grad_()
+    with torch.no_grad():
+        _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+        wu.data[ti[0, 0], 9, 3] += 5.0
+        _close(ops.moe(x, wg, wu, wd, tw, ti), _moe_loop(x, wg, wu, wd, tw, ti))
+
+
+def test_moe_gradients_pass_by_an_expert_no_token_is_routed_to():
+    """An unused expert's weights (inf here: pruned, never initialized) stay out of the
+    derivatives, as they stay out of the output: its dense recomputation made them NaN."""
+    x, wg, wu, wd, tw, ti = _moe_inputs(E=4)
+    ti = ti % 3  # expert 3: no token
+    wg[3] = float("inf")
+    leaves = [t.clone().requires_grad_() for t in (x, wg, wu, wd, tw)]
+    ours = torch.autograd.grad(ops.moe(*leaves, ti).sum(), leaves)
+    leaves = [t.clone().requires_grad_() for t in (x, wg, wu, wd, tw)]
+    theirs = torch.autograd.grad(_moe_loop(*leaves, ti).sum(), leaves, allow_unused=True)
+    for a, b in zip(ours, theirs):
+        assert torch.isfinite(a).all()
+        _close(a, torch.zeros_like(a) if b is None else b)
+    assert not ours[1][3].any()  # the unused expert's weights: no gradient
+
+
 def test_moe_builds_once_whatever_the_routing():
     """Segments of any length run the same expert module: a new routing (here every
     token's first expert is 0, and expert 3 gets none) builds nothing new."""

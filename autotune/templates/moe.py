@@ -98,17 +98,31 @@ def panel_width(cfg, gemm: str) -> int:
     return cfg[gemm + "_tile_j"].size[-1]
 
 
-def pack_panels(w: np.ndarray, nr: int, group: int = 1) -> np.ndarray:
+def pack_panels(w: np.ndarray, nr: int, group: int = 1, out: np.ndarray | None = None):
     """Weights ``[E, N, K]`` (PyTorch's out x in) as column panels ``[E, ceil(N/nr), K,
     nr]`` (columns past N are 0): each panel one contiguous block, in the order the
     micro-kernel reads it. ``group`` > 1 (the dot kernels': 2 for bfloat16) keeps that
-    many reduction elements of a column adjacent: ``[E, ceil(N/nr), K/g, nr, g]``."""
+    many reduction elements of a column adjacent: ``[E, ceil(N/nr), K/g, nr, g]``.
+    ``out``: the array to write them into (a new one by default)."""
     E, N, K = w.shape
-    n = -(-N // nr) * nr
-    if n != N:
-        w = np.concatenate([w, np.zeros((E, n - N, K), w.dtype)], axis=1)
-    p = w.reshape(E, n // nr, nr, K // group, group).transpose(0, 1, 3, 2, 4)
-    return np.ascontiguousarray(p.reshape(E, n // nr, K, nr) if group == 1 else p)
+    panels, whole, g = -(-N // nr), N // nr, group
+    shape = (E, panels, K, nr) if g == 1 else (E, panels, K // g, nr, g)
+    if out is None:
+        out = np.empty(shape, w.dtype)
+    # copied as bits (numpy's copy of ml_dtypes' is slow), a group as one unit
+    unit = w.dtype.itemsize * g
+    whole_units = unit in (1, 2, 4, 8) and w.strides[-1] == w.dtype.itemsize
+    bits, K, g = (f"u{unit}", K // g, 1) if whole_units else (f"u{w.dtype.itemsize}", K, g)
+    w, o = w.view(bits), out.view(bits).reshape(E, panels, K // g, nr, g)  # (views)
+    cut = whole * nr
+    np.copyto(o[:, :whole], w[:, :cut].reshape(E, whole, nr, K // g, g).transpose(0, 1, 3, 2, 4))
+    if cut != N:  # the last panel, its columns past N zero
+        o[:, whole] = 0
+        np.copyto(
+            o[:, whole, :, : N - cut],
+            w[:, cut:].reshape(E, N - cut, K // g, g).transpose(0, 2, 1, 3),
+        )
+    return out
 
 
 GEMMS = ("gate", "up", "down")
