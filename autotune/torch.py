@@ -40,6 +40,7 @@ from .templates.attention_mask import spec_of
 from .torch_call import (
     ROW_DTYPES,
     call,
+    check_dim,
     check_like,
     flat,
     module,
@@ -257,8 +258,7 @@ register_autograd(layer_norm, _ln_bwd, setup_context=_save_x_w, jvp=_ln_jvp)
 
 
 def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
-    if not -max(x.dim(), 1) <= dim < max(x.dim(), 1):  # a 0-d tensor takes -1 and 0
-        raise IndexError(f"softmax: dim {dim} is out of range for a {x.dim()}-d tensor")
+    check_dim("softmax", dim, x.dim())
     return x.movedim(dim, -1) if dim not in (-1, x.dim() - 1) else x
 
 

@@ -62,6 +62,13 @@ def best_config(tpl, args: tuple, t: pt.Target):
         return tpl.best_config(*args, target=t)
 
 
+def check_dim(name: str, dim: int, rank: int) -> None:
+    """``IndexError`` unless ``dim`` names a dimension of a ``rank``-d tensor (a 0-d
+    one takes -1 and 0, as PyTorch's softmax)."""
+    if not -max(rank, 1) <= dim < max(rank, 1):
+        raise IndexError(f"{name}: dim {dim} is out of range for a {rank}-d tensor")
+
+
 def rows_cols(x: torch.Tensor) -> tuple[int, int]:
     cols = x.shape[-1] if x.dim() else 1
     return (x.numel() // cols if cols else 0), cols

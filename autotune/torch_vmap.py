@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .torch_call import check_dim
+
 ops = torch.ops.pypto
 
 
@@ -48,7 +50,8 @@ def _check_vectors(name: str, x: torch.Tensor, vectors) -> tuple:
     if not (vdt == torch.float32 and x.dtype in _HALF):
         vdt = x.dtype
     for v, d in vectors:
-        cols = v.shape[-1] if v.dim() == (1 if d is None else 2) else None
+        one = v if d is None else v.movedim(d, 0)[0]  # one element's vector
+        cols = one.shape[0] if one.dim() == 1 else None
         if cols != x.shape[-1]:
             raise ValueError(f"{name}: a vector of shape {tuple(v.shape)} (batch dim {d}) for "
                              f"rows of {x.shape[-1]}")  # fmt: skip
@@ -121,6 +124,7 @@ def _norm_backward(info, in_dims, x, weight, dy, eps, *, centred: bool):
 def _softmax(info, in_dims, x, dim=-1):
     x = _first(x, in_dims[0], info.batch_size)
     rank = x.dim() - 1  # of one element of the batch
+    check_dim("softmax", dim, rank)
     if rank == 0:  # each element a 0-d tensor: a softmax over one value
         return ops.softmax(x.unsqueeze(-1), -1).squeeze(-1), 0
     return ops.softmax(x, dim % rank + 1), 0
@@ -129,6 +133,7 @@ def _softmax(info, in_dims, x, dim=-1):
 def _softmax_backward(info, in_dims, y, dy, dim):
     y, dy = _first(y, in_dims[0], info.batch_size), _first(dy, in_dims[1], info.batch_size)
     rank = y.dim() - 1
+    check_dim("softmax_backward", dim, rank)
     if rank == 0:
         return ops.softmax_backward(y.unsqueeze(-1), dy.unsqueeze(-1), -1).squeeze(-1), 0
     return ops.softmax_backward(y, dy, dim % rank + 1), 0

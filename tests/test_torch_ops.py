@@ -962,6 +962,17 @@ def test_vmap_of_the_row_operators_uses_their_batching_rules(bdim):
             vm(ops.layer_norm, in_dims=(1, 0, None))(x, wb.double(), b)
         with pytest.raises(ValueError, match=r"rms_norm: a vector of shape \(4, 15\)"):
             vm(ops.rms_norm, in_dims=(1, 0))(x, torch.randn(4, 15))
+        # weights batched at their last dim (was refused: their length read as the batch's)
+        wt, bt = torch.randn(16, x.shape[bdim]), torch.randn(16, x.shape[bdim])
+        for name, extra in (("rms_norm", ()), ("layer_norm", (bt,))):
+            ours, theirs = CASES[name]
+            dims = (bdim, 1) + (1,) * len(extra)
+            f, g = (lambda xx, ww, *bb, h=h: h(xx, ww, *(bb or (b,))) for h in (ours, theirs))
+            _close(vm(f, in_dims=dims)(x, wt, *extra), vm(g, in_dims=dims)(x, wt, *extra), 1e-5)
+        # a dim out of the element's range: eager's IndexError (was: another axis, quietly)
+        for d in (2, -3, 7):
+            with pytest.raises(IndexError, match=f"softmax: dim {d} is out of range for a 2-d"):
+                vm(lambda t, d=d: ops.softmax(t, d))(torch.randn(3, 4, 5))
         sq = ptt.custom_op(f"pypto_test::vmap_sq{bdim}", _square, n_inputs=1)  # no vmap rule
         with pytest.raises(RuntimeError, match=r"vmap_sq\d hit the vmap fallback"):  # real
             vm(sq)(torch.randn(2, 3, 4))
