@@ -245,7 +245,7 @@ def _spread_lines(low, buf, idx, loops, iteration, pf, where):
     exts = [(iv, _most(ext, low, iv, where)) for iv, ext in loops]
     (run, run_ext), rows = exts[-1], exts[:-1]
     terms = Lin.of(idx).terms.values()
-    strides = [c for atom, c in terms if atom is run.var]
+    strides = [c for atom, c in terms if atom is run.var] or [0]  # 0: one element (N = 1)
     inside = [a for a, _ in terms if a is not run.var and any(x is run.var for x in vars_of(a))]
     if len(strides) != 1 or inside:
         raise ScheduleError(f"{where}: the index {idx} is not affine in {run.name}")

@@ -121,3 +121,21 @@ def test_arguments_that_do_not_fit_a_template_name_its_parameters():
         autotune.Task("softmax", (128, 256, "float16"))
     with pytest.raises(TypeError, match=r"matmul takes \(M, N, K, dtype\), got \(1, 2\)$"):
         autotune.Task("matmul", (1, 2))
+
+
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("matmul", (512, 1, 1024)),  # a matrix-vector product: B one column
+        ("matmul", (33, 1, 17)),
+        ("matmul", (1, 64, 64)),
+        ("matmul", (1, 1, 1)),
+        ("batch_matmul", (2, 5, 1, 9)),
+        ("dense_bias_gelu", (1, 1, 7)),
+    ],
+)
+def test_the_default_config_builds_where_a_dimension_is_one(name, args):
+    """Was: matmul's default for N = 1 prefetched the next panel of B over a loop of one
+    iteration, which the index no longer named: ScheduleError at build."""
+    tmpl = autotune.get_template(name)
+    _check(tmpl, tmpl.space(*args).default_config(), args)
