@@ -109,6 +109,13 @@ class Signature:
             for a in walk_stmts(func.body)
             if isinstance(a, Allocate) and not isinstance(a.size, Const)
         )
+        seen: dict = {}
+        for v in func.size_vars:
+            if seen.setdefault(v.name, v) is not v:
+                raise ValueError(
+                    f"two different size variables are named {v.name!r}; give them "
+                    "different names (pt.var(...)): a module calls its sizes by name"
+                )
         checks = tuple(func.attrs.get("size_checks", ()))
         return Signature(
             func.name, cname, params, tuple(func.size_vars), checks, temps, func.scalars,
@@ -124,7 +131,7 @@ class Signature:
                  "written": p.written}
                 for p in self.params
             ],
-            "size_vars": [v.name for v in self.size_vars],
+            "size_vars": [{"name": v.name, "dtype": v.dtype} for v in self.size_vars],
             "size_checks": [
                 {"message": c.message, "params": [v.name for v in c.params], "bad": c.bad,
                  "coords": list(c.coords)}
@@ -141,7 +148,10 @@ class Signature:
 
     @staticmethod
     def from_json(d: dict) -> Signature:
-        sizes = {name: Var(name) for name in d["size_vars"]}
+        sizes = {}
+        for v in d["size_vars"]:  # {"name", "dtype"}; a name alone: int64 (format 2)
+            name, dt = (v, "int64") if isinstance(v, str) else (v["name"], v["dtype"])
+            sizes[name] = Var(name, dtypes.check(dt))
         params = tuple(
             Param(p["name"], dtypes.check(p["dtype"]),
                   tuple(shape_expr(s, sizes) for s in p["shape"]), bool(p["written"]))

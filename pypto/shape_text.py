@@ -27,15 +27,15 @@ def shape_expr(text: str, sizes: dict) -> Expr:
     """A shape dimension as printed (``n``, ``64``, ``(n + 7) // 8``, ``min(n, 8)``) back
     into an Expr over the size variables; anything else is refused."""
 
-    def conv(node):
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return Const(node.value, "int64")
+    def conv(node):  # a literal stays a Python int: it takes the type of what it meets,
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):  # as it did
+            return node.value
         if isinstance(node, ast.Name) and node.id in sizes:
             return sizes[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _SHAPE_OPS:
             return _SHAPE_OPS[type(node.op)](conv(node.left), conv(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return Const(0, "int64") - conv(node.operand)
+            return 0 - conv(node.operand)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
             return ~conv(node.operand)
         if (
@@ -47,4 +47,5 @@ def shape_expr(text: str, sizes: dict) -> Expr:
             return binary(node.func.id, conv(node.args[0]), conv(node.args[1]))
         raise ValueError(f"cannot read the shape dimension {text!r} of a saved module")
 
-    return conv(ast.parse(text, mode="eval").body)
+    out = conv(ast.parse(text, mode="eval").body)
+    return Const(out, "int64") if isinstance(out, int) else out

@@ -123,6 +123,36 @@ def test_size_arguments_survive_export(tmp_path):
         loaded(u0, -2)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int32"])
+def test_a_narrow_size_keeps_its_dtype_through_export(tmp_path, dtype):
+    """Was: the saved signature named its sizes only, so a loaded module computed
+    ``2 * n`` in int64 (400 for n = 200) where the kernel wraps in uint8 (144): 256
+    elements left unwritten, and n past the dtype's range no longer refused."""
+    n = pt.var("n", dtype)
+    A = pt.placeholder((n,), "float32", name="A")
+    B = pt.compute((2 * n,), lambda i: A[i // 2], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    loaded = pt.load_module(mod.export_library(str(tmp_path / f"{dtype}.so")))
+    a = np.arange(200, dtype="float32")
+    want = mod(a)
+    np.testing.assert_array_equal(loaded(a), want)
+    assert want.shape == ((144,) if dtype == "uint8" else (400,))
+    if dtype == "uint8":
+        for m in (mod, loaded):
+            with pytest.raises(ValueError, match="n = 300 does not fit its dtype uint8"):
+                m(np.arange(300, dtype="float32"))
+
+
+def test_two_sizes_of_one_name_are_refused_at_build():
+    """Was: built, a kernel with ``n`` and ``n_1``; exported and loaded, one size ``n``,
+    and the kernel read its second size from whatever a register held."""
+    n1, n2 = pt.var("n"), pt.var("n")
+    A, B = pt.placeholder((n1,), name="A"), pt.placeholder((n2,), name="B")
+    C = pt.compute((n2,), lambda i: B[i] * 2.0 + A[0], name="C")
+    with pytest.raises(ValueError, match="two different size variables are named 'n'"):
+        pt.build(pt.create_schedule(C.op), [A, B, C])
+
+
 def test_validate_takes_size_arguments():
     U0, U, st, _ = gauss_seidel()
     mod = pt.build(pt.create_schedule(U.op), [U0, U, st])
