@@ -125,7 +125,10 @@ def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1), prefetch
     next row prefetched during an elementwise pass (2: and the output's row ahead of
     its pass, where a template has two elementwise passes; the default is
     ``prefetch_default``, else the last of ``prefetch_modes``)."""
-    cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=4 * lanes)
+    # by default the most partial sums that leave each at least 4 steps of a row (a
+    # row of 64 with 64 lanes did its sums in the scalar combine: 3.5x torch's time)
+    fits = [m * lanes for m in (1, 2, 4) if 4 * m * lanes <= cols] or [lanes]
+    cfg.define_knob("red_lanes", [1, lanes, 2 * lanes, 4 * lanes], default=fits[-1])
     cfg.define_knob("unroll_red", [1, 2, 4], default=1)
     cfg.define_split(
         "tile_j",
@@ -206,9 +209,10 @@ def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
 
 def _output(cfg, f, rows: int, cols: int):
     """The output ``Y[i, j] = f(i, j)``: ``(Yr, Y, row stages)``. With the ``stream``
-    knob on (the default), ``Yr`` is a row computed in cache and ``Y`` its streamed
-    copy (``norm_stream``), else both are the one stage ``Y``."""
-    if define_stream_knob(cfg, 1):
+    knob on (the default where the output outgrows the target's last-level cache),
+    ``Yr`` is a row computed in cache and ``Y`` its streamed copy (``norm_stream``),
+    else both are the one stage ``Y``."""
+    if define_stream_knob(cfg, int(rows * cols * 4 > cfg.target.cache_sizes["L3"])):
         Yr = pt.compute((rows, cols), f, name="Yr")
         return Yr, stream_rows(Yr), [Yr]
     Y = pt.compute((rows, cols), f, name="Y")
