@@ -368,9 +368,15 @@ class Measurer:
             self.conn.send((kind, spec, opt))
             while self.conn.poll(limit):
                 tag, body = self.conn.recv()
-                if tag != "loaded":
-                    return body
-                limit, what = timeout, kind
+                if tag == "loaded":
+                    limit, what = timeout, kind
+                    continue
+                if kind == "run" and body.get("ran_s", 0.0) > timeout:  # (read late)
+                    return {
+                        "error": ErrorKind.TIMEOUT.value,
+                        "msg": f"the run took {body['ran_s']:.3g} s, longer than {timeout:g} s",
+                    }
+                return body
             self._stop_runner(kill=True)
             return {
                 "error": ErrorKind.TIMEOUT.value,

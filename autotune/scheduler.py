@@ -48,9 +48,17 @@ from dataclasses import dataclass, field
 from .callbacks import log_to_file
 from .confirm import BusyMachineWarning, confirm_best
 from .measure import MeasureOption, Measurer
-from .records import best_by_workload, load_records
+from .records import load_records
 from .scheduler_display import Progress, summary_table
-from .tuners import GATuner, GridSearchTuner, MeasureInput, RandomTuner, Tuner, own_records
+from .tuners import (
+    GATuner,
+    GridSearchTuner,
+    MeasureInput,
+    RandomTuner,
+    Tuner,
+    own_records,
+    ranked_own,
+)
 from .xgb_tuner import XGBTuner
 
 TUNERS = {cls.name: cls for cls in (XGBTuner, GATuner, RandomTuner, GridSearchTuner)}
@@ -456,8 +464,7 @@ class TaskScheduler:
                     st.dead = (st.dead + "; " if st.dead else "") + busy
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            key = (st.task.workload_key, st.task.target.key)
-            best = best_by_workload(load_records(st.log)).get(key)
+            best = next(iter(ranked_own(st.task, load_records(st.log))), None)
             st.confirmed = best.cost if best is not None else math.inf
         return made
 

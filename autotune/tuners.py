@@ -25,12 +25,22 @@ def own_records(task, records) -> list:
     return [r for r in records if mine(r)]
 
 
+def fits(task, config: dict) -> bool:
+    """Whether ``config`` is a point of ``task``'s space (a record another version of
+    the template made may not be: ``apply_history_best`` passes over it)."""
+    try:
+        task.config_space.config(config)
+    except SpaceError:
+        return False
+    return True
+
+
 def ranked_own(task, records) -> list:
     """``task``'s configs as records, fastest first (``ranked_configs``), its records in
-    every spelling of its workload pooled as one."""
+    every spelling of its workload pooled as one; only configs that fit its space."""
     key = (task.workload_key, task.target.key)
     same = [dataclasses.replace(r, workload=key[0]) for r in own_records(task, records)]
-    return ranked_configs(same).get(key, [])
+    return [r for r in ranked_configs(same).get(key, []) if fits(task, r.config)]
 
 
 def is_own(task):

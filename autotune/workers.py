@@ -176,7 +176,9 @@ def build_worker(spec: dict) -> dict:
         return {"fault": str(e)}
     except _OverTime:
         return {"error": ErrorKind.TIMEOUT.value, "msg": f"build took longer than {limit:.0f} s"}
-    except Exception as e:  # noqa: BLE001 - any template failure is the candidate's error
+    except BaseException as e:  # noqa: BLE001 - any template failure is the candidate's
+        # error, sys.exit() and a KeyboardInterrupt it raises too (this worker ignores
+        # the terminal's Ctrl-C: the tuner handles that)
         return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
     try:
         target = Target(spec["target"])
@@ -419,6 +421,7 @@ class Runner:
             return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
         if loaded is not None:
             loaded()
+        t_loaded = time.perf_counter()
         crowded = _oversubscribed(self.cpus)
         if crowded:
             return {"fault": crowded}
@@ -448,7 +451,9 @@ class Runner:
                 return bad
         except Exception as e:  # noqa: BLE001
             return {"error": ErrorKind.RUNTIME.value, "msg": short_error(e)}
-        return {"costs": costs, "run_s": time.perf_counter() - t0, "threads": pt.get_num_threads()}
+        now = time.perf_counter()  # ran_s: what the run's timeout bounds
+        return {"costs": costs, "run_s": now - t0, "ran_s": now - t_loaded,
+                "threads": pt.get_num_threads()}  # fmt: skip
 
 
 def _oversubscribed(cpus: frozenset[int] | None) -> str:

@@ -224,7 +224,7 @@ def load_workloads(path: str) -> list[Workload]:
             data = json.load(f)
     except OSError as e:
         raise WorkloadError(f"cannot read workloads from {path}: {e.strerror}") from None
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise WorkloadError(f"{path}: not valid JSON ({e})") from None
     try:
         return parse_workloads(data)

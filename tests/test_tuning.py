@@ -432,8 +432,13 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     opt = at.MeasureOption(number=1, repeat=1, timeout=3)
     best = tuner.tune(len(task.config_space), measure=opt, callbacks=[at.log_to_file(log)])
     by_mode = {r.config["mode"]: r for r in at.load_records(log)}
-    assert set(by_mode) == {"ok", "segfault", "hang", "wrong", "illegal", "ok_tiled", "assert"}
+    assert set(by_mode) == {
+        "ok", "segfault", "hang", "wrong", "illegal", "ok_tiled", "assert", "exit"
+    }  # fmt: skip
     assert by_mode["assert"].error == "INSTANTIATION_ERROR"
+    # sys.exit() in the template: was the tuning run's end, silent, the batch unlogged
+    assert by_mode["exit"].error == "INSTANTIATION_ERROR"
+    assert by_mode["exit"].error_msg == "SystemExit: 3"
     assert "the template's own check fails" in by_mode["assert"].error_msg
     assert by_mode["segfault"].error == "RUNTIME_ERROR"
     assert "SIGSEGV" in by_mode["segfault"].error_msg
@@ -443,6 +448,18 @@ def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     assert "would race" in by_mode["illegal"].error_msg
     assert by_mode["ok"].ok and by_mode["ok_tiled"].ok
     assert best.values["mode"] in ("ok", "ok_tiled")
+
+
+def test_a_run_longer_than_the_timeout_is_never_a_measurement(tmp_path):
+    """Was: a reply waiting when the tuner looked (the run over before it polled) was
+    taken as it came, a run of milliseconds recorded as a success against a timeout of
+    a microsecond (3 of 8 candidates)."""
+    log = tmp_path / "timeout.jsonl"
+    task = at.Task("toy_matmul", (32, 32, 16))
+    opt = at.MeasureOption(number=1, repeat=1, timeout=1e-6)
+    at.GridSearchTuner(task).tune(4, measure=opt, callbacks=[at.log_to_file(log)])
+    recs = at.load_records(log)
+    assert len(recs) == 4 and all(r.error == "TIMEOUT" for r in recs), recs
 
 
 def test_candidates_are_measured_on_buffers_that_start_on_cache_lines(tmp_path):
@@ -759,6 +776,7 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
         (["matmul", "--args", "64,64,64", "--tuner", "magic"], "argument --tuner: invalid choice"),
         (["matmul", "--args", "64,64,64", "--target", "riscv"], "unknown target 'riscv'"),
         (["matmul", "--args", "64,,64"], "--args: empty value"),
+        (["matmul", "--args", "99999999999999999999999,64,64"], "does not fit int64"),
         (["best"], "usage: pypto-tune best LOG"),
         (["best", "/nonexistent/log.jsonl"], "no tuning log at /nonexistent/log.jsonl"),
         (["best", "/tmp"], "/tmp is a directory, not a tuning log"),
@@ -774,6 +792,48 @@ def test_cli_bad_arguments_one_line_and_status_2(argv, message, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("pypto-tune: error:") and message in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_workload_file_of_binary_bytes_is_refused_with_status_2(tmp_path, capsys):
+    """Was: ``error: UnicodeDecodeError: ...`` and status 1."""
+    path = tmp_path / "model.json"
+    path.write_bytes(bytes(range(128, 256)))
+    assert cli_main(["network", str(path), "--trials", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pypto-tune: error: {path}: not valid JSON")
+    assert len(err.splitlines()) == 1
+
+
+def test_the_cli_best_is_a_config_that_fits_the_template(tmp_path):
+    """A record of another version of the template (its knobs no longer fit) was shown
+    as the best of ``tune``, 1e-6 ms, though ``best`` and ``apply_history_best`` pass
+    over it."""
+    log = str(tmp_path / "stale.jsonl")
+    task, default, a, b = _logged_default_and_two(log, 1.5, 1.2, 1.3)
+    key, target = task.workload_key, task.target.key
+    at.append_records(log, [at.Record(key, target, {"tile_i": [-1, 8]}, costs=[1e-9])])
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "32,32,16", "--trials",
+            "1", "--number", "1", "--repeat", "1", "--log", log, "--no-progress",
+            "--confirm", "0"]  # fmt: skip
+    out, err = _cli(args, tmp_path).communicate(timeout=300)
+    assert "and 3 config(s) the log held before" in out, out + err
+    assert "tile_i': [-1, 8]}" not in out and "1e-06 ms" not in out, out
+
+
+def test_a_resumed_cli_run_counts_trials_not_the_baseline(tmp_path):
+    """The default measured only as --confirm's baseline: "resuming: 2 trial(s)", one
+    more, "best of 3 trial(s)" (was 4: the baseline counted in the summary)."""
+    log = str(tmp_path / "resume.jsonl")
+    task, default, a, b = _logged_default_and_two(log, 1.5, 1.2, 1.3)
+    recs = at.load_records(log)
+    log2 = str(tmp_path / "resume2.jsonl")
+    at.append_records(log2, [dataclasses.replace(recs[0], tuner=CONFIRM), *recs[1:]])
+    args = ["toy_matmul", "--import", "tuning_templates", "--args", "32,32,16", "--trials",
+            "3", "--number", "1", "--repeat", "1", "--log", log2, "--no-progress",
+            "--confirm", "0", "--resume"]  # fmt: skip
+    out, err = _cli(args, tmp_path).communicate(timeout=300)
+    assert "resuming: 2 trial(s)" in out and "best of 3 trial(s)" in out, out + err
+    assert len(at.load_records(log2)) == 4
 
 
 def test_cli_confirms_the_fastest_configs(tmp_path):

@@ -1,6 +1,7 @@
 """Templates for the tuning tests (importable by the measurement processes)."""
 
 import multiprocessing as mp
+import sys
 import time
 
 import pypto as pt
@@ -55,10 +56,14 @@ def misbehaving(cfg, M, N, K):
     template itself fails on, and good ones."""
     A, B, C, k = _mm(M, N, K)
     cfg.define_knob(
-        "mode", ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled", "assert"], default="ok"
+        "mode",
+        ["ok", "segfault", "hang", "wrong", "illegal", "ok_tiled", "assert", "exit"],
+        default="ok",
     )
     mode = cfg["mode"].val
     assert mode != "assert", "the template's own check fails"
+    if mode == "exit":
+        sys.exit(3)  # the template's own way out: the candidate's error all the same
     if mode in ("segfault", "hang"):
         func, src = ("crash", _CRASH) if mode == "segfault" else ("spin", _SPIN)
         X = pt.extern((M, N), [A, B], func, src, name="C")

@@ -225,7 +225,7 @@ def task_of(ns, must_run: bool = True) -> at.Task:
         _, tensors = task.instantiate(task.config_space.default_config())
     except TypeError as e:
         raise UsageError(f"--args do not fit template {ns.template!r}: {e}") from None
-    except (ValueError, at.SpaceError, PyptoError) as e:
+    except (ValueError, OverflowError, at.SpaceError, PyptoError) as e:
         raise UsageError(f"--args {ns.args}: {e}") from None
     check_arrays(f"--args {ns.args}", tensors)
     return task

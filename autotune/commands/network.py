@@ -29,7 +29,8 @@ from collections import Counter
 
 from .. import store
 from ..networks import NETWORKS, network_workloads
-from ..records import best_by_workload, load_records
+from ..records import load_records, ranked_configs
+from ..tuners import fits, ranked_own
 from ..workloads import WorkloadError
 from .common import UsageError, check_ray, import_modules, positive, target_of
 from .tune_all import (
@@ -106,8 +107,7 @@ def report_rows(ws, tasks, logs, threads: int = 1, shipped=()) -> list[dict]:
     equivalent), and whether its timings spread past ``NOISY`` (a busy machine)."""
     existing = sorted({p for p in logs if os.path.isfile(p)})
     records = load_records(existing) if existing else []
-    best = best_by_workload(records)
-    fallback = best_by_workload(load_records(list(shipped))) if shipped else {}
+    fallback = ranked_configs(load_records(list(shipped))) if shipped else {}
     configs = {(r.workload, r.target, json.dumps(r.config, sort_keys=True)) for r in records}
     trials = Counter((w, t) for w, t, _ in configs)  # as the tuners count: a config once
     eager = _eager()
@@ -115,9 +115,12 @@ def report_rows(ws, tasks, logs, threads: int = 1, shipped=()) -> list[dict]:
     for w, t in zip(ws, tasks):
         times = eager(w, threads=threads) if eager else None
         key = (t.workload_key, t.target.key)
-        rec = best.get(key)
+        rec = next(iter(ranked_own(t, records)), None)  # (a config that fits the template)
         theirs = [
-            fallback[k] for k in ((t.workload_key, r) for r in t.record_keys) if k in fallback
+            r
+            for k in ((t.workload_key, target) for target in t.record_keys)
+            for r in fallback.get(k, [])[:1]
+            if fits(t, r.config)
         ]
         rows.append(
             {

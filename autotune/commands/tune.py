@@ -10,7 +10,7 @@ import autotune as at
 from .. import store
 from ..records import one_per_config
 from ..scheduler import TUNERS
-from ..tuners import own_records, ranked_own
+from ..tuners import fits, own_records, ranked_own
 from .common import (
     add_measure_arguments,
     add_ray_argument,
@@ -100,7 +100,9 @@ def _tune(a, task, log, opt, measurer) -> int:
         where = ", ".join(f"{p} ({n} record(s))" for p, n in held.items() if n) or log
         print(f"resuming: {done} trial(s) of this workload already in {where}")
     else:  # configs of this workload the log holds already: the best may be one of them
-        earlier = len(one_per_config(own_records(task, load_logs([log]))))
+        held = one_per_config(own_records(task, load_logs([log])))
+        earlier = sum(fits(task, r.config) for r in held)
+    loaded = len(tuner.history)  # the trials done, and a baseline --confirm measured
     remaining = max(0, a.trials - done)
     callbacks = [at.log_to_file(log)]
     if not a.no_progress:
@@ -129,7 +131,7 @@ def _tune(a, task, log, opt, measurer) -> int:
     rate = f" ({best.gflops:.1f} GFLOP/s)" if best.gflops else ""
     mine = any(r.config == best.config and r.ts == best.ts for r in at.load_records([log]))
     shipped = "" if mine else ", a shipped record: measured where the package was made"
-    of = f"{len(tuner.history)} trial(s)"
+    of = f"{done + len(tuner.history) - loaded} trial(s)"
     if earlier:
         of += f" and {earlier} config(s) the log held before"
     print(
