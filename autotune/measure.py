@@ -22,9 +22,11 @@ once before the candidate is blamed. (The child side is ``workers.py``.)
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +54,22 @@ class EnvironmentFault(RuntimeError):
     def __init__(self, message: str, done: list | None = None):
         super().__init__(message)
         self.done = list(done or [])
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint():
+    """Processes started inside it ignore SIGINT from birth (a disposition a new
+    interpreter inherits): a terminal's Ctrl-C goes to the whole process group, and one
+    arriving while a child still imports printed its traceback beside the tuner's own
+    one-line "interrupted". Only the main thread may set it; elsewhere, no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if old is None else old)
 
 
 @dataclass
@@ -168,6 +186,13 @@ class Measurer:
     def n_workers(self) -> int:
         return self.option.n_parallel or os.cpu_count() or 1
 
+    def _submit(self, fn, *args) -> cf.Future:
+        """``fn(*args)`` on a build worker; one the pool starts for it is born ignoring
+        Ctrl-C (``_children_ignore_sigint``)."""
+        pool = self._pool()
+        with _children_ignore_sigint():
+            return pool.submit(fn, *args)
+
     def _pool(self, n: int | None = None):
         if self.pool is None:
             self.pool = cf.ProcessPoolExecutor(
@@ -224,7 +249,7 @@ class Measurer:
     def _check_pool_starts(self, why: str):
         """``EnvironmentFault`` unless a fresh pool runs a no-op job."""
         try:
-            self._pool().submit(probe_worker).result(timeout=120)
+            self._submit(probe_worker).result(timeout=120)
         except Exception as e:  # noqa: BLE001
             self._drop_pool()
             raise EnvironmentFault(
@@ -233,7 +258,7 @@ class Measurer:
             ) from None
 
     def build(self, specs) -> list[dict]:
-        futures = [self._pool().submit(build_worker, s) for s in specs]
+        futures = [self._submit(build_worker, s) for s in specs]
         out, lost = self._collect(futures, -(-len(specs) // self.n_workers))
         if lost:
             self._drop_pool()  # stuck or broken: a fresh one for the retries
@@ -257,7 +282,7 @@ class Measurer:
     def _build_alone(self, spec) -> tuple[dict, bool]:
         """One candidate built again, alone: its result, and whether the pool lost it
         again (then the pool is replaced and the result says why)."""
-        (again,), failed = self._collect([self._pool().submit(build_worker, spec)], 1)
+        (again,), failed = self._collect([self._submit(build_worker, spec)], 1)
         if failed:
             self._drop_pool()
             return dict(failed[0][1]), True
@@ -271,7 +296,8 @@ class Measurer:
             target=runner_main, args=(child, os.getpid(), cpus_for_workers()), daemon=True
         )
         try:
-            proc.start()
+            with _children_ignore_sigint():
+                proc.start()
         except OSError as e:
             raise EnvironmentFault(f"cannot start the measurement process: {e}") from None
         child.close()

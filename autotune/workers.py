@@ -176,9 +176,7 @@ def build_worker(spec: dict) -> dict:
         return {"fault": str(e)}
     except _OverTime:
         return {"error": ErrorKind.TIMEOUT.value, "msg": f"build took longer than {limit:.0f} s"}
-    except BaseException as e:  # noqa: BLE001 - any template failure is the candidate's
-        # error, sys.exit() and a KeyboardInterrupt it raises too (this worker ignores
-        # the terminal's Ctrl-C: the tuner handles that)
+    except BaseException as e:  # noqa: BLE001 - the candidate's error (its sys.exit too)
         return {"error": ErrorKind.INSTANTIATION.value, "msg": short_error(e)}
     try:
         target = Target(spec["target"])

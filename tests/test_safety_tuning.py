@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import json
 import math
+import multiprocessing
 import os
 import signal
 import stat
@@ -26,6 +27,7 @@ import autotune as at
 import cost_models as cm
 import pypto as pt
 from autotune.cli import main as cli_main
+from autotune.measure import _children_ignore_sigint
 from pypto import runtime
 from pypto.target import can_run
 
@@ -989,3 +991,27 @@ def test_a_template_the_workers_cannot_find_is_a_clear_fault_not_failed_configs(
     assert done.returncode != 0
     assert "template 'defined_in_main' is not registered in the worker processes" in (done.stderr)
     assert not log.exists() or not log.read_text().strip()
+
+
+def _sigint_ignored(q) -> None:
+    q.put(signal.getsignal(signal.SIGINT) == signal.SIG_IGN)
+
+
+def test_workers_are_born_ignoring_the_terminals_ctrl_c():
+    """A Ctrl-C reaches the whole process group: a worker still importing printed its
+    traceback beside the tuner's one-line "interrupted". Started inside the guard, a
+    process ignores SIGINT from its first instruction; the tuner's own handler is back
+    after it."""
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue()
+    before = signal.getsignal(signal.SIGINT)
+    with _children_ignore_sigint():
+        p = ctx.Process(target=_sigint_ignored, args=(q,))
+        p.start()
+    assert q.get(timeout=60) is True
+    p.join(10)
+    assert signal.getsignal(signal.SIGINT) is before
+    p = ctx.Process(target=_sigint_ignored, args=(q,))  # outside it: Python's own
+    p.start()
+    assert q.get(timeout=60) is False
+    p.join(10)
