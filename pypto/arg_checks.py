@@ -341,6 +341,51 @@ def repeat_call(args, n: int, checked: dict, outs: tuple) -> list | None:
     return [*at, *sizes]
 
 
+def plain_tensor(torch, a) -> bool:
+    """Whether PyTorch tensor ``a`` may go to a kernel as its data pointer, with no
+    check but its shape's: on the CPU, dense, C-contiguous, not empty, no lazy negation
+    or conjugation, not tracked by autograd."""
+    return (
+        a.is_cpu
+        and a.layout is torch.strided
+        and a.is_contiguous()
+        and a.numel() > 0
+        and not (a.requires_grad or a.is_neg() or a.is_conj())
+    )
+
+
+def torch_key(args) -> tuple | None:
+    """``repeat_torch_call``'s key of a call whose arguments are all plain PyTorch
+    tensors (``plain_tensor``): their shapes and dtypes; else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    for a in args:
+        if type(a) is not torch.Tensor or not plain_tensor(torch, a):
+            return None
+    return tuple((a.shape, a.dtype) for a in args)
+
+
+def repeat_torch_call(args, n: int, checked: dict, outs: tuple) -> list | None:
+    """``repeat_call`` for PyTorch tensors: ``n`` plain tensors (``torch_key``) of the
+    shapes and dtypes of an earlier call whose checks passed, the outputs (at ``outs``)
+    no inference tensors and overlapping nothing. The caller moves the outputs' version
+    counters (``bump_versions``). About 5 us a call, not 16."""
+    if len(args) != n or not checked:
+        return None
+    sizes = checked.get(torch_key(args))
+    if sizes is None:
+        return None
+    at = [a.data_ptr() for a in args]
+    ends = [p + a.numel() * a.element_size() for p, a in zip(at, args)]
+    for i in outs:
+        if args[i].is_inference():  # (refused outside inference mode: the full checks)
+            return None
+        if any(j != i and at[j] < ends[i] and at[i] < ends[j] for j in range(n)):
+            return None
+    return [*at, *sizes]
+
+
 def check_overlap(arrays, specs, written, addresses):
     """``ValueError`` where an argument written overlaps another (``addresses``: the
     arrays' data pointers, taken once per call: each ``.ctypes.data`` costs about a

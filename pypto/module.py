@@ -39,8 +39,10 @@ from .arg_checks import (
     provenance,
     raise_status,
     repeat_call,
+    repeat_torch_call,
     returned,
     stand_in,
+    torch_key,
 )
 from .bounds_check import SizeCheck, check_sizes
 from .cache import atomic_write_all
@@ -254,6 +256,7 @@ class Module:
         # shapes (and dtypes) of earlier calls whose checks passed -> the call's sizes:
         # a call with the same shapes repeats only the checks of its arrays themselves
         self._checked: dict = {}
+        self._torch_checked: dict = {}  # the same for calls of PyTorch tensors
         self._out_shapes: dict = {}  # the same for the outputs a call allocates
         self._plain = not sig.scalars  # calls may take the fast path (``repeat_call``)
         self._outs = tuple(i for i, w in enumerate(self._written) if w)
@@ -372,13 +375,20 @@ class Module:
         except Exception:  # noqa: BLE001  (interpreter shutdown: ctypes may be gone)
             pass
 
+    TENSOR_POINTERS = True  # the kernel may take PyTorch tensors' data pointers
+
     def __call__(self, *args):
         """Run the kernel. With every argument given, returns None; with only the inputs,
-        allocates the outputs and returns them (one array, or a tuple of several; PyTorch
-        tensors when an input is one)."""
-        cargs = self._plain and repeat_call(args, len(self._specs), self._checked, self._outs)
+        allocates the outputs and returns them (tensors when an input is a tensor)."""
+        n = len(self._specs)
+        cargs = self._plain and repeat_call(args, n, self._checked, self._outs)
+        tensors = not cargs and self._plain and self._torch_checked
+        if tensors:
+            cargs = repeat_torch_call(args, n, self._torch_checked, self._outs)
         if cargs:
             status = self._invoke(cargs, args)
+            if tensors:
+                bump_versions(args, self._written)
             if status != 0:
                 raise_status(self.name, status, self.signature.index_checks)
             return None
@@ -389,6 +399,9 @@ class Module:
         bump_versions(self._slots.split(args)[0], self._written)
         if status != 0:
             raise_status(self.name, status, self.signature.index_checks)
+        key = self._plain and self.TENSOR_POINTERS and not made and torch_key(args)
+        if key and len(self._torch_checked) < CHECKED_SHAPES:  # its shapes passed the checks
+            self._torch_checked[key] = cargs[n:]
         return returned(made, given) if made else None
 
     def _invoke(self, cargs: list, arrays: list) -> int:
@@ -464,6 +477,8 @@ class EmulatedModule(Module):
 
     def __repr__(self):
         return f"EmulatedModule({self.name}, target={self.target.name}, under qemu)"
+
+    TENSOR_POINTERS = False  # the emulator copies numpy arrays in and out
 
     def _invoke(self, cargs: list, arrays: list) -> int:
         sizes = cargs[len(arrays) : len(arrays) + len(self.signature.size_vars)]

@@ -174,6 +174,33 @@ def test_an_inference_tensor_is_written_only_in_inference_mode():
     assert (t == 100).all()
 
 
+def test_a_repeat_call_of_tensors_keeps_every_check_of_the_first():
+    """After a call of plain tensors, one of the same shapes passes their data pointers
+    straight to the kernel; any call the first's checks would refuse is refused still,
+    and a written tensor's version moves."""
+    mod = _plus_100()
+    a, w = torch.arange(4.0), torch.empty(4)
+    for k in range(3):  # the first through the checks, the others straight
+        mod(a, w)
+        assert torch.equal(w, a + 100) and w._version == k + 1
+    assert len(mod._torch_checked) == 1  # the shapes the straight calls take
+    with pytest.raises(TypeError, match="argument A: a tensor that requires grad"):
+        mod(a.clone().requires_grad_(), w)
+    with pytest.raises(ValueError, match="argument W is not C-contiguous"):
+        mod(a, torch.empty(8)[::2])
+    with pytest.raises(ValueError, match="arguments A and W overlap"):
+        mod(w, w)
+    with torch.inference_mode():
+        t = torch.zeros(4)
+    with pytest.raises(ValueError, match="argument W is an inference tensor"):
+        mod(a, t)
+    assert (t == 0).all()
+    with pytest.raises(ValueError, match="argument A: dimension 0 is 5, expected 4"):
+        mod(torch.arange(5.0), w)
+    mod(a.double().float(), w)  # another tensor of the same shape: its own pointer
+    assert torch.equal(w, a + 100) and w._version == 4
+
+
 def test_bfloat16_tensors_pass_through_their_bits():
     """Was: "Unsupported dtype in DLTensor" (numpy's DLPack has no bfloat16)."""
     pytest.importorskip("ml_dtypes")
