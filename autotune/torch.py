@@ -41,6 +41,7 @@ from .torch_call import (
     ROW_DTYPES,
     call,
     check_dim,
+    check_finite,
     check_like,
     flat,
     module,
@@ -127,6 +128,7 @@ def _norm_args(tuned: str, generic: str, rows, cols, eps, dt, wdt):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x * rsqrt(mean(x^2, -1) + eps) * weight`` over the last dim."""
     dt = dtype_name(x, "rms_norm: x", allowed=ROW_DTYPES)
+    check_finite("rms_norm: eps", eps)
     if x.dim() == 0:  # as PyTorch: a norm is over a last dimension
         raise ValueError("rms_norm: x is 0-d; it needs a last dimension to normalize")
     rows, cols = rows_cols(x)
@@ -204,6 +206,7 @@ def layer_norm(
 ) -> torch.Tensor:
     """``(x - mean) * rsqrt(var + eps) * weight + bias`` over the last dim (biased var)."""
     dt = dtype_name(x, "layer_norm: x", allowed=ROW_DTYPES)
+    check_finite("layer_norm: eps", eps)
     if x.dim() == 0:  # as PyTorch: a norm is over a last dimension
         raise ValueError("layer_norm: x is 0-d; it needs a last dimension to normalize")
     rows, cols = rows_cols(x)
@@ -368,6 +371,8 @@ def attention(
     float16 are computed in float32 (q, k and v converted, one copy each; the output
     rounded once)."""
     dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
+    if scale is not None:
+        check_finite("attention: scale", scale)
     if q.dim() != 4:
         raise ValueError(f"attention: q must be [B, H, S, D], got shape {tuple(q.shape)}")
     B, H, S, D = q.shape

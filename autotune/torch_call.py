@@ -5,6 +5,7 @@ reshapes of their tensor arguments."""
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -60,6 +61,12 @@ def best_config(tpl, args: tuple, t: pt.Target):
         return tpl.best_config(*args, target=t)
     with dispatch.apply_history_best():
         return tpl.best_config(*args, target=t)
+
+
+def check_finite(what: str, value: float) -> None:
+    """``ValueError`` naming ``what`` (``"rms_norm: eps"``) for a NaN or infinite value."""
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be a finite number, got {value}")
 
 
 def check_dim(name: str, dim: int, rank: int) -> None:

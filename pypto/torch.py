@@ -46,7 +46,7 @@ from .expr import Binary, Const, Var, walk
 from .module import CHECKED_SHAPES, EmulatedModule
 from .runtime import build as _build
 from .target import as_target
-from .tensor import PlaceholderOp
+from .tensor import PlaceholderOp, Tensor
 from .torch_autograd import register_autograd, tangents_seen  # noqa: F401  (public here)
 
 TORCH_DTYPES = {
@@ -407,7 +407,16 @@ def custom_op(
 
     def graph(key):
         if key not in graphs:
-            s, tensors = build(*key)
+            got = build(*key)
+            ok = isinstance(got, (tuple, list)) and len(got) == 2
+            if not (
+                ok
+                and isinstance(got[1], (list, tuple))
+                and all(isinstance(t, Tensor) for t in got[1])
+            ):
+                raise TypeError(f"{name}: build must return (schedule, [pypto tensors]), "
+                                f"got {got!r:.80}")  # fmt: skip
+            s, tensors = got
             if len(tensors) != n_inputs + n_outputs:
                 raise ValueError(
                     f"{name}: build returned {len(tensors)} tensor(s); expected the "

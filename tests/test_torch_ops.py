@@ -32,6 +32,8 @@ def _rms(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+NAN = float("nan")
+
 CASES = {
     "gelu": (lambda x, w, b: ops.gelu(x), lambda x, w, b: F.gelu(x)),
     "gelu_tanh": (
@@ -978,6 +980,32 @@ def test_vmap_of_the_row_operators_uses_their_batching_rules(bdim):
             vm(sq)(torch.randn(2, 3, 4))
     finally:
         fallback(True)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda x, w: ops.rms_norm(x, w, float("nan")), "rms_norm: eps must be a finite number"),
+        (lambda x, w: ops.layer_norm(x, w, w, float("inf")), "layer_norm: eps must be a finite"),
+        (
+            lambda x, w: ops.attention(x[None, None], x[None, None], x[None, None], False, NAN),
+            "attention: scale must be a finite number, got nan",
+        ),
+    ],
+)
+def test_a_value_that_is_not_finite_is_refused_by_name(call, message):
+    """Was: "workload arguments must be finite numbers, got nan", naming neither."""
+    x, w = torch.randn(4, 8), torch.ones(8)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(x, w)
+
+
+def test_a_custom_op_whose_build_returns_no_schedule_is_refused_by_name():
+    """Was: "cannot unpack non-iterable NoneType object" from inside."""
+    for i, bad in enumerate((None, (None, [1, 2]), 7)):
+        op = ptt.custom_op(f"pypto_test::bad_build{i}", lambda shape, bad=bad: bad, n_inputs=1)
+        with pytest.raises(TypeError, match=rf"bad_build{i}: build must return \(schedule, \["):
+            op(torch.ones(3))
 
 
 @pytest.mark.parametrize(
