@@ -341,16 +341,17 @@ def repeat_call(args, n: int, checked: dict, outs: tuple) -> list | None:
     return [*at, *sizes]
 
 
-def plain_tensor(torch, a) -> bool:
+def plain_tensor(torch, a, tracked: bool = False) -> bool:
     """Whether PyTorch tensor ``a`` may go to a kernel as its data pointer, with no
     check but its shape's: on the CPU, dense, C-contiguous, not empty, no lazy negation
-    or conjugation, not tracked by autograd."""
+    or conjugation, not tracked by autograd (``tracked``: it may be, where the caller
+    keeps autograd out of it)."""
     return (
         a.is_cpu
         and a.layout is torch.strided
         and a.is_contiguous()
         and a.numel() > 0
-        and not (a.requires_grad or a.is_neg() or a.is_conj())
+        and not ((a.requires_grad and not tracked) or a.is_neg() or a.is_conj())
     )
 
 

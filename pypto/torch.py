@@ -41,7 +41,7 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from .arg_checks import as_array, raise_status
+from .arg_checks import as_array, plain_tensor, raise_status
 from .expr import Binary, Const, Var, walk
 from .module import CHECKED_SHAPES, EmulatedModule
 from .runtime import build as _build
@@ -284,14 +284,9 @@ def run(mod, inputs: list, outputs: list) -> None:
 
 
 def _plain(t: torch.Tensor) -> bool:
-    """Whether the kernel may take ``t``'s data pointer as it is."""
-    return (
-        t.is_cpu
-        and t.layout is torch.strided
-        and t.is_contiguous()
-        and t.numel() > 0
-        and not (t.is_neg() or t.is_conj())
-    )
+    """Whether the kernel may take ``t``'s data pointer as it is (an operator's kernel
+    runs below autograd: its tensors may require grad)."""
+    return plain_tensor(torch, t, tracked=True)
 
 
 def _checked_calls(mod) -> dict:

@@ -212,7 +212,7 @@ def _output(cfg, f, rows: int, cols: int):
     knob on (the default where the output outgrows the target's last-level cache),
     ``Yr`` is a row computed in cache and ``Y`` its streamed copy (``norm_stream``),
     else both are the one stage ``Y``."""
-    if define_stream_knob(cfg, int(rows * cols * 4 > cfg.target.cache_sizes["L3"])):
+    if define_stream_knob(cfg, int(rows * cols * 4 > cfg.target.l3_bytes)):
         Yr = pt.compute((rows, cols), f, name="Yr")
         return Yr, stream_rows(Yr), [Yr]
     Y = pt.compute((rows, cols), f, name="Y")
