@@ -59,7 +59,7 @@ from .expr import (
     map_children,
     walk,
 )
-from .intervals import INF, Ranges, bounds
+from .intervals import INF, Ranges, bounds, leaves_type
 from .loop_ir import Namer
 from .poly import IslPrinter, NonAffine
 from .relations import Split
@@ -86,9 +86,14 @@ class _Printer(IslPrinter):
     bits or more, signed, or unsigned from unsigned) are transparent, narrowing ones
     wrap in C: not affine, so checked at run time (``A[pt.cast("int8", i)]``)."""
 
+    def __init__(self, names: dict, sizes=()):
+        super().__init__(names)
+        # sizes are in [0, their dtype's max]: arithmetic of them alone may be exact
+        self.sizes = Ranges({v: (0, dtypes.value_range(v.dtype)[1]) for v in sizes})
+
     def __call__(self, e: Expr) -> str:
-        if isinstance(e, Binary) and e.dtype in _NARROW:  # wraps in C where isl does not
-            raise NonAffine(str(e))
+        if isinstance(e, Binary) and e.dtype in _NARROW and not self._exact(e):
+            raise NonAffine(str(e))  # it may wrap in C, where isl's arithmetic does not
         if isinstance(e, Cast) and dtypes.dtype(e.dtype).is_int:
             if dtypes.dtype(e.value.dtype).is_int:
                 (lo, hi), (a, b) = (dtypes.value_range(x.dtype) for x in (e, e.value))
@@ -96,6 +101,15 @@ class _Printer(IslPrinter):
                     raise NonAffine(str(e))
                 return self(e.value)
         return super().__call__(e)
+
+    def _exact(self, e: Expr) -> bool:
+        """Whether narrow integer ``e`` computes its exact value: it reads only sizes and
+        constants, and none of its operations can leave its type (``m - 1`` of an int32
+        size ``m``: at least -1; of a uint32 one it may wrap)."""
+        xs = list(walk(e))
+        if any(isinstance(x, Var) and x not in self.sizes for x in xs):
+            return False
+        return not any(leaves_type(x, self.sizes) for x in xs if isinstance(x, Binary))
 
     def cond(self, e: Expr, negate: bool = False) -> str:
         """A boolean expression as an isl constraint (De Morgan for negations)."""
@@ -269,7 +283,7 @@ def _split_amount_checks(sch: Schedule) -> list:
                 continue
             params = sorted({x for x in walk(amount) if isinstance(x, Var)}, key=lambda v: v.name)
             names = Namer()
-            pr = _Printer({v: names(v, "p_" + v.name) for v in params})
+            pr = _Printer({v: names(v, "p_" + v.name) for v in params}, params)
             try:
                 cond = f"{pr(amount)} <= 0 or {pr(amount)} > {SPLIT_MOST}"
             except NonAffine:
@@ -309,7 +323,7 @@ def _check_op(stage_name: str, op, checks: list, reads: set, writes: set):
     names = Namer()
     coord = {iv.var: names(iv.var, f"i{d}_{iv.name}") for d, iv in enumerate(axes)}
     params = _size_vars([*body_exprs, *(e for iv in axes for e in iv.dom)], accessed)
-    pr = _Printer({**coord, **{v: names(v, "p_" + v.name) for v in params}})
+    pr = _Printer({**coord, **{v: names(v, "p_" + v.name) for v in params}}, params)
     ranges = Ranges({v: (0, INF) for v in params})
     for iv in axes:
         lo, hi = bounds(iv.dom_min, ranges)[0], bounds(iv.dom_min + iv.extent, ranges)[1]

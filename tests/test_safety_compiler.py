@@ -595,6 +595,29 @@ def test_int32_sizes_and_their_arithmetic_in_indices():
     np.testing.assert_array_equal(dmod(np.ones((2, 3), np.float32)), [1, 1])
 
 
+@pytest.mark.parametrize("dtype, at_call", [("int32", True), ("int64", True), ("uint8", False)])
+def test_narrow_size_arithmetic_that_cannot_wrap_is_checked_at_the_call(dtype, at_call):
+    """``m - 1`` of an int32 size is at least -1: exact, so the proof covers it and a
+    call that would read before A is refused before anything is written (was: checked
+    during the run, the output half written). Of a uint8 size it may wrap (m = 0): the
+    run's own check, as before."""
+    n, m = pt.var("n", dtype), pt.var("m", dtype)
+    A = pt.placeholder((m,), "float32", name="A")
+    B = pt.compute((n,), lambda i: A[m - 1 - i], name="B")
+    mod = pt.build(pt.create_schedule(B.op), [A, B])
+    a, b = np.arange(5, dtype=F32), np.full(7, -7.0, F32)
+    if at_call:
+        with pytest.raises(ValueError, match=r"A\[m - 1 - i\] reads before the start"):
+            mod(a, b)
+        assert (b == -7.0).all()
+    else:
+        with pytest.raises(IndexError, match=r"the index of A\[m - 1 - i\] in dimension 0"):
+            mod(a, b)
+    b = np.full(5, -7.0, F32)
+    mod(a, b)
+    np.testing.assert_array_equal(b, a[::-1])
+
+
 def _guarded_tail():
     """A read guarded by a select in a vectorized loop of 8 floats whose last tile runs
     past A (37 of 40): gcc 12 folded its constant mask into a full-width load."""
