@@ -41,13 +41,12 @@ def _pack(w: torch.Tensor, nr: int, group: int, experts=None) -> torch.Tensor:
     """``pack_panels`` of ``w`` (float16 widened to float32 on the way): of every
     expert (kept), or only of ``experts`` (into a recycled buffer, the other experts'
     panels left unwritten)."""
-    wide = as_numpy(w.float() if w.dtype == torch.float16 else w, "expert weights")
+    w = w.float() if w.dtype == torch.float16 else w
+    wide = as_numpy(w, "expert weights")
     if experts is None:
         return from_numpy(pack_panels(wide, nr, group))
     one = pack_panels(wide[:0], nr, group)  # (the shape of the panels, of no expert)
-    out = empty(
-        (w.shape[0], *one.shape[1:]), torch.float32 if w.dtype == torch.float16 else w.dtype
-    )
+    out = empty((w.shape[0], *one.shape[1:]), w.dtype)
     panels = as_numpy(out, "panels")
     for e in experts:
         pack_panels(wide[e : e + 1], nr, group, out=panels[e : e + 1])

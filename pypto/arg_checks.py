@@ -355,26 +355,26 @@ def plain_tensor(torch, a, tracked: bool = False) -> bool:
     )
 
 
-def torch_key(args) -> tuple | None:
+def torch_key(args, tracked: bool = False) -> tuple | None:
     """``repeat_torch_call``'s key of a call whose arguments are all plain PyTorch
     tensors (``plain_tensor``): their shapes and dtypes; else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     for a in args:
-        if type(a) is not torch.Tensor or not plain_tensor(torch, a):
+        if type(a) is not torch.Tensor or not plain_tensor(torch, a, tracked):
             return None
     return tuple((a.shape, a.dtype) for a in args)
 
 
-def repeat_torch_call(args, n: int, checked: dict, outs: tuple) -> list | None:
+def repeat_torch_call(args, n: int, checked: dict, outs: tuple, tracked: bool = False):
     """``repeat_call`` for PyTorch tensors: ``n`` plain tensors (``torch_key``) of the
     shapes and dtypes of an earlier call whose checks passed, the outputs (at ``outs``)
-    no inference tensors and overlapping nothing. The caller moves the outputs' version
-    counters (``bump_versions``). About 5 us a call, not 16."""
+    no inference tensors and overlapping nothing; the C arguments, or None. The caller
+    moves the outputs' version counters (``bump_versions``). About 5 us a call, not 16."""
     if len(args) != n or not checked:
         return None
-    sizes = checked.get(torch_key(args))
+    sizes = checked.get(torch_key(args, tracked))
     if sizes is None:
         return None
     at = [a.data_ptr() for a in args]

@@ -41,9 +41,9 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from .arg_checks import as_array, plain_tensor, raise_status
+from .arg_checks import as_array, raise_status, repeat_torch_call, torch_key
 from .expr import Binary, Const, Var, walk
-from .module import CHECKED_SHAPES, EmulatedModule
+from .module import CHECKED_SHAPES
 from .runtime import build as _build
 from .target import as_target
 from .tensor import PlaceholderOp, Tensor
@@ -265,28 +265,19 @@ def run(mod, inputs: list, outputs: list) -> None:
     a call of a small tensor costs a third less."""
     refuse_forward_mode(mod.name)
     tensors = [t for t, _ in inputs] + outputs
-    key = tuple((t.shape, t.dtype) for t in tensors)
     calls = _checked_calls(mod)
-    sizes = calls.get(key)
-    if sizes is not None and all(map(_plain, tensors)):
-        status = mod._invoke([*(t.data_ptr() for t in tensors), *sizes], tensors)
+    # (an operator's kernel runs below autograd: its tensors may require grad)
+    cargs = repeat_torch_call(tensors, len(tensors), calls, mod._outs, tracked=True)
+    if cargs:
+        status = mod._invoke(cargs, tensors)
         if status != 0:
             raise_status(mod.name, status, mod.signature.index_checks)
         return
     arrays = [as_numpy(t, n) for t, n in inputs] + [_numpy_view(o) for o in outputs]
     mod(*arrays)
-    if (
-        not isinstance(mod, EmulatedModule)
-        and len(calls) < CHECKED_SHAPES
-        and all(map(_plain, tensors))
-    ):
+    key = mod.TENSOR_POINTERS and torch_key(tensors, tracked=True)
+    if key and len(calls) < CHECKED_SHAPES:
         calls[key] = mod._prepare(arrays)[0][len(arrays) :]
-
-
-def _plain(t: torch.Tensor) -> bool:
-    """Whether the kernel may take ``t``'s data pointer as it is (an operator's kernel
-    runs below autograd: its tensors may require grad)."""
-    return plain_tensor(torch, t, tracked=True)
 
 
 def _checked_calls(mod) -> dict:
