@@ -61,7 +61,8 @@ HELPERS = {
   q = q * x2 + -1.68282697438203e-03f;
   q = q * x2 + -7.37332916720468e-03f;
   q = q * x2 + -1.42647390514189e-02f;
-  return xc * p / q;
+  const float r = xc * p / q;  /* within [-1, 1]: the rounding took it to 1 + 2^-23 */
+  return r < -1.0f ? -1.0f : (r > 1.0f ? 1.0f : r);
 }""",
 }
 
