@@ -201,8 +201,29 @@ def _mixed() -> list[Kernel]:
     ]  # fmt: skip
 
 
+# a decoder's step: one row of activations through a 4096 x 4096 layer (the skinny
+# form, ``autotune/templates/skinny.py``); bound by reading the weights once
+DECODE = ((1, 4096, 4096),)
+
+
+def _decode() -> list[Kernel]:
+    """The one-row GEMMs, in GB/s of the operands read and the output written."""
+    out = []
+    for m, n, k in DECODE:
+        moved = 4.0 * (m * k + k * n + m * n)
+        for w in (Workload("matmul", (m, n, k)), Workload("dense_bias_gelu", (m, n, k))):
+            dense = w.template == "dense_bias_gelu"
+            out.append(Kernel(
+                w.label, w.template, w.args, moved + 4.0 * n * dense, unit="GB/s",
+                numpy=_dense_np if dense else _mm_np, torch=_dense_torch if dense else _mm_torch,
+                rtol=1e-3 if dense else 1e-4,
+            ))  # fmt: skip
+    return out
+
+
 def all_kernels() -> list[Kernel]:
     """One kernel per standard workload of a template this suite knows how to measure,
-    then the mixed-precision rows (``benchmarks/mixed.py``)."""
+    then the one-row GEMMs of a decoder's step and the mixed-precision rows
+    (``benchmarks/mixed.py``)."""
     std = [KERNELS[w.template](w) for w in standard_workloads() if w.template in KERNELS]
-    return std + _mixed()
+    return std + _decode() + _mixed()

@@ -22,7 +22,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import dot_knobs, dot_ukernels, precision
+from . import dot_knobs, dot_ukernels, precision, skinny
 from .matmul import _ceil_div, define_dot_knobs, schedule_gemm
 
 F32 = "float32"
@@ -112,7 +112,21 @@ def _gemm_knobs(cfg, p, M, N, K):
     define_dot_knobs(
         cfg, isa, M, N, V, K, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K
     )
+    skinny.define_dot_knobs(cfg, M, isa)
     cfg.add_flop(2.0 * M * N * K)
+
+
+def _build(cfg, p, X, W, M, N, K, epilogue):
+    """The schedule of ``out[i, j] = epilogue(D[i, j], i, j)`` for ``D = X @ W.T`` (products
+    as ``p`` multiplies): the skinny dot-product form when its knob is on, else the
+    GEMM's tile; returns ``(schedule, out)``."""
+    if skinny.on(cfg):
+        D, P, Xw = skinny.dot_product(cfg, p, X, W, M, N, K)
+        out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
+        return skinny.schedule_dot(cfg, out, D, P, Xw), out
+    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
+    out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
+    return _schedule_dense(cfg, out, D, M, packed, dot), out
 
 
 @template("dense_bias_gelu", reference=_dense_bias_gelu_ref)
@@ -133,15 +147,14 @@ def dense_bias_gelu(cfg, M, N, K, dtype="float32"):
     # the sum stays float32 into the epilogue (16-bit floats: products of the widened
     # operands, exact, as the hardware's), rounded once, at the output
     wide = precision.Precision(p.name, F32, None if p.name == F32 else F32)
-    D, packed, dot = _dense_product(cfg, X, W, wide, M, N, K)
     impl = cfg["erf_impl"].val
 
-    def epilogue(i, j):
-        y = pt.cast(F32, D[i, j]) + pt.cast(F32, bias[j])
+    def epilogue(d, i, j):
+        y = pt.cast(F32, d) + pt.cast(F32, bias[j])
         return pt.cast(dtype, gelu(y, impl))
 
-    out = pt.compute((M, N), epilogue, name="out")
-    return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, bias, out]
+    s, out = _build(cfg, wide, X, W, M, N, K, epilogue)
+    return s, [X, W, bias, out]
 
 
 def _dense_ref(x, w):
@@ -156,9 +169,8 @@ def dense(cfg, M, N, K, dtype="float32"):
     _gemm_knobs(cfg, p, M, N, K)
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
-    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
-    out = pt.compute((M, N), lambda i, j: precision.rounded(D[i, j], p.out), name="out")
-    return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, out]
+    s, out = _build(cfg, p, X, W, M, N, K, lambda d, i, j: precision.rounded(d, p.out))
+    return s, [X, W, out]
 
 
 def requantize_reference(acc, scale) -> np.ndarray:
@@ -192,6 +204,5 @@ def dense_requant(cfg, M, N, K, dtype="int8"):
     X = pt.placeholder((M, K), dtype, name="X")
     W = pt.placeholder((N, K), dtype, name="W")
     scale = pt.placeholder((N,), F32, name="scale")
-    D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
-    out = pt.compute((M, N), lambda i, j: requantize(D[i, j], scale[j]), name="out")
-    return _schedule_dense(cfg, out, D, M, packed, dot), [X, W, scale, out]
+    s, out = _build(cfg, p, X, W, M, N, K, lambda d, i, j: requantize(d, scale[j]))
+    return s, [X, W, scale, out]

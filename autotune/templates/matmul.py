@@ -27,7 +27,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import dot_knobs, dot_ukernels, precision
+from . import dot_knobs, dot_ukernels, precision, skinny
 from .precision import widened
 
 
@@ -283,6 +283,10 @@ def matmul(cfg, M, N, K, dtype="float32"):
         cfg, isa, M, N, lanes, K, a_bytes=a_bytes, pack_options=pack, block_default=block,
         wide=wide, pack_default=2 if wide else 1,
     )  # fmt: skip
+    skinny.define_stream_knobs(cfg, M, N, 8 if p.out == "float64" else 4, isa)
+    if skinny.on(cfg):  # a few rows: B streamed in place (``skinny``)
+        s, C = skinny.stream_matmul(cfg, p, A, B, M, N, K)
+        return s, [A, B, C]
     if not dot_knobs.ukernel_on(cfg, isa, M, N):
         s, C = plain_gemm(cfg, p, A, B, M, K)
         return s, [A, B, C]
