@@ -11,6 +11,10 @@ loop would read it with stride K: with ``pack_b`` on, W is packed per
 ``nr``-column panel into a contiguous ``K x nr`` block (``WP[jo, k, ji] =
 W[jo * nr + ji, k]``, computed at the panel loop), the transposition that
 TVM's x86 dense schedule does with its packed weight layout.
+
+With at most 16 rows (a decoder's step) the space also holds the ``skinny`` form
+(on by default, but where a dot kernel wins; ``skinny.py``): each output a vector
+dot product of a row of X and a row of W, read in place.
 """
 
 from __future__ import annotations

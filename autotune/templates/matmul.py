@@ -18,6 +18,10 @@ vectorized or parallel). The defaults (a 6 x 2-vector tile, B packed, column
 panels in parallel, no row blocking unless A is large next to the last-level
 cache) come from the task's target (``cfg.target``): its vector width,
 vector registers and cache sizes.
+
+With at most 16 rows of output the space also holds the ``skinny`` form (on by
+default, but where a dot kernel wins; ``skinny.py``): B streamed row by row, in
+place, into an accumulator of whole rows of C, with no packed copy.
 """
 
 from __future__ import annotations
