@@ -13,7 +13,7 @@ import threading
 from pypto.runtime import get_num_threads
 
 from . import store
-from .records import load_records, ranked_configs
+from .records import config_key, failed_configs, load_records, ranked_configs
 
 _local = threading.local()
 
@@ -44,16 +44,21 @@ def lookup(workload, targets) -> list:
     those measured with as many threads as parallel loops use now first (a config tuned
     for two threads may not be the best on one), fastest first with the spellings'
     records pooled. The caller takes the first that fits the template, so records
-    another version of it made (stale) fall through to the next; or []."""
+    another version of it made (stale) fall through to the next; or []. A config that
+    failed (a crash, a timeout, a wrong result) under any of the spellings, on any of
+    the targets, in any context, is left out: its code is the same for all of them."""
     if not _stack():  # outside every context (an operator's call, mostly)
         return []
     out, now = [], get_num_threads()
-    for target in _names(targets):
-        for ranked in reversed(_stack()):
+    names, ts = _names(workload), _names(targets)
+    bad = {k for _, failed in _stack() for w in names for t in ts for k in failed.get((w, t), ())}
+    for target in ts:
+        for ranked, _ in reversed(_stack()):
             found = [
                 (layer, threads != now, cost, config)
-                for w in _names(workload)
+                for w in names
                 for layer, threads, cost, config in ranked.get((w, target), [])
+                if not bad or config_key(config) not in bad
             ]
             out += [e[-1] for e in sorted(found, key=lambda e: e[:3])]
     return out
@@ -63,15 +68,17 @@ def other_targets(workload, targets) -> list[str]:
     """The targets other than ``targets`` (a name or a tuple of names) that the active
     contexts have records of ``workload`` (a key, or the keys of its spellings) for."""
     mine, ws = set(_names(targets)), set(_names(workload))
-    return sorted({t for ranked in _stack() for (w, t) in ranked if w in ws and t not in mine})
+    return sorted({t for ranked, _ in _stack() for (w, t) in ranked if w in ws and t not in mine})
 
 
-def _ranked(records, layer: int) -> dict:
-    """(workload, target) -> ``[(layer, threads, cost, config)]``, fastest first."""
-    ranked = ranked_configs(load_records(records))
+def _ranked(records, layer: int) -> tuple[dict, dict]:
+    """(workload, target) -> ``[(layer, threads, cost, config)]``, fastest first; and
+    (workload, target) -> the keys of its failed configs (``failed_configs``)."""
+    records = load_records(records)
+    ranked = ranked_configs(records)
     return {
         key: [(layer, r.threads, r.cost, r.config) for r in recs] for key, recs in ranked.items()
-    }
+    }, failed_configs(records)
 
 
 @contextlib.contextmanager
@@ -92,10 +99,14 @@ def apply_history_best(records=None):
     """
     layers = [records] if records is not None else [store.user_logs(), store.shipped_logs()]
     ranked: dict = {}
+    failed: dict = {}
     for n, layer in enumerate(layers):
-        for key, values in _ranked(layer, n).items():
+        good, bad = _ranked(layer, n)
+        for key, values in good.items():
             ranked.setdefault(key, []).extend(values)
-    _stack().append(ranked)
+        for key, keys in bad.items():
+            failed.setdefault(key, set()).update(keys)
+    _stack().append((ranked, failed))
     try:
         yield
     finally:

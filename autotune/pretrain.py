@@ -15,7 +15,6 @@ few records would replace one trained on hundreds).
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
@@ -23,15 +22,16 @@ import numpy as np
 import cost_models as cm
 from pypto.errors import PyptoError
 
+from . import store
 from .records import load_records, one_per_config
 from .space import SpaceError
 from .task import Task
 
 
 def training_data(records, target_key: str | None):
-    """Feature rows, throughputs and group sizes (one group per workload and target), of
-    one target's records, or of every target's (``None``), each featurized for its own
-    target."""
+    """Feature rows, speeds (``Record.speed``) and group sizes (one group per workload
+    and target), of one target's records, or of every target's (``None``), each
+    featurized for its own target."""
     by_workload: dict = {}
     for r in records:
         if target_key is None or r.target == target_key:
@@ -48,7 +48,7 @@ def training_data(records, target_key: str | None):
                 X.append(task.featurize(r.config))
             except (SpaceError, PyptoError, ValueError, TypeError, ArithmeticError):
                 continue
-            y.append(r.gflops if r.ok else 0.0)
+            y.append(r.speed)
             rows += 1
         if rows:
             groups.append(rows)
@@ -59,10 +59,13 @@ def train(paths=None, out_dir: str | None = None, say=None) -> dict:
     """Fit and save one model per target found in the logs, into ``out_dir`` (default
     ``cost_models.user_model_dir()``); returns {target: rows}. ``ValueError`` for the
     shipped models' directory. ``say(target, rows, path)``, if given, hears of each model
-    as it is saved (featurizing thousands of records takes minutes)."""
-    paths = paths or sorted(glob.glob(os.path.join("tuning_logs", "*", "*.jsonl")))
+    as it is saved (featurizing thousands of records takes minutes). ``paths`` default to
+    the user's logs and the shipped ones (``store.default_logs``). A target whose records
+    hold fewer than 8 configs, or no two different speeds (a model of them would rank
+    nothing, yet come before the shipped one), gets no model."""
+    paths = paths or store.default_logs()
     if not paths:
-        raise FileNotFoundError("no tuning logs given and none in tuning_logs/")
+        raise FileNotFoundError("no tuning logs given, and none in the user's store or shipped")
     out_dir = os.fspath(out_dir) if out_dir is not None else cm.user_model_dir()
     if os.path.exists(out_dir) and os.path.samefile(out_dir, cm.PRETRAINED_DIR):
         raise ValueError(
@@ -76,7 +79,7 @@ def train(paths=None, out_dir: str | None = None, say=None) -> dict:
         if target == cm.ALL_TARGETS and len(done) < 2:
             break  # the all-targets model only where it knows more than one target's
         X, y, groups = training_data(records, None if target == cm.ALL_TARGETS else target)
-        if len(y) < 8 or not np.any(y > 0):
+        if len(y) < 8 or len(np.unique(y[y > 0])) < 2:
             continue
         model = cm.XGBoostCostModel(target).fit(X, y, group=groups)
         model.save(os.path.join(out_dir, f"{target}.json"))

@@ -95,6 +95,14 @@ class Record(Measured):
         return self.flop / self.cost / 1e9 if self.ok and self.flop and self.cost > 0 else 0.0
 
     @property
+    def speed(self) -> float:
+        """What the cost models learn to rank: GFLOP/s, or runs per second for a workload
+        of no counted flops (a copy; its GFLOP/s are all 0); 0 for a failure."""
+        if not self.ok or not self.cost > 0:
+            return 0.0
+        return self.gflops if self.flop else 1.0 / self.cost
+
+    @property
     def template(self) -> str:
         return json.loads(self.workload)[0]
 
@@ -187,8 +195,17 @@ def append_records(path: str, records) -> None:
     """Append whole lines atomically (one write under an exclusive lock; a write the disk
     refuses is undone, and the error names the log). A log it
     creates is private (0600, its missing directories 0700), as ``pypto-tune`` makes
-    them: records choose the configs a user's kernels run."""
-    data = "".join(r.to_json() + "\n" for r in records)
+    them: records choose the configs a user's kernels run. A record that would not read
+    back (``Record.from_json``: a cost of 0, a NaN) is a ``ValueError`` before anything
+    is written."""
+    lines = [r.to_json() for r in records]
+    for n, line in enumerate(lines):
+        try:
+            Record.from_json(line)
+        except ValueError as e:
+            why = f"record {n} is not valid ({e}); nothing was appended to {path}"
+            raise ValueError(why) from None
+    data = "".join(line + "\n" for line in lines)
     if not data:
         return
     d = os.path.dirname(os.path.abspath(path))
@@ -331,6 +348,16 @@ def ranked_configs(records) -> dict:
     for recs in ranked.values():
         recs.sort(key=lambda r: r.cost)
     return ranked
+
+
+def failed_configs(records) -> dict:
+    """(workload, target) -> the keys (``config_key``) of the configs with a failed
+    measurement that ``ranked_configs`` leaves out for it (any but a ``COMPILE_ERROR``)."""
+    out: dict = {}
+    for r in records:
+        if not r.ok and r.error not in OVERRULED_BY_MEASUREMENTS:
+            out.setdefault((r.workload, r.target), set()).add(config_key(r.config))
+    return out
 
 
 def one_per_config(records) -> list:

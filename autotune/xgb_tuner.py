@@ -85,7 +85,7 @@ class XGBTuner(Tuner):
 
     def update(self, inputs, results):
         super().update(inputs, results)
-        flop = self.task.flop if self.task.flop == self.task.flop else 1.0
+        flop = self.task.flop if self.task.flop > 0 else 1.0  # no flops: runs per second
         for inp, res in zip(inputs, results):
             f = self.feature(inp.config)
             if f is None:
@@ -115,7 +115,7 @@ class XGBTuner(Tuner):
             for r in one_per_config(recs):
                 try:
                     X.append(other.featurize(r.config))
-                    y.append(r.gflops if r.ok else 0.0)
+                    y.append(r.speed)
                 except (PyptoError, SpaceError, ValueError, TypeError):
                     continue
             if len(X) >= 2 and max(y) > 0:

@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from pypto import cache
-from pypto.target import record_lineage
+from pypto.target import Target, record_lineage
 
 from .features import FEATURE_NAMES, N_FEATURES, SCHEMA, featurize
 from .xgb import SchemaError, XGBoostCostModel
@@ -30,6 +30,10 @@ ALL_TARGETS = "all-targets"
 
 
 def _key(target) -> str:
+    """The records' name of ``target``: a Target's key, ``"host"`` (or None) resolved to
+    the host's, any other name as given."""
+    if target is None or target == "host":
+        target = Target("host")
     return getattr(target, "key", str(target))
 
 

@@ -663,15 +663,15 @@ def test_no_line_can_poison_a_log(tmp_path, capsys):
 # ---------------------------------------------------------------- cost models
 
 
-def _training_log(tmp_path, n=12) -> str:
+def _training_log(tmp_path, n=12, equal=False) -> str:
     task = at.Task("toy_matmul", (16, 16, 8), target="x86-avx2")
     rng = np.random.default_rng(0)
     recs = [
         at.Record(task.workload_key, "x86-avx2", task.config_space.get(i).to_json(),
-                  costs=[float(rng.uniform(1e-5, 1e-4))], flop=task.flop)
+                  costs=[5e-5 if equal else float(rng.uniform(1e-5, 1e-4))], flop=task.flop)
         for i in range(n)
     ]  # fmt: skip
-    log = str(tmp_path / "train.jsonl")
+    log = str(tmp_path / ("equal.jsonl" if equal else "train.jsonl"))
     at.append_records(log, recs)
     return log
 
@@ -697,6 +697,29 @@ def test_train_model_writes_to_the_users_store_never_the_shipped_model(tmp_path,
     out = tmp_path / "elsewhere"
     assert train([_training_log(tmp_path)], out_dir=str(out)) == {"x86-avx2": 12}
     assert (out / "x86-avx2.json").exists()
+
+
+def test_train_model_writes_no_model_that_ranks_nothing(tmp_path, monkeypatch):
+    """12 configs of one speed made a constant model, which came before the shipped one
+    (784 configs) for the target."""
+    from autotune.pretrain import train
+
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    assert train([_training_log(tmp_path, equal=True)]) == {}
+    assert not (tmp_path / "home" / "models" / "x86-avx2.json").exists()
+    assert cm.pretrained("x86-avx2").n_train > 12  # the shipped one
+
+
+def test_train_model_reads_the_users_and_the_shipped_logs_by_default(tmp_path, monkeypatch):
+    """It read tuning_logs/ of the current directory: FileNotFoundError elsewhere."""
+    from autotune import pretrain
+
+    monkeypatch.setenv("PYPTO_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    monkeypatch.setattr(pretrain, "load_records", lambda paths: seen.append(paths) or [])
+    assert pretrain.train() == {}
+    assert seen == [at.store.default_logs()] and seen[0]
 
 
 def test_a_record_too_large_for_int64_is_skipped_by_training(tmp_path, monkeypatch):
@@ -1015,3 +1038,16 @@ def test_workers_are_born_ignoring_the_terminals_ctrl_c():
     p.start()
     assert q.get(timeout=60) is False
     p.join(10)
+
+
+def test_a_record_that_would_not_read_back_is_not_appended(tmp_path):
+    """A cost of 0 was written, then counted as a corrupt line by every reader."""
+    task = at.Task("toy_matmul", (16, 16, 8), target="x86-avx2")
+    log = tmp_path / "t.jsonl"
+    ok = at.Record(task.workload_key, "x86-avx2", task.config_space.get(0).to_json(), [1e-5])
+    zero = at.Record(task.workload_key, "x86-avx2", task.config_space.get(1).to_json(), [0.0])
+    with pytest.raises(ValueError, match=r"record 1 is not valid .*nothing was appended"):
+        at.append_records(str(log), [ok, zero])
+    assert not log.exists() or log.read_text() == ""
+    at.append_records(str(log), [ok])
+    assert len(at.load_records(str(log))) == 1

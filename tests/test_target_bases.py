@@ -178,6 +178,10 @@ def test_the_base_cost_model_serves_a_target_without_its_own(monkeypatch, tmp_pa
     assert model is not None and model.target == "x86-avx512"
     model = cost_models.pretrained(pt.Target("x86-avx2-vnni"))
     assert model is not None and model.target == "x86-avx2"
+    # "host" by name is the host's target, as pt.Target("host") (it was no target: the
+    # model of every target)
+    for host in ("host", None):
+        assert cost_models.pretrained(host).target == cost_models.pretrained(pt.Target()).target
 
 
 @pytest.fixture

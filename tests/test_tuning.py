@@ -425,6 +425,31 @@ def test_xgb_tuner_transfers_from_other_targets():
     assert tuner._fit() is tuner.model and tuner.model.trained
 
 
+def test_a_workload_of_no_flops_trains_the_cost_models():
+    """A copy counts 0 flops: every label (GFLOP/s) was 0, so the tuner never fitted its
+    model and ``train-model`` found no record to learn from. Speed is runs per second
+    there."""
+    from autotune.measure import MeasureResult
+    from autotune.pretrain import training_data
+    from autotune.tuners import MeasureInput
+
+    task = at.Task("flopless_copy", (16, 256), target="x86-avx2")
+    assert task.flop == 0
+    tuner = at.XGBTuner(task, seed=0, plan_size=8, min_fit=4, use_pretrained=False)
+    recs = []
+    for _ in range(2):
+        batch = tuner.next_batch(8)
+        results = [MeasureResult(costs=[1e-5 * (1 + i)]) for i in range(len(batch))]
+        tuner.update([MeasureInput(task, c) for c in batch], results)
+        recs += [at.Record(task.workload_key, "x86-avx2", c.to_json(), r.costs, flop=0.0)
+                 for c, r in zip(batch, results)]  # fmt: skip
+    assert tuner.ys and min(tuner.ys) > 0
+    assert tuner._fit() is tuner.model and tuner.model.trained
+    _, y, groups = training_data(recs, "x86-avx2")
+    assert groups == [len(recs)] and np.all(y > 0)
+    assert y[0] > y[7]  # faster first: runs per second
+
+
 def test_failing_candidates_are_recorded_and_tuning_goes_on(tmp_path):
     log = tmp_path / "bad.jsonl"
     task = at.Task("misbehaving", (16, 16, 8))
@@ -926,6 +951,31 @@ def test_the_fastest_record_of_either_spelling_is_taken():
                 assert tmpl.best_config(*called).values == fast, called
     with at.apply_history_best([recs[1]]), at.apply_history_best([recs[0]]):
         assert tmpl.best_config(9, 70).values == slow  # the innermost context first
+
+
+def test_a_config_that_failed_under_any_spelling_or_base_target_is_not_used():
+    """A WRONG_ANSWER under one spelling (or on a target whose code is the base's) left
+    out the config only there: its fast record under the other spelling (or target)
+    was applied."""
+    tmpl = at.get_template("matmul")
+    space = tmpl.space(32, 32, 32, target="x86-avx512-bf16")
+    default = space.default_config().values
+    bad = {**default, "unroll_k": 8 if default["unroll_k"] != 8 else 1}
+    other = {**default, "unroll_k": 2 if default["unroll_k"] != 2 else 1}
+
+    def rec(args, target, config, costs, error=None):
+        return at.Record(at.workload_key("matmul", args), target, config, costs, error=error)
+
+    good = [rec((32, 32, 32), "x86-avx512", bad, [1e-6]),
+            rec((32, 32, 32), "x86-avx512", other, [2e-6])]  # fmt: skip
+    for failed in (rec((32, 32, 32, "float32"), "x86-avx512", bad, [], "WRONG_ANSWER"),
+                   rec((32, 32, 32), "x86-avx512-bf16", bad, [], "WRONG_ANSWER")):  # fmt: skip
+        with at.apply_history_best(good):
+            assert tmpl.best_config(32, 32, 32, target="x86-avx512-bf16").values == bad
+        with at.apply_history_best([*good, failed]):
+            assert tmpl.best_config(32, 32, 32, target="x86-avx512-bf16").values == other
+        with at.apply_history_best(good), at.apply_history_best([failed]):  # another context
+            assert tmpl.best_config(32, 32, 32, target="x86-avx512-bf16").values == other
 
 
 def test_records_carry_the_api_field_names_and_read_the_short_ones_of_earlier_logs():

@@ -214,3 +214,18 @@ def tiny_out(cfg, n):
         Z = pt.compute((n,), lambda i: pt.sum(X[i] * pt.const(0.0, "float32"), axis=r), name="Z")
         Y = pt.compute((n,), lambda i: X[i] * pt.const(1e-4, "float32") + Z[i], name="Y")
     return pt.create_schedule(Y.op), [X, Y]
+
+
+@template("flopless_copy", reference=lambda x: x.copy())
+def flopless_copy(cfg, M, N):
+    """A copy: no arithmetic, so its flop count is 0 (its records' GFLOP/s too)."""
+    X = pt.placeholder((M, N), "float32", name="X")
+    Y = pt.compute((M, N), lambda i, j: X[i, j], name="Y")
+    s = pt.create_schedule(Y.op)
+    cfg.define_split("tile_j", N, num_outputs=2)
+    cfg.define_knob("par", [0, 1])
+    jo, ji = cfg["tile_j"].apply(s, Y, Y.op.axis[1])
+    s[Y].vectorize(ji)
+    if cfg["par"].val:
+        s[Y].parallel(Y.op.axis[0])
+    return s, [X, Y]
