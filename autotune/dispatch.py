@@ -8,6 +8,7 @@ outside, or without a match, the template's default config is used.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 from pypto.runtime import get_num_threads
@@ -71,6 +72,50 @@ def other_targets(workload, targets) -> list[str]:
     return sorted({t for ranked, _ in _stack() for (w, t) in ranked if w in ws and t not in mine})
 
 
+# the contexts of logs read before, by their files' identities and sizes: an operator's
+# first call of each shape enters apply_history_best() (its user's and shipped logs)
+_CONTEXTS: dict = {}
+_MAX_CONTEXTS = 8
+_CONTEXTS_LOCK = threading.Lock()
+
+
+def _files(layer) -> tuple | None:
+    """``(path, inode, size, mtime)`` of each log of a layer of paths; None for records
+    given as objects, or a log that cannot be read (``load_records`` says why)."""
+    paths = [layer] if isinstance(layer, (str, os.PathLike)) else layer
+    if not isinstance(paths, (list, tuple)) or not all(
+        isinstance(p, (str, os.PathLike)) for p in paths
+    ):
+        return None
+    try:
+        stats = [(os.fspath(p), os.stat(p)) for p in paths]
+    except OSError:
+        return None
+    return tuple((p, st.st_ino, st.st_size, st.st_mtime_ns) for p, st in stats)
+
+
+def _context(layers) -> tuple[dict, dict]:
+    """The (ranked, failed) tables of ``layers`` (``_ranked``'s, merged in order), read
+    once for logs that have not changed since."""
+    key = tuple(_files(layer) for layer in layers)
+    if None not in key and key in _CONTEXTS:
+        return _CONTEXTS[key]
+    ranked: dict = {}
+    failed: dict = {}
+    for n, layer in enumerate(layers):
+        good, bad = _ranked(layer, n)
+        for k, values in good.items():
+            ranked.setdefault(k, []).extend(values)
+        for k, keys in bad.items():
+            failed.setdefault(k, set()).update(keys)
+    if None not in key:
+        with _CONTEXTS_LOCK:
+            while len(_CONTEXTS) >= _MAX_CONTEXTS:
+                _CONTEXTS.pop(next(iter(_CONTEXTS)))
+            _CONTEXTS[key] = (ranked, failed)
+    return ranked, failed
+
+
 def _ranked(records, layer: int) -> tuple[dict, dict]:
     """(workload, target) -> ``[(layer, threads, cost, config)]``, fastest first; and
     (workload, target) -> the keys of its failed configs (``failed_configs``)."""
@@ -98,15 +143,7 @@ def apply_history_best(records=None):
     shipped config is used where none of the user's fits.
     """
     layers = [records] if records is not None else [store.user_logs(), store.shipped_logs()]
-    ranked: dict = {}
-    failed: dict = {}
-    for n, layer in enumerate(layers):
-        good, bad = _ranked(layer, n)
-        for key, values in good.items():
-            ranked.setdefault(key, []).extend(values)
-        for key, keys in bad.items():
-            failed.setdefault(key, set()).update(keys)
-    _stack().append((ranked, failed))
+    _stack().append(_context(layers))
     try:
         yield
     finally:

@@ -1173,3 +1173,31 @@ def test_records_of_either_spelling_resume_and_pick_best_keeps_a_fitting_record(
         warnings.simplefilter("ignore")
         with at.apply_history_best(str(dst)):
             assert tpl.best_config(16, 16, 8).values == space.get(0).to_json()
+
+
+def test_apply_history_best_reads_unchanged_logs_once(tmp_path, monkeypatch):
+    """Each operator shape's first call entered apply_history_best() and parsed every
+    log again (6 s a shape beside a 100k-line log); a log that changed is read again."""
+    from autotune import dispatch
+
+    task = at.Task("toy_matmul", (32, 32, 16))
+    cfgs = [task.config_space.get(i).to_json() for i in range(2)]
+    log = str(tmp_path / "mine.jsonl")
+    at.append_records(log, [at.Record(task.workload_key, task.target.key, cfgs[0], [2e-6])])
+    reads = []
+    real = dispatch.load_records
+    monkeypatch.setattr(dispatch, "load_records", lambda src: reads.append(src) or real(src))
+    tmpl = at.get_template("toy_matmul")
+    for _ in range(3):
+        with at.apply_history_best([log]):
+            assert tmpl.best_config(32, 32, 16).values == cfgs[0]
+    assert len(reads) == 1
+    at.append_records(log, [at.Record(task.workload_key, task.target.key, cfgs[1], [1e-6])])
+    with at.apply_history_best([log]):
+        assert tmpl.best_config(32, 32, 16).values == cfgs[1]
+    assert len(reads) == 2
+    recs = at.load_records(log)
+    for _ in range(2):  # records given as objects: read as given, each time
+        with at.apply_history_best(recs):
+            assert tmpl.best_config(32, 32, 16).values == cfgs[1]
+    assert len(reads) == 4
