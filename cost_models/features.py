@@ -10,8 +10,10 @@ around it are described innermost first, for up to ``LEVELS`` levels:
     log2 reuse (iterations per distinct element).
 
 Then whole-kernel features: flops, bytes, arithmetic intensity, parallel
-and vector extents, local buffers, prefetches, and the target's vector
-width and cache sizes. The layout is versioned (``SCHEMA``): a saved model refuses
+and vector extents, local buffers, prefetches, the target's vector
+width and cache sizes, the math calls gcc leaves scalar (libm's ``expf``
+where ``fast_exp`` vectorizes) and the bytes every other statement stores
+(packing B, copying a tile out). The layout is versioned (``SCHEMA``): a saved model refuses
 vectors of another schema. The element type shows in the bytes, lines and strides of
 each access (an int8 load is a quarter of a float32 one) and in the flops, which count
 integer data arithmetic (int8 products summed in int32) as well as float.
@@ -27,10 +29,11 @@ from pypto import dtypes
 from pypto.expr import Binary, Call, Load, Select, Var, walk
 from pypto.intervals import INF, Ranges, bounds
 from pypto.loop_ir import LOOP_KINDS, Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
+from pypto.mathfuncs import FUNCS, VECTORIZED
 from pypto.simplify import Lin, simplify
 from pypto.target import CACHE_LINE
 
-SCHEMA = "pypto-features-v3"
+SCHEMA = "pypto-features-v4"
 LEVELS = 6
 ACCESSES = 4
 KINDS = LOOP_KINDS  # the loop IR's kinds, in the schema's order
@@ -64,6 +67,8 @@ _GLOBAL_NAMES = [
     "vector_registers",
     "n_prefetches",
     "log_prefetch_bytes",
+    "log_scalar_calls",
+    "log_other_store_bytes",
 ]
 FEATURE_NAMES = tuple(f"l{lvl}_{n}" for lvl in range(LEVELS) for n in _LEVEL_NAMES) + tuple(
     _GLOBAL_NAMES
@@ -117,6 +122,12 @@ def _flops(e) -> int:
     """Arithmetic on data: float operations, and integer ones not on indices (int8
     products summed in int32 count as float32 ones do; index arithmetic is int64)."""
     return sum(1 for x in walk(e) if isinstance(x, (Binary, Call, Select)) and _data(x.dtype))
+
+
+def _scalar_calls(e) -> int:
+    """Math calls in ``e`` that stay scalar libm calls in vectorized code."""
+    return sum(1 for x in walk(e) if isinstance(x, Call) and x.name in FUNCS
+               and x.name not in VECTORIZED)  # fmt: skip
 
 
 def _data(dt: str) -> bool:
@@ -228,5 +239,7 @@ def featurize(func: LoweredFunc, target=None) -> np.ndarray:
         getattr(target, "vector_registers", 16) or 16,
         len(w.prefetches),
         _lg(sum(p.lines * LINE * it for p, it in w.prefetches)),
+        _lg(sum(_scalar_calls(st.value) * it for st, _, it in w.stores)),
+        _lg(sum(st.buffer.elem_bytes * it for st, _, it in w.stores if st is not s)),
     )
     return out

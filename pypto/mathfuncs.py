@@ -67,3 +67,12 @@ FUNCS: dict[str, MathFunc] = {
     "fast_exp": MathFunc(1, True, "", "exp({0})"),
     "fast_erf": MathFunc(1, True, "", "erf({0})"),
 }
+
+# The functions whose float32 C gcc vectorizes without -ffast-math (single instructions,
+# comparisons, plain arithmetic); every other one is a scalar libm call per element,
+# which the cost model's features count (a softmax of libm's expf: 7x the time of
+# fast_exp's).
+VECTORIZED = frozenset(
+    ("sqrt", "rsqrt", "floor", "ceil", "trunc", "round", "nearbyint", "abs", "copysign")
+    + ("isnan", "isinf", "isfinite", "popcount", "clz", "fast_exp", "fast_erf")
+)
