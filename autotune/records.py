@@ -247,8 +247,8 @@ def read_log(path: str) -> tuple[list[Record], int]:
                 continue
             if not line.strip():
                 continue
-            try:
-                out.append(Record.from_json(line))
+            try:  # (a byte-order mark: a log saved by an editor, or two such logs joined)
+                out.append(Record.from_json(line.lstrip("\ufeff")))
             except (ValueError, KeyError, TypeError, OverflowError):
                 bad += 1
     return out, bad

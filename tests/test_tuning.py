@@ -619,6 +619,18 @@ def test_corrupt_and_unknown_version_lines_are_skipped(tmp_path):
     assert [st["factor"] for st in s.steps if st["prim"] == "split"] == [2, 4]
 
 
+def test_a_byte_order_mark_does_not_cost_a_record(tmp_path):
+    """A log saved by an editor that writes a BOM (or two such logs joined) lost the
+    measurement on that line as corrupt."""
+    good = at.Record(at.workload_key("toy_matmul", [32, 32, 16]), "x86-avx2",
+                     {"tile_i": [-1, 2], "tile_j": [-1, 4], "unroll": 0}, [1e-4])  # fmt: skip
+    log = tmp_path / "bom.jsonl"
+    log.write_bytes(("\ufeff" + good.to_json() + "\n\ufeff" + good.to_json() + "\n").encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no line skipped
+        assert len(at.load_records(str(log))) == 2
+
+
 def test_a_corrupt_log_is_reported_once_per_process(tmp_path):
     """Read again (tuning reads its log several times) it is not reported again; a new
     corrupt line is."""
