@@ -98,8 +98,8 @@ def _context(layers) -> tuple[dict, dict]:
     """The (ranked, failed) tables of ``layers`` (``_ranked``'s, merged in order), read
     once for logs that have not changed since."""
     key = tuple(_files(layer) for layer in layers)
-    if None not in key and key in _CONTEXTS:
-        return _CONTEXTS[key]
+    if None not in key and (known := _CONTEXTS.get(key)) is not None:
+        return known
     ranked: dict = {}
     failed: dict = {}
     for n, layer in enumerate(layers):
