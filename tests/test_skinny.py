@@ -53,18 +53,19 @@ def _check(task, cfg, seeds=1):
     return mod
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+CASES = [
+    ("matmul", (1, 37, 23), DTYPES),  # N and K ragged against every vector and block
+    ("matmul", (3, 70, 300), DTYPES),
+    ("matmul", (16, 33, 17), ["float32", "int8"]),  # the most rows the knobs exist for
+    ("dense", (1, 37, 23), DTYPES),
+    ("dense", (5, 70, 300), DTYPES),  # K: whole vectors and a tail
+    ("dense", (16, 9, 7), ["float32", "float16"]),  # K shorter than a vector: one plain sum
+]
+
+
 @pytest.mark.parametrize(
-    "name, shape",
-    [
-        ("matmul", (1, 37, 23)),  # N and K ragged against every vector and block
-        ("matmul", (3, 70, 300)),
-        ("matmul", (16, 33, 17)),  # the most rows the knobs exist for
-        ("dense", (1, 37, 23)),
-        ("dense", (5, 70, 300)),  # K: whole vectors and a tail
-        ("dense", (16, 9, 7)),  # K shorter than a vector: one plain sum
-    ],
-)
+    "name, shape, dtype", [(n, s, d) for n, s, dts in CASES for d in dts]
+)  # fmt: skip
 def test_skinny_configs_match_the_reference(name, shape, dtype):
     task = at.Task(name, (*shape, dtype))
     for cfg in _skinny_configs(task):
