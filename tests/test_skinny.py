@@ -1,6 +1,6 @@
 """Skinny GEMMs (``autotune/templates/skinny.py``): matmul and the dense templates with
 a few rows read B (W) in place, no packed copy, and match their references in every
-dtype, at ragged shapes, for every choice of the skinny knobs."""
+dtype, at ragged shapes, for a spread of the skinny knobs' values and the defaults."""
 
 from __future__ import annotations
 
