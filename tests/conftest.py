@@ -7,11 +7,16 @@ import pytest
 # Tests build into a private cache so they measure real compiles and never reuse
 # objects from a developer's ~/.cache/pypto, and use a private user store, so no test
 # reads or writes the developer's records. Both are removed when the session ends (a
-# run's cache holds about 140 MB).
+# run's cache holds about 140 MB). Under pytest-xdist (``-n``) each worker makes its
+# own, so no test sees another's records: the workers inherit the controller's
+# variables, marked as the test session's by ``_OURS``.
+_OURS = "PYPTO_TEST_SESSION_DIRS"
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 _MADE = []
 for _var, _prefix in (("PYPTO_CACHE_DIR", "pypto-test-cache-"), ("PYPTO_HOME", "pypto-test-home-")):
-    if _var not in os.environ:
-        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+    if _var not in os.environ or (_WORKER and _var in os.environ.get(_OURS, "").split()):
+        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix + (f"{_WORKER}-" if _WORKER else ""))
+        os.environ[_OURS] = " ".join(sorted({*os.environ.get(_OURS, "").split(), _var}))
         _MADE.append(os.environ[_var])
 
 
