@@ -202,16 +202,20 @@ def _mixed() -> list[Kernel]:
 
 
 # a decoder's step: one row of activations through a 4096 x 4096 layer (the skinny
-# form, ``autotune/templates/skinny.py``); bound by reading the weights once
+# form, ``autotune/templates/skinny.py``), and a matrix-vector product (the narrow
+# form); each bound by reading the matrix once
 DECODE = ((1, 4096, 4096),)
+GEMV = ((4096, 1, 4096),)  # a matrix-vector product: matmul's narrow form
 
 
 def _decode() -> list[Kernel]:
-    """The one-row GEMMs, in GB/s of the operands read and the output written."""
+    """The one-row GEMMs and the one-column matmul, in GB/s of the operands read and
+    the output written."""
     out = []
-    for m, n, k in DECODE:
+    shapes = [(s, ("matmul", "dense_bias_gelu")) for s in DECODE] + [(s, ("matmul",)) for s in GEMV]
+    for (m, n, k), names in shapes:
         moved = 4.0 * (m * k + k * n + m * n)
-        for w in (Workload("matmul", (m, n, k)), Workload("dense_bias_gelu", (m, n, k))):
+        for w in (Workload(name, (m, n, k)) for name in names):
             dense = w.template == "dense_bias_gelu"
             out.append(Kernel(
                 w.label, w.template, w.args, moved + 4.0 * n * dense, unit="GB/s",
@@ -223,7 +227,7 @@ def _decode() -> list[Kernel]:
 
 def all_kernels() -> list[Kernel]:
     """One kernel per standard workload of a template this suite knows how to measure,
-    then the one-row GEMMs of a decoder's step and the mixed-precision rows
-    (``benchmarks/mixed.py``)."""
+    then the one-row GEMMs of a decoder's step, a matrix-vector product and the
+    mixed-precision rows (``benchmarks/mixed.py``)."""
     std = [KERNELS[w.template](w) for w in standard_workloads() if w.template in KERNELS]
     return std + _decode() + _mixed()

@@ -1,6 +1,7 @@
 """Skinny GEMMs (``autotune/templates/skinny.py``): matmul and the dense templates with
 a few rows read B (W) in place, no packed copy, and match their references in every
-dtype, at ragged shapes, for a spread of the skinny knobs' values and the defaults."""
+dtype, at ragged shapes, for a spread of the skinny knobs' values and the defaults;
+with a few columns (the narrow form) they read A (X) in place, rows in parallel."""
 
 from __future__ import annotations
 
@@ -22,17 +23,17 @@ except ImportError:
 DTYPES = ["float32", "float64", "float16", "int8", "uint8"] + (["bfloat16"] if ml_dtypes else [])
 
 
-def _skinny_configs(task, limit: int = 2) -> list:
-    """Configs with ``skinny`` on: every ``limit``-th combination of the skinny knobs, and
-    the default's."""
+def _skinny_configs(task, limit: int = 2, form: str = "skinny") -> list:
+    """Configs with ``form`` (``skinny`` or ``narrow``) on: every ``limit``-th combination
+    of its knobs, and the default's."""
     space = task.config_space
     base = space.default_config().to_json()
-    names = [k for k in space.knobs if k.startswith("skinny_")]
+    names = [k for k in space.knobs if k.startswith(form + "_")]
     combos = [
         dict(zip(names, v)) for v in itertools.product(*(space.knobs[k].values for k in names))
     ]
     picked = combos[:: max(1, len(combos) // limit)] + [{}]
-    return [space.config({**base, **c, "skinny": 1}) for c in picked]
+    return [space.config({**base, **c, form: 1}) for c in picked]
 
 
 def _check(task, cfg, seeds=1):
@@ -136,3 +137,55 @@ def test_16_bit_skinny_sums_in_float32(name, dtype):
     want = a.astype(np.float64) @ (b64 if name == "matmul" else b64.T)
     got = mod(a, b).astype(np.float64)
     assert np.max(np.abs(got - want) / want) < 1e-2
+
+
+NARROW_CASES = [
+    ("matmul", (37, 1, 29), DTYPES),  # a matrix-vector product; K ragged
+    ("matmul", (40, 3, 70), DTYPES),  # B transposed once
+    ("matmul", (17, 4, 7), ["float32", "float16"]),  # the fewest rows; K under a vector
+    ("dense", (33, 2, 50), DTYPES),
+    ("dense", (70, 1, 300), ["float32", "int8"]),
+]
+
+
+@pytest.mark.parametrize(
+    "name, shape, dtype", [(n, s, d) for n, s, dts in NARROW_CASES for d in dts]
+)  # fmt: skip
+def test_narrow_configs_match_the_reference(name, shape, dtype):
+    task = at.Task(name, (*shape, dtype))
+    for cfg in _skinny_configs(task, form="narrow"):
+        _check(task, cfg, seeds=2)
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [("dense_bias_gelu", (45, 3, 65)), ("dense_requant", (30, 4, 70, "int8"))],
+)
+def test_narrow_epilogues_match_the_reference(name, args):
+    task = at.Task(name, args)
+    for cfg in _skinny_configs(task, form="narrow"):
+        _check(task, cfg)
+
+
+@pytest.mark.parametrize("name", ["matmul", "dense"])
+def test_a_matrix_vector_product_reads_the_matrix_in_place_rows_in_parallel(name):
+    """One output column: the GEMM's tile computed a panel of columns of which one was
+    used (matmul 512 x 1 x 1024: 5x behind numpy's GEMV)."""
+    task = at.Task(name, (300, 1, 200))
+    cfg = task.config_space.default_config()
+    assert cfg["narrow"].val == 1
+    src = _check(task, cfg).source
+    assert "WP" not in src and "B_local" not in src and "A_f32" not in src
+    assert "#pragma omp parallel" in src and "D_p" in src  # float partial sums per lane
+    task = at.Task(name, (300, 1, 200, "int8"))  # an integer sum left to the C compiler
+    src = _check(task, task.config_space.default_config()).source
+    assert "#pragma omp parallel" in src and "D_p" not in src
+
+
+def test_the_narrow_knobs_exist_for_few_columns_and_many_rows():
+    def has(shape):
+        return skinny.has_knobs(at.Task("matmul", shape).config_space, "narrow")
+
+    assert has((skinny.MAX_ROWS + 1, skinny.NARROW_COLS, 64))
+    assert not has((skinny.MAX_ROWS + 1, skinny.NARROW_COLS + 1, 64))
+    assert not has((skinny.MAX_ROWS, 1, 64))  # the skinny form's

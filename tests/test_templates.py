@@ -19,6 +19,7 @@ import pypto as pt
 CASES = [
     ("matmul", (37, 29, 23)),
     ("matmul", (64, 48, 32)),
+    ("matmul", (37, 3, 29)),  # a few columns: the narrow form
     ("batch_matmul", (3, 13, 21, 17)),
     ("conv2d_nchw", (1, 3, 11, 10, 5, 3, 3, 2, 1)),  # stride 2, padding 1
     ("conv2d_nchw", (2, 4, 9, 13, 6, 3, 3, 1, 0)),
@@ -37,6 +38,7 @@ CASES = [
     ("layernorm", (3, 8, 0.5)),  # eps given
     ("rmsnorm", (9, 50)),
     ("dense_bias_gelu", (19, 37, 21)),
+    ("dense_bias_gelu", (33, 1, 40)),  # the narrow form
 ]
 
 

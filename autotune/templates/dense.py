@@ -14,7 +14,8 @@ TVM's x86 dense schedule does with its packed weight layout.
 
 With at most 16 rows (a decoder's step) the space also holds the ``skinny`` form
 (on by default, but where a dot kernel wins; ``skinny.py``): each output a vector
-dot product of a row of X and a row of W, read in place.
+dot product of a row of X and a row of W, read in place; with at most 4 outputs a
+row and more rows, the ``narrow`` form, the same dot products with rows in parallel.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def _gemm_knobs(cfg, p, M, N, K):
         cfg, isa, M, N, V, K, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K
     )
     skinny.define_dot_knobs(cfg, M, isa)
+    skinny.define_narrow_knobs(cfg, M, N, p)
     cfg.add_flop(2.0 * M * N * K)
 
 
@@ -124,10 +126,13 @@ def _build(cfg, p, X, W, M, N, K, epilogue):
     """The schedule of ``out[i, j] = epilogue(D[i, j], i, j)`` for ``D = X @ W.T`` (products
     as ``p`` multiplies): the skinny dot-product form when its knob is on, else the
     GEMM's tile; returns ``(schedule, out)``."""
-    if skinny.on(cfg):
-        D, P, Xw = skinny.dot_product(cfg, p, X, W, M, N, K)
+    if skinny.on(cfg) or skinny.narrow_on(cfg):
+        form = "skinny" if skinny.on(cfg) else "narrow"  # narrow: X read in place
+        wide = form == "skinny"
+        partials = wide or skinny.narrow_partials(p)
+        D, P, Xw = skinny.dot_product(cfg, p, X, W, M, N, K, widen_x=wide, partials=partials)
         out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
-        return skinny.schedule_dot(cfg, out, D, P, Xw), out
+        return skinny.schedule_dot(cfg, out, D, P, Xw, form), out
     D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
     out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
     return _schedule_dense(cfg, out, D, M, packed, dot), out

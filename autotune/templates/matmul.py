@@ -21,7 +21,9 @@ vector registers and cache sizes.
 
 With at most 16 rows of output the space also holds the ``skinny`` form (on by
 default, but where a dot kernel wins; ``skinny.py``): B streamed row by row, in
-place, into an accumulator of whole rows of C, with no packed copy.
+place, into an accumulator of whole rows of C, with no packed copy. With at most
+4 columns and more rows, the ``narrow`` form (on by default): each output a dot
+product of a row of A and a column of B, rows in parallel.
 """
 
 from __future__ import annotations
@@ -294,8 +296,12 @@ def matmul(cfg, M, N, K, dtype="float32"):
         wide=wide, pack_default=2 if wide else 1, one_panel_rows=True,
     )  # fmt: skip
     skinny.define_stream_knobs(cfg, M, N, 8 if p.out == "float64" else 4, isa)
+    skinny.define_narrow_knobs(cfg, M, N, p)
     if skinny.on(cfg):  # a few rows: B streamed in place (``skinny``)
         s, C = skinny.stream_matmul(cfg, p, A, B, M, N, K)
+        return s, [A, B, C]
+    if skinny.narrow_on(cfg):  # a few columns: dot products, rows in parallel
+        s, C = skinny.narrow_matmul(cfg, p, A, B, M, N, K)
         return s, [A, B, C]
     if not dot_knobs.ukernel_on(cfg, isa, M, N):
         s, C = plain_gemm(cfg, p, A, B, M, K)

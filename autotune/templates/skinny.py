@@ -37,10 +37,23 @@ partials and the ragged tail of K::
         D[., .] = sum_l P[., ., l] + the K % L tail
         out[., .] = epilogue(D[., .])
 
-The knobs exist for ``M`` up to ``MAX_ROWS``; ``skinny`` is on by default up to
+The other way round, a few output columns (``N`` up to ``NARROW_COLS``: a
+matrix-vector product, a classifier's head) and many rows, the ``narrow`` form is
+the same dot products with the rows in parallel: A (X) is the operand read once,
+in place; B's columns are the few rows of W (transposed once, read in place for
+one column)::
+
+    parallel for io in M / rows:
+      for jo in N / cols:
+        P[rows, cols, L] = ...                   (as above)
+        out[., .] = epilogue(sum_l P + tail)
+
+The knobs exist for ``M`` up to ``MAX_ROWS`` (``narrow_*``: ``N`` up to
+``NARROW_COLS``, more than ``MAX_ROWS`` rows); ``skinny`` is on by default up to
 ``DEFAULT_ROWS`` (fewer where the GEMM has a dot-product kernel). Products and sums
 are the GEMM's (``precision``): 16-bit floats widened (A and X once, B and W where
-they are read) and summed in float32, integers in int32.
+they are read; the narrow form the other way round) and summed in float32, integers
+in int32.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ from pypto.tensor import PlaceholderOp
 from . import precision
 
 MAX_ROWS = 16
+NARROW_COLS = 4  # the most output columns of the narrow form
 STREAM_COLS = (256, 512, 1024, 2048, 4096)
 
 # The most rows the skinny form is on for by default, per form and per the GEMM's dot
@@ -68,10 +82,11 @@ DEFAULT_ROWS = {
 }  # fmt: skip
 
 
-def has_knobs(cfg) -> bool:
-    """Whether the template defined the skinny knobs (``M <= MAX_ROWS``)."""
+def has_knobs(cfg, form: str = "skinny") -> bool:
+    """Whether the template defined the skinny knobs (``M <= MAX_ROWS``), or
+    ``form``'s (``narrow``)."""
     knobs = cfg.knobs if hasattr(cfg, "knobs") else cfg.space.knobs
-    return "skinny" in knobs
+    return form in knobs
 
 
 def on(cfg) -> bool:
@@ -79,11 +94,20 @@ def on(cfg) -> bool:
     return has_knobs(cfg) and bool(cfg["skinny"].val)
 
 
+def narrow_on(cfg) -> bool:
+    """Whether a config takes the narrow schedule (few columns, rows in parallel)."""
+    return has_knobs(cfg, "narrow") and bool(cfg["narrow"].val)
+
+
+def _kind(isa) -> str | None:
+    """The kind of the inputs of the GEMM's dot kernel ``isa`` (None: no kernel)."""
+    return None if isa is None else "int" if isa.dtype in ("int8", "uint8") else "float"
+
+
 def _default_on(form: str, M: int, isa) -> int:
     """``skinny``'s default: 1 up to ``DEFAULT_ROWS`` rows for the GEMM's dot kernel
     ``isa`` (None: no kernel)."""
-    kind = None if isa is None else "int" if isa.dtype in ("int8", "uint8") else "float"
-    return int(M <= DEFAULT_ROWS[form, kind])
+    return int(M <= DEFAULT_ROWS[form, _kind(isa)])
 
 
 def define_stream_knobs(cfg, M: int, N: int, acc_bytes: int, isa=None) -> None:
@@ -121,6 +145,37 @@ def define_dot_knobs(cfg, M: int, isa=None) -> None:
     cols = [c for c in (2, 4, 8) if rows[-1] * c <= regs // 2] or [2]
     cfg.define_knob("skinny_cols", [2, 4, 8], default=cols[-1])
     cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=1)
+
+
+def narrow_partials(p) -> bool:
+    """Whether the narrow form sums in explicit partial sums per lane: floats only. An
+    integer sum is associative, so the C compiler vectorizes it as it stands, with its
+    own dot-product instructions (int8, 4096 x 1 x 4096 on one thread of a Zen 4:
+    1.0 ms, against 1.8 with partials multiplied by ``vpmulld``)."""
+    return p.widen is None
+
+
+def define_narrow_knobs(cfg, M: int, N: int, p) -> None:
+    """``narrow``, ``narrow_rows`` (rows of A per register tile), ``narrow_cols``
+    (columns per tile) and ``narrow_unroll`` for an ``M x N`` output of at most
+    ``NARROW_COLS`` columns and more than ``MAX_ROWS`` rows (``p``: the precision).
+    The tile's accumulators (rows x cols vectors) fill at most the vector registers
+    (the other operand is read from memory: float32 4096 x 4 x 4096, one thread of a
+    Zen 4: 3.4 ms at 8 x 4, 4.4 at 4 x 4).
+
+    On by default: one thread of a Zen 4, M = K = 1024 to 4096, N = 1, 2, 4, the
+    GEMM's default (its dot kernels included) took 0.9-1.2x as long in int8 at N = 1
+    and float64 at N = 4, 1.1-10x elsewhere (float32 matrix-vector 1.7-5x; numpy's
+    GEMV 0.9-1.2x)."""
+    if N > NARROW_COLS or M <= MAX_ROWS:
+        return
+    cfg.define_knob("narrow", [0, 1], default=1)
+    regs = cfg.target.vector_registers
+    cols = [c for c in (1, 2, 4) if c <= N] or [1]
+    cfg.define_knob("narrow_cols", [1, 2, 4], default=cols[-1])
+    rows = [r for r in (1, 2, 4, 8) if r * cols[-1] <= regs]
+    cfg.define_knob("narrow_rows", [1, 2, 4, 8], default=rows[-1])
+    cfg.define_knob("narrow_unroll", [1, 2, 4] if narrow_partials(p) else [1], default=1)
 
 
 def _product(p, a, b):
@@ -171,15 +226,17 @@ def stream_matmul(cfg, p, A, B, M: int, N: int, K: int):
     return s, C
 
 
-def dot_product(cfg, p, X, W, M: int, N: int, K: int):
+def dot_product(cfg, p, X, W, M: int, N: int, K: int, widen_x: bool = True, partials=True):
     """``D[i, j] = sum_k X[i, k] * W[j, k]`` in the accumulator's dtype as partial sums
     over ``L`` lanes and their combine; returns ``(D, P, X)`` (P None when K is shorter
-    than a vector: then D is one plain sum; X widened to float32 if 16-bit)."""
+    than a vector or not ``partials``: then D is one plain sum; X widened to float32
+    if 16-bit and ``widen_x``, else where it is read)."""
     acc = accumulator_dtype(p.out)
     L = cfg.target.vector_lanes(acc)
     k = pt.reduce_axis((0, K), name="k")
-    X = precision.widen(X)  # 16-bit floats: X in float32 once (``schedule_dot``)
-    if K < L:
+    if widen_x:  # 16-bit floats: X in float32 once (``schedule_dot``)
+        X = precision.widen(X)
+    if K < L or not partials:
         D = pt.compute((M, N), lambda i, j: pt.sum(_product(p, X[i, k], W[j, k]), axis=k), name="D")
         return D, None, X
     nfull, tail = K // L, K % L
@@ -201,24 +258,27 @@ def dot_product(cfg, p, X, W, M: int, N: int, K: int):
     return pt.compute((M, N), combine, name="D"), P, X
 
 
-def schedule_dot(cfg, out, D, P, X):
+def schedule_dot(cfg, out, D, P, X, form: str = "skinny"):
     """The schedule of ``out`` (an element-wise epilogue of ``D``; ``D, P, X`` from
-    ``dot_product``) in the register tiles of the skinny dense form."""
+    ``dot_product``) in the register tiles of the skinny dense form (its columns in
+    parallel), or of the ``narrow`` form (its rows in parallel); ``form`` names the
+    knobs."""
     s = pt.create_schedule(out.op)
     _widened_once(s, X)
-    rows, cols = cfg["skinny_rows"].val, cfg["skinny_cols"].val
+    rows, cols = cfg[form + "_rows"].val, cfg[form + "_cols"].val
     i, j = out.op.axis
     io, ii = s[out].split(i, factor=rows)
     jo, ji = s[out].split(j, factor=cols)
-    s[out].reorder(jo, io, ii, ji)
-    s[out].parallel(jo)
-    s[D].compute_at(s[out], io)
+    outer, inner = (io, jo) if form == "narrow" else (jo, io)
+    s[out].reorder(outer, inner, ii, ji)
+    s[out].parallel(outer)
+    s[D].compute_at(s[out], inner)
     if P is None:
         return s
-    s[P].compute_at(s[out], io)
+    s[P].compute_at(s[out], inner)
     pi, pj, pl = s[P].op.axis
     (pk,) = s[P].op.reduce_axis
-    u = cfg["skinny_unroll"].val
+    u = cfg[form + "_unroll"].val
     if u > 1:
         pk, pku = s[P].split(pk, factor=u)
         s[P].reorder(pk, pku, pi, pj, pl)
@@ -229,3 +289,21 @@ def schedule_dot(cfg, out, D, P, X):
     s[P].unroll(pj)
     s[P].vectorize(pl)
     return s
+
+
+def narrow_matmul(cfg, p, A, B, M: int, N: int, K: int):
+    """``C = A @ B`` (A is M x K, B is K x N, N at most ``NARROW_COLS``) in the narrow
+    form: B's columns as the rows of ``Bt`` (read in place for one column, else
+    transposed once; 16-bit floats widened there), A read in place; ``(schedule, C)``."""
+    wide = p.widen is None and str(B.dtype) in precision.STORAGE_FLOATS
+
+    def column(j, k):
+        return pt.cast("float32", B[k, j]) if wide else B[k, j]
+
+    Bt = pt.compute((N, K), column, name="Bt")
+    D, P, _ = dot_product(cfg, p, A, Bt, M, N, K, widen_x=False, partials=narrow_partials(p))
+    C = pt.compute((M, N), lambda i, j: precision.rounded(D[i, j], p.out), name="C")
+    s = schedule_dot(cfg, C, D, P, A, form="narrow")
+    if N == 1:  # B's one column is contiguous already
+        s[Bt].compute_inline()
+    return s, C
