@@ -163,9 +163,15 @@ class XGBoostCostModel:
             fresh = cls(meta["target"], objective=meta["objective"], num_rounds=meta["num_rounds"])
             booster = xgb.Booster()
             booster.load_model(bytearray(meta["booster"].encode()))
+            width = booster.num_features()
         except (KeyError, TypeError, ValueError, AttributeError, xgb.core.XGBoostError) as e:
             why = f"no field {e}" if isinstance(e, KeyError) else str(e).splitlines()[0]
             raise SchemaError(f"{path} is not a usable saved pypto cost model ({why})") from None
+        if width != N_FEATURES:  # (its header says otherwise: predict would fail in xgboost)
+            raise SchemaError(
+                f"{path} holds a booster of {width} features, not the {N_FEATURES} its "
+                f"header names: retrain it from the tuning logs"
+            )
         m = fresh if model is None else model
         if model is not None:
             m.target, m.objective, m.num_rounds = fresh.target, fresh.objective, fresh.num_rounds

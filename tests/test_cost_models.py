@@ -120,6 +120,22 @@ def test_save_load_round_trip_and_schema_refusal(tmp_path):
         model.predict(X[:, :10])
 
 
+def test_a_booster_of_another_width_under_a_current_header_is_refused_at_load(tmp_path):
+    """The header names this pypto's features, the booster inside was trained on fewer:
+    refused when loaded, by name, not as an xgboost error at the first prediction."""
+    import xgboost as xgb
+
+    X, y = _synthetic()
+    path = str(tmp_path / "m.json")
+    cm.XGBoostCostModel(TARGET).fit(X, y).save(path)
+    narrow = xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(X[:, :7], label=y), 2)
+    meta = json.load(open(path))
+    meta["booster"] = narrow.save_raw(raw_format="json").decode()
+    json.dump(meta, open(path, "w"))
+    with pytest.raises(cm.SchemaError, match=f"a booster of 7 features, not the {cm.N_FEATURES}"):
+        cm.XGBoostCostModel.load(path)
+
+
 def test_save_writes_through_a_fresh_name_not_a_planted_symlink(tmp_path):
     """In a shared directory another user could plant ``m.json.tmp`` as a symlink to one
     of ours: saving must not write through it."""
