@@ -117,7 +117,7 @@ def _gemm_knobs(cfg, p, M, N, K):
     define_dot_knobs(
         cfg, isa, M, N, V, K, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K
     )
-    skinny.define_dot_knobs(cfg, M, isa)
+    skinny.define_dot_knobs(cfg, M, p, isa)
     skinny.define_narrow_knobs(cfg, M, N, p)
     cfg.add_flop(2.0 * M * N * K)
 
@@ -128,9 +128,9 @@ def _build(cfg, p, X, W, M, N, K, epilogue):
     GEMM's tile; returns ``(schedule, out)``."""
     if skinny.on(cfg) or skinny.narrow_on(cfg):
         form = "skinny" if skinny.on(cfg) else "narrow"  # narrow: X read in place
-        wide = form == "skinny"
-        partials = wide or skinny.narrow_partials(p)
-        D, P, Xw = skinny.dot_product(cfg, p, X, W, M, N, K, widen_x=wide, partials=partials)
+        D, P, Xw = skinny.dot_product(
+            cfg, p, X, W, M, N, K, widen_x=form == "skinny", partials=skinny.lane_partials(p)
+        )
         out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
         return skinny.schedule_dot(cfg, out, D, P, Xw, form), out
     D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)

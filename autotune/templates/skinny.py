@@ -69,13 +69,13 @@ NARROW_COLS = 4  # the most output columns of the narrow form
 STREAM_COLS = (256, 512, 1024, 2048, 4096)
 
 # The most rows the skinny form is on for by default, per form and per the GEMM's dot
-# kernel (None, or the kind of its inputs: the skinny form's int8 products are
+# kernel (None, or the kind of its inputs: the streamed form's int8 products are
 # vpmulld, 16 a vector where a dot kernel does 32 or 64). One thread of a Zen 4, N = K = 4096:
 # without a dot kernel it beat the GEMM's tile at every M up to 16 (float32 matmul
 # 2.7x at M = 1, 1.5x at 16; dense 11x and 4.9x). Against the VNNI/BF16 kernels:
 # bfloat16 matmul 7.2x at M = 1, 1.2x at 16; bfloat16 dense 21x at M = 1, 1.2x at 8,
-# 0.75x at 16; int8 matmul 5.9x at 1, 1.8x at 4, 0.5x at 16; int8 dense 20x at 1, 1.1x
-# at 2, 0.6x at 4 (its int32 products are vpmulld).
+# 0.75x at 16; int8 matmul 5.9x at 1, 1.8x at 4, 0.5x at 16; int8 dense (its sums the
+# C compiler's, ``lane_partials``) 35x at 1, 1.9x at 2, 1.0x at 4, 0.6x at 8.
 DEFAULT_ROWS = {
     ("stream", None): 16, ("stream", "float"): 16, ("stream", "int"): 4,
     ("dot", None): 16, ("dot", "float"): 8, ("dot", "int"): 2,
@@ -131,11 +131,12 @@ def define_stream_knobs(cfg, M: int, N: int, acc_bytes: int, isa=None) -> None:
     cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=8 if M >= 8 else 4)
 
 
-def define_dot_knobs(cfg, M: int, isa=None) -> None:
+def define_dot_knobs(cfg, M: int, p, isa=None) -> None:
     """``skinny``, ``skinny_rows`` (rows of X per register tile), ``skinny_cols`` (rows
-    of W per register tile) and ``skinny_unroll`` for an ``M``-row dense layer (``isa``:
-    the GEMM's dot kernel, or None); none past ``MAX_ROWS`` rows. The tile's
-    accumulators (rows x cols vectors) stay within half of the vector registers."""
+    of W per register tile) and ``skinny_unroll`` for an ``M``-row dense layer (``p``:
+    the precision; ``isa``: the GEMM's dot kernel, or None); none past ``MAX_ROWS``
+    rows. The tile's accumulators (rows x cols vectors) stay within half of the vector
+    registers."""
     if M > MAX_ROWS:
         return
     cfg.define_knob("skinny", [0, 1], default=_default_on("dot", M, isa))
@@ -144,14 +145,15 @@ def define_dot_knobs(cfg, M: int, isa=None) -> None:
     cfg.define_knob("skinny_rows", [1, 2, 4], default=rows[-1])
     cols = [c for c in (2, 4, 8) if rows[-1] * c <= regs // 2] or [2]
     cfg.define_knob("skinny_cols", [2, 4, 8], default=cols[-1])
-    cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=1)
+    cfg.define_knob("skinny_unroll", [1, 2, 4, 8] if lane_partials(p) else [1], default=1)
 
 
-def narrow_partials(p) -> bool:
-    """Whether the narrow form sums in explicit partial sums per lane: floats only. An
-    integer sum is associative, so the C compiler vectorizes it as it stands, with its
-    own dot-product instructions (int8, 4096 x 1 x 4096 on one thread of a Zen 4:
-    1.0 ms, against 1.8 with partials multiplied by ``vpmulld``)."""
+def lane_partials(p) -> bool:
+    """Whether the dot-product forms (dense's skinny form, the narrow form) sum in
+    explicit partial sums per lane: floats only. An integer sum is associative, so the
+    C compiler vectorizes it as it stands, with its own dot-product instructions (one
+    thread of a Zen 4, int8: 4096 x 1 x 4096 1.0 ms, against 1.8 with partials
+    multiplied by ``vpmulld``; dense 2 x 4096 x 4096 1.9 ms, against 3.4)."""
     return p.widen is None
 
 
@@ -163,19 +165,19 @@ def define_narrow_knobs(cfg, M: int, N: int, p) -> None:
     (the other operand is read from memory: float32 4096 x 4 x 4096, one thread of a
     Zen 4: 3.4 ms at 8 x 4, 4.4 at 4 x 4).
 
-    On by default: one thread of a Zen 4, M = K = 1024 to 4096, N = 1, 2, 4, the
-    GEMM's default (its dot kernels included) took 0.9-1.2x as long in int8 at N = 1
-    and float64 at N = 4, 1.1-10x elsewhere (float32 matrix-vector 1.7-5x; numpy's
-    GEMV 0.9-1.2x)."""
+    On by default: on one thread of a Zen 4, M = K = 1024 to 4096, N = 1, 2, 4, the
+    GEMM's default (its dot kernels included) took 1.1-10x as long, but for int8 at
+    N = 1 and float64 at N = 4 (0.9-1.2x); float32 matrix-vector products 1.7-5x
+    (numpy's GEMV 0.9-1.2x)."""
     if N > NARROW_COLS or M <= MAX_ROWS:
         return
     cfg.define_knob("narrow", [0, 1], default=1)
     regs = cfg.target.vector_registers
-    cols = [c for c in (1, 2, 4) if c <= N] or [1]
-    cfg.define_knob("narrow_cols", [1, 2, 4], default=cols[-1])
+    cols = [c for c in (1, 2, 4) if c <= N]
+    cfg.define_knob("narrow_cols", cols, default=cols[-1])
     rows = [r for r in (1, 2, 4, 8) if r * cols[-1] <= regs]
     cfg.define_knob("narrow_rows", [1, 2, 4, 8], default=rows[-1])
-    cfg.define_knob("narrow_unroll", [1, 2, 4] if narrow_partials(p) else [1], default=1)
+    cfg.define_knob("narrow_unroll", [1, 2, 4] if lane_partials(p) else [1], default=1)
 
 
 def _product(p, a, b):
@@ -301,7 +303,7 @@ def narrow_matmul(cfg, p, A, B, M: int, N: int, K: int):
         return pt.cast("float32", B[k, j]) if wide else B[k, j]
 
     Bt = pt.compute((N, K), column, name="Bt")
-    D, P, _ = dot_product(cfg, p, A, Bt, M, N, K, widen_x=False, partials=narrow_partials(p))
+    D, P, _ = dot_product(cfg, p, A, Bt, M, N, K, widen_x=False, partials=lane_partials(p))
     C = pt.compute((M, N), lambda i, j: precision.rounded(D[i, j], p.out), name="C")
     s = schedule_dot(cfg, C, D, P, A, form="narrow")
     if N == 1:  # B's one column is contiguous already
