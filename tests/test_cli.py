@@ -12,7 +12,7 @@ import tuning_templates  # noqa: F401  (registers the test templates)
 
 import autotune as at
 import pypto as pt
-from autotune import store
+from autotune import confirm, store
 from autotune.cli import COMMANDS
 from autotune.cli import main as cli_main
 from autotune.commands import plot as plot_cmd
@@ -354,8 +354,9 @@ def test_plot_writes_a_png_of_best_so_far(tmp_path, capsys):
     assert plot_cmd.curves(at.load_records(logs[1])) == [(1, 0.5), (2, 1.0), (3, 1.0)]
 
 
-def test_records_name_their_tuner_and_plot_draws_a_line_per_tuner(tmp_path):
+def test_records_name_their_tuner_and_plot_draws_a_line_per_tuner(tmp_path, monkeypatch):
     """Two tuners appending to one log: each record says which proposed it."""
+    monkeypatch.setattr(confirm, "BUSY", float("inf"))  # (beside a parallel test run)
     log = str(tmp_path / "both.jsonl")
     task = at.Task("matmul", (16, 16, 16))
     fast = at.MeasureOption(number=1, repeat=1)
