@@ -15,6 +15,7 @@ import pytest
 
 import autotune
 import pypto as pt
+from autotune.templates import norm
 
 CASES = [
     ("matmul", (37, 29, 23)),
@@ -167,8 +168,6 @@ def test_short_rows_are_computed_a_block_at_a_time(name, rows, cols, block):
     """Rows of at most 64 floats, four at a time (``norm.ROW_BLOCK``): their reductions'
     latency chains overlap (softmax 16384 x 64 on one thread of a Zen 4: 1153 -> 524
     us). A ragged last block of rows takes its own loop."""
-    from autotune.templates import norm
-
     tmpl = autotune.get_template(name)
     cfg = tmpl.space(rows, cols).default_config()
     _check(tmpl, cfg, (rows, cols))

@@ -28,7 +28,7 @@ the passes, and no full-size temporary exists:
   prefetches the current row of Y for writing (``s[ex].prefetch(Y, jo, 0)``),
   so Y's store misses overlap the exponentials and the last pass, a
   multiply, writes into cache;
-- short rows (at most ``SHORT_ROW_BYTES``, 64 floats) are computed four at a time
+- short rows (at most ``SHORT_ROW``, 64 elements) are computed four at a time
   (``ROW_BLOCK``): each stage runs over the block's rows, so their reductions'
   latency chains, the bulk of a short row's time, overlap. One thread of a
   Zen 4, 16384 x 64: softmax 1153 -> 524 us (PyTorch 904), layernorm 509 ->
@@ -148,7 +148,7 @@ def define_row_knobs(cfg, cols: int, lanes: int, prefetch_modes=(0, 1), prefetch
     cfg.define_knob("prefetch", list(prefetch_modes), default=default)
 
 
-SHORT_ROW_BYTES = 256  # rows of at most this many bytes (as float32) ...
+SHORT_ROW = 64  # rows of at most this many elements ...
 ROW_BLOCK = 4  # ... are computed this many at a time
 
 
@@ -201,7 +201,7 @@ def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
     intrinsic and never prefetched."""
     i = Y.op.axis[0]
     streamed = elementwise[-1] is not Y
-    if cols * 4 <= SHORT_ROW_BYTES and not streamed:
+    if cols <= SHORT_ROW and not streamed:
         i, _ = s[Y].split(i, factor=ROW_BLOCK)
     s[Y].parallel(i)
     for T in row_stages:
