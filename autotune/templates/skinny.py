@@ -99,15 +99,11 @@ def narrow_on(cfg) -> bool:
     return has_knobs(cfg, "narrow") and bool(cfg["narrow"].val)
 
 
-def _kind(isa) -> str | None:
-    """The kind of the inputs of the GEMM's dot kernel ``isa`` (None: no kernel)."""
-    return None if isa is None else "int" if isa.dtype in ("int8", "uint8") else "float"
-
-
 def _default_on(form: str, M: int, isa) -> int:
     """``skinny``'s default: 1 up to ``DEFAULT_ROWS`` rows for the GEMM's dot kernel
     ``isa`` (None: no kernel)."""
-    return int(M <= DEFAULT_ROWS[form, _kind(isa)])
+    kind = None if isa is None else "int" if isa.dtype in ("int8", "uint8") else "float"
+    return int(M <= DEFAULT_ROWS[form, kind])
 
 
 def define_stream_knobs(cfg, M: int, N: int, acc_bytes: int, isa=None) -> None:
