@@ -61,6 +61,8 @@ CASES = [
     ("dense", (1, 37, 23), DTYPES),
     ("dense", (5, 70, 300), DTYPES),  # K: whole vectors and a tail
     ("dense", (16, 9, 7), ["float32", "float16"]),  # K shorter than a vector: one plain sum
+    ("batch_matmul", (3, 1, 37, 23), DTYPES),  # a batch of them: (batch, M, N, K)
+    ("batch_matmul", (2, 5, 70, 300), ["float32", "bfloat16" if ml_dtypes else "float16", "int8"]),
 ]
 
 
@@ -145,6 +147,8 @@ NARROW_CASES = [
     ("matmul", (17, 4, 7), ["float32", "float16"]),  # the fewest rows; K under a vector
     ("dense", (33, 2, 50), DTYPES),
     ("dense", (70, 1, 300), ["float32", "int8"]),
+    ("batch_matmul", (3, 37, 1, 29), DTYPES),
+    ("batch_matmul", (2, 40, 3, 70), ["float32", "float16", "int8"]),
 ]
 
 
@@ -200,3 +204,35 @@ def test_the_narrow_knobs_exist_for_few_columns_and_many_rows():
     assert has((skinny.MAX_ROWS + 1, skinny.NARROW_COLS, 64))
     assert not has((skinny.MAX_ROWS + 1, skinny.NARROW_COLS + 1, 64))
     assert not has((skinny.MAX_ROWS, 1, 64))  # the skinny form's
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 300, 200), (4, 300, 1, 200)])
+def test_a_batch_of_skinny_products_takes_their_forms_batches_in_parallel(shape):
+    """Few rows (or columns) per product: the GEMM's tile took 3-5x numpy's time (one
+    thread of a Zen 4, 32 x 1 x 2048 x 128 and 32 x 2048 x 1 x 128)."""
+    task = at.Task("batch_matmul", shape)
+    cfg = task.config_space.default_config()
+    assert cfg["skinny" if shape[1] == 1 else "narrow"].val == 1
+    src = _check(task, cfg, seeds=2).source
+    parallel = "b_j_outer_fused" if shape[1] == 1 else "b_i_outer_fused"  # batch, blocks
+    assert "B_local" not in src and f"for (int64_t {parallel} = 0" in src
+
+
+@pytest.mark.parametrize(
+    "name, streamed, other",
+    [("matmul", "narrow_rows", (300, 4)), ("dense", "narrow_rows", (300, 2)),
+     ("dense", "skinny_cols", (1, 300)), ("dense", "skinny_cols", (4, 300))],
+)  # fmt: skip
+def test_a_small_operand_takes_one_streamed_row_at_a_time(name, streamed, other):
+    """Where the operand that is not streamed fits in half of the target's L1, the tile
+    takes one row of the streamed one (a single sequential stream); from there on, the
+    widest tile (its reuse of that operand)."""
+    M, N = other
+    few = N if streamed.startswith("narrow") else M
+    half_l1 = pt.Target("host").l1d_bytes // 2
+    K = half_l1 // (4 * few)  # float32: exactly half of L1
+    small = at.Task(name, (M, N, K - 16)).config_space.default_config()
+    large = at.Task(name, (M, N, K)).config_space.default_config()
+    assert small[streamed].val == 1
+    assert large[streamed].val > 1
+    _check(at.Task(name, (M, N, K - 16)), small)

@@ -117,8 +117,8 @@ def _gemm_knobs(cfg, p, M, N, K):
     define_dot_knobs(
         cfg, isa, M, N, V, K, pack_options=(1,), a_bytes=precision.elem_bytes(p) * M * K
     )
-    skinny.define_dot_knobs(cfg, M, p, isa)
-    skinny.define_narrow_knobs(cfg, M, N, p)
+    skinny.define_dot_knobs(cfg, M, K, p, isa)
+    skinny.define_narrow_knobs(cfg, M, N, K, p)
     cfg.add_flop(2.0 * M * N * K)
 
 

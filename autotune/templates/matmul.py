@@ -23,7 +23,8 @@ With at most 16 rows of output the space also holds the ``skinny`` form (on by
 default, but where a dot kernel wins; ``skinny.py``): B streamed row by row, in
 place, into an accumulator of whole rows of C, with no packed copy. With at most
 4 columns and more rows, the ``narrow`` form (on by default): each output a dot
-product of a row of A and a column of B, rows in parallel.
+product of a row of A and a column of B, rows in parallel. ``batch_matmul`` holds
+both per product, its batches' blocks in parallel.
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
         wide=wide, pack_default=2 if wide else 1, one_panel_rows=True,
     )  # fmt: skip
     skinny.define_stream_knobs(cfg, M, N, 8 if p.out == "float64" else 4, isa)
-    skinny.define_narrow_knobs(cfg, M, N, p)
+    skinny.define_narrow_knobs(cfg, M, N, K, p)
     if skinny.on(cfg):  # a few rows: B streamed in place (``skinny``)
         s, C = skinny.stream_matmul(cfg, p, A, B, M, N, K)
         return s, [A, B, C]
@@ -379,6 +380,12 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     define_dot_knobs(
         cfg, isa, M, N, lanes, K, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
     )
+    skinny.define_stream_knobs(cfg, M, N, 8 if p.out == "float64" else 4, isa, batch=B)
+    skinny.define_narrow_knobs(cfg, M, N, K, p)
+    if skinny.on(cfg) or skinny.narrow_on(cfg):  # a few rows, or columns, per product
+        form = skinny.stream_matmul if skinny.on(cfg) else skinny.narrow_matmul
+        s, C = form(cfg, p, A, Bm, M, N, K)
+        return s, [A, Bm, C]
     if not dot_knobs.ukernel_on(cfg, isa, M, N):
         s, C = plain_gemm(cfg, p, A, Bm, M, K)
         return s, [A, Bm, C]

@@ -48,6 +48,9 @@ one column)::
         P[rows, cols, L] = ...                   (as above)
         out[., .] = epilogue(sum_l P + tail)
 
+``batch_matmul`` takes both forms for each of its products, the batch fused with
+the parallel loop (``parallel for b, jo``; ``parallel for b, io``).
+
 The knobs exist for ``M`` up to ``MAX_ROWS`` (``narrow_*``: ``N`` up to
 ``NARROW_COLS``, more than ``MAX_ROWS`` rows); ``skinny`` is on by default up to
 ``DEFAULT_ROWS`` (fewer where the GEMM has a dot-product kernel). Products and sums
@@ -76,8 +79,12 @@ STREAM_COLS = (256, 512, 1024, 2048, 4096)
 # bfloat16 matmul 7.2x at M = 1, 1.2x at 16; bfloat16 dense 21x at M = 1, 1.2x at 8,
 # 0.75x at 16; int8 matmul 5.9x at 1, 1.8x at 4, 0.5x at 16; int8 dense (its sums the
 # C compiler's, ``lane_partials``) 35x at 1, 1.9x at 2, 1.0x at 4, 0.6x at 8.
+# A batch of products (``batch_matmul``; 16 x 2-8 x 1024^2, 8 x 8-16 x 512^2, one B
+# in cache at a time), where the dot kernels' packing is cheaper: bfloat16 1.5x at
+# M = 2, 1.0x at 8, 0.9x at 16; int8 3.3x at M = 1, 0.7x at 2.
 DEFAULT_ROWS = {
     ("stream", None): 16, ("stream", "float"): 16, ("stream", "int"): 4,
+    ("batch", None): 16, ("batch", "float"): 4, ("batch", "int"): 1,
     ("dot", None): 16, ("dot", "float"): 8, ("dot", "int"): 2,
 }  # fmt: skip
 
@@ -106,33 +113,54 @@ def _default_on(form: str, M: int, isa) -> int:
     return int(M <= DEFAULT_ROWS[form, kind])
 
 
-def define_stream_knobs(cfg, M: int, N: int, acc_bytes: int, isa=None) -> None:
+def define_stream_knobs(cfg, M: int, N: int, acc_bytes: int, isa=None, batch: int = 1) -> None:
     """``skinny``, ``skinny_cols`` (the column block of the streamed form) and
-    ``skinny_unroll`` for an ``M``-row matmul (``isa``: the GEMM's dot kernel, or None);
-    none past ``MAX_ROWS`` rows.
+    ``skinny_unroll`` for an ``M``-row matmul (``isa``: the GEMM's dot kernel, or None;
+    ``batch`` such products); none past ``MAX_ROWS`` rows.
 
     The default block is the widest whose accumulator (``M`` rows of ``acc_bytes``
     elements) fills at most half of the target's L1 and that still gives each core a
-    block; the default unroll 4 rows of B per pass, 8 from 8 rows on. One thread of a
-    Zen 4 (32 KiB L1), 4096^2 float32: M = 1 3.2 ms at 4096 columns by 4 (numpy 3.0),
-    M = 16 12.6 at 256 by 8 (18.6 at 4096 by 8; the GEMM's tile 16.7); at 1024^2 the
-    best blocks of M = 8 and 16 were 512 and 256 columns (their accumulators 16 KiB)."""
+    block (of all ``batch`` products' blocks); the default unroll 4 rows of B per pass,
+    8 from 8 rows on. One thread of a Zen 4 (32 KiB L1), 4096^2 float32: M = 1 3.2 ms
+    at 4096 columns by 4 (numpy 3.0), M = 16 12.6 at 256 by 8 (18.6 at 4096 by 8; the
+    GEMM's tile 16.7); at 1024^2 the best blocks of M = 8 and 16 were 512 and 256
+    columns (their accumulators 16 KiB)."""
     if M > MAX_ROWS:
         return
-    cfg.define_knob("skinny", [0, 1], default=_default_on("stream", M, isa))
+    form = "stream" if batch == 1 else "batch"
+    cfg.define_knob("skinny", [0, 1], default=_default_on(form, M, isa))
     cores = max(1, cfg.target.cores or 1)
-    half_l1 = (cfg.target.l1d_bytes or 32 * 1024) // 2
-    fit = [c for c in STREAM_COLS if c * cores <= N and M * c * acc_bytes <= half_l1]
+    half_l1 = _half_l1(cfg.target)
+    fit = [c for c in STREAM_COLS if c * cores <= N * batch and M * c * acc_bytes <= half_l1]
     cfg.define_knob("skinny_cols", list(STREAM_COLS), default=(fit or STREAM_COLS[:1])[-1])
     cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=8 if M >= 8 else 4)
 
 
-def define_dot_knobs(cfg, M: int, p, isa=None) -> None:
+def _half_l1(target) -> int:
+    return (target.l1d_bytes or 32 * 1024) // 2
+
+
+def _one_streamed_row(cfg, small_bytes: int) -> bool:
+    """Whether a dot-product form's register tile takes one row of the streamed operand
+    (W, or A) by default: while the other operand (X, or B's few columns:
+    ``small_bytes``) fits in half of the target's L1, reading it again for each
+    streamed row is an L1 hit, and one row at a time reads the streamed operand as one
+    sequential stream. A tile of several rows interleaves as many streams, one a row
+    apart, which the hardware prefetcher follows worse, the more so the shorter the rows.
+    One thread of a Zen 4, 32 MB of float32 read: matrix-vector products 65536 x 1 x
+    128 1.4 ms one row at a time, 6.1 eight (numpy 3.0); at 2048 x 1 x 4096 (16 KiB of
+    B) 1.5 and 1.0. dense 1 x 4096 x 2048: 0.96 ms one row of W, 1.17 eight; at
+    4 x 8192 x 1024 (16 KiB of X) 3.1 and 2.0."""
+    return small_bytes < _half_l1(cfg.target)
+
+
+def define_dot_knobs(cfg, M: int, K: int, p, isa=None) -> None:
     """``skinny``, ``skinny_rows`` (rows of X per register tile), ``skinny_cols`` (rows
-    of W per register tile) and ``skinny_unroll`` for an ``M``-row dense layer (``p``:
-    the precision; ``isa``: the GEMM's dot kernel, or None); none past ``MAX_ROWS``
-    rows. The tile's accumulators (rows x cols vectors) stay within half of the vector
-    registers."""
+    of W per register tile) and ``skinny_unroll`` for an ``M x K`` X of a dense layer
+    (``p``: the precision; ``isa``: the GEMM's dot kernel, or None); none past
+    ``MAX_ROWS`` rows. The tile's accumulators (rows x cols vectors) stay within half of
+    the vector registers; one row of W at a time where X is small
+    (``_one_streamed_row``)."""
     if M > MAX_ROWS:
         return
     cfg.define_knob("skinny", [0, 1], default=_default_on("dot", M, isa))
@@ -140,7 +168,9 @@ def define_dot_knobs(cfg, M: int, p, isa=None) -> None:
     rows = [r for r in (1, 2, 4) if r <= M] or [1]
     cfg.define_knob("skinny_rows", [1, 2, 4], default=rows[-1])
     cols = [c for c in (2, 4, 8) if rows[-1] * c <= regs // 2] or [2]
-    cfg.define_knob("skinny_cols", [2, 4, 8], default=cols[-1])
+    if _one_streamed_row(cfg, M * K * precision.elem_bytes(p)):
+        cols = [1]
+    cfg.define_knob("skinny_cols", [1, 2, 4, 8], default=cols[-1])
     cfg.define_knob("skinny_unroll", [1, 2, 4, 8] if lane_partials(p) else [1], default=1)
 
 
@@ -153,13 +183,14 @@ def lane_partials(p) -> bool:
     return p.widen is None
 
 
-def define_narrow_knobs(cfg, M: int, N: int, p) -> None:
+def define_narrow_knobs(cfg, M: int, N: int, K: int, p) -> None:
     """``narrow``, ``narrow_rows`` (rows of A per register tile), ``narrow_cols``
     (columns per tile) and ``narrow_unroll`` for an ``M x N`` output of at most
     ``NARROW_COLS`` columns and more than ``MAX_ROWS`` rows (``p``: the precision).
     The tile's accumulators (rows x cols vectors) fill at most the vector registers
     (the other operand is read from memory: float32 4096 x 4 x 4096, one thread of a
-    Zen 4: 3.4 ms at 8 x 4, 4.4 at 4 x 4).
+    Zen 4: 3.4 ms at 8 x 4, 4.4 at 4 x 4); one row of A at a time where B is small
+    (``_one_streamed_row``).
 
     On by default: on one thread of a Zen 4, M = K = 1024 to 4096, N = 1, 2, 4, the
     GEMM's default (its dot kernels included) took 1.1-10x as long, but for int8 at
@@ -172,6 +203,8 @@ def define_narrow_knobs(cfg, M: int, N: int, p) -> None:
     cols = [c for c in (1, 2, 4) if c <= N]
     cfg.define_knob("narrow_cols", cols, default=cols[-1])
     rows = [r for r in (1, 2, 4, 8) if r * cols[-1] <= regs]
+    if _one_streamed_row(cfg, N * K * precision.elem_bytes(p)):
+        rows = [1]
     cfg.define_knob("narrow_rows", [1, 2, 4, 8], default=rows[-1])
     cfg.define_knob("narrow_unroll", [1, 2, 4] if lane_partials(p) else [1], default=1)
 
@@ -192,25 +225,49 @@ def _widened_once(s, T) -> None:
         s[T].vectorize(s[T].op.axis[-1])
 
 
+def _batched(body, batch: tuple):
+    """A compute body over ``(*batch, M, N)`` (at most one batch axis) from
+    ``body(b, i, j)``, ``b`` the tuple of batch indices (the loops take these names)."""
+    if batch:
+        return lambda b, i, j: body((b,), i, j)
+    return lambda i, j: body((), i, j)
+
+
+def _round(p, T, b, i, j):
+    """``T[*b, i, j]`` rounded to the output's dtype (``precision.rounded``)."""
+    return precision.rounded(T[(*b, i, j)], p.out)
+
+
+def _outer(s, stage, batch_axes: tuple, axis):
+    """``axis`` of ``stage``, fused after its batch axes (the parallel loop)."""
+    return s[stage].fuse(*batch_axes, axis) if batch_axes else axis
+
+
 def stream_matmul(cfg, p, A, B, M: int, N: int, K: int):
-    """``C = A @ B`` (A is M x K, B is K x N) in the streamed form; ``(schedule, C)``."""
+    """``C = A @ B`` (A is ``[*b,] M x K``, B ``[*b,] K x N``, at most one batch axis)
+    in the streamed form, the batches' column blocks in parallel; ``(schedule, C)``."""
+    batch = tuple(A.shape[:-2])
     k = pt.reduce_axis((0, K), name="k")
     Aw = precision.widen(A)  # 16-bit floats: A in float32 once (its M x K is small)
+    shape = (*batch, M, N)
     acc = pt.compute(
-        (M, N), lambda i, j: pt.sum(_product(p, Aw[i, k], B[k, j]), axis=k), name="C_acc"
+        shape,
+        _batched(lambda b, i, j: pt.sum(_product(p, Aw[(*b, i, k)], B[(*b, k, j)]), axis=k), batch),
+        name="C_acc",
     )
-    C = pt.compute((M, N), lambda i, j: precision.rounded(acc[i, j], p.out), name="C")
+    C = pt.compute(shape, _batched(lambda b, i, j: _round(p, acc, b, i, j), batch), name="C")
     s = pt.create_schedule(C.op)
     _widened_once(s, Aw)
     lanes = cfg.target.vector_lanes(accumulator_dtype(p.out))
     cols = min(cfg["skinny_cols"].val, -(-N // lanes) * lanes)
-    i, j = C.op.axis
+    *bs, i, j = C.op.axis
     jo, ji = s[C].split(j, factor=cols)
-    s[C].reorder(jo, i, ji)
-    s[C].parallel(jo)
+    s[C].reorder(*bs, jo, i, ji)
+    outer = _outer(s, C, tuple(bs), jo)
+    s[C].parallel(outer)
     s[C].vectorize(ji)
-    s[acc].compute_at(s[C], jo)
-    ic, jc = s[acc].op.axis
+    s[acc].compute_at(s[C], outer)
+    *_, ic, jc = s[acc].op.axis
     (kk,) = s[acc].op.reduce_axis
     u = cfg["skinny_unroll"].val
     if u > 1:
@@ -225,56 +282,72 @@ def stream_matmul(cfg, p, A, B, M: int, N: int, K: int):
 
 
 def dot_product(cfg, p, X, W, M: int, N: int, K: int, widen_x: bool = True, partials=True):
-    """``D[i, j] = sum_k X[i, k] * W[j, k]`` in the accumulator's dtype as partial sums
-    over ``L`` lanes and their combine; returns ``(D, P, X)`` (P None when K is shorter
-    than a vector or not ``partials``: then D is one plain sum; X widened to float32
-    if 16-bit and ``widen_x``, else where it is read)."""
+    """``D[*b, i, j] = sum_k X[*b, i, k] * W[*b, j, k]`` (at most one batch axis ``b``)
+    in the accumulator's dtype as partial sums over ``L`` lanes and their combine;
+    returns ``(D, P, X)`` (P None when K is shorter than a vector or not ``partials``:
+    then D is one plain sum; X widened to float32 if 16-bit and ``widen_x``, else where
+    it is read)."""
     acc = accumulator_dtype(p.out)
     L = cfg.target.vector_lanes(acc)
+    batch = tuple(X.shape[:-2])
     k = pt.reduce_axis((0, K), name="k")
     if widen_x:  # 16-bit floats: X in float32 once (``schedule_dot``)
         X = precision.widen(X)
+
+    def prod(b, i, j, kk):
+        return _product(p, X[(*b, i, kk)], W[(*b, j, kk)])
+
     if K < L or not partials:
-        D = pt.compute((M, N), lambda i, j: pt.sum(_product(p, X[i, k], W[j, k]), axis=k), name="D")
+        D = pt.compute(
+            (*batch, M, N), _batched(lambda b, i, j: pt.sum(prod(b, i, j, k), axis=k), batch),
+            name="D",
+        )  # fmt: skip
         return D, None, X
     nfull, tail = K // L, K % L
     ko = pt.reduce_axis((0, nfull), name="ko")
-    P = pt.compute(
-        (M, N, L),
-        lambda i, j, ln: pt.sum(_product(p, X[i, ko * L + ln], W[j, ko * L + ln]), axis=ko),
-        name="D_p",
-    )
+
+    def partial(b, i, j, ln):
+        return pt.sum(prod(b, i, j, ko * L + ln), axis=ko)
+
+    if batch:
+        P = pt.compute((*batch, M, N, L), lambda b, i, j, ln: partial((b,), i, j, ln), name="D_p")
+    else:
+        P = pt.compute((M, N, L), lambda i, j, ln: partial((), i, j, ln), name="D_p")
     q = pt.reduce_axis((0, L + tail), name="q")
     if not tail:
-        return pt.compute((M, N), lambda i, j: pt.sum(P[i, j, q], axis=q), name="D"), P, X
+        D = pt.compute(
+            (*batch, M, N), _batched(lambda b, i, j: pt.sum(P[(*b, i, j, q)], axis=q), batch),
+            name="D",
+        )  # fmt: skip
+        return D, P, X
 
-    def combine(i, j):
+    def combine(b, i, j):
         # q >= L: the tail element nfull*L + (q - L); q < L reads in bounds, unused
         kt = nfull * L - L + q
-        return pt.sum(pt.select(q < L, P[i, j, q], _product(p, X[i, kt], W[j, kt])), axis=q)
+        return pt.sum(pt.select(q < L, P[(*b, i, j, q)], prod(b, i, j, kt)), axis=q)
 
-    return pt.compute((M, N), combine, name="D"), P, X
+    return pt.compute((*batch, M, N), _batched(combine, batch), name="D"), P, X
 
 
 def schedule_dot(cfg, out, D, P, X, form: str = "skinny"):
     """The schedule of ``out`` (an element-wise epilogue of ``D``; ``D, P, X`` from
     ``dot_product``) in the register tiles of the skinny dense form (its columns in
-    parallel), or of the ``narrow`` form (its rows in parallel); ``form`` names the
-    knobs."""
+    parallel), or of the ``narrow`` form (its rows in parallel, and its batches);
+    ``form`` names the knobs."""
     s = pt.create_schedule(out.op)
     _widened_once(s, X)
     rows, cols = cfg[form + "_rows"].val, cfg[form + "_cols"].val
-    i, j = out.op.axis
+    *bs, i, j = out.op.axis
     io, ii = s[out].split(i, factor=rows)
     jo, ji = s[out].split(j, factor=cols)
     outer, inner = (io, jo) if form == "narrow" else (jo, io)
-    s[out].reorder(outer, inner, ii, ji)
-    s[out].parallel(outer)
+    s[out].reorder(*bs, outer, inner, ii, ji)
+    s[out].parallel(_outer(s, out, tuple(bs), outer))
     s[D].compute_at(s[out], inner)
     if P is None:
         return s
     s[P].compute_at(s[out], inner)
-    pi, pj, pl = s[P].op.axis
+    *_, pi, pj, pl = s[P].op.axis
     (pk,) = s[P].op.reduce_axis
     u = cfg[form + "_unroll"].val
     if u > 1:
@@ -290,17 +363,23 @@ def schedule_dot(cfg, out, D, P, X, form: str = "skinny"):
 
 
 def narrow_matmul(cfg, p, A, B, M: int, N: int, K: int):
-    """``C = A @ B`` (A is M x K, B is K x N, N at most ``NARROW_COLS``) in the narrow
-    form: B's columns as the rows of ``Bt`` (read in place for one column, else
-    transposed once; 16-bit floats widened there), A read in place; ``(schedule, C)``."""
+    """``C = A @ B`` (A is ``[*b,] M x K``, B ``[*b,] K x N``, at most one batch axis, N
+    at most ``NARROW_COLS``) in the narrow form: B's columns as the rows of ``Bt`` (read
+    in place for one column, else transposed once; 16-bit floats widened there), A read
+    in place; ``(schedule, C)``."""
+    batch = tuple(A.shape[:-2])
     wide = p.widen is None and str(B.dtype) in precision.STORAGE_FLOATS
 
-    def column(j, k):
-        return pt.cast("float32", B[k, j]) if wide else B[k, j]
+    def column(b, j, k):
+        v = B[(*b, k, j)]
+        return pt.cast("float32", v) if wide else v
 
-    Bt = pt.compute((N, K), column, name="Bt")
+    if batch:
+        Bt = pt.compute((*batch, N, K), lambda b, j, k: column((b,), j, k), name="Bt")
+    else:
+        Bt = pt.compute((N, K), lambda j, k: column((), j, k), name="Bt")
     D, P, _ = dot_product(cfg, p, A, Bt, M, N, K, widen_x=False, partials=lane_partials(p))
-    C = pt.compute((M, N), lambda i, j: precision.rounded(D[i, j], p.out), name="C")
+    C = pt.compute((*batch, M, N), _batched(lambda b, i, j: _round(p, D, b, i, j), batch), name="C")
     s = schedule_dot(cfg, C, D, P, A, form="narrow")
     if N == 1:  # B's one column is contiguous already
         s[Bt].compute_inline()
