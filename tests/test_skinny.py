@@ -236,3 +236,15 @@ def test_a_small_operand_takes_one_streamed_row_at_a_time(name, streamed, other)
     assert small[streamed].val == 1
     assert large[streamed].val > 1
     _check(at.Task(name, (M, N, K - 16)), small)
+
+
+@pytest.mark.parametrize("name, shape", [("matmul", (300, 1, 200)), ("dense", (300, 3, 200))])
+def test_16_bit_narrow_forms_widen_the_few_columns_once(name, shape):
+    """B's column (W's rows) in float32 once, before the rows in parallel, not again at
+    each row of A (X): float16 4096 x 1 x 4096, one thread of a Zen 4, 11.1 -> 7.3 ms."""
+    task = at.Task(name, (*shape, "float16"))
+    src = _check(task, task.config_space.default_config(), seeds=2).source
+    before, rows = src.split("#pragma omp parallel", 1)
+    few = "B" if name == "matmul" else "W"
+    assert f"pt_f16_load({few}[" in before and f"pt_f16_load({few}[" not in rows
+    assert "pt_f16_load(A[" in rows or "pt_f16_load(X[" in rows  # read in place

@@ -128,11 +128,15 @@ def _build(cfg, p, X, W, M, N, K, epilogue):
     GEMM's tile; returns ``(schedule, out)``."""
     if skinny.on(cfg) or skinny.narrow_on(cfg):
         form = "skinny" if skinny.on(cfg) else "narrow"  # narrow: X read in place
+        Ww = precision.widen(W) if form == "narrow" else W  # its few rows: once
         D, P, Xw = skinny.dot_product(
-            cfg, p, X, W, M, N, K, widen_x=form == "skinny", partials=skinny.lane_partials(p)
+            cfg, p, X, Ww, M, N, K, widen_x=form == "skinny", partials=skinny.lane_partials(p)
         )
         out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
-        return skinny.schedule_dot(cfg, out, D, P, Xw, form), out
+        s = skinny.schedule_dot(cfg, out, D, P, Xw, form)
+        if Ww is not W:
+            s[Ww].vectorize(s[Ww].op.axis[-1])
+        return s, out
     D, packed, dot = _dense_product(cfg, X, W, p, M, N, K)
     out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
     return _schedule_dense(cfg, out, D, M, packed, dot), out
