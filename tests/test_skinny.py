@@ -61,6 +61,8 @@ CASES = [
     ("dense", (1, 37, 23), DTYPES),
     ("dense", (5, 70, 300), DTYPES),  # K: whole vectors and a tail
     ("dense", (16, 9, 7), ["float32", "float16"]),  # K shorter than a vector: one plain sum
+    ("matmul", (1, 300, 40), DTYPES),  # blocks narrower than N (256 and a ragged 44)
+    ("matmul", (2, 300, 40), ["float32", "int8"]),  # ... their accumulator in memory
     ("batch_matmul", (3, 1, 37, 23), DTYPES),  # a batch of them: (batch, M, N, K)
     ("batch_matmul", (2, 5, 70, 300), ["float32", "bfloat16" if ml_dtypes else "float16", "int8"]),
 ]
@@ -248,3 +250,15 @@ def test_16_bit_narrow_forms_widen_the_few_columns_once(name, shape):
     few = "B" if name == "matmul" else "W"
     assert f"pt_f16_load({few}[" in before and f"pt_f16_load({few}[" not in rows
     assert "pt_f16_load(A[" in rows or "pt_f16_load(X[" in rows  # read in place
+
+
+def test_a_narrow_block_keeps_its_accumulator_in_registers():
+    """A block of at most half the vector registers: its vectors unrolled, at constant
+    offsets, which the C compiler keeps in registers (one thread of a Zen 4, 32 x 1 x 256
+    x 1024: 3.4 -> 1.0 ms); one vector more, and the loop over the block stays."""
+    target = pt.Target("host")
+    lanes, vectors = target.vector_lanes("float32"), target.vector_registers // 2
+    for n, unrolled in ((vectors * lanes, True), ((vectors + 1) * lanes, False)):
+        task = at.Task("batch_matmul", (3, 1, n, 40))
+        src = _check(task, task.config_space.default_config(), seeds=2).source
+        assert (f"C_acc[j_inner + {n - lanes}]" in src) == unrolled, n

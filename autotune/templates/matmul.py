@@ -296,7 +296,7 @@ def matmul(cfg, M, N, K, dtype="float32"):
         cfg, isa, M, N, lanes, K, a_bytes=a_bytes, pack_options=pack, block_default=block,
         wide=wide, pack_default=2 if wide else 1, one_panel_rows=True,
     )  # fmt: skip
-    skinny.define_stream_knobs(cfg, M, N, 8 if p.out == "float64" else 4, isa)
+    skinny.define_stream_knobs(cfg, M, N, p, isa)
     skinny.define_narrow_knobs(cfg, M, N, K, p)
     if skinny.on(cfg):  # a few rows: B streamed in place (``skinny``)
         s, C = skinny.stream_matmul(cfg, p, A, B, M, N, K)
@@ -380,7 +380,7 @@ def batch_matmul(cfg, B, M, N, K, dtype="float32"):
     define_dot_knobs(
         cfg, isa, M, N, lanes, K, a_bytes=M * K * precision.elem_bytes(p), pack_options=pack
     )
-    skinny.define_stream_knobs(cfg, M, N, 8 if p.out == "float64" else 4, isa, batch=B)
+    skinny.define_stream_knobs(cfg, M, N, p, isa, batch=B)
     skinny.define_narrow_knobs(cfg, M, N, K, p)
     if skinny.on(cfg) or skinny.narrow_on(cfg):  # a few rows, or columns, per product
         form = skinny.stream_matmul if skinny.on(cfg) else skinny.narrow_matmul

@@ -20,6 +20,9 @@ B per pass over the accumulator)::
             acc[ic, jc] += A[ic, ko*u] * B[ko*u, jo*cols + jc] + ... (u terms)
       C[:, jo*cols : +cols] = acc
 
+(a block of ``M x cols`` within half of the vector registers: ``jc`` unrolled by whole
+vectors, so the accumulator stays in registers).
+
 ``dense`` (W is N x K, each output a dot product of a row of X and a row of
 W): the reduction split into ``lanes`` partial sums (a vector; a manual
 rfactor), a register tile of ``skinny_rows`` rows of X by ``skinny_cols`` rows
@@ -62,6 +65,7 @@ in int32.
 from __future__ import annotations
 
 import pypto as pt
+from pypto import dtypes
 from pypto.dtypes import accumulator_dtype
 from pypto.tensor import PlaceholderOp
 
@@ -70,6 +74,7 @@ from . import precision
 MAX_ROWS = 16
 NARROW_COLS = 4  # the most output columns of the narrow form
 STREAM_COLS = (256, 512, 1024, 2048, 4096)
+SHORT_ROW = 1024  # bytes: the streamed form reads rows of B this short one after another
 
 # The most rows the skinny form is on for by default, per form and per the GEMM's dot
 # kernel (None, or the kind of its inputs: the streamed form's int8 products are
@@ -113,27 +118,47 @@ def _default_on(form: str, M: int, isa) -> int:
     return int(M <= DEFAULT_ROWS[form, kind])
 
 
-def define_stream_knobs(cfg, M: int, N: int, acc_bytes: int, isa=None, batch: int = 1) -> None:
+def define_stream_knobs(cfg, M: int, N: int, p, isa=None, batch: int = 1) -> None:
     """``skinny``, ``skinny_cols`` (the column block of the streamed form) and
-    ``skinny_unroll`` for an ``M``-row matmul (``isa``: the GEMM's dot kernel, or None;
-    ``batch`` such products); none past ``MAX_ROWS`` rows.
+    ``skinny_unroll`` for an ``M``-row matmul (``p``: the precision; ``isa``: the GEMM's
+    dot kernel, or None; ``batch`` such products); none past ``MAX_ROWS`` rows.
 
-    The default block is the widest whose accumulator (``M`` rows of ``acc_bytes``
-    elements) fills at most half of the target's L1 and that still gives each core a
-    block (of all ``batch`` products' blocks); the default unroll 4 rows of B per pass,
-    8 from 8 rows on. One thread of a Zen 4 (32 KiB L1), 4096^2 float32: M = 1 3.2 ms
-    at 4096 columns by 4 (numpy 3.0), M = 16 12.6 at 256 by 8 (18.6 at 4096 by 8; the
-    GEMM's tile 16.7); at 1024^2 the best blocks of M = 8 and 16 were 512 and 256
-    columns (their accumulators 16 KiB)."""
+    The default block is the widest whose accumulator (``M`` rows of it) fills at most
+    half of the target's L1 and that still gives each core a block (of all ``batch``
+    products' blocks); the default unroll 4 rows of B per pass, 8 from 8 rows on, 2
+    where the block is in registers and spans B's rows. One thread of a Zen 4 (32 KiB
+    L1), 4096^2 float32: M = 1 3.2 ms at 4096 columns by 4 (numpy 3.0), M = 16 12.6 at
+    256 by 8 (18.6 at 4096 by 8; the GEMM's tile 16.7); at 1024^2 the best blocks of
+    M = 8 and 16 were 512 and 256 columns (their accumulators 16 KiB)."""
     if M > MAX_ROWS:
         return
     form = "stream" if batch == 1 else "batch"
     cfg.define_knob("skinny", [0, 1], default=_default_on(form, M, isa))
     cores = max(1, cfg.target.cores or 1)
-    half_l1 = _half_l1(cfg.target)
+    half_l1, acc = _half_l1(cfg.target), accumulator_dtype(p.out)
+    acc_bytes = dtypes.dtype(acc).bits // 8
     fit = [c for c in STREAM_COLS if c * cores <= N * batch and M * c * acc_bytes <= half_l1]
-    cfg.define_knob("skinny_cols", list(STREAM_COLS), default=(fit or STREAM_COLS[:1])[-1])
-    cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=8 if M >= 8 else 4)
+    cols = (fit or STREAM_COLS[:1])[-1]
+    cfg.define_knob("skinny_cols", list(STREAM_COLS), default=cols)
+    block, in_registers = _stream_block(cfg.target, p, M, N, cols)
+    # a block in registers that spans B's rows: 2 rows of B a pass (one thread of a Zen 4,
+    # 32 x 1 x 256 x 1024: 1.04 ms, against 3.7 at 4); else 4, 8 from 8 rows on
+    unroll = 2 if in_registers and block >= N else 8 if M >= 8 else 4
+    cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=unroll)
+
+
+def _stream_block(target, p, M: int, N: int, cols: int) -> tuple[int, bool]:
+    """The streamed form's column block for a ``skinny_cols`` of ``cols`` (whole vectors,
+    no wider than N's), and whether its accumulators (``M`` rows of it) stay in
+    registers: at most half of the target's vector registers, the block's vectors
+    unrolled (one thread of a Zen 4, 32 x 1 x 256 x 1024: 3.4 ms with the block in
+    memory, 1.1 in registers). Not where B is narrower than the accumulator (int8,
+    16-bit floats): a loop of one accumulator vector holds too few of B's narrow
+    elements for the C compiler to vectorize it (int8 1 x 128 x 65536: 0.4 -> 0.8 ms)."""
+    acc = accumulator_dtype(p.out)
+    block = min(cols, -(-N // target.vector_lanes(acc)) * target.vector_lanes(acc))
+    vectors = block // target.vector_lanes(acc)
+    return block, p.name == acc and M * vectors <= target.vector_registers // 2
 
 
 def _half_l1(target) -> int:
@@ -259,7 +284,7 @@ def stream_matmul(cfg, p, A, B, M: int, N: int, K: int):
     s = pt.create_schedule(C.op)
     _widened_once(s, Aw)
     lanes = cfg.target.vector_lanes(accumulator_dtype(p.out))
-    cols = min(cfg["skinny_cols"].val, -(-N // lanes) * lanes)
+    cols, in_registers = _stream_block(cfg.target, p, M, N, cfg["skinny_cols"].val)
     *bs, i, j = C.op.axis
     jo, ji = s[C].split(j, factor=cols)
     s[C].reorder(*bs, jo, i, ji)
@@ -270,13 +295,20 @@ def stream_matmul(cfg, p, A, B, M: int, N: int, K: int):
     *_, ic, jc = s[acc].op.axis
     (kk,) = s[acc].op.reduce_axis
     u = cfg["skinny_unroll"].val
-    if u > 1:
-        ko, ki = s[acc].split(kk, factor=u)
-        s[acc].reorder(ko, jc, ic, ki)
-        s[acc].unroll(ki)
-    else:
-        s[acc].reorder(kk, jc, ic)
-    s[acc].unroll(ic)
+    ko, ki = s[acc].split(kk, factor=u) if u > 1 else (kk, None)
+    jv = None
+    if in_registers:  # the block's vectors unrolled
+        jv, jc = s[acc].split(jc, factor=lanes)
+    # short whole rows of B: read row after row, one sequential stream (one thread of a
+    # Zen 4, 4 x 128 x 65536: 1.3 ms, against 3.3 with the pass's rows interleaved);
+    # else each vector's rows of the pass together, the accumulator read once a pass
+    # (1 x 4096 x 4096: 3.5 ms, against 7.3; 8 x 1 x 4096 x 4096: 25 against 38)
+    short = cols >= N and cols * dtypes.dtype(accumulator_dtype(p.out)).bits // 8 <= SHORT_ROW
+    order = (ko, ic, ki, jv, jc) if short else (ko, jv, jc, ic, ki)
+    s[acc].reorder(*(x for x in order if x is not None))
+    for x in (ki, ic, jv):
+        if x is not None:
+            s[acc].unroll(x)
     s[acc].vectorize(jc)
     return s, C
 
