@@ -1,7 +1,7 @@
 """Scaled dot-product attention: ``O = softmax(Q K^T * scale [+ causal mask]) V``.
 
 Q, K, V and O are ``[B, H, S, D]`` (``F.scaled_dot_product_attention``'s layout).
-Two forms (the ``form`` knob), both working on one tile of ``tile_q`` queries of
+Two general forms (the ``form`` knob), both working on one tile of ``tile_q`` queries of
 one head at a time, heads x query tiles in one parallel loop, both with the score
 and the P V products in register tiles (``ukernels.gemm_tile`` where the target
 has SIMD micro-kernels):
@@ -14,6 +14,8 @@ has SIMD micro-kernels):
 - ``two_pass``, below: the exact row max first. The default (not causal) while
   a tile's row of scores and probabilities (``2 x tile_q x S`` floats) fits in
   half the target's L2, where the second pass costs no memory traffic.
+- ``decode`` (``attention_decode.py``), for at most 4 queries per head (a decoder's
+  step), its default there: K and V read in place, once each, a task per head.
 
 In the two-pass form every intermediate is computed at the task loop, so the
 only buffers are per tile:
@@ -53,8 +55,8 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from . import attention_amx, attention_mask, ukernels
-from .attention_flash import FLOOR, VectorGemms, flash_attention, flash_knobs, kv_head
+from . import attention_amx, attention_decode, attention_mask, attention_rows, ukernels
+from .attention_flash import VectorGemms, flash_attention, flash_knobs, kv_head
 from .knobs import inner_tile
 
 
@@ -98,35 +100,7 @@ def sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal: bool, scale, dtype: str, mask=Non
     return [(0, S, attention.short_args((*args, None if Hk == H else Hk, mask)))]
 
 
-def _row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
-    """``R[b, h, i] = kind_j elem(b, h, i, j)`` with ``lanes`` vector partials per row
-    (see ``norm.row_reduce``); returns ``(R, partial stage or None)``."""
-    red = {"sum": pt.sum, "max": pt.max}[kind]
-    if lanes <= 1 or cols < lanes:
-        k = pt.reduce_axis((0, cols), name=f"{name}_k")
-        R = pt.compute(lead, lambda b, h, i: red(elem(b, h, i, k), axis=k), name=name)
-        return R, None
-    nfull, tail = cols // lanes, cols % lanes
-    ko = pt.reduce_axis((0, nfull), name=f"{name}_ko")
-    P = pt.compute(
-        (*lead, lanes),
-        lambda b, h, i, ln: red(elem(b, h, i, ko * lanes + ln), axis=ko),
-        name=f"{name}_p",
-    )
-    q = pt.reduce_axis((0, lanes + tail), name=f"{name}_q")
-    base = nfull * lanes - lanes
-    R = pt.compute(
-        lead,
-        lambda b, h, i: red(
-            pt.select(q < lanes, P[b, h, i, q], elem(b, h, i, base + q)) if tail else P[b, h, i, q],
-            axis=q,
-        ),
-        name=name,
-    )
-    return R, P
-
-
-def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: bool):
+def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: bool, decode=False):
     """``tile_q`` queries per parallel task; ``mr_s`` x ``key_tile``: the score register
     tile; ``mr_o`` x ``o_cols``: the P V register tile (queries x columns of V's ``D``,
     the value dim); ``red_lanes``:
@@ -152,7 +126,9 @@ def define_attention_knobs(cfg, S: int, Sk: int, D: int, lanes: int, causal: boo
     # and visits every key tile; the flash form skips the blocks above the diagonal
     held = 2 * cfg["tile_q"].size[-1] * Sk * 4
     flash = causal or held > cfg.target.cache_sizes["L2"] // 2
-    cfg.define_knob("form", ["two_pass", "flash"], default="flash" if flash else "two_pass")
+    forms = ["two_pass", "flash"] + (["decode"] if decode else [])  # attention_decode
+    default = "decode" if decode else "flash" if flash else "two_pass"
+    cfg.define_knob("form", forms, default=default)
     flash_knobs(cfg, Sk, D, lanes)
 
 
@@ -189,13 +165,6 @@ def _schedule_tile_gemm(s, CL, mr: int, jc, intrin=None, outer=()):
     else:  # partial tiles (ragged rows or columns) keep the loops
         s[CL].reorder(*outer, ico, ici, jc, kk)
         s[CL].tensorize(ici, intrin)
-
-
-def _schedule_partial(s, P):
-    if P is not None:
-        (ko,) = s[P].op.reduce_axis
-        s[P].reorder(ko, s[P].op.axis[-1])
-        s[P].vectorize(s[P].op.axis[-1])
 
 
 @template("attention", reference=_attention_ref)
@@ -259,11 +228,11 @@ def attention(
     if tile_isa is not None:
         attention_amx.define_knobs(cfg, S, Sk, Dv, causal, tile_isa.kind)
     else:
-        define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal)
+        decode = attention_decode.available(S, k_transposed)
+        define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal, decode)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
     cfg.add_flop(2.0 * B * H * (D + Dv) * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    c = lambda v: pt.const(v, dtype)  # noqa: E731
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
     V = pt.placeholder((B, Hk, rows, Dv), dtype, name="V")
     if tile_isa is not None:
@@ -273,6 +242,11 @@ def attention(
         s, Out = flash_attention(cfg, Q, K, V, None, dims, causal, sc, cdt, gemms, msk)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     lanes = cfg.target.vector_lanes(dtype)
+    if cfg["form"].val == "decode":
+        K = pt.placeholder((B, Hk, rows, D), dtype, name="K")
+        dims = (B, H, S, D, Sk, Dv, Hk)
+        s, Out = attention_decode.decode_attention(cfg, Q, K, V, dims, causal, sc, dtype, msk, kvh)
+        return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     if cfg["form"].val == "flash":
         K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
 
@@ -301,38 +275,8 @@ def attention(
         lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, kvh(h), d, j], axis=d),
         name="Dot",
     )
-    if causal:
-        Sc = pt.compute(
-            (B, H, S, Sk),
-            lambda b, h, i, j: pt.select(j <= i + (Sk - S), Dot[b, h, i, j] * c(sc), c(-math.inf)),
-            name="Sc",
-        )
-    elif msk is not None:
-        Sc = pt.compute(
-            (B, H, S, Sk),
-            lambda b, h, i, j: msk.score(Dot[b, h, i, j] * c(sc), b, h, i, j),
-            name="Sc",
-        )
-    else:
-        Sc = pt.compute((B, H, S, Sk), lambda b, h, i, j: Dot[b, h, i, j] * c(sc), name="Sc")
-    L = cfg["red_lanes"].val
-    lead = (B, H, S)
-    mx, mx_p = _row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, Sk, L, "mx")
-    exp = pt.fast_exp if dtype == "float32" else pt.exp
-    if msk is None:
-        top = lambda b, h, i: mx[b, h, i]  # noqa: E731
-    else:  # a row masked out: exp(-inf - floor) is 0, not NaN
-        top = lambda b, h, i: pt.max(mx[b, h, i], c(FLOOR))  # noqa: E731
-    P = pt.compute((B, H, S, Sk), lambda b, h, i, j: exp(Sc[b, h, i, j] - top(b, h, i)), name="P")
-    sm, sm_p = _row_reduce4("sum", lambda b, h, i, j: P[b, h, i, j], lead, Sk, L, "sm")
-    if msk is None:
-        rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
-    else:  # and its output 0
-        rs = pt.compute(
-            lead,
-            lambda b, h, i: pt.select(sm[b, h, i] > c(0.0), c(1.0) / sm[b, h, i], c(0.0)),
-            name="rs",
-        )
+    probs = attention_rows.probabilities(Dot, S, Sk, causal, sc, dtype, msk, cfg["red_lanes"].val)
+    Sc, P, rs = probs.Sc, probs.P, probs.rs
     j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
         (B, H, S, Dv),
@@ -361,9 +305,8 @@ def attention(
     task = s[Out].fuse(s[Out].fuse(b, h), qo)
     s[Out].parallel(task)
     s[Out].vectorize(e)
-    for T in [Sc if dtile is None else Dot, mx_p, mx, P, sm_p, sm, rs, AL]:
-        if T is not None:
-            s[T].compute_at(s[Out], task)
+    for T in [*probs.stages(Sc if dtile is None else Dot), AL]:
+        s[T].compute_at(s[Out], task)
     # scores: key tiles streamed; per key tile mr_s queries x key_tile keys in registers
     if dtile is None:
         jo, ji = cfg["key_tile"].apply(s, Sc, Sc.op.axis[3])
@@ -374,8 +317,8 @@ def attention(
     else:
         jo, ji = cfg["key_tile"].apply(s, Dot, Dot.op.axis[3])
         _schedule_tile_gemm(s, Dot, mr_s, ji, dtile, outer=(jo,))
-    _schedule_partial(s, mx_p)
-    _schedule_partial(s, sm_p)
+    attention_rows.schedule_partial(s, probs.mx_p)
+    attention_rows.schedule_partial(s, probs.sm_p)
     po, pi = s[P].split(P.op.axis[3], factor=lanes)
     s[P].vectorize(pi)
     # P V: mr_o queries x o_cols columns of D per register tile

@@ -135,8 +135,7 @@ def define_stream_knobs(cfg, M: int, N: int, p, isa=None, batch: int = 1) -> Non
     form = "stream" if batch == 1 else "batch"
     cfg.define_knob("skinny", [0, 1], default=_default_on(form, M, isa))
     cores = max(1, cfg.target.cores or 1)
-    half_l1, acc = _half_l1(cfg.target), accumulator_dtype(p.out)
-    acc_bytes = dtypes.dtype(acc).bits // 8
+    half_l1, acc_bytes = _half_l1(cfg.target), _acc_bytes(p)
     fit = [c for c in STREAM_COLS if c * cores <= N * batch and M * c * acc_bytes <= half_l1]
     cols = (fit or STREAM_COLS[:1])[-1]
     cfg.define_knob("skinny_cols", list(STREAM_COLS), default=cols)
@@ -159,6 +158,11 @@ def _stream_block(target, p, M: int, N: int, cols: int) -> tuple[int, bool]:
     block = min(cols, -(-N // target.vector_lanes(acc)) * target.vector_lanes(acc))
     vectors = block // target.vector_lanes(acc)
     return block, p.name == acc and M * vectors <= target.vector_registers // 2
+
+
+def _acc_bytes(p) -> int:
+    """The bytes of an element of the accumulator of precision ``p``."""
+    return dtypes.dtype(accumulator_dtype(p.out)).bits // 8
 
 
 def _half_l1(target) -> int:
@@ -303,7 +307,7 @@ def stream_matmul(cfg, p, A, B, M: int, N: int, K: int):
     # Zen 4, 4 x 128 x 65536: 1.3 ms, against 3.3 with the pass's rows interleaved);
     # else each vector's rows of the pass together, the accumulator read once a pass
     # (1 x 4096 x 4096: 3.5 ms, against 7.3; 8 x 1 x 4096 x 4096: 25 against 38)
-    short = cols >= N and cols * dtypes.dtype(accumulator_dtype(p.out)).bits // 8 <= SHORT_ROW
+    short = cols >= N and cols * _acc_bytes(p) <= SHORT_ROW
     order = (ko, ic, ki, jv, jc) if short else (ko, jv, jc, ic, ki)
     s[acc].reorder(*(x for x in order if x is not None))
     for x in (ki, ic, jv):

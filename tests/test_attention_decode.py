@@ -1,0 +1,65 @@
+"""Attention's decode form (``autotune/templates/attention_decode.py``): a few queries
+per head read K and V in place, once each, and match the float64 reference with
+every option the other forms take (causal, a mask, grouped-query heads, another value
+dim, a prefix of K and V, float64), at head dims of whole vectors, with a tail, and
+shorter than a vector."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autotune as at
+import pypto as pt
+from autotune.templates import attention_decode
+
+RNG = np.random.default_rng(11)
+
+# (B, H, S, D, causal, scale, dtype, kv_len, kv_rows, k_transposed, dv, kv_heads, mask)
+CASES = [
+    (2, 3, 1, 64, False, None, "float32", 300, None, False, None, None, None),
+    (1, 2, 1, 20, False, 0.3, "float32", 77, None, False, None, None, None),  # D: a tail
+    (1, 2, 2, 5, False, None, "float32", 40, None, False, None, None, None),  # D < lanes
+    (1, 4, 3, 32, True, None, "float32", 50, 64, False, None, None, None),  # causal prefix
+    (2, 4, 4, 16, False, None, "float64", 33, None, False, 24, 2, None),  # dv, grouped
+    (1, 8, 1, 32, False, None, "float32", 100, None, False, None, 2, "bool:b11k"),
+    (2, 2, 2, 16, False, None, "float32", 45, None, False, None, None, "float:1hsk"),
+]
+
+
+def _shape(t) -> list:
+    return [int(d.value) for d in t.shape]
+
+
+@pytest.mark.parametrize("args", CASES)
+def test_the_decode_form_matches_the_reference(args):
+    task = at.Task("attention", args)
+    cfg = task.config_space.default_config()
+    assert cfg["form"].val == "decode"  # the default for a few queries
+    s, tensors = task.instantiate(cfg)
+    ins = [RNG.standard_normal(_shape(t)).astype(t.dtype) for t in tensors[:3]]
+    if args[-1] is not None:  # a mask: a query of batch 0 that sees no key
+        m = RNG.random(_shape(tensors[3])) < 0.6 if args[-1].startswith("bool") else None
+        if m is None:
+            m = (RNG.standard_normal(_shape(tensors[3])) * 2).astype(args[6])
+            m[..., 1, :] = -np.inf
+        else:
+            m[0, ..., 0, :] = False
+        ins.append(m)
+    mod = pt.build(s, tensors)
+    o = np.full(_shape(tensors[-1]), np.nan, tensors[-1].dtype)
+    mod(*ins, o)
+    want = task.template.reference_output(ins, args)[0]
+    tol = 1e-12 if args[6] == "float64" else 2e-6
+    np.testing.assert_allclose(o, want, atol=tol, rtol=1e-5)
+    assert "KT[" not in mod.source  # K read in place: no transposed copy
+
+
+def test_the_decode_form_is_offered_for_a_few_queries_with_k_rows_contiguous():
+    def forms(S, k_transposed=False):
+        args = (1, 2, S, 16, False, None, "float32", 64, None, k_transposed)
+        return at.Task("attention", args).config_space.knobs["form"].values
+
+    assert "decode" in forms(attention_decode.DECODE_QUERIES)
+    assert "decode" not in forms(attention_decode.DECODE_QUERIES + 1)
+    assert "decode" not in forms(1, k_transposed=True)  # K^T: its rows are columns
