@@ -12,6 +12,7 @@ import pytest
 import autotune as at
 import pypto as pt
 from autotune.templates import attention_decode
+from pypto.dtypes import numpy_dtype
 
 RNG = np.random.default_rng(11)
 
@@ -63,3 +64,33 @@ def test_the_decode_form_is_offered_for_a_few_queries_with_k_rows_contiguous():
     assert "decode" in forms(attention_decode.DECODE_QUERIES)
     assert "decode" not in forms(attention_decode.DECODE_QUERIES + 1)
     assert "decode" not in forms(1, k_transposed=True)  # K^T: its rows are columns
+
+
+# bfloat16 on the targets with a bfloat16 dot instruction: decode is their default too,
+# in float32 from 16-bit Q, K and V, the output rounded once
+BF16_CASES = [
+    (1, 2, 1, 64, False, None, "bfloat16", 70),
+    (2, 4, 3, 32, True, None, "bfloat16", 45, 64, False, 48, 2),  # causal, dv, grouped
+    (1, 2, 2, 64, False, None, "bfloat16", 40, None, False, None, None, "float:1hsk"),
+]
+
+
+@pytest.mark.parametrize("target", ["x86-amx", "x86-avx512-bf16"])
+@pytest.mark.parametrize("args", BF16_CASES)
+def test_bfloat16_decode_matches_the_reference(args, target):
+    t = pt.Target(target)
+    task = at.Task("attention", args, target=t)
+    cfg = task.config_space.default_config()
+    assert cfg["form"].val == "decode"
+    s, tensors = task.instantiate(cfg)
+    if not t.can_run():  # its C at least (any host)
+        assert "Dot_p" in pt.build(s, tensors, target=t, emit_only=True)
+        pytest.skip(f"this machine cannot run {target}")
+    bf = numpy_dtype("bfloat16")
+    ins = [RNG.standard_normal(_shape(x)).astype(bf) for x in tensors[:3]]
+    if len(tensors) == 5:
+        ins.append((RNG.standard_normal(_shape(tensors[3])) * 2).astype(bf))
+    out = np.full(_shape(tensors[-1]), np.nan, bf)
+    pt.build(s, tensors, target=t)(*ins, out)
+    ref = task.template.reference_output(ins, args)[0].astype(np.float64)
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=1e-2, rtol=1e-2)

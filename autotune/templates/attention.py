@@ -227,6 +227,8 @@ def attention(
     cdt = "float32" if tile_isa is not None else dtype  # the softmax's dtype
     if tile_isa is not None:
         attention_amx.define_knobs(cfg, S, Sk, Dv, causal, tile_isa.kind)
+        if attention_decode.available(S, k_transposed):  # 16-bit K and V read in place too
+            attention_decode.define_knobs(cfg, cfg.target.vector_lanes(cdt))
     else:
         decode = attention_decode.available(S, k_transposed)
         define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal, decode)
@@ -235,6 +237,11 @@ def attention(
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
     V = pt.placeholder((B, Hk, rows, Dv), dtype, name="V")
+    if attention_decode.chosen(cfg):
+        K = pt.placeholder((B, Hk, rows, D), dtype, name="K")
+        dims = (B, H, S, D, Sk, Dv, Hk)
+        s, Out = attention_decode.decode_attention(cfg, Q, K, V, dims, causal, sc, cdt, msk, kvh)
+        return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     if tile_isa is not None:
         K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
         gemms = attention_amx.TileGemms(cfg, tile_isa, D, k_transposed)
@@ -242,11 +249,6 @@ def attention(
         s, Out = flash_attention(cfg, Q, K, V, None, dims, causal, sc, cdt, gemms, msk)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     lanes = cfg.target.vector_lanes(dtype)
-    if cfg["form"].val == "decode":
-        K = pt.placeholder((B, Hk, rows, D), dtype, name="K")
-        dims = (B, H, S, D, Sk, Dv, Hk)
-        s, Out = attention_decode.decode_attention(cfg, Q, K, V, dims, causal, sc, dtype, msk, kvh)
-        return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     if cfg["form"].val == "flash":
         K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
 
