@@ -46,17 +46,18 @@ def chosen(cfg) -> bool:
     return "form" in knobs and cfg["form"].val == "decode"
 
 
-def _in(cdt: str, x):
-    """``x`` in the compute dtype ``cdt`` (16-bit Q, K and V widened where read)."""
-    return x if x.dtype == cdt else pt.cast(cdt, x)
+def _as(dtype: str, x):
+    """``x`` in ``dtype``: 16-bit Q, K and V widened to the compute dtype where they are
+    read, the output rounded back once."""
+    return x if x.dtype == dtype else pt.cast(dtype, x)
 
 
 def _scores(Q, K, dims, kvh, lanes: int, cdt: str):
     """``Dot[b, h, i, j] = Q[b, h, i, :] . K[b, kvh(h), j, :]`` in ``cdt`` as ``lanes``
     partial sums along D and their combine; returns ``(Dot, partials or None)``."""
     B, H, S, D, Sk, _, _ = dims
-    q_ = lambda b, h, i, d: _in(cdt, Q[b, h, i, d])  # noqa: E731
-    k_ = lambda b, h, j, d: _in(cdt, K[b, kvh(h), j, d])  # noqa: E731
+    q_ = lambda b, h, i, d: _as(cdt, Q[b, h, i, d])  # noqa: E731
+    k_ = lambda b, h, j, d: _as(cdt, K[b, kvh(h), j, d])  # noqa: E731
     nfull, tail = D // lanes, D % lanes
     if nfull == 0:
         d = pt.reduce_axis((0, D), name="d")
@@ -97,13 +98,13 @@ def decode_attention(cfg, Q, K, V, dims, causal: bool, sc: float, cdt: str, msk,
     j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
         (B, H, S, Dv),
-        lambda b, h, i, e: pt.sum(probs.P[b, h, i, j] * _in(cdt, V[b, kvh(h), j, e]), axis=j),
+        lambda b, h, i, e: pt.sum(probs.P[b, h, i, j] * _as(cdt, V[b, kvh(h), j, e]), axis=j),
         name="Acc",
     )
     out = str(Q.dtype)
     Out = pt.compute(
         (B, H, S, Dv),
-        lambda b, h, i, e: _in(out, Acc[b, h, i, e] * probs.rs[b, h, i]),
+        lambda b, h, i, e: _as(out, Acc[b, h, i, e] * probs.rs[b, h, i]),
         name="O",
     )
 

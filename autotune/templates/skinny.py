@@ -155,9 +155,9 @@ def _stream_block(target, p, M: int, N: int, cols: int) -> tuple[int, bool]:
     16-bit floats): a loop of one accumulator vector holds too few of B's narrow
     elements for the C compiler to vectorize it (int8 1 x 128 x 65536: 0.4 -> 0.8 ms)."""
     acc = accumulator_dtype(p.out)
-    block = min(cols, -(-N // target.vector_lanes(acc)) * target.vector_lanes(acc))
-    vectors = block // target.vector_lanes(acc)
-    return block, p.name == acc and M * vectors <= target.vector_registers // 2
+    lanes = target.vector_lanes(acc)
+    block = min(cols, -(-N // lanes) * lanes)
+    return block, p.name == acc and M * (block // lanes) <= target.vector_registers // 2
 
 
 def _acc_bytes(p) -> int:
