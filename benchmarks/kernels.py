@@ -222,6 +222,11 @@ def _decode() -> list[Kernel]:
                 numpy=_dense_np if dense else _mm_np, torch=_dense_torch if dense else _mm_torch,
                 rtol=1e-3 if dense else 1e-4,
             ))  # fmt: skip
+    for m, n, k in (*DECODE, *GEMV):  # float16 weights: converted by rows (f16c), vs torch
+        w = Workload("matmul", (m, n, k, "float16"), dtype="float16")
+        moved = 2.0 * (m * k + k * n + m * n)
+        out.append(Kernel(w.label, w.template, w.args, moved, unit="GB/s", torch=_mm_torch,
+                          rtol=1e-2, dtype="float16"))  # fmt: skip
     return out
 
 

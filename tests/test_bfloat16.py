@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import pypto as pt
+from autotune.templates import f16c
 from pypto import dtypes
 
 try:
@@ -175,25 +176,49 @@ def test_a_value_cast_to_its_store_is_rounded_once(dtype):
     assert np.array_equal(_bits(y), _bits(want))
 
 
-@pytest.mark.parametrize("target", ["host", "generic", "aarch64-neon"])
-def test_float16_conversions_are_numpy_s_bit_for_bit(target):
-    """float16's loads and stores (``pt_f16_load`` / ``pt_f16_store``, vectorized):
-    every one of the 65536 halves widened exactly; float32 values narrowed as numpy
+def _converted(s, T, how: str, t):
+    """``T``'s conversion vectorized by the compiler (``pt_f16_load`` / ``pt_f16_store``),
+    or by the target's conversion instructions (``f16c``: rows of 40, whole vectors and a
+    short one)."""
+    xo, xi = s[T].split(T.op.axis[0], factor=40 if how == "f16c" else 16)
+    if how == "f16c":
+        s[T].tensorize(xi, f16c.intrin(t, 40, widen=str(T.dtype) == "float32"))
+    else:
+        s[T].vectorize(xi)
+
+
+def _conversion_target(target: str, how: str):
+    """``pt.Target(target)``; skips where it does not run here or has no ``how``."""
+    from pypto import emulate
+
+    t = pt.Target(target)
+    why = emulate.why_not_runnable(t) or (
+        how == "f16c" and f16c.conversion(t) is None and f"{t.name} has no F16C"
+    )
+    if why:
+        pytest.skip(why)
+    return t
+
+
+@pytest.mark.parametrize(
+    "target, how",
+    [("host", "compiler"), ("generic", "compiler"), ("aarch64-neon", "compiler"),
+     ("host", "f16c"), ("x86-avx2", "f16c")],
+)  # fmt: skip
+def test_float16_conversions_are_numpy_s_bit_for_bit(target, how):
+    """float16's loads and stores (``pt_f16_load`` / ``pt_f16_store``, vectorized; or the
+    F16C / AVX-512F instructions, ``autotune.templates.f16c``): every one of the 65536
+    halves widened exactly; float32 values narrowed as numpy
     rounds them, to nearest even: the halfway points between neighbouring halves (ties,
     in the subnormal range too), their neighbours one float32 ulp away, overflow to
     infinity from 65520 on, underflow to zero, signed zeros, infinities, and random bit
     patterns. NaN stays NaN."""
-    from pypto import emulate
-
-    t = pt.Target(target)
-    why = emulate.why_not_runnable(t)
-    if why:
-        pytest.skip(why)
+    t = _conversion_target(target, how)
     n = 1 << 16
     H = pt.placeholder((n,), "float16", name="H")
     W = pt.compute((n,), lambda i: pt.cast("float32", H[i]), name="W")
     s = pt.create_schedule(W.op)
-    s[W].vectorize(s[W].split(W.op.axis[0], factor=16)[1])
+    _converted(s, W, how, t)
     halves = np.arange(n, dtype=np.uint16).view(np.float16)
     wide = pt.build(s, [H, W], target=t, name="widen")(halves)
     want = halves.astype(np.float32)
@@ -214,7 +239,7 @@ def test_float16_conversions_are_numpy_s_bit_for_bit(target):
     F = pt.placeholder((m,), "float32", name="F")
     N = pt.compute((m,), lambda i: pt.cast("float16", F[i]), name="N")
     s = pt.create_schedule(N.op)
-    s[N].vectorize(s[N].split(N.op.axis[0], factor=16)[1])
+    _converted(s, N, how, t)
     got = pt.build(s, [F, N], target=t, name="narrow")(x)
     with np.errstate(invalid="ignore", over="ignore"):
         ref = x.astype(np.float16)
@@ -224,24 +249,30 @@ def test_float16_conversions_are_numpy_s_bit_for_bit(target):
     assert not bad.any(), x[~nan][bad][:8]
 
 
-def test_float16_subnormals_survive_flush_to_zero():
+@pytest.mark.parametrize("how", ["compiler", "f16c"])
+def test_float16_subnormals_survive_flush_to_zero(how):
     """Under flush-to-zero and denormals-are-zero (``torch.set_flush_denormal(True)``
     sets both for the calling thread on x86) float16's subnormals still widen exactly,
-    as numpy and PyTorch widen them: the load never goes through a float32 subnormal."""
+    as numpy and PyTorch widen them (the load never goes through a float32 subnormal),
+    and float32 values in their range still narrow to them."""
     torch = pytest.importorskip("torch")
+    t = _conversion_target("host", how)
     H = pt.placeholder((1024,), "float16", name="H")
-    W = pt.compute((1024,), lambda i: pt.cast("float32", H[i]) * 2.0, name="W")
-    s = pt.create_schedule(W.op)
-    s[W].vectorize(s[W].split(W.op.axis[0], factor=16)[1])
-    mod = pt.build(s, [H, W], name="subnormals")
+    W = pt.compute((1024,), lambda i: pt.cast("float32", H[i]), name="W")
+    N = pt.compute((1024,), lambda i: pt.cast("float16", W[i]), name="N")
+    s = pt.create_schedule(N.op)
+    _converted(s, W, how, t)
+    _converted(s, N, how, t)
+    mod = pt.build(s, [H, W, N], target=t, name="subnormals")
     halves = np.arange(1024, dtype=np.uint16).view(np.float16)  # 0 and every subnormal
     if not torch.set_flush_denormal(True):
         pytest.skip("this CPU has no flush-to-zero mode")
     try:
-        got = mod(halves)
+        wide, back = mod(halves)
     finally:
         torch.set_flush_denormal(False)
-    np.testing.assert_array_equal(got, halves.astype(np.float32) * 2)
+    np.testing.assert_array_equal(wide, halves.astype(np.float32))
+    assert np.array_equal(_bits(back), _bits(halves))
 
 
 @pytest.mark.parametrize("target", ["host", "generic"])

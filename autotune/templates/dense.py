@@ -129,11 +129,11 @@ def _build(cfg, p, X, W, M, N, K, epilogue):
     if skinny.on(cfg) or skinny.narrow_on(cfg):
         form = "skinny" if skinny.on(cfg) else "narrow"  # narrow: X read in place
         Ww = precision.widen(W) if form == "narrow" else W  # its few rows: once
-        D, P, Xw = skinny.dot_product(
+        D, P, Xw, converted = skinny.dot_product(
             cfg, p, X, Ww, M, N, K, widen_x=form == "skinny", partials=skinny.lane_partials(p)
         )
         out = pt.compute((M, N), lambda i, j: epilogue(D[i, j], i, j), name="out")
-        s = skinny.schedule_dot(cfg, out, D, P, Xw, form)
+        s = skinny.schedule_dot(cfg, out, D, P, Xw, form, converted)
         if Ww is not W:
             s[Ww].vectorize(s[Ww].op.axis[-1])
         return s, out

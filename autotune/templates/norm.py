@@ -152,12 +152,14 @@ SHORT_ROW = 64  # rows of at most this many elements ...
 ROW_BLOCK = 4  # ... are computed this many at a time
 
 
-def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None):
+def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None, row=None):
     """Split a row-sized elementwise stage's last loop by ``tile_j``; vectorize the
     inner part, unroll ``unroll_j`` chunks of the outer. With ``prefetch`` on, each
-    chunk prefetches the same chunk of the next row of ``X`` (if given), for the
-    ``output`` its own next row (for writing), and of the consumer ``ahead`` (if
-    given) the chunk it will write from this one."""
+    chunk prefetches the same chunk of the next row of ``X`` (if given; or, where the
+    stages computed at ``row`` read ``X``, not this one, the lines they read at the
+    next row spread over the chunks), for the ``output`` its own next row (for
+    writing), and of the consumer ``ahead`` (if given) the chunk it will write from
+    this one."""
     j = s[T].op.axis[-1]
     jo, ji = cfg["tile_j"].apply(s, T, j)
     u = cfg["unroll_j"].val
@@ -167,7 +169,9 @@ def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None
     s[T].vectorize(ji)
     if cfg["prefetch"].val:
         per_row = -(-cols // (cfg["tile_j"].size[-1] * u))  # chunks: the offset of a row
-        if X is not None:
+        if X is not None and row is not None:
+            s[T].prefetch(X, row, 1, level=2, spread=jo)
+        elif X is not None:
             s[T].prefetch(X, jo, per_row, level=2)  # read after this row's passes
         if output:
             s[T].prefetch(T, jo, per_row)  # for writing: the store misses overlap
@@ -192,13 +196,14 @@ def _schedule_reduction(cfg, s, stages):
         s[P].vectorize(lane)
 
 
-def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
-    """Parallel over rows of ``Y`` (short rows in blocks of ``ROW_BLOCK``); every stage
-    in ``row_stages`` computed per row (block); the first elementwise stage prefetches
-    the next row of ``X``, ``Y`` its own next row (``prefetch=2`` with two elementwise
-    stages: the first one prefetches Y's row). A streamed ``Y`` (``norm_stream``; its
-    row ``elementwise[-1]`` is among the row stages) is copied out by the streaming
-    intrinsic and never prefetched."""
+def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int, converted=False):
+    """Parallel over rows of ``Y`` (short rows in blocks of ``ROW_BLOCK``: returns that
+    loop); every stage in ``row_stages`` computed per row (block); the first elementwise
+    stage prefetches the next row of ``X`` (``converted``: X is read by a stage to be
+    computed at the row, not by the passes), ``Y`` its own next row (``prefetch=2``
+    with two elementwise stages: the first one prefetches Y's row). A streamed ``Y``
+    (``norm_stream``; its row ``elementwise[-1]`` is among the row stages) is copied
+    out by the streaming (or narrowing) intrinsic and never prefetched."""
     i = Y.op.axis[0]
     streamed = elementwise[-1] is not Y
     if cols <= SHORT_ROW and not streamed:
@@ -215,8 +220,10 @@ def _schedule_rows(cfg, s, Y, row_stages, elementwise, X, cols: int):
         first = k == 0
         own_next = T is Y and ahead is None
         _schedule_elementwise(
-            cfg, s, T, cols, X if first else None, own_next, ahead if first else None
-        )
+            cfg, s, T, cols, X if first else None, own_next, ahead if first else None,
+            i if converted else None,
+        )  # fmt: skip
+    return i
 
 
 def _output(cfg, f, rows: int, cols: int):

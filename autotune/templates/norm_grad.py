@@ -30,6 +30,7 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import f16c, precision
 from .norm import (
     _schedule_reduction,
     _schedule_rows,
@@ -38,6 +39,7 @@ from .norm import (
     layer_stats,
     row_reduce,
 )
+from .norm_stream import narrowed_rows
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
 
@@ -175,6 +177,24 @@ def softmax_grad_ref(y, dy):
 # ---------------------------------------------------------------- forward, any float dtype
 
 
+def _row_input(X, target):
+    """``X`` (rows x cols) as the forward passes read it, in float32, and whether it is
+    converted a row at a time by the target's instructions (float16 where ``f16c``
+    has them: ``f16c.convert_at`` at the row); else it is read through inlined casts
+    (``widen``)."""
+    Xr = f16c.widened(X, target)
+    return (widen(X), False) if Xr is X else (Xr, True)
+
+
+def _widened_inputs(s, Xc, converted: bool, Ws) -> None:
+    """``Xc``'s casts (a ``_row_input`` not ``converted``) inlined; the weights' casts
+    ``Ws`` computed once, vectorized, not at every row."""
+    if not converted:
+        inline_widened(s, [Xc])
+    for W in Ws:
+        precision.widened_once(s, W)
+
+
 @template("rmsnorm_fwd", reference=lambda x, w, *, eps: rmsnorm_ref(x, w, eps))
 def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None):
     """Y = X * rsqrt(mean(X^2) + eps) * w over the last axis (w of ``weight_dtype``:
@@ -184,12 +204,14 @@ def rmsnorm_fwd(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None):
     define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     X = pt.placeholder((rows, cols), dtype, name="X")
     W = pt.placeholder((cols,), wdt, name="W")
-    Xc, Wc = widen(X), widen(W)
+    (Xc, conv), Wc = _row_input(X, cfg.target), widen(W)
     r, st = _stats_rms(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
-    Y = pt.compute((rows, cols), lambda i, j: rounded(Xc[i, j] * r[i] * Wc[j], dtype), name="Y")
+    Yr, Y = narrowed_rows(lambda i, j: Xc[i, j] * r[i] * Wc[j], rows, cols, dtype, cfg.target)
     s = pt.create_schedule(Y.op)
-    inline_widened(s, [Xc, Wc])
-    _schedule_rows(cfg, s, Y, st, [Y], X, cols)
+    _widened_inputs(s, Xc, conv, [Wc])
+    row = _schedule_rows(cfg, s, Y, st, [Yr], X, cols, conv)
+    if conv:
+        f16c.convert_at(s, Xc, Y, row, cols, cfg.target)
     _schedule_reduction(cfg, s, st[:-1])
     return s, [X, W, Y]
 
@@ -204,16 +226,17 @@ def layernorm_fwd(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=None)
     X = pt.placeholder((rows, cols), dtype, name="X")
     W = pt.placeholder((cols,), wdt, name="W")
     Bb = pt.placeholder((cols,), wdt, name="B")
-    Xc, Wc, Bc = widen(X), widen(W), widen(Bb)
+    (Xc, conv), Wc, Bc = _row_input(X, cfg.target), widen(W), widen(Bb)
     mean, rstd, st1, st2 = layer_stats(Xc, rows, cols, eps, cdt, cfg["red_lanes"].val)
-    Y = pt.compute(
-        (rows, cols),
-        lambda i, j: rounded((Xc[i, j] - mean[i]) * rstd[i] * Wc[j] + Bc[j], dtype),
-        name="Y",
-    )
+    Yr, Y = narrowed_rows(
+        lambda i, j: (Xc[i, j] - mean[i]) * rstd[i] * Wc[j] + Bc[j], rows, cols, dtype,
+        cfg.target,
+    )  # fmt: skip
     s = pt.create_schedule(Y.op)
-    inline_widened(s, [Xc, Wc, Bc])
-    _schedule_rows(cfg, s, Y, [*st1, *st2], [Y], X, cols)
+    _widened_inputs(s, Xc, conv, [Wc, Bc])
+    row = _schedule_rows(cfg, s, Y, [*st1, *st2], [Yr], X, cols, conv)
+    if conv:
+        f16c.convert_at(s, Xc, Y, row, cols, cfg.target)
     _schedule_reduction(cfg, s, st1[:-1])
     _schedule_reduction(cfg, s, st2[:-1])
     return s, [X, W, Bb, Y]
@@ -226,15 +249,17 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
     define_row_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     L = cfg["red_lanes"].val
     X = pt.placeholder((rows, cols), dtype, name="X")
-    Xc = widen(X)
+    Xc, conv = _row_input(X, cfg.target)
     mx, mx_st = row_reduce("max", lambda i, j: Xc[i, j], rows, cols, L, "mx")
     exp = pt.fast_exp if cdt == "float32" else pt.exp
     ex = pt.compute((rows, cols), lambda i, j: exp(Xc[i, j] - mx[i]), name="ex")
     sm, sm_st = row_reduce("sum", lambda i, j: ex[i, j], rows, cols, L, "sm")
-    Y = pt.compute((rows, cols), lambda i, j: rounded(ex[i, j] / sm[i], dtype), name="Y")
+    Yr, Y = narrowed_rows(lambda i, j: ex[i, j] / sm[i], rows, cols, dtype, cfg.target)
     s = pt.create_schedule(Y.op)
-    inline_widened(s, [Xc])
-    _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st], [ex, Y], X, cols)
+    _widened_inputs(s, Xc, conv, [])
+    row = _schedule_rows(cfg, s, Y, [*mx_st, ex, *sm_st], [ex, Yr], X, cols, conv)
+    if conv:
+        f16c.convert_at(s, Xc, Y, row, cols, cfg.target)
     _schedule_reduction(cfg, s, mx_st)
     _schedule_reduction(cfg, s, sm_st)
     return s, [X, Y]

@@ -120,6 +120,14 @@ def inline_widened(s, tensors) -> None:
             s[T].compute_inline()
 
 
+def widened_once(s, T) -> None:
+    """A widened operand (``widen``) computed once, vectorized, where it is a stage: read
+    where the product needs it, float16's conversion of a loop-invariant A kept gcc from
+    vectorizing the column loop (1 x 4096 x 4096: 34 ms, against 1.8 for bfloat16)."""
+    if not isinstance(T.op, PlaceholderOp):
+        s[T].vectorize(s[T].op.axis[-1])
+
+
 def rounded(value, dtype: str):
     """``value`` (computed in float32 for a 16-bit ``dtype``) in the storage ``dtype``."""
     return pt.cast(dtype, value) if str(value.dtype) != dtype else value
