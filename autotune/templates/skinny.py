@@ -124,8 +124,8 @@ def define_stream_knobs(cfg, M: int, N: int, p, isa=None, batch: int = 1) -> Non
 
     The default block is the widest whose accumulator (``M`` rows of it) fills at most
     half of the target's L1 and that still gives each core a block (of all ``batch``
-    products' blocks); the default unroll 4 rows of B per pass, 8 from 8 rows on, 2
-    where the block is in registers and spans B's rows. One thread of a Zen 4 (32 KiB
+    products' blocks); the default unroll 4 rows of B per pass, 8 from 8 rows on (or
+    float16 converted by rows), 2 where the block is in registers and spans B's rows. One thread of a Zen 4 (32 KiB
     L1), 4096^2 float32: M = 1 3.2 ms at 4096 columns by 4 (numpy 3.0), M = 16 12.6 at
     256 by 8 (18.6 at 4096 by 8; the GEMM's tile 16.7); at 1024^2 the best blocks of
     M = 8 and 16 were 512 and 256 columns (their accumulators 16 KiB)."""
@@ -140,8 +140,11 @@ def define_stream_knobs(cfg, M: int, N: int, p, isa=None, batch: int = 1) -> Non
     cfg.define_knob("skinny_cols", list(STREAM_COLS), default=cols)
     block, in_registers = _stream_block(cfg.target, p, M, N, cols)
     # a block in registers that spans B's rows: 2 rows of B a pass (one thread of a Zen 4,
-    # 32 x 1 x 256 x 1024: 1.04 ms, against 3.7 at 4); else 4, 8 from 8 rows on
-    unroll = 2 if in_registers and block >= N else 8 if M >= 8 else 4
+    # 32 x 1 x 256 x 1024: 1.04 ms, against 3.7 at 4); else 4, 8 from 8 rows on, and
+    # where float16 B is converted a vector of each row at a time (one thread, 1 x 11008
+    # x 4096: 4.7-5.3 ms, against 6.2-7.9 by 4; two threads 4.7-5.1 against 5.6-5.9)
+    converted = p.name == f16c.F16 and f16c.conversion(cfg.target) is not None
+    unroll = 2 if in_registers and block >= N else 8 if M >= 8 or converted else 4
     cfg.define_knob("skinny_unroll", [1, 2, 4, 8], default=unroll)
 
 
