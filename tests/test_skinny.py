@@ -232,13 +232,41 @@ def test_a_small_operand_takes_one_streamed_row_at_a_time(name, streamed, other)
     widest tile (its reuse of that operand)."""
     M, N = other
     few = N if streamed.startswith("narrow") else M
-    half_l1 = pt.Target("host").l1d_bytes // 2
+    target = pt.Target("host")
+    half_l1 = target.l1d_bytes // 2
     K = half_l1 // (4 * few)  # float32: exactly half of L1
+    if (K - 16) // target.vector_lanes("float32") >= skinny.LONG_CHAIN:
+        pytest.skip("rows this long take a tile of rows for their chains (the next test)")
     small = at.Task(name, (M, N, K - 16)).config_space.default_config()
     large = at.Task(name, (M, N, K)).config_space.default_config()
     assert small[streamed].val == 1
     assert large[streamed].val > 1
     _check(at.Task(name, (M, N, K - 16)), small)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize(
+    "name, streamed, other",
+    [("matmul", "narrow_rows", (300, 1)), ("dense", "skinny_cols", (1, 300))],
+)  # fmt: skip
+def test_long_rows_take_a_tile_of_rows(name, streamed, other, dtype):
+    """A small other operand, but rows whose lane partials are ``LONG_CHAIN`` dependent
+    multiply-adds or more: a tile of rows (independent chains), one row below that."""
+    M, N = other
+    target = pt.Target("host")
+    lanes = target.vector_lanes("float32")
+    K = skinny.LONG_CHAIN * lanes
+
+    def fits(k):  # the other operand (one row of it) in half of L1
+        return k * (2 if dtype == "float16" else 4) < target.l1d_bytes // 2
+
+    assert fits(K) or dtype == "float32"  # float16: the chain alone decides
+    short = at.Task(name, (M, N, K - lanes, dtype)).config_space.default_config()
+    long = at.Task(name, (M, N, K, dtype)).config_space.default_config()
+    if fits(K - lanes):
+        assert short[streamed].val == 1
+    assert long[streamed].val > 1
+    _check(at.Task(name, (M, N, K + 3, dtype)), long)
 
 
 @pytest.mark.parametrize("name, shape", [("matmul", (300, 1, 200)), ("dense", (300, 3, 200))])

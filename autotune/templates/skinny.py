@@ -73,6 +73,7 @@ from . import f16c, precision
 MAX_ROWS = 16
 NARROW_COLS = 4  # the most output columns of the narrow form
 STREAM_COLS = (256, 512, 1024, 2048, 4096)
+LONG_CHAIN = 256  # dependent steps of a row's lane partials (``_one_streamed_row``)
 SHORT_ROW = 1024  # bytes: the streamed form reads rows of B this short one after another
 
 # The most rows the skinny form is on for by default, per form and per the GEMM's dot
@@ -171,7 +172,7 @@ def _half_l1(target) -> int:
     return (target.l1d_bytes or 32 * 1024) // 2
 
 
-def _one_streamed_row(cfg, small_bytes: int) -> bool:
+def _one_streamed_row(cfg, small_bytes: int, K: int, p) -> bool:
     """Whether a dot-product form's register tile takes one row of the streamed operand
     (W, or A) by default: while the other operand (X, or B's few columns:
     ``small_bytes``) fits in half of the target's L1, reading it again for each
@@ -181,8 +182,17 @@ def _one_streamed_row(cfg, small_bytes: int) -> bool:
     One thread of a Zen 4, 32 MB of float32 read: matrix-vector products 65536 x 1 x
     128 1.4 ms one row at a time, 6.1 eight (numpy 3.0); at 2048 x 1 x 4096 (16 KiB of
     B) 1.5 and 1.0. dense 1 x 4096 x 2048: 0.96 ms one row of W, 1.17 eight; at
-    4 x 8192 x 1024 (16 KiB of X) 3.1 and 2.0."""
-    return small_bytes < _half_l1(cfg.target)
+    4 x 8192 x 1024 (16 KiB of X) 3.1 and 2.0.
+
+    Not where a row's lane partials are a chain of ``LONG_CHAIN`` or more dependent
+    multiply-adds (K / lanes): one row then waits on their latency, and a tile's rows
+    are independent chains. float16, 32 MB of A, one / two threads: 4096 x 1 x 4096
+    2.0 / 1.9 ms one row, 1.7 / 1.1 eight (bfloat16 4.4 / 2.4 and 2.8 / 1.5); dense
+    1 x 4096 x 4096 2.1 / 1.9 and 1.8 / 1.4; at K = 2048 one row is still ahead (float16
+    8192 x 1 x 2048 2.4 / 1.4 ms, 2.6 / 1.5 eight)."""
+    lanes = cfg.target.vector_lanes(accumulator_dtype(p.out))
+    chain = lane_partials(p) and K // lanes >= LONG_CHAIN
+    return small_bytes < _half_l1(cfg.target) and not chain
 
 
 def define_dot_knobs(cfg, M: int, K: int, p, isa=None) -> None:
@@ -199,7 +209,7 @@ def define_dot_knobs(cfg, M: int, K: int, p, isa=None) -> None:
     rows = [r for r in (1, 2, 4) if r <= M] or [1]
     cfg.define_knob("skinny_rows", [1, 2, 4], default=rows[-1])
     cols = [c for c in (2, 4, 8) if rows[-1] * c <= regs // 2] or [2]
-    if _one_streamed_row(cfg, M * K * precision.elem_bytes(p)):
+    if _one_streamed_row(cfg, M * K * precision.elem_bytes(p), K, p):
         cols = [1]
     cfg.define_knob("skinny_cols", [1, 2, 4, 8], default=cols[-1])
     cfg.define_knob("skinny_unroll", [1, 2, 4, 8] if lane_partials(p) else [1], default=1)
@@ -234,7 +244,7 @@ def define_narrow_knobs(cfg, M: int, N: int, K: int, p) -> None:
     cols = [c for c in (1, 2, 4) if c <= N]
     cfg.define_knob("narrow_cols", cols, default=cols[-1])
     rows = [r for r in (1, 2, 4, 8) if r * cols[-1] <= regs]
-    if _one_streamed_row(cfg, N * K * precision.elem_bytes(p)):
+    if _one_streamed_row(cfg, N * K * precision.elem_bytes(p), K, p):
         rows = [1]
     cfg.define_knob("narrow_rows", [1, 2, 4, 8], default=rows[-1])
     cfg.define_knob("narrow_unroll", [1, 2, 4] if lane_partials(p) else [1], default=1)
