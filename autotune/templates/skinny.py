@@ -126,10 +126,11 @@ def define_stream_knobs(cfg, M: int, N: int, p, isa=None, batch: int = 1) -> Non
     The default block is the widest whose accumulator (``M`` rows of it) fills at most
     half of the target's L1 and that still gives each core a block (of all ``batch``
     products' blocks); the default unroll 4 rows of B per pass, 8 from 8 rows on (or
-    float16 converted by rows), 2 where the block is in registers and spans B's rows. One thread of a Zen 4 (32 KiB
-    L1), 4096^2 float32: M = 1 3.2 ms at 4096 columns by 4 (numpy 3.0), M = 16 12.6 at
-    256 by 8 (18.6 at 4096 by 8; the GEMM's tile 16.7); at 1024^2 the best blocks of
-    M = 8 and 16 were 512 and 256 columns (their accumulators 16 KiB)."""
+    float16 converted by rows), 2 where the block is in registers and spans B's rows.
+    One thread of a Zen 4 (32 KiB L1), 4096^2 float32: M = 1 3.2 ms at 4096 columns by
+    4 (numpy 3.0), M = 16 12.6 at 256 by 8 (18.6 at 4096 by 8; the GEMM's tile 16.7); at
+    1024^2 the best blocks of M = 8 and 16 were 512 and 256 columns (their accumulators
+    16 KiB)."""
     if M > MAX_ROWS:
         return
     form = "stream" if batch == 1 else "batch"
