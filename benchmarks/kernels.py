@@ -210,7 +210,7 @@ GEMV = ((4096, 1, 4096),)  # a matrix-vector product: matmul's narrow form
 
 def _decode() -> list[Kernel]:
     """The one-row GEMMs and the one-column matmul, in GB/s of the operands read and
-    the output written."""
+    the output written; the matmuls in float16 too (against PyTorch's float16)."""
     out = []
     shapes = [(s, ("matmul", "dense_bias_gelu")) for s in DECODE] + [(s, ("matmul",)) for s in GEMV]
     for (m, n, k), names in shapes:

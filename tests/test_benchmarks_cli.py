@@ -86,12 +86,15 @@ def test_kernels_come_from_the_standard_workloads():
     std = [(w.template, w.args) for w in STANDARD if w.template in KERNELS]
     assert [(k.template, k.args) for k in ks[: len(std)]] == std
     # then a decoder's one-row GEMMs and a matrix-vector product (memory-bound: GB/s),
-    # the mixed-precision rows, each on a named target with a dot kernel for its dtype
-    decode = [(k.template, k.args, k.unit) for k in ks[len(std) : len(std) + 3]]
+    # in float32 and (the matmuls) float16, then the mixed-precision rows, each on a
+    # named target with a dot kernel for its dtype
+    decode = [(k.template, k.args, k.unit) for k in ks[len(std) : len(std) + 5]]
     assert decode == [("matmul", (1, 4096, 4096), "GB/s"),
                       ("dense_bias_gelu", (1, 4096, 4096), "GB/s"),
-                      ("matmul", (4096, 1, 4096), "GB/s")]  # fmt: skip
-    ks = ks[: len(std)] + ks[len(std) + 3 :]
+                      ("matmul", (4096, 1, 4096), "GB/s"),
+                      ("matmul", (1, 4096, 4096, "float16"), "GB/s"),
+                      ("matmul", (4096, 1, 4096, "float16"), "GB/s")]  # fmt: skip
+    ks = ks[: len(std)] + ks[len(std) + 5 :]
     assert [(k.template, k.args, k.dtype) for k in ks[len(std) :]] == [
         ("matmul", (1024, 1024, 1024, "int8"), "int8"),
         ("matmul", (1024, 1024, 1024, "bfloat16"), "bfloat16"),

@@ -1,9 +1,9 @@
 """float16 rows converted by the target's instructions (``autotune/templates/f16c.py``):
-the templates that read float16 in place (the skinny and narrow products) or row by
-row (softmax and the norms) convert it with ``vcvtph2ps`` / ``vcvtps2ph`` where the
-target has them, and compute bit for bit what the integer conversions compute, which
-match the float64 references; ragged shapes take the calls for whole rows and plain
-loops for the rest."""
+the templates that read float16 in place (the skinny and narrow products), row by
+row (softmax and the norms) or chunk by chunk (gelu) convert it with ``vcvtph2ps`` /
+``vcvtps2ph`` where the target has them, and compute bit for bit what the integer
+conversions compute, which match the float64 references; ragged shapes take the
+calls for whole rows and plain loops for the rest."""
 
 from __future__ import annotations
 
@@ -32,7 +32,11 @@ CASES = [
     ("softmax_fwd", (9, 37)),  # short rows, computed in blocks
     ("rmsnorm_fwd", (6, 300, 1e-6)),
     ("layernorm_fwd", (7, 1100, 1e-5)),
+    # element-wise: a chunk converted, computed and narrowed at a time; a partial chunk
+    ("gelu", (3, 1000, "none")),
+    ("gelu", (4, 40, "tanh")),
 ]
+NARROWED = ("softmax_fwd", "rmsnorm_fwd", "layernorm_fwd", "gelu")  # outputs narrowed too
 
 
 def _target(name: str) -> pt.Target:
@@ -64,7 +68,7 @@ def test_float16_converted_by_rows_matches_integer_conversions(name, args, targe
     src, ts, arrays, outs = _run(task, monkeypatch, convert=True)
     feature = f16c.conversion(t)[0]
     assert f"widen_{feature}_f16_" in src, "no float16 read through the conversion"
-    if name.endswith("_fwd"):
+    if name in NARROWED:
         assert f"narrow_{feature}_f16_" in src, "the output not narrowed by the conversion"
     plain, _, plain_arrays, _ = _run(task, monkeypatch, convert=False)
     assert "_f16_" not in plain.replace("pt_f16_", "")

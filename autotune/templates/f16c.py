@@ -86,6 +86,12 @@ def conversion(target: pt.Target):
     return next((r for r in CONVERSIONS if target.has(r[0])), None)
 
 
+def chunk(target: pt.Target) -> int:
+    """Elements of a chunk converted for a pass that produces or consumes it chunk by
+    chunk (``norm_stream.schedule_stream``): 16 vectors of the target's conversion."""
+    return 16 * conversion(target)[1]
+
+
 def intrin(target: pt.Target, n: int, widen: bool = True):
     """A tensor intrinsic converting ``n`` float16 to float32 (``widen``) or float32 to
     float16 on ``target`` (which must have a ``conversion``), registered by a name that

@@ -8,6 +8,8 @@ In float32 both use the vectorizable ``pt.fast_erf`` / ``pt.fast_exp`` (libm's
 
 Schedule: rows in parallel, each row split by ``tile_j`` with the inner chunk
 vectorized and ``unroll_j`` chunks unrolled (elementwise: one read, one write).
+float16 on a target that converts it (``f16c``): a chunk of 16 vectors of X converted
+into L1, computed, and narrowed into Y at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
+from . import f16c
 from .knobs import inner_tile
+from .norm_stream import narrowed_rows, schedule_stream
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
 _SQRT_2_PI = math.sqrt(2.0 / math.pi)
@@ -80,14 +84,19 @@ def schedule_elementwise(cfg, s, Y):
         parallel for i:
           for jo: unrolled for ju: vectorized for ji: Y[i, (jo * U + ju) * V + ji] = ...
     """
-    i, j = Y.op.axis
-    s[Y].parallel(i)
-    jo, ji = cfg["tile_j"].apply(s, Y, j)
+    s[Y].parallel(Y.op.axis[0])
+    _schedule_chunks(cfg, s, Y)
+
+
+def _schedule_chunks(cfg, s, T):
+    """``T``'s last loop split by ``tile_j``, the inner chunk vectorized, ``unroll_j``
+    chunks unrolled."""
+    jo, ji = cfg["tile_j"].apply(s, T, T.op.axis[-1])
     u = cfg["unroll_j"].val
     if u > 1:
-        jo, ju = s[Y].split(jo, factor=u)
-        s[Y].unroll(ju)
-    s[Y].vectorize(ji)
+        jo, ju = s[T].split(jo, factor=u)
+        s[T].unroll(ju)
+    s[T].vectorize(ji)
 
 
 def _erf64(x):
@@ -123,13 +132,20 @@ def gelu(cfg, rows, cols, approximate="none", dtype="float32"):
     define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
     cfg.add_flop(10.0 * rows * cols)
     X = pt.placeholder((rows, cols), dtype, name="X")
-    Xc = widen(X)
-    Y = pt.compute(
-        (rows, cols), lambda i, j: rounded(gelu_expr(Xc[i, j], approximate, cdt), dtype), name="Y"
-    )
+    Xr = f16c.widened(X, cfg.target)  # float16: converted a chunk at a time
+    Xc = widen(X) if Xr is X else Xr
+    Yr, Y = narrowed_rows(lambda i, j: gelu_expr(Xc[i, j], approximate, cdt), rows, cols,
+                          dtype, cfg.target)  # fmt: skip
     s = pt.create_schedule(Y.op)
-    inline_widened(s, [Xc])
-    schedule_elementwise(cfg, s, Y)
+    if Yr is Y:
+        inline_widened(s, [Xc])
+        schedule_elementwise(cfg, s, Y)
+        return s, [X, Y]
+    s[Y].parallel(Y.op.axis[0])
+    chunk = schedule_stream(s, Y, cfg.target)
+    s[Yr].compute_at(s[Y], chunk)
+    f16c.convert_at(s, Xc, Y, chunk, min(cols, f16c.chunk(cfg.target)), cfg.target)
+    _schedule_chunks(cfg, s, Yr)
     return s, [X, Y]
 
 

@@ -117,7 +117,7 @@ def schedule_stream(s, Y, target: pt.Target):
     producer's chunk is computed."""
     cols = int(Y.shape[1].value)
     if str(Y.dtype) == f16c.F16:
-        chunk = min(cols, 16 * f16c.conversion(target)[1])
+        chunk = min(cols, f16c.chunk(target))
         intrin = f16c.intrin(target, chunk, widen=False)
     else:
         chunk = min(cols, 16 * stream_store(target)[1] // 4)
