@@ -29,7 +29,7 @@ CASES = [
     ("dense", (200, 2, 129)),
     # rows converted whole (cols > ROW_CHUNK: chunks and a partial one), outputs narrowed
     ("softmax_fwd", (5, 2500)),
-    ("softmax_fwd", (9, 37)),  # short rows, computed in blocks
+    ("softmax_fwd", (9, 37)),  # rows shorter than a vector's chunk
     ("rmsnorm_fwd", (6, 300, 1e-6)),
     ("layernorm_fwd", (7, 1100, 1e-5)),
     # element-wise: a chunk converted, computed and narrowed at a time; a partial chunk
