@@ -42,12 +42,13 @@ import pypto as pt
 
 F16, F32 = "float16", "float32"
 
-# target feature -> (lanes, float vector, half vector, half load, half store, widen,
-# narrow (round to nearest even, no exceptions)); the first feature the target has wins
+# target feature -> (lanes, the halves' vector type, its load, its store, widen, narrow
+# (rounding to nearest even, no exceptions), the floats' load, their store); the first
+# feature the target has wins
 CONVERSIONS = (
-    ("avx512f", 16, "__m512", "__m256i", "_mm256_loadu_si256", "_mm256_storeu_si256",
+    ("avx512f", 16, "__m256i", "_mm256_loadu_si256", "_mm256_storeu_si256",
      "_mm512_cvtph_ps", "_mm512_cvtps_ph", "_mm512_loadu_ps", "_mm512_storeu_ps"),
-    ("f16c", 8, "__m256", "__m128i", "_mm_loadu_si128", "_mm_storeu_si128",
+    ("f16c", 8, "__m128i", "_mm_loadu_si128", "_mm_storeu_si128",
      "_mm256_cvtph_ps", "_mm256_cvtps_ph", "_mm256_loadu_ps", "_mm256_storeu_ps"),
 )  # fmt: skip
 
@@ -96,7 +97,7 @@ def intrin(target: pt.Target, n: int, widen: bool = True):
     """A tensor intrinsic converting ``n`` float16 to float32 (``widen``) or float32 to
     float16 on ``target`` (which must have a ``conversion``), registered by a name that
     tells its ISA, so a schedule using it replays from JSON."""
-    feature, lanes, _, half_t, hload, hstore, cvt_in, cvt_out, fload, fstore = conversion(target)
+    feature, lanes, half_t, hload, hstore, cvt_in, cvt_out, fload, fstore = conversion(target)
     src_dt, dst_dt = (F16, F32) if widen else (F32, F16)
     a = pt.placeholder((n,), src_dt, name="a")
     y = pt.compute((n,), lambda j: pt.cast(dst_dt, a[j]), name="y")
