@@ -36,6 +36,7 @@ from pypto.torch import dtype_name, empty, fake_kernel, register_autograd
 from . import torch_vmap
 from .templates.attention import sdpa_parts
 from .templates.attention_amx import tile_isa
+from .templates.attention_decode import DECODE_QUERIES, WIDENED
 from .templates.attention_mask import spec_of
 from .torch_call import (
     ROW_DTYPES,
@@ -368,8 +369,10 @@ def attention(
     a target with a bfloat16 dot instruction (and D even; on AMX's tiles a multiple of
     32) multiplies on it (the template's bfloat16 form: the softmax in float32, P
     rounded to bfloat16 for the P V product, as PyTorch's); elsewhere bfloat16 and
-    float16 are computed in float32 (q, k and v converted, one copy each; the output
-    rounded once)."""
+    float16 are computed in float32: for at most ``DECODE_QUERIES`` queries per head (a
+    decoder's step) in the template's decode form, which widens K and V where it reads
+    them (float16 with the target's conversion instructions, ``f16c``), else from
+    float32 copies of q, k and v; the output is rounded once."""
     dt = dtype_name(q, "attention: q", allowed=ROW_DTYPES)
     if scale is not None:
         check_finite("attention: scale", scale)
@@ -394,6 +397,8 @@ def attention(
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
     if dt == "bfloat16" and tile_isa(target_of("host"), dt, D) is not None:
         return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)  # AMX's tiles
+    if dt in WIDENED and S <= DECODE_QUERIES:  # the decode form reads K and V in place
+        return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)
     if dt in ("bfloat16", "float16"):  # copies into pooled buffers: no page faults
         q32, k32, v32 = (empty(t.shape, torch.float32).copy_(t) for t in (q, k, v))
         if mask is not None and mask.dtype != torch.bool:

@@ -94,3 +94,71 @@ def test_bfloat16_decode_matches_the_reference(args, target):
     pt.build(s, tensors, target=t)(*ins, out)
     ref = task.template.reference_output(ins, args)[0].astype(np.float64)
     np.testing.assert_allclose(out.astype(np.float64), ref, atol=1e-2, rtol=1e-2)
+
+
+# bfloat16 and float16 where the target has no bfloat16 dot instruction: only the decode
+# form, in float32, K and V widened where they are read (float16 by the target's
+# conversion instructions where it has them: a row of K or V at a time)
+WIDE_CASES = [
+    (1, 3, 1, 40, False, None, "{}", 70),  # D: whole vectors and a tail
+    (2, 4, 3, 24, True, None, "{}", 45, 64, False, 20, 2),  # causal prefix, dv, grouped
+    (1, 2, 2, 5, False, None, "{}", 33, None, False, None, None, "float:1hsk"),  # D < lanes
+]
+
+
+@pytest.mark.parametrize("target", ["x86-avx2", "generic"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", WIDE_CASES)
+def test_16_bit_decode_without_a_dot_instruction_matches_the_reference(case, dtype, target):
+    args = tuple(a.format(dtype) if a == "{}" else a for a in case)
+    t = pt.Target(target)
+    task = at.Task("attention", args, target=t)
+    assert task.config_space.knobs["form"].values == ["decode"]  # the only form
+    s, tensors = task.instantiate(task.config_space.default_config())
+    mod = pt.build(s, tensors, target=t)
+    assert ("widen_f16c_f16_" in mod.source) == (dtype == "float16" and t.has("f16c"))
+    nd = numpy_dtype(dtype)
+    ins = [RNG.standard_normal(_shape(x)).astype(nd) for x in tensors[:3]]
+    if len(tensors) == 5:
+        ins.append((RNG.standard_normal(_shape(tensors[3])) * 2).astype(nd))
+    out = np.full(_shape(tensors[-1]), np.nan, nd)
+    mod(*ins, out)
+    ref = task.template.reference_output(ins, args)[0].astype(np.float64)
+    tol = 1e-3 if dtype == "float16" else 8e-3  # a rounding of the output
+    np.testing.assert_allclose(out.astype(np.float64), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize(
+    "S,k_transposed", [(attention_decode.DECODE_QUERIES + 1, False), (1, True)]
+)
+def test_16_bit_attention_without_a_dot_instruction_is_the_decode_form_or_refused(S, k_transposed):
+    args = (1, 2, S, 32, False, None, "float16", 64, None, k_transposed)
+    with pytest.raises(ValueError, match=r"or bfloat16 or float16 with at most 4 queries"):
+        at.Task("attention", args, target="x86-avx2").config_space.default_config()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_task_takes_the_query_heads_of_a_key_value_head(dtype):
+    """Grouped-query heads: by default a task per key/value head, its query heads' scores
+    and P V rows side by side (K and V read once for the group); a task per query head
+    as the other value of ``head_group``. Both match the reference."""
+    t = pt.Target("x86-avx2")  # 16 registers: 3 heads x 2 queries of a group fit in 8
+    args = (2, 6, 2, 16, False, None, dtype, 40, None, False, 24, 2)
+    task = at.Task("attention", args, target=t)
+    space = task.config_space
+    assert space.knobs["head_group"].values == [1, 3]
+    assert space.default_config()["head_group"].val == 3  # 4 tasks, at least one a core
+    nd = numpy_dtype(dtype)
+    ins = None
+    for group in (1, 3):
+        cfg = space.config({**space.default_config().values, "head_group": group})
+        s, tensors = task.instantiate(cfg)
+        if ins is None:
+            ins = [RNG.standard_normal(_shape(x)).astype(nd) for x in tensors[:3]]
+            ref = task.template.reference_output(ins, args)[0].astype(np.float64)
+        out = np.full(_shape(tensors[-1]), np.nan, nd)
+        pt.build(s, tensors, target=t)(*ins, out)
+        tol = 2e-6 if dtype == "float32" else 1e-3
+        np.testing.assert_allclose(out.astype(np.float64), ref, atol=tol, rtol=tol)
+    args = (1, 8, 4, 16, False, None, "float32", 40, None, False, None, 2)  # 4 x 4: too many
+    assert "head_group" not in at.Task("attention", args, target=t).config_space.knobs

@@ -1024,20 +1024,25 @@ def test_workers_are_born_ignoring_the_terminals_ctrl_c():
     """A Ctrl-C reaches the whole process group: a worker still importing printed its
     traceback beside the tuner's one-line "interrupted". Started inside the guard, a
     process ignores SIGINT from its first instruction; the tuner's own handler is back
-    after it."""
+    after it. (The tuner's handler is installed first: a test run started in the
+    background by a shell without job control inherits SIGINT ignored, and so would
+    every child.)"""
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
-    before = signal.getsignal(signal.SIGINT)
-    with _children_ignore_sigint():
-        p = ctx.Process(target=_sigint_ignored, args=(q,))
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with _children_ignore_sigint():
+            p = ctx.Process(target=_sigint_ignored, args=(q,))
+            p.start()
+        assert q.get(timeout=60) is True
+        p.join(10)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        p = ctx.Process(target=_sigint_ignored, args=(q,))  # outside it: Python's own
         p.start()
-    assert q.get(timeout=60) is True
-    p.join(10)
-    assert signal.getsignal(signal.SIGINT) is before
-    p = ctx.Process(target=_sigint_ignored, args=(q,))  # outside it: Python's own
-    p.start()
-    assert q.get(timeout=60) is False
-    p.join(10)
+        assert q.get(timeout=60) is False
+        p.join(10)
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_a_record_that_would_not_read_back_is_not_appended(tmp_path):

@@ -265,6 +265,29 @@ def test_attention_in_16_bits(dt, tol):
         ops.attention(q, k.float(), v, False, None)
 
 
+@pytest.mark.parametrize("dt,tol", [(torch.bfloat16, 8e-3), (torch.float16, 1e-3)])
+def test_16_bit_decode_steps_as_sdpa(dt, tol):
+    """A decoder's step (a few queries per head; K and V read in place by the template's
+    decode form): grouped heads, a mask of q's dtype, a causal call with fewer keys than
+    queries; within a rounding of PyTorch's float32 result."""
+    _seed()
+    k, v = torch.randn(2, 2, 50, 24).to(dt), torch.randn(2, 2, 50, 24).to(dt)
+    for S in (1, 3):
+        q = torch.randn(2, 6, S, 24).to(dt)
+        m = torch.randn(S, 50).to(dt)
+        f32 = [t.float() for t in (q, k, v)]
+        for causal, kv, mask in ((False, 50, None), (False, 50, m), (True, 2, None)):
+            o = ops.attention(q, k[:, :, :kv], v[:, :, :kv], causal, None, True, attn_mask=mask)
+            assert o.dtype == dt and o.shape == (2, 6, S, 24)
+            ref = F.scaled_dot_product_attention(
+                *(t[:, :, :kv] if t is not f32[0] else t for t in f32),
+                is_causal=causal,
+                enable_gqa=True,
+                attn_mask=None if mask is None else mask.float(),
+            )
+            torch.testing.assert_close(o.float(), ref, rtol=tol, atol=tol)
+
+
 def test_bfloat16_attention_with_a_head_the_tiles_take():
     """D = 64: on a target with a bfloat16 dot instruction the template's bfloat16 form
     (AMX's tiles or vdpbf16ps), elsewhere float32 arithmetic; either way within

@@ -196,11 +196,16 @@ def attention(
     ``enable_gqa``). ``mask``: SDPA's ``attn_mask``, an input M after V (``"bool:b11k"``
     and the like, see ``attention_mask``), not with ``causal``."""
     tile_isa = attention_amx.tile_isa(cfg.target, dtype, D)
-    if dtype not in ("float32", "float64") and tile_isa is None:
+    decode = attention_decode.available(S, k_transposed)
+    widened = dtype in attention_decode.WIDENED and tile_isa is None  # decode form only
+    if dtype not in ("float32", "float64") and tile_isa is None and not (widened and decode):
         raise ValueError(
-            f"attention: dtype must be float32 or float64, or bfloat16 on a target with a "
+            f"attention: dtype must be float32 or float64; bfloat16 on a target with a "
             f"bfloat16 dot instruction and an even query/key dim (a multiple of 32 on AMX) "
-            f"(target {cfg.target.name}, dim {D}), got {dtype!r}"
+            f"(target {cfg.target.name}, dim {D}); or bfloat16 or float16 with at most "
+            f"{attention_decode.DECODE_QUERIES} queries per head and K's rows contiguous "
+            f"(the decode form; got {S} queries{', K transposed' if k_transposed else ''}); "
+            f"got {dtype!r}"
         )
     Sk = S if kv_len is None else int(kv_len)
     if causal and Sk < S:
@@ -224,14 +229,17 @@ def attention(
     msk = attention_mask.parse(mask, (B, H, S, Sk), dtype)
     if msk is not None and causal:
         raise ValueError("attention: a mask and causal at once (SDPA refuses them too)")
-    cdt = "float32" if tile_isa is not None else dtype  # the softmax's dtype
+    cdt = "float32" if tile_isa is not None or widened else dtype  # the softmax's dtype
     if tile_isa is not None:
         attention_amx.define_knobs(cfg, S, Sk, Dv, causal, tile_isa.kind)
-        if attention_decode.available(S, k_transposed):  # 16-bit K and V read in place too
+        if decode:  # 16-bit K and V read in place too
             attention_decode.define_knobs(cfg, cfg.target.vector_lanes(cdt))
+    elif widened:
+        attention_decode.define_knobs(cfg, cfg.target.vector_lanes(cdt), others=())
     else:
-        decode = attention_decode.available(S, k_transposed)
         define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal, decode)
+    if decode:
+        attention_decode.define_group_knob(cfg, B, H, S, Hk)
     pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
     cfg.add_flop(2.0 * B * H * (D + Dv) * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
