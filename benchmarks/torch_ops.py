@@ -10,7 +10,8 @@ references on the same tensors:
 - attention (B=1, H=8, S=1024, D=64), causal and not, in float32 and bfloat16:
   ``F.scaled_dot_product_attention`` (bfloat16: AMX's tiles on both sides where the
   target has them); and a decoder's step, ``attention decode`` (one query per head,
-  B=1, H=32, D=128, 2048 keys: the template's decode form);
+  B=1, H=32, D=128, 2048 keys: the template's decode form), with 8 key/value heads
+  (``gqa``, grouped-query) in float32 and float16;
 - moe (8 experts, top-2, 512 tokens, d_model 1024, d_ff 2816, SwiGLU): the eager
   per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it, in float32
   and (``moe bfloat16``) in bfloat16, where PyTorch's GEMMs use the BF16 instructions;
@@ -49,8 +50,8 @@ from benchmarks.common import (  # noqa: E402
 )
 
 ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal bfloat16",
-        "attention decode", "moe", "moe bfloat16", "rms_norm", "layer_norm", "softmax",
-        "gelu", "block")  # fmt: skip
+        "attention decode", "attention decode gqa", "attention decode gqa float16", "moe",
+        "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "block")  # fmt: skip
 MEMORY_BOUND = ("rms_norm", "layer_norm", "softmax", "gelu")
 N = 4096  # rows and columns of the memory-bound operators
 
@@ -87,14 +88,19 @@ def _cases(torch, only):
                     q, k, v, is_causal=c)},
                 (q, k, v),
             )  # fmt: skip
-    if want("attention decode"):
-        q = torch.randn(1, 32, 1, 128, generator=g)
-        k, v = (torch.randn(1, 32, 2048, 128, generator=g) for _ in range(2))
-        cases["attention decode"] = (
-            lambda q, k, v: ops.attention(q, k, v, False, None),
-            {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v)},
-            (q, k, v),
-        )
+    for row, heads, dt in (("attention decode", 32, torch.float32),
+                           ("attention decode gqa", 8, torch.float32),
+                           ("attention decode gqa float16", 8, torch.float16)):  # fmt: skip
+        if want(row):
+            q = torch.randn(1, 32, 1, 128, generator=g).to(dt)
+            k, v = (torch.randn(1, heads, 2048, 128, generator=g).to(dt) for _ in range(2))
+            gqa = heads < 32
+            cases[row] = (
+                lambda q, k, v, gqa=gqa: ops.attention(q, k, v, False, None, gqa),
+                {"sdpa": lambda q, k, v, gqa=gqa: F.scaled_dot_product_attention(
+                    q, k, v, enable_gqa=gqa)},
+                (q, k, v),
+            )  # fmt: skip
     if want("moe"):
         T, d, ff, E = 512, 1024, 2816, 8
         x = torch.randn(T, d, generator=g)
