@@ -32,11 +32,14 @@ CASES = [
     ("softmax_fwd", (9, 37)),  # rows shorter than a vector's chunk
     ("rmsnorm_fwd", (6, 300, 1e-6)),
     ("layernorm_fwd", (7, 1100, 1e-5)),
+    ("softmax_backward", (5, 2500)),  # two inputs converted by rows
+    ("softmax_backward", (9, 37)),
     # element-wise: a chunk converted, computed and narrowed at a time; a partial chunk
     ("gelu", (3, 1000, "none")),
     ("gelu", (4, 40, "tanh")),
 ]
-NARROWED = ("softmax_fwd", "rmsnorm_fwd", "layernorm_fwd", "gelu")  # outputs narrowed too
+# the outputs narrowed too
+NARROWED = ("softmax_fwd", "rmsnorm_fwd", "layernorm_fwd", "softmax_backward", "gelu")
 
 
 def _target(name: str) -> pt.Target:

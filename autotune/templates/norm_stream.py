@@ -97,16 +97,17 @@ def stream_rows(Yr: pt.Tensor, name: str = "Y", dtype: str | None = None) -> pt.
     return pt.compute(Yr.shape, lambda i, j: pt.cast(dtype, Yr[i, j]), name=name)
 
 
-def narrowed_rows(f, rows: int, cols: int, dtype: str, target: pt.Target):
-    """The output ``Y[i, j] = f(i, j)`` (a float32 value) stored in ``dtype``: ``(Yr, Y)``.
-    Where ``dtype`` is float16 and the target converts it (``f16c``), ``Yr`` is the row
-    in float32 and ``Y`` its narrowed copy (``schedule_stream``), at 0.07 ns an element
-    against 0.21 for the integer rounding (one Zen 4 core); else both are ``Y``."""
+def narrowed_rows(f, rows: int, cols: int, dtype: str, target: pt.Target, name: str = "Y"):
+    """The output ``name`` ``[i, j] = f(i, j)`` (a float32 value) stored in ``dtype``:
+    ``(Yr, Y)``. Where ``dtype`` is float16 and the target converts it (``f16c``),
+    ``Yr`` is the row in float32 and ``Y`` its narrowed copy (``schedule_stream``), at
+    0.07 ns an element against 0.21 for the integer rounding (one Zen 4 core); else
+    both are ``Y``."""
     if dtype != f16c.F16 or f16c.conversion(target) is None:
-        Y = pt.compute((rows, cols), lambda i, j: precision.rounded(f(i, j), dtype), name="Y")
+        Y = pt.compute((rows, cols), lambda i, j: precision.rounded(f(i, j), dtype), name=name)
         return Y, Y
-    Yr = pt.compute((rows, cols), f, name="Yr")
-    return Yr, stream_rows(Yr, dtype=dtype)
+    Yr = pt.compute((rows, cols), f, name=name + "r")
+    return Yr, stream_rows(Yr, name, dtype)
 
 
 def schedule_stream(s, Y, target: pt.Target):
