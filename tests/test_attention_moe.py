@@ -370,8 +370,10 @@ def test_moe_route_sorts_rows_by_expert():
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12), *SIXTEEN])
-@pytest.mark.parametrize("rows,cols", [(5, 37), (9, 300)])
+@pytest.mark.parametrize("rows,cols", [(5, 37), (9, 300), (2 * ng.COLUMN_ROWS + 3, 33)])
 def test_rowwise_forward_and_backward(dtype, tol, rows, cols):
+    """The column sums (dw, db) in blocks of rows: one short block, whole blocks and a
+    short last one."""
     nd = numpy_dtype(dtype)
     x = RNG.standard_normal((rows, cols)).astype(nd)
     w, b = (RNG.standard_normal(cols).astype(nd) for _ in range(2))

@@ -19,8 +19,8 @@ The backward templates (``rmsnorm_backward``, ``layernorm_backward``,
 Schedules reuse ``norm.py``'s: rows in parallel, row reductions as vector
 partials, elementwise passes split and vectorized. The per-row statistics that
 the column sums (dw, db) also read are root stages (parallel over rows); the
-column sums run over column panels in parallel, rows as the reduction, the
-panel's columns vectorized.
+column sums read blocks of whole rows in parallel into rows of partial sums,
+then sum those over column panels in parallel (``_column_sum``).
 """
 
 from __future__ import annotations
@@ -74,18 +74,38 @@ def _column_sums(cols: int, rows: int, terms: dict, dtype: str):
     return sums, outs
 
 
-def _column_sum(s, C, lanes: int):
-    """``C[j] = sum_i ...``: column panels of ``2 lanes`` in parallel, rows the reduction,
-    the panel vectorized::
+COLUMN_ROWS = 64  # rows of a block of the column sums' partial sums, at least ...
+COLUMN_BLOCKS = 256  # ... and at most this many blocks (their partials: 4 MiB at 4096 cols)
+
+
+def _column_sum(s, C, lanes: int, rows: int):
+    """``C[j] = sum_i ...``: blocks of ``COLUMN_ROWS`` rows (more where there would be
+    more than ``COLUMN_BLOCKS``) in parallel, each summed into a row of partial sums as
+    its rows are read, in order (``rfactor``); then the partials summed, column panels
+    of ``2 lanes`` in parallel::
 
         for j: C[j] = 0; for i: C[j] += f(i, j)
         ->
-        parallel for jo: for i: vectorized for ji: C[jo * 2V + ji] += f(i, jo * 2V + ji)
+        parallel for io: for ii: vectorized for j: C.rf[io, j] += f(io * 64 + ii, j)
+        parallel for jo: for io: vectorized for ji: C[jo * 2V + ji] += C.rf[io, jo * 2V + ji]
+
+    A panel of columns over all rows, as before, read 128 bytes of each row, 16 KiB
+    apart: 4096 x 4096 ``rmsnorm_backward`` in float32, one / two threads of a Zen 4,
+    48.6 / 25.1 -> 29.7 / 14.9 ms; ``layernorm_backward`` in bfloat16 56.4 -> 30.0 ms
+    with one.
     """
-    (j,) = C.op.axis
     (i,) = C.op.reduce_axis
+    io, _ = s[C].split(i, factor=max(COLUMN_ROWS, -(-rows // COLUMN_BLOCKS)))
+    CF = s.rfactor(C, io)
+    fo, fj = CF.op.axis
+    (fi,) = CF.op.reduce_axis
+    s[CF].reorder(fo, fi, fj)
+    s[CF].parallel(fo)
+    s[CF].vectorize(fj)
+    (j,) = s[C].op.axis
+    (k,) = s[C].op.reduce_axis
     jo, ji = s[C].split(j, factor=2 * lanes)
-    s[C].reorder(jo, i, ji)
+    s[C].reorder(jo, k, ji)
     s[C].parallel(jo)
     s[C].vectorize(ji)
 
@@ -296,7 +316,7 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=No
     _schedule_rows(cfg, s, DX, [*gx_st, k], [DX], ins[0], cols)
     _schedule_reduction(cfg, s, gx_st)
     for C in sums:
-        _column_sum(s, C, lanes)
+        _column_sum(s, C, lanes, rows)
     return s, [*ins, DX, DW]
 
 
@@ -333,7 +353,7 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=
     _schedule_reduction(cfg, s, ga_st)
     _schedule_reduction(cfg, s, gb_st)
     for C in sums:
-        _column_sum(s, C, lanes)
+        _column_sum(s, C, lanes, rows)
     return s, [*ins, DX, DW, DB]
 
 
