@@ -1,8 +1,10 @@
 """float16 rows converted by the target's instructions (``autotune/templates/f16c.py``):
 the templates that read float16 in place (the skinny and narrow products), row by
 row (softmax and the norms) or chunk by chunk (gelu) convert it with ``vcvtph2ps`` /
-``vcvtps2ph`` where the target has them, and compute bit for bit what the integer
-conversions compute, which match the float64 references; ragged shapes take the
+``vcvtps2ph`` where the target has them, and compute what the integer conversions
+compute (bit for bit, or within one unit in the last place where gcc fuses the same
+float32 expression's multiply-adds differently in the two loop nests), which match
+the float64 references; ragged shapes take the
 calls for whole rows and plain loops for the rest."""
 
 from __future__ import annotations
@@ -34,12 +36,21 @@ CASES = [
     ("layernorm_fwd", (7, 1100, 1e-5)),
     ("softmax_backward", (5, 2500)),  # two inputs converted by rows
     ("softmax_backward", (9, 37)),
+    # the statistics, the rows of dx and the column sums' blocks each convert their rows
+    ("rmsnorm_backward", (70, 1100, 1e-6)),
+    ("layernorm_backward", (9, 37, 1e-5)),
     # element-wise: a chunk converted, computed and narrowed at a time; a partial chunk
     ("gelu", (3, 1000, "none")),
     ("gelu", (4, 40, "tanh")),
 ]
 # the outputs narrowed too
-NARROWED = ("softmax_fwd", "rmsnorm_fwd", "layernorm_fwd", "softmax_backward", "gelu")
+NARROWED = (
+    "softmax_fwd",
+    "rmsnorm_fwd",
+    "layernorm_fwd",
+    "gelu",
+    *(f"{name}_backward" for name in ("softmax", "rmsnorm", "layernorm")),
+)
 
 
 def _target(name: str) -> pt.Target:
@@ -75,8 +86,9 @@ def test_float16_converted_by_rows_matches_integer_conversions(name, args, targe
         assert f"narrow_{feature}_f16_" in src, "the output not narrowed by the conversion"
     plain, _, plain_arrays, _ = _run(task, monkeypatch, convert=False)
     assert "_f16_" not in plain.replace("pt_f16_", "")
-    for k in outs:  # the same float32 arithmetic: the same bits
-        assert np.array_equal(arrays[k].view(np.uint16), plain_arrays[k].view(np.uint16))
+    for k in outs:  # the same float32 arithmetic, up to its fused multiply-adds
+        ulps = np.abs(arrays[k].view(np.int16).astype(np.int32) - plain_arrays[k].view(np.int16))
+        assert ulps.max() <= 1 and np.count_nonzero(ulps) <= ulps.size // 1000
     inputs = [arrays[i] for i in range(len(ts)) if i not in outs]
     ref = task.template.reference_output(inputs, task.args)
     names = [x.name for x in ts]

@@ -115,12 +115,13 @@ def intrin(target: pt.Target, n: int, widen: bool = True):
     return pt.TensorIntrin.register(name, y.op, source)
 
 
-def widened(T, target: pt.Target):
-    """``T`` read in float32 through a stage that ``convert_at`` converts by rows, where
-    it is float16 and ``target`` has a ``conversion``; else ``T`` itself."""
+def widened(T, target: pt.Target, name: str = ""):
+    """``T`` read in float32 through a stage (``name``, else T's name and ``_f32``) that
+    ``convert_at`` converts by rows, where it is float16 and ``target`` has a
+    ``conversion``; else ``T`` itself."""
     if str(T.dtype) != F16 or conversion(target) is None:
         return T
-    return pt.compute(T.shape, lambda *ix: pt.cast(F32, T[ix]), name=T.name + "_f32")
+    return pt.compute(T.shape, lambda *ix: pt.cast(F32, T[ix]), name=name or T.name + "_f32")
 
 
 def convert_at(s, T, stage, loop, n: int, target: pt.Target) -> None:

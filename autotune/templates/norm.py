@@ -68,9 +68,10 @@ def checked_eps(eps) -> float:
     return float(eps)
 
 
-def layer_stats(X, rows, cols, eps, dtype, L):
+def layer_stats(X, rows, cols, eps, dtype, L, X2=None):
     """The mean and ``rsqrt(var + eps)`` of each row of ``X``, and the stages of each
-    (``row_reduce``'s, then the statistic), two passes. The first sums the row shifted
+    (``row_reduce``'s, then the statistic), two passes (the second reads ``X2``, the same
+    values as ``X``, where given: a stage of its own). The first sums the row shifted
     by its first element, ``mean = X[i, 0] + sum_j (X[i, j] - X[i, 0]) / cols``: the
     sum of values near a large mean loses their differences, the shifted sum keeps
     them (a constant row's mean is exact, its output ``beta``):
@@ -83,8 +84,10 @@ def layer_stats(X, rows, cols, eps, dtype, L):
     sm, sm_st = row_reduce("sum", lambda i, j: X[i, j] - X[i, 0], rows, cols, L, "sm")
     mean = pt.compute((rows,), lambda i: X[i, 0] + sm[i] * c(1.0 / cols), name="mean")
 
+    X2 = X if X2 is None else X2
+
     def sq(i, j):
-        dd = X[i, j] - mean[i]
+        dd = X2[i, j] - mean[i]
         return dd * dd
 
     ss, ss_st = row_reduce("sum", sq, rows, cols, L, "ss")

@@ -82,17 +82,16 @@ def _column_sum(s, C, lanes: int, rows: int):
     """``C[j] = sum_i ...``: blocks of ``COLUMN_ROWS`` rows (more where there would be
     more than ``COLUMN_BLOCKS``) in parallel, each summed into a row of partial sums as
     its rows are read, in order (``rfactor``); then the partials summed, column panels
-    of ``2 lanes`` in parallel::
+    of ``2 lanes`` in parallel. Returns the partial sums' stage and its row loop::
 
         for j: C[j] = 0; for i: C[j] += f(i, j)
         ->
         parallel for io: for ii: vectorized for j: C.rf[io, j] += f(io * 64 + ii, j)
         parallel for jo: for io: vectorized for ji: C[jo * 2V + ji] += C.rf[io, jo * 2V + ji]
 
-    A panel of columns over all rows, as before, read 128 bytes of each row, 16 KiB
-    apart: 4096 x 4096 ``rmsnorm_backward`` in float32, one / two threads of a Zen 4,
-    48.6 / 25.1 -> 29.7 / 14.9 ms; ``layernorm_backward`` in bfloat16 56.4 -> 30.0 ms
-    with one.
+    A panel of columns over all rows read 128 bytes of each row, 16 KiB apart: 4096 x
+    4096 ``rmsnorm_backward`` in float32, one / two threads of a Zen 4, 48.6 / 25.1 ->
+    29.7 / 14.9 ms; ``layernorm_backward`` in bfloat16 56.4 -> 30.0 ms with one.
     """
     (i,) = C.op.reduce_axis
     io, _ = s[C].split(i, factor=max(COLUMN_ROWS, -(-rows // COLUMN_BLOCKS)))
@@ -108,6 +107,7 @@ def _column_sum(s, C, lanes: int, rows: int):
     s[C].reorder(jo, k, ji)
     s[C].parallel(jo)
     s[C].vectorize(ji)
+    return CF, fi
 
 
 def weight_dtype_of(name: str, dtype: str, weight_dtype) -> str:
@@ -126,7 +126,7 @@ def weight_dtype_of(name: str, dtype: str, weight_dtype) -> str:
 
 def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str, weight_dtype=None):
     """A backward template's knobs, compute dtype and inputs: ``(lanes, L, cdt,
-    [X, W, DY], [X, W, DY] as computed with)``."""
+    [X, W, DY], W as computed with)``."""
     cdt = check_row_dtype(name, dtype)
     wdt = weight_dtype_of(name, dtype, weight_dtype)
     lanes = cfg.target.vector_lanes(cdt)
@@ -135,7 +135,7 @@ def _grad_setup(cfg, name: str, rows: int, cols: int, dtype: str, weight_dtype=N
     W = pt.placeholder((cols,), wdt, name="W")
     DY = pt.placeholder((rows, cols), dtype, name="DY")
     ins = [X, W, DY]
-    return lanes, cfg["red_lanes"].val, cdt, ins, [widen(t) for t in ins]
+    return lanes, cfg["red_lanes"].val, cdt, ins, widen(W)
 
 
 def _stats_rms(X, rows, cols, eps, dtype, L):
@@ -197,12 +197,12 @@ def softmax_grad_ref(y, dy):
 # ---------------------------------------------------------------- forward, any float dtype
 
 
-def _row_input(X, target):
-    """``X`` (rows x cols) as the forward passes read it, in float32, and whether it is
-    converted a row at a time by the target's instructions (float16 where ``f16c``
-    has them: ``f16c.convert_at`` at the row); else it is read through inlined casts
-    (``widen``)."""
-    Xr = f16c.widened(X, target)
+def _row_input(X, target, name: str = ""):
+    """``X`` (rows x cols) as a pass reads it, in float32, and whether it is converted a
+    row at a time by the target's instructions (float16 where ``f16c`` has them: a
+    stage ``name`` for ``f16c.convert_at`` at the row); else it is read through inlined
+    casts (``widen``)."""
+    Xr = f16c.widened(X, target, name)
     return (widen(X), False) if Xr is X else (Xr, True)
 
 
@@ -299,24 +299,27 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
 def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None):
     """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY (W and DW of
     ``weight_dtype``)."""
-    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(
-        cfg, "rmsnorm_backward", rows, cols, dtype, weight_dtype
-    )
+    lanes, L, cdt, ins, W = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype, weight_dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
-    r, st = _stats_rms(X, rows, cols, eps, cdt, L)
-    gx, gx_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * X[i, j], rows, cols, L, "gx")
+    Xr, conv = _row_input(ins[0], cfg.target, "X_stats")
+    r, st = _stats_rms(Xr, rows, cols, eps, cdt, L)
+    (Xd, _), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
+    gx, gx_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j] * Xd[i, j], rows, cols, L, "gx")
     k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
-    dx = lambda i, j: r[i] * W[j] * DY[i, j] - X[i, j] * k[i]  # noqa: E731
-    DX = pt.compute((rows, cols), lambda i, j: rounded(dx(i, j), dtype), name="DX")
-    dw = {"DW": lambda q, j: DY[q, j] * X[q, j] * r[q]}
+    dx = lambda i, j: r[i] * W[j] * DYd[i, j] - Xd[i, j] * k[i]  # noqa: E731
+    DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
+    (Xs, _), (DYs, _) = (_row_input(T, cfg.target, T.name + "_dw") for T in (ins[0], ins[2]))
+    dw = {"DW": lambda q, j: DYs[q, j] * Xs[q, j] * r[q]}
     sums, (DW,) = _column_sums(cols, rows, dw, str(ins[1].dtype))
     s = pt.create_schedule([DX.op, DW.op])
-    inline_widened(s, [X, W, DY])
+    _widened_inputs(s, [Xr, Xd, DYd, Xs, DYs], conv, [W])
     _root_rows(cfg, s, r, st, st[:-1])
-    _schedule_rows(cfg, s, DX, [*gx_st, k], [DX], ins[0], cols)
+    _convert_rows(s, [Xr], conv, r, r.op.axis[0], cols, cfg.target)
+    row = _schedule_rows(cfg, s, DX, [*gx_st, k], [DXr], ins[0], cols, conv)
+    _convert_rows(s, [Xd, DYd], conv, DX, row, cols, cfg.target)
     _schedule_reduction(cfg, s, gx_st)
     for C in sums:
-        _column_sum(s, C, lanes, rows)
+        _convert_rows(s, [Xs, DYs], conv, *_column_sum(s, C, lanes, rows), cols, cfg.target)
     return s, [*ins, DX, DW]
 
 
@@ -327,33 +330,42 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=No
 def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=None):
     """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY (W, DW and DB of
     ``weight_dtype``)."""
-    lanes, L, cdt, ins, (X, W, DY) = _grad_setup(
-        cfg, "layernorm_backward", rows, cols, dtype, weight_dtype
-    )
+    lanes, L, cdt, ins, W = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype, weight_dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
-    mean, rstd, st1, st2 = layer_stats(X, rows, cols, eps, cdt, L)
-    xh = lambda i, j: (X[i, j] - mean[i]) * rstd[i]  # noqa: E731
-    ga, ga_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j], rows, cols, L, "ga")
-    gb, gb_st = row_reduce("sum", lambda i, j: DY[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
-    DX = pt.compute(
-        (rows, cols),
-        lambda i, j: rounded(
-            rstd[i] * (DY[i, j] * W[j] - ga[i] * c(1.0 / cols) - xh(i, j) * gb[i] * c(1.0 / cols)),
-            dtype,
-        ),
-        name="DX",
+    (Xm, conv), (Xv, _) = (_row_input(ins[0], cfg.target, n) for n in ("X_mean", "X_var"))
+    mean, rstd, st1, st2 = layer_stats(Xm, rows, cols, eps, cdt, L, Xv)
+    (Xd, _), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
+    xh = lambda i, j: (Xd[i, j] - mean[i]) * rstd[i]  # noqa: E731
+    ga, ga_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j], rows, cols, L, "ga")
+    gb, gb_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
+    dx = lambda i, j: (
+        rstd[i]
+        * (  # noqa: E731
+            DYd[i, j] * W[j] - ga[i] * c(1.0 / cols) - xh(i, j) * gb[i] * c(1.0 / cols)
+        )
     )
-    terms = {"DW": lambda q, j: DY[q, j] * xh(q, j), "DB": lambda q, j: DY[q, j]}
+    DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
+    (Xs, _), (DYs, _), (DYb, _) = (
+        _row_input(T, cfg.target, T.name + suffix)
+        for T, suffix in ((ins[0], "_dw"), (ins[2], "_dw"), (ins[2], "_db"))
+    )
+    terms = {
+        "DW": lambda q, j: DYs[q, j] * ((Xs[q, j] - mean[q]) * rstd[q]),
+        "DB": lambda q, j: DYb[q, j],
+    }
     sums, (DW, DB) = _column_sums(cols, rows, terms, str(ins[1].dtype))
     s = pt.create_schedule([DX.op, DW.op, DB.op])
-    inline_widened(s, [X, W, DY])
+    _widened_inputs(s, [Xm, Xv, Xd, DYd, Xs, DYs, DYb], conv, [W])
     _root_rows(cfg, s, mean, st1, st1[:-1])
     _root_rows(cfg, s, rstd, st2, st2[:-1])
-    _schedule_rows(cfg, s, DX, [*ga_st, *gb_st], [DX], ins[0], cols)
+    _convert_rows(s, [Xm], conv, mean, mean.op.axis[0], cols, cfg.target)
+    _convert_rows(s, [Xv], conv, rstd, rstd.op.axis[0], cols, cfg.target)
+    row = _schedule_rows(cfg, s, DX, [*ga_st, *gb_st], [DXr], ins[0], cols, conv)
+    _convert_rows(s, [Xd, DYd], conv, DX, row, cols, cfg.target)
     _schedule_reduction(cfg, s, ga_st)
     _schedule_reduction(cfg, s, gb_st)
-    for C in sums:
-        _column_sum(s, C, lanes, rows)
+    for C, read in zip(sums, ([Xs, DYs], [DYb])):
+        _convert_rows(s, read, conv, *_column_sum(s, C, lanes, rows), cols, cfg.target)
     return s, [*ins, DX, DW, DB]
 
 
