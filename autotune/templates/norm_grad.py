@@ -338,12 +338,12 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=
     xh = lambda i, j: (Xd[i, j] - mean[i]) * rstd[i]  # noqa: E731
     ga, ga_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j], rows, cols, L, "ga")
     gb, gb_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
-    dx = lambda i, j: (
-        rstd[i]
-        * (  # noqa: E731
+
+    def dx(i, j):
+        return rstd[i] * (
             DYd[i, j] * W[j] - ga[i] * c(1.0 / cols) - xh(i, j) * gb[i] * c(1.0 / cols)
         )
-    )
+
     DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
     (Xs, _), (DYs, _), (DYb, _) = (
         _row_input(T, cfg.target, T.name + suffix)
