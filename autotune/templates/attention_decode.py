@@ -72,9 +72,8 @@ def _knob(cfg, name: str, absent):
     return cfg[name].val if name in knobs else absent
 
 
-def _as(dtype: str, x):
-    """``x`` in ``dtype``: 16-bit Q, K and V widened to the compute dtype where they are
-    read, the output rounded back once."""
+def _rounded(dtype: str, x):
+    """``x`` (in the compute dtype) in the output's ``dtype``, rounded once."""
     return x if x.dtype == dtype else pt.cast(dtype, x)
 
 
@@ -83,12 +82,13 @@ def _widened(T, cdt: str):
     return pt.compute(T.shape, lambda *ix: pt.cast(cdt, T[ix]), name=T.name + "_f32")
 
 
-def _scores(Q, K, dims, kvh, lanes: int, cdt: str):
-    """``Dot[b, h, i, j] = Q[b, h, i, :] . K[b, kvh(h), j, :]`` in ``cdt`` as ``lanes``
-    partial sums along D and their combine; returns ``(Dot, partials or None)``."""
+def _scores(Q, K, dims, kvh, lanes: int):
+    """``Dot[b, h, i, j] = Q[b, h, i, :] . K[b, kvh(h), j, :]`` (in Q's and K's dtype,
+    the compute dtype) as ``lanes`` partial sums along D and their combine; returns
+    ``(Dot, partials or None)``."""
     B, H, S, D, Sk, _, _ = dims
-    q_ = lambda b, h, i, d: _as(cdt, Q[b, h, i, d])  # noqa: E731
-    k_ = lambda b, h, j, d: _as(cdt, K[b, kvh(h), j, d])  # noqa: E731
+    q_ = lambda b, h, i, d: Q[b, h, i, d]  # noqa: E731
+    k_ = lambda b, h, j, d: K[b, kvh(h), j, d]  # noqa: E731
     nfull, tail = D // lanes, D % lanes
     if nfull == 0:
         d = pt.reduce_axis((0, D), name="d")
@@ -149,17 +149,17 @@ def decode_attention(cfg, Q, K, V, dims, causal: bool, sc: float, cdt: str, msk,
     wide = out != cdt
     if wide:
         Q, K, V = (_widened(T, cdt) for T in (Q, K, V))
-    Dot, Dp = _scores(Q, K, dims, kvh, lanes, cdt)
+    Dot, Dp = _scores(Q, K, dims, kvh, lanes)
     probs = attention_rows.probabilities(Dot, S, Sk, causal, sc, cdt, msk, cfg["red_lanes"].val)
     j = pt.reduce_axis((0, Sk), name="j")
     Acc = pt.compute(
         (B, H, S, Dv),
-        lambda b, h, i, e: pt.sum(probs.P[b, h, i, j] * _as(cdt, V[b, kvh(h), j, e]), axis=j),
+        lambda b, h, i, e: pt.sum(probs.P[b, h, i, j] * V[b, kvh(h), j, e], axis=j),
         name="Acc",
     )
     Out = pt.compute(
         (B, H, S, Dv),
-        lambda b, h, i, e: _as(out, Acc[b, h, i, e] * probs.rs[b, h, i]),
+        lambda b, h, i, e: _rounded(out, Acc[b, h, i, e] * probs.rs[b, h, i]),
         name="O",
     )
 
