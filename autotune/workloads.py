@@ -9,14 +9,13 @@ JSON file (``load_workloads``)::
     [{"template": "matmul", "args": [512, 512, 512], "weight": 1},
      {"template": "conv2d_nchw", "args": [1, 64, 56, 56, 64, 3, 3, 1, 1], "dtype": "float32"}]
 
-``python -m autotune.workloads --shell [TEMPLATE ...]`` prints the standard
+``pypto-tune list --shell [TEMPLATE ...]`` prints the standard
 ones as shell words (template, comma-separated arguments, trials, exploration
 trials, extra ``pypto-tune`` options) for scripts.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
 import json
@@ -253,27 +252,3 @@ def shell_lines(workloads) -> list[str]:
         words = [w.template, ",".join(map(str, w.task_args)), str(w.trials), str(w.explore)]
         out.append(" ".join(words + ([opts] if opts else [])))
     return out
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m autotune.workloads", description="Print the standard workloads."
-    )
-    p.add_argument("templates", nargs="*", help="only these templates (default: all)")
-    p.add_argument(
-        "--shell",
-        action="store_true",
-        help="one line each: template, args, trials, exploration trials, options",
-    )
-    a = p.parse_args(argv)
-    try:
-        ws = standard_workloads(a.templates or None)
-    except WorkloadError as e:
-        p.error(str(e))
-    for line in shell_lines(ws) if a.shell else (f"{w.label}: {w.template}{w.args}" for w in ws):
-        print(line)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,17 +4,26 @@
 # options listed there. Re-run on a new machine to extend them (--resume measures only
 # what is missing), or let one budget cover them all: pypto-tune all --minutes M.
 #
-#   benchmarks/ship_records.sh [matmul|conv|norm|ops|all]     (default all)
+#   benchmarks/ship_records.sh [GROUP|TEMPLATE ...]     (default all)
+#   groups: matmul, conv, norm, ops (the PyTorch operators' own templates), grad (the
+#   norms' and gelu's forward and backward in any dtype), int8, all
 set -euo pipefail
-case "${1:-all}" in
-  -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  matmul) templates="matmul batch_matmul dense_bias_gelu" ;;
-  conv) templates="conv2d_nchw depthwise_conv2d_nchw" ;;
-  norm) templates="softmax layernorm rmsnorm" ;;
-  ops) templates="attention moe gelu" ;;  # the PyTorch operators' own templates
-  all) templates="" ;;
-  *) echo "ship_records.sh: unknown group '$1' (matmul, conv, norm, ops or all)" >&2; exit 2 ;;
-esac
+templates=""
+for word in "${@:-all}"; do
+  case "$word" in
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    matmul) templates+=" matmul batch_matmul dense_bias_gelu" ;;
+    conv) templates+=" conv2d_nchw depthwise_conv2d_nchw conv2d_nchw_winograd" ;;
+    norm) templates+=" softmax layernorm rmsnorm" ;;
+    ops) templates+=" attention moe gelu" ;;
+    grad) templates+=" softmax_fwd layernorm_fwd rmsnorm_fwd gelu_backward softmax_backward"
+          templates+=" layernorm_backward rmsnorm_backward" ;;
+    int8) templates+=" dense dense_requant" ;;
+    all) templates="" ; break ;;
+    -*) echo "ship_records.sh: unknown option '$word'" >&2; exit 2 ;;
+    *) templates+=" $word" ;;  # a template: pypto-tune list --shell checks the name
+  esac
+done
 cd "$(dirname "$0")/.."
 T=$(python -c 'import pypto; print(pypto.Target("host").key)')  # records are per target
 tune() {  # the tuner given after the defaults wins
@@ -23,7 +32,7 @@ tune() {  # the tuner given after the defaults wins
   python -m autotune "$name" --tuner xgb --resume --no-progress "$@" </dev/null
 }
 # shellcheck disable=SC2086  # $templates and $opts are lists of words
-python -m autotune.workloads --shell $templates | while read -r name args trials explore opts; do
+python -m autotune list --shell $templates | while read -r name args trials explore opts; do
   log="tuning_logs/$T/$name.jsonl"
   if [ "$explore" -gt 0 ]; then
     # conv2d's micro-kernel knob (ukernel) is seen by the cost model only through the partial

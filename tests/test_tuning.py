@@ -818,7 +818,8 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
         (["best"], "usage: pypto-tune best LOG"),
         (["best", "/nonexistent/log.jsonl"], "no tuning log at /nonexistent/log.jsonl"),
         (["best", "/tmp"], "/tmp is a directory, not a tuning log"),
-        (["list", "extra"], "'list' takes no arguments"),
+        (["list", "extra"], "unknown template(s) 'extra'; known: "),
+        (["list", "--shell", "softmax", "extra"], "unknown template(s) 'extra'"),
         (
             ["toy_matmul", "--import", "no_such_module_xyz", "--args", "1"],
             "--import no_such_module_xyz",
@@ -913,6 +914,23 @@ def test_cli_list_and_best(tmp_path, capsys):
     assert cli_main(["best", str(log)]) == 0
     out = capsys.readouterr().out
     assert "1 ms (1.0 GFLOP/s, of 2 records)" in out and "{'a': 2}" in out
+
+
+def test_cli_list_of_named_templates_and_as_shell_words(capsys):
+    assert cli_main(["list", "softmax", "attention"]) == 0
+    out = capsys.readouterr().out
+    heads = [line.split("(")[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert heads[1:] == ["softmax", "attention"]  # after the host line, those named, in order
+    assert cli_main(["list", "--shell", "attention", "matmul"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    want = at.standard_workloads(["attention", "matmul"])
+    assert len(lines) == len(want) and len(want) >= 3
+    for line, w in zip(lines, want):
+        name, args, trials, explore, *opts = line.split()
+        assert (name, args, int(trials), int(explore)) == (
+            w.template, ",".join(map(str, w.task_args)), w.trials, w.explore
+        )  # fmt: skip
+        assert opts == [x for k, v in w.measure for x in (f"--{k.replace('_', '-')}", f"{v:g}")]
 
 
 def test_task_featurize_is_the_features_of_the_checked_lowering():
