@@ -74,11 +74,16 @@ def train(paths=None, out_dir: str | None = None, say=None) -> dict:
         )
     records = load_records(paths)
     os.makedirs(out_dir, exist_ok=True)
-    done = {}
+    done, parts = {}, []
     for target in [*sorted({r.target for r in records}), cm.ALL_TARGETS]:
         if target == cm.ALL_TARGETS and len(done) < 2:
             break  # the all-targets model only where it knows more than one target's
-        X, y, groups = training_data(records, None if target == cm.ALL_TARGETS else target)
+        if target == cm.ALL_TARGETS:  # every target's rows, featurized once
+            X, y = np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+            groups = [g for p in parts for g in p[2]]
+        else:
+            X, y, groups = training_data(records, target)
+            parts.append((X, y, groups))
         if len(y) < 8 or len(np.unique(y[y > 0])) < 2:
             continue
         model = cm.XGBoostCostModel(target).fit(X, y, group=groups)

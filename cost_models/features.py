@@ -13,10 +13,21 @@ Then whole-kernel features: flops, bytes, arithmetic intensity, parallel
 and vector extents, local buffers, prefetches, the target's vector
 width and cache sizes, the math calls gcc leaves scalar (libm's ``expf``
 where ``fast_exp`` vectorizes) and the bytes every other statement stores
-(packing B, copying a tile out). The layout is versioned (``SCHEMA``): a saved model refuses
-vectors of another schema. The element type shows in the bytes, lines and strides of
-each access (an int8 load is a quarter of a float32 one) and in the flops, which count
-integer data arithmetic (int8 products summed in int32) as well as float.
+(packing B, copying a tile out). A tensor intrinsic's call (a micro-kernel, ``tensorize``)
+counts as the loop nest it computes, its output's last axis vectorized and its other
+spatial axes unrolled inside its reduce loops, as a register tile's code runs them:
+
+    for io: gemm_tile_8x32(A + .., B + .., C + ..)
+    ->
+    for io: for k in 0..K: unrolled for i in 0..8: vectorized for j in 0..32:
+        C[.. + i*ldc + j] = C[..] + A[.. + i*lda + k] * B[.. + k*ldb + j]
+
+so its shape and the loops around it are features (as a call they were none, and the
+hottest store was whatever the kernel stored outside it). The layout is versioned
+(``SCHEMA``): a saved model refuses vectors of another schema. The element type shows in
+the bytes, lines and strides of each access (an int8 load is a quarter of a float32 one)
+and in the flops, which count integer data arithmetic (int8 products summed in int32) as
+well as float.
 """
 
 from __future__ import annotations
@@ -26,14 +37,37 @@ import math
 import numpy as np
 
 from pypto import dtypes
-from pypto.expr import Binary, Call, Load, Select, Var, walk
+from pypto.expr import (
+    Binary,
+    Call,
+    Const,
+    Expr,
+    Load,
+    Reduce,
+    Select,
+    TensorRead,
+    Var,
+    map_children,
+    walk,
+)
 from pypto.intervals import INF, Ranges, bounds
-from pypto.loop_ir import LOOP_KINDS, Allocate, For, IfThenElse, LoweredFunc, Prefetch, Seq, Store
+from pypto.loop_ir import (
+    LOOP_KINDS,
+    Allocate,
+    For,
+    IfThenElse,
+    IntrinCall,
+    Let,
+    LoweredFunc,
+    Prefetch,
+    Seq,
+    Store,
+)
 from pypto.mathfuncs import FUNCS, VECTORIZED
 from pypto.simplify import Lin, simplify
 from pypto.target import CACHE_LINE
 
-SCHEMA = "pypto-features-v4"
+SCHEMA = "pypto-features-v5"
 LEVELS = 6
 ACCESSES = 4
 KINDS = LOOP_KINDS  # the loop IR's kinds, in the schema's order
@@ -116,6 +150,50 @@ class _Walk:
             self.stores.append((s, loops, iters))
         elif isinstance(s, Prefetch):
             self.prefetches.append((s, iters))
+        elif isinstance(s, IntrinCall):
+            self.go(intrin_nest(s), loops, iters)
+        elif isinstance(s, Let):
+            self.go(s.body, loops, iters)
+
+
+def _at(operand, indices) -> Expr:
+    """The flat index of an intrinsic's element ``indices`` in its operand's buffer."""
+    flat = operand.index
+    for e, stride in zip(indices, operand.strides):
+        flat = Binary("add", flat, Binary("mul", e, Const(stride, e.dtype), e.dtype), e.dtype)
+    return flat
+
+
+def intrin_nest(call: IntrinCall):
+    """The loop nest a tensor intrinsic's call computes (see the module's docstring): its
+    reads of the inputs and the output as loads of the operands' buffers."""
+    op = call.intrin.op
+    *ins, out = call.operands
+    by_tensor = {t.op: o for t, o in zip(call.intrin.inputs, ins)}
+    axes = [iv.var for iv in op.axis]
+
+    def load(x):
+        x = map_children(x, load)
+        if isinstance(x, TensorRead):
+            o = by_tensor.get(x.tensor.op)
+            return Load(o.buffer, _at(o, x.indices), x.dtype) if o is not None else x
+        return x
+
+    index = _at(out, axes)
+    body = op.body
+    if isinstance(body, Reduce):  # out = out (+) source over the reduce axes
+        acc = Load(out.buffer, index, body.dtype)
+        value = body.combiner.combine(acc, load(body.source))
+        reduce_axes = body.axes
+    else:
+        value, reduce_axes = load(body), ()
+    s = Store(out.buffer, index, value)
+    kinds = ["unrolled"] * (len(op.axis) - 1) + ["vectorized"]
+    for iv, kind in reversed(list(zip(op.axis, kinds))):
+        s = For(iv.var, iv.extent, kind, s)
+    for iv in reversed(list(reduce_axes)):
+        s = For(iv.var, iv.extent, "serial", s)
+    return s
 
 
 def _flops(e) -> int:

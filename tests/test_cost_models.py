@@ -7,6 +7,7 @@ import pytest
 
 import cost_models as cm
 import pypto as pt
+from pypto.expr import Load, walk
 
 TARGET = pt.Target("x86-avx2")  # features need no machine: any named target
 
@@ -83,6 +84,36 @@ def test_features_see_scalar_math_calls_and_packing(name, args, knob, values, fe
     more, less = (task.featurize({**base, knob: v}) for v in values)
     i = list(cm.FEATURE_NAMES).index(feature)
     assert more[i] > less[i]
+
+
+def test_features_see_inside_tensor_intrinsics():
+    """A micro-kernel's call counts as the loops it computes: attention's register tile
+    rows (``mr_s``) changed the C, not the features (209 records of one x86-amx log had
+    41 distinct vectors), and its products were no flops at all."""
+    import autotune as at
+    from cost_models.features import intrin_nest
+    from pypto.loop_ir import For, IntrinCall, walk_stmts
+
+    task = at.Task("attention", (1, 1, 256, 64), target="x86-avx512")
+    base = task.config_space.default_config().to_json()
+    assert base["ukernel"] == 1
+    names = list(cm.FEATURE_NAMES)
+    a, b = (task.featurize({**base, "mr_s": m}) for m in (2, 8))
+    i = names.index("l1_log_extent")  # the unrolled rows, inside the vectorized columns
+    assert (a[i], b[i]) == (pytest.approx(np.log2(3)), pytest.approx(np.log2(9)))
+    flops = names.index("log_flops")
+    plain = task.featurize({**base, "ukernel": 0})  # the same products as plain loops
+    assert b[flops] == pytest.approx(plain[flops], abs=0.01)
+    s, args = task.instantiate(task.config_space.config({**base, "mr_s": 8}))
+    call = next(x for x in walk_stmts(pt.lower(s, args).body) if isinstance(x, IntrinCall))
+    nest, loops = intrin_nest(call), []
+    while isinstance(nest, For):
+        loops.append((nest.extent.value, nest.kind))
+        nest = nest.body
+    assert loops == [(64, "serial"), (8, "unrolled"), (32, "vectorized")]  # k, i, j
+    out = call.operands[-1].buffer
+    assert nest.buffer is out and {x.buffer.name for x in walk(nest.value)
+                                   if isinstance(x, Load)} == {out.name, "Q", "KT"}  # fmt: skip
 
 
 def _synthetic(n=200, seed=0):
