@@ -35,8 +35,8 @@ tune() {  # the tuner given after the defaults wins
 python -m autotune list --shell $templates | while read -r name args trials explore opts; do
   log="tuning_logs/$T/$name.jsonl"
   if [ "$explore" -gt 0 ]; then
-    # conv2d's micro-kernel knob (ukernel) is seen by the cost model only through the partial
-    # tiles it keeps: a random pass explores it before the model-guided one
+    # a random pass first (conv2d's): its knobs, the micro-kernel's (ukernel) among them,
+    # explored before the model-guided one ranks them
     tune "$name" --args "$args" --trials "$explore" --tuner random --confirm 0 $opts --log "$log"
   fi
   tune "$name" --args "$args" --trials "$trials" $opts --log "$log"
