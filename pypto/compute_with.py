@@ -140,6 +140,25 @@ def check_compute_with(stage, other, loop, order=None) -> None:
     for st in (stage, other):
         if len(st.leaf_iter_vars) < depth:
             raise err(f"'{st.name}' has {len(st.leaf_iter_vars)} loop(s), {depth} would be shared")
+        _check_outside_reduction(stage, st, depth)
+
+
+def _check_outside_reduction(stage, st, depth: int) -> None:
+    """A reduction (not an update definition) stores its initial value before its first
+    reduce loop, so the loops it shares must all be outside that one::
+
+        for jo: C[jo] = 0; for k: C[jo] += f(jo, k)     shares jo, never k
+    """
+    if st.is_update or not st.op.reduce_axis:
+        return
+    leaves = st.leaf_iter_vars
+    first = next((p for p, iv in enumerate(leaves) if iv.kind == "reduce"), len(leaves))
+    if depth > first:
+        raise ScheduleError(
+            f"compute_with on stage '{stage.name}': {depth} shared loop(s) would take in "
+            f"{leaves[first].name}, a reduce loop of '{st.name}', whose initial value is "
+            f"stored before that loop; share at most the {first} loop(s) outside it"
+        )
 
 
 def fused_depth(stage) -> int:
@@ -149,6 +168,8 @@ def fused_depth(stage) -> int:
         if loop in st.leaf_iter_vars:
             d = st.leaf_iter_vars.index(loop) + 1
             short = min((stage, other), key=lambda x: len(x.leaf_iter_vars))
+            for st_ in (stage, other):  # (a reorder after compute_with may move them)
+                _check_outside_reduction(stage, st_, min(d, len(st_.leaf_iter_vars)))
             if d > len(short.leaf_iter_vars):  # a reorder moved loops inside the shared ones
                 raise ScheduleError(
                     f"compute_with on stage '{stage.name}': it shares the loops of "

@@ -272,6 +272,45 @@ def test_bad_compute_with_calls():
     }
 
 
+def _column_sums():
+    A = pt.placeholder((8, 16), F, name="A")
+    k, k2 = pt.reduce_axis((0, 8), name="k"), pt.reduce_axis((0, 8), name="k2")
+    C = pt.compute((16,), lambda j: pt.sum(A[k, j], axis=k), name="C")
+    D = pt.compute((16,), lambda j: pt.sum(A[k2, j] * 2.0, axis=k2), name="D")
+    return A, C, D, pt.create_schedule([C.op, D.op])
+
+
+def test_two_reductions_share_the_loops_outside_their_reduce_loops_only():
+    """Was: sharing a reduce loop passed the call, then lowering refused it as "not
+    affine (a split by a symbolic factor?)", naming neither the loop nor the reason."""
+    A, C, D, s = _column_sums()
+    s[D].compute_with(s[C], C.op.axis[0])  # for j: C[j] = 0; for k ..; D[j] = 0; for k2 ..
+    a = np.random.default_rng(0).random((8, 16))
+    c, d = np.empty(16), np.empty(16)
+    pt.build(s, [A, C, D])(a, c, d)
+    np.testing.assert_allclose(c, a.sum(0), rtol=1e-14)
+    np.testing.assert_allclose(d, 2 * a.sum(0), rtol=1e-14)
+    A, C, D, s = _column_sums()
+    (k,), (k2,) = C.op.reduce_axis, D.op.reduce_axis
+    s[C].reorder(k, C.op.axis[0])
+    s[D].reorder(k2, D.op.axis[0])
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_with on stage 'D': 1 shared loop\(s\) "
+        r"would take in k2, a reduce loop of 'D', whose initial value is stored "
+        r"before that loop; share at most the 0 loop\(s\) outside it",
+    ):
+        s[D].compute_with(s[C], k)
+    A, C, D, s = _column_sums()  # allowed at the call; a reorder may not move k2 outside
+    s[D].compute_with(s[C], C.op.axis[0])
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"reorder\(k2, j\) on 'D' breaks compute_with on "
+        r"stage 'D': 1 shared loop\(s\) would take in k2",
+    ):
+        s[D].reorder(D.op.reduce_axis[0], D.op.axis[0])
+
+
 def test_compute_with_replays_from_json():
     A0, A, B, (t, i), (t2, i2) = _jacobi_1d(10, 3)
     s = pt.create_schedule([A.op, B.op])
