@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import domain, regions
+from .attach import check_init_reads, in_shared_loops
 from .bounds_check import NO_REPORT, BoundsReport, unchecked
-from .compute_with import shared_loops
+from .compute_with import shared_after, shared_loops
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
@@ -316,14 +317,21 @@ class Bounds(_Reads):
             raise ScheduleError(f"compute_at on stage '{st.name}': nothing reads it")
         for c in consumers:
             cn = self.nest(c)
-            cctx = cn.context
+            cn, cctx = in_shared_loops(st, cn, q, qn, len(prefix_ids)) or (cn, cn.context)
             if [id(iv) for iv, _ in cctx[: len(prefix_ids)]] != prefix_ids:
                 what = f"the pure definition of '{c.name}'" if c.n_updates else f"'{c.name}'"
+                if shared_after(c, q) >= len(prefix_ids):
+                    raise ScheduleError(
+                        f"compute_at on stage '{st.name}': its consumer '{c.name}' runs "
+                        f"before '{q.name}' in the loops they share (compute_with), so the "
+                        f"values computed at {L.name} would not be ready; compute "
+                        f"'{c.name}' with '{q.name}', after it"
+                    )
                 raise ScheduleError(
                     f"compute_at on stage '{st.name}': its consumer {what} runs outside "
                     f"loop {L.name} of '{q.name}', so the values would not be ready"
                 )
-            _check_init_reads(st, c, self.bodies[c], n.prefix, self.stage_of)
+            check_init_reads(st, c, self.bodies[c], n.prefix, self.stage_of)
             relaxed = {iv.var: ext for iv, ext in cctx[len(prefix_ids) :]}
             inner = cctx[len(prefix_ids) :]
             exact |= cn.tightened  # a consumer whose loops are not a box
@@ -469,22 +477,3 @@ class Bounds(_Reads):
             deepest = max((pos[v] for v in vars_of(c) if v in pos), default=0)
             out.setdefault(deepest, []).append((c, is_red))
         return out
-
-
-def _check_init_reads(st: Stage, c: Stage, body: Expr, prefix, stage_of) -> None:
-    """Refuse attaching ``st`` inside a reduction loop of its consumer ``c`` whose
-    ``init=`` reads it: the starting value is stored before that loop runs.
-
-        for i: S[i] = x[i]; for k: S[i] += A[i, k]     (x.local at k: not there yet)
-    """
-    reads = [
-        r for e in walk(body) if isinstance(e, Reduce) and e.init for r in tensor_reads(e.init[0])
-    ]
-    if not any(stage_of(r.tensor) is st for r in reads):
-        return
-    for iv, _ in prefix:
-        if iv.kind == "reduce" and iv in c.leaf_iter_vars:
-            raise ScheduleError(
-                f"compute_at on stage '{st.name}': '{c.name}' reads it in its init=, which "
-                f"runs before its reduction loop {iv.name}; attach it at a loop outside that"
-            )

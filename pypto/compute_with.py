@@ -17,14 +17,24 @@ makes imperfect nests (a statement before or after an inner loop, as in trisolv)
     for i:                          ->        x[i] = x[i] / L[i,i]
       x[i] = x[i] / L[i,i]
 
+A stage computed at one of the shared loops (``compute_at``) serves the stages that
+run after it in the iterations of that loop too (its buffer then holds for all of
+them; the shared loops must count alike): a norm's backward computes a row's
+statistics once, for its dx and for its share of the column sums:
+
+    for i:                                  for i:
+      mean[i] = ..                            mean.local = sum(X[i, :]) / n
+      for j: DX[i, j] = f(mean[i])    ->      for j: DX[i, j] = f(mean.local)
+    for i: for j: S[j] += g(mean[i])          for j: S[j] += g(mean.local)
+
 When the fused statements update one tensor (trisolv's subtract and divide) or their
 tensors read each other (jacobi's A and B), the fused order at the root loops is the
 program's order: there is no other. Otherwise the tensors keep their order, producers
 first, and the fusion must keep its dependences (refused with a witness). Later
 primitives (split, reorder, skew, parallel, ...) must keep the program's dependences;
 ``legality`` checks all of it with isl (``poly_cluster.fixes_order``, ``ClusterModel``).
-This module holds what the schedule, the order of the root statements and the merge of
-loop nests need to know about groups.
+This module holds what the schedule and the order of the root statements need to know
+about groups; ``fused_nests`` merges their loop nests.
 """
 
 from __future__ import annotations
@@ -32,14 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .domain import shared_bounds
-from .dtypes import INDEX
 from .errors import ScheduleError
-from .expr import Binary, Cmp, Const, Var, conjunction
-from .intervals import bounds
-from .loop_ir import For, IfThenElse, Let, seq
-from .passes import subst_stmt
-from .simplify import simplify
 from .tensor import IterVar
 
 
@@ -318,136 +321,15 @@ def _names(names: list) -> str:
     return " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-# ---------------------------------------------------------------- merging loop nests
-
-
-def fused_stmt(low, cluster: Cluster):
-    """One loop nest for the members of ``cluster`` (their nests merged down to the
-    loops they share), from ``low.stage_stmt`` of each member."""
-    items = [
-        _Member(low.stage_stmt(m), d, m, low.nests[m].shared_domain)
-        for m, d in zip(cluster.members, cluster.depths)
-    ]
-    return _merge(items, low.ranges, ())
-
-
-class _Member(NamedTuple):
-    """A member's nest below the loops merged so far; ``points``: its points in the
-    shared loops (``domain.shared_domain``; None: their boxes)."""
-
-    stmt: Any
-    depth: int
-    stage: Any
-    points: tuple | None
-
-
-def _merge(items: list, ranges, outer: tuple):
-    """``outer``: the values of the shared loops merged so far."""
-    out, run = [], []
-    for item in items:
-        if run and item.depth >= 1:
-            run.append(item)
-        else:
-            if run:
-                out.append(_fuse_run(run, ranges, outer))
-            run = [item]
-    out.append(_fuse_run(run, ranges, outer))
-    return seq(*out)
-
-
-def _fuse_run(run: list, ranges, outer: tuple):
-    """One loop for the members of ``run``: the longest of their loops, each member's
-    body guarded where its own loop would have stopped (a member shifted behind the
-    others runs its last iterations after theirs). Where the members' points do not
-    fill the box of the shared loops (skewed tiles), the loop runs only the hull of
-    their points (``domain.shared_bounds``), from a lower bound computed once:
-
-        for t in [0, T):                      let t_lo = max(0, lo(io))
-          A(t)  (points for t in [a0, a1))  ->  for t' in [0, min(T, hi(io)) - t_lo):
-          B(t)  (points for t in [b0, b1))        A(t' + t_lo); B(t' + t_lo)
-    """
-    if len(run) == 1:
-        return run[0].stmt
-    peeled = [_peel(m.stmt, m.stage) for m in run]
-    lead, lead_stage = peeled[0][0], run[0].stage
-    box = lead.extent
-    for loop, _ in peeled[1:]:
-        if not _same(loop.extent, box, ranges):
-            box = simplify(Binary("max", box, loop.extent, INDEX), ranges)
-    lo, hi = _hull(run, len(outer), outer, box, ranges)
-    start = None if _same(lo, Const(0, INDEX), ranges) else Var(f"{lead.var.name}_lo", INDEX)
-    at = lead.var if start is None else Binary("add", lead.var, start, INDEX)
-    inner = []
-    for k, ((loop, body), m) in enumerate(zip(peeled, run)):
-        if k and loop.kind != lead.kind:
-            raise ScheduleError(
-                f"compute_with on stage '{m.stage.name}': its loop {loop.var.name} is "
-                f"{loop.kind}, loop {lead.var.name} of '{lead_stage.name}' {lead.kind}; "
-                "shared loops need the same annotation: give it to the loop of every stage "
-                "that shares it"
-            )
-        body = subst_stmt(body, {loop.var: at})
-        if not _same(loop.extent, box, ranges):
-            body = IfThenElse(Cmp("lt", at, loop.extent), body)
-        inner.append(m._replace(stmt=body, depth=m.depth - 1 if k else 0))
-    # the merged counter runs up to the longest loop: bounds inside must know that (the
-    # lead's own loop may be shorter)
-    body = _merge(inner, ranges.child(lead.var, box), (*outer, at))
-    if start is None:
-        return For(lead.var, hi, lead.kind, body)
-    ext = simplify(Binary("sub", hi, start, INDEX), ranges)
-    return Let(start, lo, For(lead.var, ext, lead.kind, body))
-
-
-def _hull(run: list, level: int, outer: tuple, box, ranges) -> tuple:
-    """``(lo, hi)`` of the shared loop at ``level``: the hull of the members' points,
-    clamped to ``[0, box)`` (outside their points each member's body does nothing, and
-    runs correctly anywhere in its box); the box when a member's points are not known."""
-    zero = Const(0, INDEX)
-    if any(m.points is None for m in run):
-        return zero, box
-    params = {k: v for m in run for k, v in m.points[1].items()}
-    found = shared_bounds([m.points[0] for m in run], level, list(outer), params)
-    if found is None:
-        return zero, box
-    lo, hi = (simplify(e, ranges) for e in found)
-    lo = zero if bounds(lo, ranges)[1] <= 0 else simplify(Binary("max", lo, zero, INDEX), ranges)
-    hi = box if _same(hi, box, ranges) else simplify(Binary("min", hi, box, INDEX), ranges)
-    return lo, hi
-
-
-def _same(a, b, ranges) -> bool:
-    diff = simplify(Binary("sub", a, b, INDEX), ranges)
-    return isinstance(diff, Const) and diff.value == 0
-
-
-def _peel(s, stage):
-    """``s`` as its outer loop and that loop's body; guards on outer loops move inside."""
-    conds = []
-    while isinstance(s, IfThenElse) and s.else_ is None:
-        conds.append(s.cond)
-        s = s.then
-    if not isinstance(s, For):
-        raise ScheduleError(
-            f"compute_with on stage '{stage.name}': a shared loop level holds more than "
-            "one loop (a reduction's init and update nests, a stage attached with "
-            "compute_at, or a prefetch); share fewer loops"
-        )
-    body = IfThenElse(conjunction(conds), s.body) if conds else s.body
-    return s, body
-
-
-def root_stmts(low, roots: list) -> list:
-    """The statements of the root stages, each cluster's members as one merged nest."""
-    if not clusters(low.sch):
-        return [low.stage_stmt(st) for st in roots]
-    out = []
-    for node in node_order(low.sch, low):
-        if isinstance(node, Cluster):
-            out.append(fused_stmt(low, node))
-        elif node in roots:
-            out.append(low.stage_stmt(node))
-    return out
+def shared_after(stage, later) -> int:
+    """How many outer loops ``later`` shares with ``stage`` while running after it in
+    each of their iterations (0: none, or ``later`` runs first): a stage computed at
+    one of those loops of ``stage`` (``compute_at``) is ready for ``later`` too."""
+    for c in clusters(stage.schedule):
+        if stage in c.members and later in c.members:
+            a, b = c.members.index(stage), c.members.index(later)
+            return min(c.depths[a + 1 : b + 1]) if a < b else 0
+    return 0
 
 
 def shared_loops(stage) -> int:

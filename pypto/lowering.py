@@ -21,7 +21,6 @@ from . import passes
 from .accumulate import accumulated_reduction, needs_accumulator, reduction_start
 from .bounds import Nests, StageNest, infer
 from .bounds_check import check_bounds
-from .compute_with import root_stmts
 from .dtypes import INDEX
 from .errors import ScheduleError
 from .expr import (
@@ -35,6 +34,7 @@ from .expr import (
     substitute,
     vars_of,
 )
+from .fused_nests import root_stmts
 from .layout import Layout, flat_index, plan
 from .legality import check_schedule
 from .loop_ir import Allocate, Buffer, For, IfThenElse, LoweredFunc, Store, seq, unbound_vars

@@ -227,13 +227,26 @@ def spread_stmts(low, n, pf) -> list:
             buf, idx = low.buffer_index(low.stage_of(r.tensor), r.indices)
             idx = substitute(low.in_leaves(na, idx), {pf.loop.var: pf.loop.var + pf.offset})
             idx = simplify(idx, low.ranges)
-            if skey(idx) not in seen:  # one per footprint
-                seen.add(skey(idx))
-                loops = [(x, na.box_ext[x]) for x in a.leaf_iter_vars]
+            loops = [(x, na.box_ext[x]) for x in a.leaf_iter_vars]
+            key = _footprint(idx, loops)
+            if key not in seen:  # one per footprint, whichever stage reads it
+                seen.add(key)
                 out.append(_spread_lines(low, buf, idx, loops, (it, count), pf, where))
     if not out:
         raise ScheduleError(f"{where}: no stage computed at loop {pf.loop.name} reads it")
     return out
+
+
+def _footprint(idx, loops) -> tuple:
+    """What ``idx`` reads over ``loops`` ((leaf, extent)), whatever the loops are named:
+    several stages computed at one loop read the same row (a norm's statistics)."""
+    while len(_LOOPS) < len(loops):
+        _LOOPS.append(Var(f"pf_k{len(_LOOPS)}", INDEX))
+    canon = {iv.var: k for (iv, _), k in zip(loops, _LOOPS)}
+    return skey(substitute(idx, canon)), tuple(skey(e) for _, e in loops)
+
+
+_LOOPS: list = []  # the loops of a footprint, named by position (a key compares names by id)
 
 
 def _spread_lines(low, buf, idx, loops, iteration, pf, where):

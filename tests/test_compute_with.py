@@ -311,6 +311,95 @@ def test_two_reductions_share_the_loops_outside_their_reduce_loops_only():
         s[D].reorder(D.op.reduce_axis[0], D.op.axis[0])
 
 
+def _centered_with_column_sums(rows=10, cols=24, block=4, from_zero=True):
+    """Y = X - the mean of each row, S[b, j] = the sum of Y[i, j]^2 over the rows of block b
+    (an update over a ragged last block)."""
+    X = pt.placeholder((rows, cols), F, name="X")
+    k = pt.reduce_axis((0, cols), name="k")
+    total = pt.compute((rows,), lambda i: pt.sum(X[i, k], axis=k), name="total")
+    Y = pt.compute((rows, cols), lambda i, j: X[i, j] - total[i] / cols, name="Y")
+    nb = -(-rows // block)
+    S = pt.compute((nb, cols), lambda b, j: pt.const(0.0, F), name="S")
+    bo = pt.reduce_axis((0, nb), name="bo")
+    if from_zero:  # r counts the block's rows, as the row loop's inner part does
+        r = pt.reduce_axis((0, pt.min(block, rows - bo * block)), name="r")
+        i = bo * block + r
+    else:
+        i = r = pt.reduce_axis((bo * block, pt.min(bo * block + block, rows)), name="r")
+    bj = pt.reduce_axis((0, cols), name="bj")
+    S[bo, bj] = S[bo, bj] + (X[i, bj] - total[i] / cols) * (X[i, bj] - total[i] / cols)
+    return X, total, Y, S, pt.create_schedule([Y.op, S.op])
+
+
+def _centered_ref(x, block):
+    y = x - x.mean(1, keepdims=True)
+    return y, np.add.reduceat(y * y, range(0, len(x), block))
+
+
+@pytest.mark.parametrize("share", ["rows", "columns"])
+def test_a_stage_computed_at_a_shared_loop_is_read_by_the_stages_after(share):
+    """A stage attached at a loop that compute_with shares (a row's sum at the row)
+    serves the stages computed after the one it is attached to: the column sums of a
+    norm's backward in the same pass over the rows, and, sharing the column loop too,
+    the row's statistic computed before that loop::
+
+        parallel for io: for ii: total.local = ..                  (compute_at(s[Y], ii))
+                                 for j: Y[..] = X[..] - total.local / cols
+                                 for j: S[io, j] += (X[..] - total.local / cols)^2
+    """
+    rows, cols, block = 10, 24, 4
+    X, total, Y, S, s = _centered_with_column_sums(rows, cols, block)
+    io, ii = s[Y].split(Y.op.axis[0], factor=block)
+    s[Y].parallel(io)
+    s[total].compute_at(s[Y], ii)
+    u = s[S].update(0)
+    bo, r, bj = u.op.axis
+    u.parallel(bo)
+    if share == "rows":
+        u.compute_with(s[Y], ii)
+    else:
+        jo, ji = s[Y].split(Y.op.axis[1], factor=8)
+        bjo, bji = u.split(bj, factor=8)
+        u.vectorize(bji)
+        s[Y].vectorize(ji)
+        u.compute_with(s[Y], jo)
+    mod = pt.build(s, [X, Y, S])
+    assert "total[1]" in mod.source  # one local row statistic, read by both
+    x = np.random.default_rng(0).random((rows, cols))
+    y, sums = np.full((rows, cols), np.nan), np.full((3, cols), np.nan)
+    mod(x, y, sums)
+    ry, rs = _centered_ref(x, block)
+    np.testing.assert_allclose(y, ry, rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(sums, rs, rtol=1e-13)
+
+
+def test_a_stage_computed_at_a_shared_loop_is_refused_to_readers_before_or_counted_apart():
+    X, total, Y, S, s = _centered_with_column_sums()
+    io, ii = s[Y].split(Y.op.axis[0], factor=4)
+    s[Y].compute_with(s[S].update(0), ii)  # S's statement first in each row
+    s[total].compute_at(s[Y], ii)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_at on stage 'total': its consumer 'S.update\(0\)' runs before 'Y' "
+        r"in the loops they share \(compute_with\), so the values computed at i.inner "
+        r"would not be ready; compute 'S.update\(0\)' with 'Y', after it",
+    ):
+        pt.lower(s, [X, Y, S])
+    # r runs over the rows themselves: the merged loop would count [0, 10) for both,
+    # the row sum computed for row io * 4 + r where S reads row r
+    X, total, Y, S, s = _centered_with_column_sums(from_zero=False)
+    io, ii = s[Y].split(Y.op.axis[0], factor=4)
+    s[total].compute_at(s[Y], ii)
+    s[S].update(0).compute_with(s[Y], ii)
+    with pytest.raises(
+        pt.ScheduleError,
+        match=r"compute_at on stage 'total' at loop i.inner of 'Y': 'S.update\(0\)' reads "
+        r"it in the loops they share \(compute_with\), but its loop r runs 10 iterations "
+        r"where i.inner runs 4; give the shared loops the same extents \(start r at 0\)",
+    ):
+        pt.lower(s, [X, Y, S])
+
+
 def test_compute_with_replays_from_json():
     A0, A, B, (t, i), (t2, i2) = _jacobi_1d(10, 3)
     s = pt.create_schedule([A.op, B.op])

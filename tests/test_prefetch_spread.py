@@ -171,3 +171,33 @@ def test_gemm_templates_prefetch_the_next_panel(name, args):
     c = np.full([int(d.value) for d in tensors[2].shape], np.nan, np.float32)
     mod(a, b, c)
     np.testing.assert_allclose(c, np.matmul(a.astype(np.float64), b), rtol=1e-5, atol=1e-4)
+
+
+def test_spread_prefetch_requests_a_row_once_for_the_stages_that_read_it():
+    """Three row statistics computed at the row, each reading X's whole row: the next
+    row's lines are requested once (one loop of hints), not once per statistic."""
+    rows, cols = 6, 256
+    X = pt.placeholder((rows, cols), "float32", name="X")
+
+    def row_sum(name, f):
+        k = pt.reduce_axis((0, cols), name=name + "_k")
+        return pt.compute((rows,), lambda i: pt.sum(f(X[i, k]), axis=k), name=name)
+
+    stats = [row_sum("a", lambda v: v), row_sum("b", lambda v: v * v), row_sum("c", pt.abs)]
+    a, b, c = stats
+    Y = pt.compute((rows, cols), lambda i, j: X[i, j] * a[i] + b[i] - c[i], name="Y")
+    s = pt.create_schedule(Y.op)
+    i, j = Y.op.axis
+    for T in stats:
+        s[T].compute_at(s[Y], i)
+    jo, ji = s[Y].split(j, factor=16)
+    s[Y].prefetch(X, i, 1, level=2, spread=jo)
+    mod = pt.build(s, [X, Y])
+    assert mod.source.count("__builtin_prefetch") == 1, mod.source
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    mod(x, y)
+    x64 = x.astype(np.float64)
+    ref = x64 * x64.sum(1, keepdims=True) + (x64 * x64).sum(1, keepdims=True)
+    ref -= np.abs(x64).sum(1, keepdims=True)
+    np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-2)

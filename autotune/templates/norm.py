@@ -157,12 +157,12 @@ ROW_BLOCK = 4  # ... are computed this many at a time
 
 def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None, row=None):
     """Split a row-sized elementwise stage's last loop by ``tile_j``; vectorize the
-    inner part, unroll ``unroll_j`` chunks of the outer. With ``prefetch`` on, each
-    chunk prefetches the same chunk of the next row of ``X`` (if given; or, where the
-    stages computed at ``row`` read ``X``, not this one, the lines they read at the
-    next row spread over the chunks), for the ``output`` its own next row (for
-    writing), and of the consumer ``ahead`` (if given) the chunk it will write from
-    this one."""
+    inner part, unroll ``unroll_j`` chunks of the outer (returns the loop over them).
+    With ``prefetch`` on, each chunk prefetches the same chunk of the next row of ``X``
+    (if given; or, where the stages computed at ``row`` read ``X``, not this one, the
+    lines they read at the next row spread over the chunks), for the ``output`` its own
+    next row (for writing), and of the consumer ``ahead`` (if given) the chunk it will
+    write from this one."""
     j = s[T].op.axis[-1]
     jo, ji = cfg["tile_j"].apply(s, T, j)
     u = cfg["unroll_j"].val
@@ -180,6 +180,7 @@ def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None
             s[T].prefetch(T, jo, per_row)  # for writing: the store misses overlap
         if ahead is not None:
             s[T].prefetch(ahead, jo, 0)  # the consumer's row, for writing, before its pass
+    return jo
 
 
 def _schedule_reduction(cfg, s, stages):

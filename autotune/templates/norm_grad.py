@@ -16,11 +16,19 @@ The backward templates (``rmsnorm_backward``, ``layernorm_backward``,
   ``dx = rstd (g - mean(g) - xh mean(g xh))``, ``dw = sum_rows dy xh``, ``db = sum_rows dy``;
 - softmax (from its output y): ``dx = y (dy - sum(dy y))``.
 
-Schedules reuse ``norm.py``'s: rows in parallel, row reductions as vector
-partials, elementwise passes split and vectorized. The per-row statistics that
-the column sums (dw, db) also read are root stages (parallel over rows); the
-column sums read blocks of whole rows in parallel into rows of partial sums,
-then sum those over column panels in parallel (``_column_sum``).
+Schedules reuse ``norm.py``'s: row reductions as vector partials, elementwise
+passes split and vectorized. The backward passes read X and DY from memory once:
+blocks of rows in parallel, each row's statistics, its dx and its share of the
+column sums (dw, db) computed in one pass over it (``compute_with``), the
+column sums into a row of partial sums per block, summed at the end::
+
+    parallel for io:                          (blocks of B rows)
+      for ii:                                 (row i = io * B + ii)
+        mean, rstd, sum(g), sum(g xh) of row i        (compute_at: X's row into cache)
+        for j: DX[i, j] = rstd (g - ..)
+        for j: DW.rf[io, j] += DY[i, j] xh[i, j]      (compute_with(s[DX], ii))
+        for j: DB.rf[io, j] += DY[i, j]
+    parallel for jo: for io: DW[j] += DW.rf[io, j]; DB[j] += DB.rf[io, j]
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import pypto as pt
 from ..task import template
 from . import f16c, precision
 from .norm import (
+    _schedule_elementwise,
     _schedule_reduction,
     _schedule_rows,
     checked_eps,
@@ -39,7 +48,7 @@ from .norm import (
     layer_stats,
     row_reduce,
 )
-from .norm_stream import narrowed_rows
+from .norm_stream import narrowed_rows, schedule_stream
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
 
@@ -54,60 +63,93 @@ def _root_rows(cfg, s, R, stages, reductions):
     _schedule_reduction(cfg, s, reductions)
 
 
-def _column_sums(cols: int, rows: int, terms: dict, dtype: str):
-    """``{name: f(r, j)}`` summed over rows per column, in the compute dtype: ``(sums,
-    outputs)``, the outputs rounded to the storage ``dtype`` (the sums themselves when
-    they are of it)."""
-    sums, outs = [], []
+COLUMN_ROWS = 64  # rows of a block of the column sums' partial sums, at most (fewer ...
+ROW_BLOCKS = 16  # ... where there would be fewer blocks than this to run in parallel) ...
+COLUMN_BLOCKS = 256  # ... and at least what keeps at most this many (4 MiB at 4096 cols)
+
+
+def row_block(rows: int) -> int:
+    """Rows of a block: one row of partial column sums per block, its rows in one
+    parallel iteration."""
+    return max(-(-rows // COLUMN_BLOCKS), min(COLUMN_ROWS, max(1, rows // ROW_BLOCKS)))
+
+
+def _column_sums(cols: int, rows: int, block: int, terms: dict, cdt: str, dtype: str):
+    """``{name: f(i, j)}`` summed over rows per column, in the compute dtype ``cdt``:
+    ``(partials, sums, outputs)``. Each block of ``block`` rows adds its rows into a
+    row of partial sums (an update, which the pass over the rows computes with:
+    ``_schedule_column_sums``), then ``sums`` add those up; the outputs are the sums
+    rounded to the storage ``dtype`` (the sums themselves when they are of it)."""
+    nb = -(-rows // block)
 
     def column_sum(name, f):
-        q = pt.reduce_axis((0, rows), name="r_" + name.lower())
-        return pt.compute((cols,), lambda j: pt.sum(f(q, j), axis=q), name=name)
+        low = name.lower()
+        P = pt.compute((nb, cols), lambda b, j: pt.const(0, cdt), name=name + "_rf")
+        bo = pt.reduce_axis((0, nb), name=f"{low}_b")
+        ext = block if rows % block == 0 else pt.min(block, rows - bo * block)
+        r = pt.reduce_axis((0, ext), name=f"{low}_r")  # from 0, as the row loop's inner part
+        j = pt.reduce_axis((0, cols), name=f"{low}_j")
+        P[bo, j] = P[bo, j] + f(bo * block + r, j)
+        q = pt.reduce_axis((0, nb), name="r_" + low)
+        C = pt.compute((cols,), lambda jj: pt.sum(P[q, jj], axis=q), name=name)
+        if cdt == dtype:
+            return P, C, C
+        return P, C, pt.compute((cols,), lambda jj: rounded(C[jj], dtype), name=name + "_out")
 
-    def rounding(C):
-        return pt.compute((cols,), lambda j: rounded(C[j], dtype), name=C.name + "_out")
-
-    for name, f in terms.items():
-        C = column_sum(name, f)
-        sums.append(C)
-        outs.append(rounding(C) if str(C.dtype) != dtype else C)
-    return sums, outs
+    parts, sums, outs = zip(*(column_sum(name, f) for name, f in terms.items()))
+    return list(parts), list(sums), list(outs)
 
 
-COLUMN_ROWS = 64  # rows of a block of the column sums' partial sums, at least ...
-COLUMN_BLOCKS = 256  # ... and at most this many blocks (their partials: 4 MiB at 4096 cols)
+def _schedule_column_sums(s, Y, rows, parts, sums, lanes: int) -> None:
+    """The partial column sums computed with the rows of ``Y`` (``_schedule_row_blocks``:
+    blocks of rows in parallel), each block's row after the row of ``Y``, reading it
+    from cache; then the partials summed, column panels of ``2 lanes`` in parallel::
+
+        parallel for io: for ii: ... row statistics ...; for j: Y[i, j] = ..
+                                 vectorized for j: DW.rf[io, j] += f(io * B + ii, j)
+        parallel for jo: for io: vectorized for ji: DW[jo * 2V + ji] += DW.rf[io, jo * 2V + ji]
+
+    Each of X and DY is read from memory once (the column sums had a pass of their own:
+    ``layernorm_backward`` 4096 x 4096 float32 on a Zen 4, one / two threads, 33.3 /
+    19.5 -> 21.5 / 11.3 ms)."""
+    prev, at = s[Y], s[Y].leaf_iter_vars[1]
+    for P in parts:
+        b, j = P.op.axis
+        s[P].parallel(b)
+        s[P].vectorize(j)
+        u = s[P].update(0)
+        bo, r, jj = u.op.axis
+        u.parallel(bo)
+        u.vectorize(jj)
+        u.compute_with(prev, at)
+        prev, at = u, r
+    for C in sums:
+        (j,) = C.op.axis
+        (k,) = C.op.reduce_axis
+        jo, ji = s[C].split(j, factor=2 * lanes)
+        s[C].reorder(jo, k, ji)
+        s[C].parallel(jo)
+        s[C].vectorize(ji)
 
 
-def _column_sum(s, C, lanes: int, rows: int):
-    """``C[j] = sum_i ...``: blocks of ``COLUMN_ROWS`` rows (more where there would be
-    more than ``COLUMN_BLOCKS``) in parallel, each summed into a row of partial sums as
-    its rows are read, in order (``rfactor``); then the partials summed, column panels
-    of ``2 lanes`` in parallel. Returns the partial sums' stage and its row loop::
-
-        for j: C[j] = 0; for i: C[j] += f(i, j)
-        ->
-        parallel for io: for ii: vectorized for j: C.rf[io, j] += f(io * 64 + ii, j)
-        parallel for jo: for io: vectorized for ji: C[jo * 2V + ji] += C.rf[io, jo * 2V + ji]
-
-    A panel of columns over all rows read 128 bytes of each row, 16 KiB apart: 4096 x
-    4096 ``rmsnorm_backward`` in float32, one / two threads of a Zen 4, 48.6 / 25.1 ->
-    29.7 / 14.9 ms; ``layernorm_backward`` in bfloat16 56.4 -> 30.0 ms with one.
-    """
-    (i,) = C.op.reduce_axis
-    io, _ = s[C].split(i, factor=max(COLUMN_ROWS, -(-rows // COLUMN_BLOCKS)))
-    CF = s.rfactor(C, io)
-    fo, fj = CF.op.axis
-    (fi,) = CF.op.reduce_axis
-    s[CF].reorder(fo, fi, fj)
-    s[CF].parallel(fo)
-    s[CF].vectorize(fj)
-    (j,) = s[C].op.axis
-    (k,) = s[C].op.reduce_axis
-    jo, ji = s[C].split(j, factor=2 * lanes)
-    s[C].reorder(jo, k, ji)
-    s[C].parallel(jo)
-    s[C].vectorize(ji)
-    return CF, fi
+def _schedule_row_blocks(cfg, s, Y, row_stages, elementwise, reads, cols: int, block: int):
+    """Blocks of ``block`` rows of ``Y`` in parallel, each row's ``row_stages`` computed
+    at it; the elementwise passes split and vectorized, the last one prefetching the
+    next row of each of ``reads`` into L2 (``prefetch``). A narrowed ``Y``
+    (``narrowed_rows``: its float32 row ``elementwise[-1]`` among the row stages) is
+    copied out a chunk at a time. Returns the row loop."""
+    io, i = s[Y].split(Y.op.axis[0], factor=block)
+    s[Y].parallel(io)
+    narrowed = elementwise[-1] is not Y
+    for T in row_stages:
+        s[T].compute_at(s[Y], i)
+    if narrowed:
+        s[elementwise[-1]].compute_at(s[Y], schedule_stream(s, Y, cfg.target))
+    for T in elementwise:
+        jo = _schedule_elementwise(cfg, s, T, cols)
+    for X in reads if cfg["prefetch"].val else ():
+        s[elementwise[-1]].prefetch(X, i, 1, level=2, spread=jo)
+    return i
 
 
 def weight_dtype_of(name: str, dtype: str, weight_dtype) -> str:
@@ -301,25 +343,23 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=No
     ``weight_dtype``)."""
     lanes, L, cdt, ins, W = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype, weight_dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
-    Xr, conv = _row_input(ins[0], cfg.target, "X_stats")
-    r, st = _stats_rms(Xr, rows, cols, eps, cdt, L)
-    (Xd, _), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
+    (Xd, conv), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
+    r, st = _stats_rms(Xd, rows, cols, eps, cdt, L)
     gx, gx_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j] * Xd[i, j], rows, cols, L, "gx")
     k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
     dx = lambda i, j: r[i] * W[j] * DYd[i, j] - Xd[i, j] * k[i]  # noqa: E731
     DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
-    (Xs, _), (DYs, _) = (_row_input(T, cfg.target, T.name + "_dw") for T in (ins[0], ins[2]))
-    dw = {"DW": lambda q, j: DYs[q, j] * Xs[q, j] * r[q]}
-    sums, (DW,) = _column_sums(cols, rows, dw, str(ins[1].dtype))
+    block = row_block(rows)
+    dw = {"DW": lambda i, j: DYd[i, j] * Xd[i, j] * r[i]}
+    parts, sums, (DW,) = _column_sums(cols, rows, block, dw, cdt, str(ins[1].dtype))
     s = pt.create_schedule([DX.op, DW.op])
-    _widened_inputs(s, [Xr, Xd, DYd, Xs, DYs], conv, [W])
-    _root_rows(cfg, s, r, st, st[:-1])
-    _convert_rows(s, [Xr], conv, r, r.op.axis[0], cols, cfg.target)
-    row = _schedule_rows(cfg, s, DX, [*gx_st, k], [DXr], ins[0], cols, conv)
+    _widened_inputs(s, [Xd, DYd], conv, [W])
+    row_stages = [*st, *gx_st, k]
+    row = _schedule_row_blocks(cfg, s, DX, row_stages, [DXr], [ins[0], ins[2]], cols, block)
     _convert_rows(s, [Xd, DYd], conv, DX, row, cols, cfg.target)
+    _schedule_reduction(cfg, s, st[:-1])
     _schedule_reduction(cfg, s, gx_st)
-    for C in sums:
-        _convert_rows(s, [Xs, DYs], conv, *_column_sum(s, C, lanes, rows), cols, cfg.target)
+    _schedule_column_sums(s, DX, rows, parts, sums, lanes)
     return s, [*ins, DX, DW]
 
 
@@ -332,9 +372,8 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=
     ``weight_dtype``)."""
     lanes, L, cdt, ins, W = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype, weight_dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
-    (Xm, conv), (Xv, _) = (_row_input(ins[0], cfg.target, n) for n in ("X_mean", "X_var"))
-    mean, rstd, st1, st2 = layer_stats(Xm, rows, cols, eps, cdt, L, Xv)
-    (Xd, _), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
+    (Xd, conv), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
+    mean, rstd, st1, st2 = layer_stats(Xd, rows, cols, eps, cdt, L)
     xh = lambda i, j: (Xd[i, j] - mean[i]) * rstd[i]  # noqa: E731
     ga, ga_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j], rows, cols, L, "ga")
     gb, gb_st = row_reduce("sum", lambda i, j: DYd[i, j] * W[j] * xh(i, j), rows, cols, L, "gb")
@@ -345,27 +384,17 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=
         )
 
     DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
-    (Xs, _), (DYs, _), (DYb, _) = (
-        _row_input(T, cfg.target, T.name + suffix)
-        for T, suffix in ((ins[0], "_dw"), (ins[2], "_dw"), (ins[2], "_db"))
-    )
-    terms = {
-        "DW": lambda q, j: DYs[q, j] * ((Xs[q, j] - mean[q]) * rstd[q]),
-        "DB": lambda q, j: DYb[q, j],
-    }
-    sums, (DW, DB) = _column_sums(cols, rows, terms, str(ins[1].dtype))
+    block = row_block(rows)
+    terms = {"DW": lambda i, j: DYd[i, j] * xh(i, j), "DB": lambda i, j: DYd[i, j]}
+    parts, sums, (DW, DB) = _column_sums(cols, rows, block, terms, cdt, str(ins[1].dtype))
     s = pt.create_schedule([DX.op, DW.op, DB.op])
-    _widened_inputs(s, [Xm, Xv, Xd, DYd, Xs, DYs, DYb], conv, [W])
-    _root_rows(cfg, s, mean, st1, st1[:-1])
-    _root_rows(cfg, s, rstd, st2, st2[:-1])
-    _convert_rows(s, [Xm], conv, mean, mean.op.axis[0], cols, cfg.target)
-    _convert_rows(s, [Xv], conv, rstd, rstd.op.axis[0], cols, cfg.target)
-    row = _schedule_rows(cfg, s, DX, [*ga_st, *gb_st], [DXr], ins[0], cols, conv)
+    _widened_inputs(s, [Xd, DYd], conv, [W])
+    row_stages = [*st1, *st2, *ga_st, *gb_st]
+    row = _schedule_row_blocks(cfg, s, DX, row_stages, [DXr], [ins[0], ins[2]], cols, block)
     _convert_rows(s, [Xd, DYd], conv, DX, row, cols, cfg.target)
-    _schedule_reduction(cfg, s, ga_st)
-    _schedule_reduction(cfg, s, gb_st)
-    for C, read in zip(sums, ([Xs, DYs], [DYb])):
-        _convert_rows(s, read, conv, *_column_sum(s, C, lanes, rows), cols, cfg.target)
+    for st in (st1[:-1], st2[:-1], ga_st, gb_st):
+        _schedule_reduction(cfg, s, st)
+    _schedule_column_sums(s, DX, rows, parts, sums, lanes)
     return s, [*ins, DX, DW, DB]
 
 
