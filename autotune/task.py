@@ -27,7 +27,7 @@ import numpy as np
 
 from cost_models import featurize
 from pypto.expr import Binary, Call, Cast, Const, Expr, Reduce, Select, walk
-from pypto.lowering import lower
+from pypto.lowering import lower, lower_nest
 from pypto.simplify import simplify
 from pypto.target import as_target
 from pypto.tensor import ComputeOp, collect_ops
@@ -338,9 +338,13 @@ class Task:
         return lower(s, args, name=name)
 
     def featurize(self, cfg) -> np.ndarray:
-        """The cost model's features of a config's lowered kernel, for this task's target.
-        Raises what lowering raises (``PyptoError``, ...) for a config that does not lower."""
-        return featurize(self.lower(cfg), self.target)
+        """The cost model's features of a config's loop nest as scheduled (``lower_nest``),
+        for this task's target. Raises what lowering raises (``PyptoError``, ...) for a
+        config that does not lower."""
+        if not isinstance(cfg, Config):
+            cfg = self.config_space.config(cfg)
+        s, args = self.instantiate(cfg)
+        return featurize(lower_nest(s, args, name="candidate"), self.target)
 
     def __repr__(self):
         return f"Task({self.name}, {self.args}, target={self.target.name})"

@@ -29,7 +29,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import autotune as at  # noqa: E402
 import cost_models as cm  # noqa: E402
 from benchmarks.common import CachedMeasurer, table  # noqa: E402
-from pypto.lowering import lower  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKLOADS = {
@@ -85,9 +84,7 @@ def held_out_rank_correlation(task, results: dict, seed=0, folds: int = 5) -> tu
     it was not fitted on: ``(one split, 20% held out; mean over k folds)``."""
     X, y = [], []
     for cfg_json, res in results.items():
-        cfg = task.config_space.config(json.loads(cfg_json))
-        s, args = task.instantiate(cfg)
-        X.append(cm.featurize(lower(s, args, "c"), task.target))
+        X.append(task.featurize(json.loads(cfg_json)))
         y.append(task.flop / res.cost / 1e9 if res.ok else 0.0)
     X, y = np.stack(X), np.asarray(y)
     idx = np.random.default_rng(seed).permutation(len(y))

@@ -1,10 +1,11 @@
 """cost_models: features of lowered kernels and an XGBoost model that ranks them.
 
-    X = np.stack([cost_models.featurize(pt.lower(s, args), target) for s, args in cands])
+    X = np.stack([cost_models.featurize(lower_nest(s, args), target) for s, args in cands])
     model = cost_models.XGBoostCostModel(target).fit(X, gflops)
     scores = model.predict(X_new)          # higher is better
 
-The model sees arrays only; tuners do the featurizing. ``pretrained(target)``
+The model sees arrays only; tuners do the featurizing, of the loop nests as scheduled
+(``pypto.lowering.lower_nest``: loops marked unrolled still loops). ``pretrained(target)``
 loads the user's own model for a target (``pypto-tune train-model`` writes it to
 ``$PYPTO_HOME/models``), else the one shipped in ``cost_models/pretrained/``, else
 its base target's.

@@ -1,4 +1,7 @@
-"""Features of a lowered kernel: a fixed-length vector from its loop IR.
+"""Features of a lowered kernel: a fixed-length vector from its loop IR, as scheduled
+(``pypto.lowering.lower_nest``: a loop marked unrolled is still a loop, its kind a
+feature, its body one statement, not copies; ``pt.lower``'s unrolling took most of a
+Winograd kernel's lowering, and the cost model's search lowers hundreds of candidates).
 
 For the statement that does the most work (the hottest store), the loops
 around it are described innermost first, for up to ``LEVELS`` levels:
@@ -67,7 +70,7 @@ from pypto.mathfuncs import FUNCS, VECTORIZED
 from pypto.simplify import Lin, simplify
 from pypto.target import CACHE_LINE
 
-SCHEMA = "pypto-features-v5"
+SCHEMA = "pypto-features-v6"
 LEVELS = 6
 ACCESSES = 4
 KINDS = LOOP_KINDS  # the loop IR's kinds, in the schema's order

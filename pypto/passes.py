@@ -437,6 +437,10 @@ PIPELINE = (
 )
 
 
+# the passes that keep the scheduled loops (before any copies): what the cost model reads
+SCHEDULED = PIPELINE[: [name for name, _ in PIPELINE].index("unroll")]
+
+
 def finalize(func: LoweredFunc, pipeline=PIPELINE) -> LoweredFunc:
     """``func`` with its body through every pass of ``pipeline``."""
     ranges = Ranges({v: (0, INF) for v in func.size_vars})

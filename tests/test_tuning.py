@@ -23,6 +23,7 @@ from autotune import confirm
 from autotune.cli import main as cli_main
 from autotune.confirm import BusyMachineWarning
 from autotune.records import CONFIRM, one_per_config
+from pypto.lowering import lower_nest
 
 FAST = at.MeasureOption(number=1, repeat=2, timeout=5)
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -933,11 +934,13 @@ def test_cli_list_of_named_templates_and_as_shell_words(capsys):
         assert opts == [x for k, v in w.measure for x in (f"--{k.replace('_', '-')}", f"{v:g}")]
 
 
-def test_task_featurize_is_the_features_of_the_checked_lowering():
+def test_task_featurize_is_the_features_of_the_checked_lowering_as_scheduled():
     task = at.Task("matmul", (64, 64, 64), target="x86-avx2")
     cfg = task.config_space.default_config()
     s, args = task.instantiate(cfg)
-    want = cost_models.featurize(pt.lower(s, args, name="candidate"), task.target)
+    nest = lower_nest(s, args, name="candidate")
+    assert "unrolled for" in str(nest) and "unrolled for" not in str(pt.lower(s, args))
+    want = cost_models.featurize(nest, task.target)
     assert np.array_equal(task.featurize(cfg), want)
     assert np.array_equal(task.featurize(dict(cfg.values)), want)  # knob values work too
     with pytest.raises(at.SpaceError, match="tile_i"):
