@@ -373,30 +373,32 @@ def test_a_stage_computed_at_a_shared_loop_is_read_by_the_stages_after(share):
     np.testing.assert_allclose(sums, rs, rtol=1e-13)
 
 
-def test_a_stage_computed_at_a_shared_loop_is_refused_to_readers_before_or_counted_apart():
-    X, total, Y, S, s = _centered_with_column_sums()
+@pytest.mark.parametrize(
+    "from_zero,after,message",
+    [
+        # S's statement first in each row
+        (True, False, r"compute_at on stage 'total': its consumer 'S.update\(0\)' runs before "
+         r"'Y' in the loops they share \(compute_with\), so the values computed at i.inner "
+         r"would not be ready; compute 'S.update\(0\)' with 'Y', after it"),
+        # r runs over the rows themselves: the merged loop would count [0, 10) for both,
+        # the row sum computed for row io * 4 + r where S reads row r
+        (False, True, r"compute_at on stage 'total' at loop i.inner of 'Y': 'S.update\(0\)' "
+         r"reads it in the loops they share \(compute_with\), but its loop r runs 10 "
+         r"iterations where i.inner runs 4; give the shared loops the same extents \(start r "
+         r"at 0\)"),
+    ],
+)  # fmt: skip
+def test_a_stage_computed_at_a_shared_loop_is_refused_to_readers_before_or_counted_apart(
+    from_zero, after, message
+):
+    X, total, Y, S, s = _centered_with_column_sums(from_zero=from_zero)
     io, ii = s[Y].split(Y.op.axis[0], factor=4)
-    s[Y].compute_with(s[S].update(0), ii)  # S's statement first in each row
     s[total].compute_at(s[Y], ii)
-    with pytest.raises(
-        pt.ScheduleError,
-        match=r"compute_at on stage 'total': its consumer 'S.update\(0\)' runs before 'Y' "
-        r"in the loops they share \(compute_with\), so the values computed at i.inner "
-        r"would not be ready; compute 'S.update\(0\)' with 'Y', after it",
-    ):
-        pt.lower(s, [X, Y, S])
-    # r runs over the rows themselves: the merged loop would count [0, 10) for both,
-    # the row sum computed for row io * 4 + r where S reads row r
-    X, total, Y, S, s = _centered_with_column_sums(from_zero=False)
-    io, ii = s[Y].split(Y.op.axis[0], factor=4)
-    s[total].compute_at(s[Y], ii)
-    s[S].update(0).compute_with(s[Y], ii)
-    with pytest.raises(
-        pt.ScheduleError,
-        match=r"compute_at on stage 'total' at loop i.inner of 'Y': 'S.update\(0\)' reads "
-        r"it in the loops they share \(compute_with\), but its loop r runs 10 iterations "
-        r"where i.inner runs 4; give the shared loops the same extents \(start r at 0\)",
-    ):
+    if after:
+        s[S].update(0).compute_with(s[Y], ii)
+    else:
+        s[Y].compute_with(s[S].update(0), ii)
+    with pytest.raises(pt.ScheduleError, match=message):
         pt.lower(s, [X, Y, S])
 
 

@@ -51,18 +51,6 @@ from .norm import (
 from .norm_stream import narrowed_rows, schedule_stream
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
-
-def _root_rows(cfg, s, R, stages, reductions):
-    """A per-row statistic ``R`` as a root stage: rows parallel, ``stages`` (what it
-    reads) computed at its row, ``reductions`` (a ``row_reduce``'s stages) vectorized."""
-    (i,) = R.op.axis
-    s[R].parallel(i)
-    for T in stages:
-        if T is not R:
-            s[T].compute_at(s[R], i)
-    _schedule_reduction(cfg, s, reductions)
-
-
 COLUMN_ROWS = 64  # rows of a block of the column sums' partial sums, at most (fewer ...
 ROW_BLOCKS = 16  # ... where there would be fewer blocks than this to run in parallel) ...
 COLUMN_BLOCKS = 256  # ... and at least what keeps at most this many (4 MiB at 4096 cols)
@@ -100,7 +88,7 @@ def _column_sums(cols: int, rows: int, block: int, terms: dict, cdt: str, dtype:
     return list(parts), list(sums), list(outs)
 
 
-def _schedule_column_sums(s, Y, rows, parts, sums, lanes: int) -> None:
+def _schedule_column_sums(s, Y, parts, sums, lanes: int) -> None:
     """The partial column sums computed with the rows of ``Y`` (``_schedule_row_blocks``:
     blocks of rows in parallel), each block's row after the row of ``Y``, reading it
     from cache; then the partials summed, column panels of ``2 lanes`` in parallel::
@@ -109,9 +97,9 @@ def _schedule_column_sums(s, Y, rows, parts, sums, lanes: int) -> None:
                                  vectorized for j: DW.rf[io, j] += f(io * B + ii, j)
         parallel for jo: for io: vectorized for ji: DW[jo * 2V + ji] += DW.rf[io, jo * 2V + ji]
 
-    Each of X and DY is read from memory once (the column sums had a pass of their own:
-    ``layernorm_backward`` 4096 x 4096 float32 on a Zen 4, one / two threads, 33.3 /
-    19.5 -> 21.5 / 11.3 ms)."""
+    Each of X and DY is read from memory once (the column sums had a pass of their own,
+    the row statistics theirs: ``layernorm_backward`` 4096 x 4096 float32 on a Zen 4,
+    one / two threads, 34.2-35.2 / 20.9-23.8 -> 23.1-23.3 / 12.8-13.5 ms)."""
     prev, at = s[Y], s[Y].leaf_iter_vars[1]
     for P in parts:
         b, j = P.op.axis
@@ -136,8 +124,8 @@ def _schedule_row_blocks(cfg, s, Y, row_stages, elementwise, reads, cols: int, b
     """Blocks of ``block`` rows of ``Y`` in parallel, each row's ``row_stages`` computed
     at it; the elementwise passes split and vectorized, the last one prefetching the
     next row of each of ``reads`` into L2 (``prefetch``). A narrowed ``Y``
-    (``narrowed_rows``: its float32 row ``elementwise[-1]`` among the row stages) is
-    copied out a chunk at a time. Returns the row loop."""
+    (``narrowed_rows``: its float32 row is ``elementwise[-1]``) is copied out a chunk
+    at a time, its float32 row computed a chunk at a time. Returns the row loop."""
     io, i = s[Y].split(Y.op.axis[0], factor=block)
     s[Y].parallel(io)
     narrowed = elementwise[-1] is not Y
@@ -359,7 +347,7 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=No
     _convert_rows(s, [Xd, DYd], conv, DX, row, cols, cfg.target)
     _schedule_reduction(cfg, s, st[:-1])
     _schedule_reduction(cfg, s, gx_st)
-    _schedule_column_sums(s, DX, rows, parts, sums, lanes)
+    _schedule_column_sums(s, DX, parts, sums, lanes)
     return s, [*ins, DX, DW]
 
 
@@ -394,7 +382,7 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=
     _convert_rows(s, [Xd, DYd], conv, DX, row, cols, cfg.target)
     for st in (st1[:-1], st2[:-1], ga_st, gb_st):
         _schedule_reduction(cfg, s, st)
-    _schedule_column_sums(s, DX, rows, parts, sums, lanes)
+    _schedule_column_sums(s, DX, parts, sums, lanes)
     return s, [*ins, DX, DW, DB]
 
 
