@@ -329,22 +329,20 @@ class Task:
         where the base's code for this workload is the same)."""
         return self.template.record_keys(self.args, self.target)
 
-    def lower(self, cfg, name: str = "candidate"):
+    def lower(self, cfg, name: str = "candidate", scheduled: bool = False):
         """The loop IR of a config (a Config or a dict of knob values), checked as
-        ``pt.lower`` checks every schedule: legality, bounds, bound sizes."""
+        ``pt.lower`` checks every schedule: legality, bounds, bound sizes; ``scheduled``:
+        its loops marked unrolled kept as loops (``pypto.lowering.lower_nest``)."""
         if not isinstance(cfg, Config):
             cfg = self.config_space.config(cfg)
         s, args = self.instantiate(cfg)
-        return lower(s, args, name=name)
+        return (lower_nest if scheduled else lower)(s, args, name=name)
 
     def featurize(self, cfg) -> np.ndarray:
-        """The cost model's features of a config's loop nest as scheduled (``lower_nest``),
-        for this task's target. Raises what lowering raises (``PyptoError``, ...) for a
-        config that does not lower."""
-        if not isinstance(cfg, Config):
-            cfg = self.config_space.config(cfg)
-        s, args = self.instantiate(cfg)
-        return featurize(lower_nest(s, args, name="candidate"), self.target)
+        """The cost model's features of a config's loop nest as scheduled, for this task's
+        target. Raises what lowering raises (``PyptoError``, ...) for a config that does
+        not lower."""
+        return featurize(self.lower(cfg, scheduled=True), self.target)
 
     def __repr__(self):
         return f"Task({self.name}, {self.args}, target={self.target.name})"
