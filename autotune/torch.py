@@ -10,7 +10,8 @@ config for its shape on the host target: the records of an enclosing
 ``at.apply_history_best(...)``, else the shipped ones (``tuning_logs/``), else
 the template's default config. Modules are built once per (operator, shape,
 dtype, arguments) and cached. gelu, rms_norm, layer_norm and softmax have
-backward passes (their ``*_backward`` templates, also pypto kernels).
+backward passes (their ``*_backward`` templates, also pypto kernels), whose own
+derivatives (second derivatives) are PyTorch's autograd of their definitions.
 
 Tensors: CPU, float32 or float64, and for gelu, rms_norm, layer_norm and softmax
 (forward and backward) also bfloat16 and float16, stored in 16 bits and computed in
@@ -55,8 +56,12 @@ from .torch_grad import (
     _backward,
     attention_definition,
     attention_tangent,
+    gelu_backward_definition,
+    layer_norm_backward_definition,
     moe_definition,
     moe_tangent,
+    rms_norm_backward_definition,
+    softmax_backward_definition,
 )
 from .torch_moe import moe, release_packed_weights  # noqa: F401  (public here)
 
@@ -435,8 +440,14 @@ _attn_setup, _attn_bwd = _backward(attention_definition, 7)  # (a float mask's g
 register_autograd(attention, _attn_bwd, setup_context=_attn_setup, jvp=attention_tangent)
 _moe_setup, _moe_bwd = _backward(moe_definition, 5)
 register_autograd(moe, _moe_bwd, setup_context=_moe_setup, jvp=moe_tangent)
-for _op in (gelu_backward, rms_norm_backward, layer_norm_backward, softmax_backward):
-    register_autograd(_op)  # no second derivative: an error, not a silent zero
+for _op, _definition in (  # second derivatives: PyTorch's, of the backward's definition
+    (gelu_backward, gelu_backward_definition),
+    (rms_norm_backward, rms_norm_backward_definition),
+    (layer_norm_backward, layer_norm_backward_definition),
+    (softmax_backward, softmax_backward_definition),
+):
+    _setup, _bwd = _backward(_definition, 3)
+    register_autograd(_op, _bwd, setup_context=_setup, definition=_definition)
 for _name in ("attention", "moe"):  # in the autocast dtype, as PyTorch's SDPA and linear
     run_in_autocast_dtype(_name)
 torch_vmap.register()  # batching rules of the row-wise operators

@@ -12,6 +12,13 @@ do)::
                 (dense over experts: every expert for every token)
 
 16-bit inputs are computed in float32, the gradients rounded back to their dtype.
+
+The backward operators of gelu, rms_norm, layer_norm and softmax are pypto kernels
+too; their own derivatives (second derivatives of the row operators: a gradient
+penalty, a Hessian-vector product) are PyTorch's, of their definitions
+(``*_backward_definition``): the backward's backward as above, and under forward mode
+the definition computed in place of the kernel (``register_autograd``'s
+``definition``).
 """
 
 from __future__ import annotations
@@ -129,6 +136,52 @@ def moe_tangent(inputs, out, dx, dwg, dwu, dwd, dtw, *_):
     return dout.to(out.dtype)
 
 
+def gelu_backward_definition(x, dy, approximate="none"):
+    """``gelu'(x) dy``: ``Phi(x) + x phi(x)``, or the derivative of the tanh form."""
+    x32 = _wide(x)
+    if approximate == "tanh":
+        k, c = math.sqrt(2 / math.pi), 0.044715
+        t = torch.tanh(k * (x32 + c * x32**3))
+        d = 0.5 * (1 + t) + 0.5 * x32 * (1 - t * t) * k * (1 + 3 * c * x32 * x32)
+    else:
+        cdf = 0.5 * (1 + torch.erf(x32 * math.sqrt(0.5)))
+        d = cdf + x32 * torch.exp(-0.5 * x32 * x32) / math.sqrt(2 * math.pi)
+    return (d * _wide(dy)).to(x.dtype)
+
+
+def _leading(t):
+    """The dims before the last (a norm's rows)."""
+    return tuple(range(t.dim() - 1))
+
+
+def rms_norm_backward_definition(x, weight, dy, eps):
+    """``r = rsqrt(mean(x^2) + eps)``: ``dx = r w dy - x r^3 mean(w dy x)``,
+    ``dw = sum_rows dy x r``."""
+    x32, w, dy32 = _wide(x), _wide(weight), _wide(dy)
+    r = torch.rsqrt((x32 * x32).mean(-1, keepdim=True) + eps)
+    g = dy32 * w
+    dx = r * g - x32 * r**3 * (g * x32).mean(-1, keepdim=True)
+    return dx.to(x.dtype), (dy32 * x32 * r).sum(_leading(x)).to(weight.dtype)
+
+
+def layer_norm_backward_definition(x, weight, dy, eps):
+    """``xh = (x - mean) rstd``, ``g = dy w``: ``dx = rstd (g - mean(g) - xh mean(g
+    xh))``, ``dw = sum_rows dy xh``, ``db = sum_rows dy``."""
+    x32, w, dy32 = _wide(x), _wide(weight), _wide(dy)
+    mu = x32.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(((x32 - mu) ** 2).mean(-1, keepdim=True) + eps)
+    xh, g = (x32 - mu) * rstd, dy32 * w
+    dx = rstd * (g - g.mean(-1, keepdim=True) - xh * (g * xh).mean(-1, keepdim=True))
+    rows = _leading(x)
+    return dx.to(x.dtype), (dy32 * xh).sum(rows).to(weight.dtype), dy32.sum(rows).to(weight.dtype)
+
+
+def softmax_backward_definition(y, dy, dim):
+    """``y (dy - sum(dy y))`` along ``dim``, from softmax's output ``y``."""
+    y32, dy32 = _wide(y), _wide(dy)
+    return (y32 * (dy32 - (dy32 * y32).sum(dim, keepdim=True))).to(y.dtype)
+
+
 def _backward(definition, n_tensors: int):
     """``register_autograd``'s pair: save the inputs; recompute ``definition`` with grad
     from them and differentiate it."""
@@ -138,7 +191,7 @@ def _backward(definition, n_tensors: int):
         ctx.rest = tuple(t for t in inputs if not isinstance(t, torch.Tensor))
         ctx.kinds = tuple(isinstance(t, torch.Tensor) for t in inputs)
 
-    def backward(ctx, dout):
+    def backward(ctx, *douts):
         saved, rest = iter(ctx.saved_tensors), iter(ctx.rest)
         args = [next(saved) if kind else next(rest) for kind in ctx.kinds]
         flags = ctx.needs_input_grad  # (the inputs given: the defaults are not among them)
@@ -156,7 +209,7 @@ def _backward(definition, n_tensors: int):
             return definition(*full)
 
         _, pullback = torch.func.vjp(of_wanted, *(wide[k] for k in wanted))
-        grads = pullback(_wide(dout))
+        grads = pullback(_wide(douts[0]) if len(douts) == 1 else tuple(map(_wide, douts)))
         result = [None] * len(args)
         for k, g in zip(wanted, grads):
             result[k] = g.to(args[k].dtype)

@@ -16,12 +16,15 @@ records the backward there and calls the operator one level down::
     level 0           gelu(x)    the kernel itself
     backward          dx = backward(ctx, dy): gelu_backward(x1, dy1) at level 1
 
-An operator without a ``backward`` (a backward operator itself) gets a kernel that
-raises ``NotImplementedError`` naming it when something differentiates through it (a
-second derivative).
+An operator without a ``backward`` gets a kernel that raises ``NotImplementedError``
+naming it when something differentiates through it. A backward operator whose own
+backward is PyTorch's (autotune's row operators: a second derivative) gives its
+``definition`` too, which runs in place of the kernel under forward mode.
 
 Forward mode (``torch.func.jvp``, ``jacfwd``, ``forward_ad``): an operator given a
-``jvp`` rule computes its output's tangent with it; one without raises
+``jvp`` rule computes its output's tangent with it (one given a ``definition``, a
+PyTorch composition, runs that, which PyTorch differentiates: a ``jvp`` rule may not
+enter a ``torch.func`` transform of its own); one with neither raises
 ``NotImplementedError`` when an input carries a tangent. Kernels run under forward
 mode only from a kernel here that has seen the inputs' tangents (``tangents_seen``):
 elsewhere (an operator PyTorch's own autograd kernel serves) the tangents would be
@@ -110,15 +113,23 @@ def _reverse_around(inputs) -> bool:
 
 
 def register_autograd(
-    op, backward: Callable | None = None, *, setup_context=None, jvp: Callable | None = None
+    op,
+    backward: Callable | None = None,
+    *,
+    setup_context=None,
+    jvp: Callable | None = None,
+    definition: Callable | None = None,
 ) -> None:
     """Give the custom operator ``op`` (``torch.library.custom_op``'s) its derivatives.
     Reverse mode: ``setup_context(ctx, inputs, output)`` saves what ``backward(ctx,
     *grads)`` needs, as ``op.register_autograd`` takes them, and the derivative holds
     under ``torch.func`` transforms too; ``backward=None``: differentiating through
     ``op`` raises ``NotImplementedError``. Forward mode: ``jvp(inputs, output,
-    *tangents)`` returns the output's tangent (an input without one has None);
-    without it, an input with a tangent raises ``NotImplementedError``."""
+    *tangents)`` returns the output's tangent (an input without one has None), or
+    ``definition(*args, **kwargs)``, PyTorch operations computing what ``op`` does,
+    runs in place of ``op``'s kernel where an input carries a tangent (PyTorch's
+    forward mode differentiates it); with neither, an input with a tangent raises
+    ``NotImplementedError``."""
     overload = getattr(op, "_opoverload", None)
     if overload is None or not hasattr(op, "register_autograd"):
         raise TypeError(
@@ -126,6 +137,8 @@ def register_autograd(
             "or pypto.torch.custom_op's)"
         )
     name = overload._schema.name
+    if definition is not None and jvp is not None:
+        raise TypeError(f"register_autograd: {name}: a jvp rule or a definition, not both")
     if backward is not None:  # PyTorch's bookkeeping of the formula (and its kernel)
         op.register_autograd(backward, setup_context=setup_context)
     if _SingleLevelFunction is None:
@@ -202,8 +215,10 @@ def register_autograd(
         ):
             with _BELOW_AUTOGRAD():
                 return direct(*args, **kwargs)
-        call = _Call(keyset, kwargs)
         tangents = forward and _has_tangent(args)
+        if tangents and definition is not None:  # (PyTorch's forward mode takes it)
+            return definition(*args, **kwargs)
+        call = _Call(keyset, kwargs)
         if tangents and jvp is None:
             raise NotImplementedError(
                 f"{name} has no forward-mode derivative (torch.func.jvp, jacfwd, "
