@@ -39,6 +39,7 @@ from .templates.attention import sdpa_parts
 from .templates.attention_amx import tile_isa
 from .templates.attention_decode import DECODE_QUERIES, WIDENED
 from .templates.attention_mask import spec_of
+from .templates.norm_grad import check_groups
 from .torch_call import (
     ROW_DTYPES,
     call,
@@ -151,24 +152,41 @@ def _(x, weight, eps=1e-6):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+def _grad_args(name: str, rows: int, cols: int, eps, dt: str, wdt: str, groups: int):
+    """A norm backward's template arguments, ``groups`` checked (``ValueError``), and
+    the shape of its weight's gradient (per group of rows with ``groups``)."""
+    check_groups(name, rows, groups)
+    args = (rows, cols, eps, dt) + ((wdt,) if wdt != dt else ())
+    if groups == 1:
+        return args, (cols,)
+    return args[:4] + (args[4:] or (None,)) + (groups,), (groups, cols)
+
+
+def _grouped_like(weight: torch.Tensor, groups: int) -> torch.Tensor:
+    return torch.empty_like(weight) if groups == 1 else weight.new_empty(groups, *weight.shape)
+
+
 @torch.library.custom_op("pypto::rms_norm_backward", mutates_args=())
 def rms_norm_backward(
-    x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
+    x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float, groups: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """dx and dw of rms_norm (dw per group of ``rows / groups`` consecutive rows of x
+    taken as rows x last dim, ``groups`` x cols: per-sample weight gradients)."""
     dt = dtype_name(x, "rms_norm_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "rms_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
     wdt = norm_params(dt, "rms_norm_backward", cols, weight)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
-    args = (rows, cols, eps, dt) + ((wdt,) if wdt != dt else ())
-    dx, dw = call("rmsnorm_backward", args, ins, [(rows, cols), (cols,)], (dt, wdt))
+    args, dw_shape = _grad_args("rms_norm_backward", rows, cols, eps, dt, wdt, groups)
+    dx, dw = call("rmsnorm_backward", args, ins, [(rows, cols), dw_shape], (dt, wdt))
     return dx.reshape(x.shape), dw
 
 
 @rms_norm_backward.register_fake
 @fake_kernel("pypto::rms_norm_backward")
-def _(x, weight, dy, eps):
-    return torch.empty_like(x, memory_format=torch.contiguous_format), torch.empty_like(weight)
+def _(x, weight, dy, eps, groups=1):
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return dx, _grouped_like(weight, groups)
 
 
 def _save_x_w(ctx, inputs, output):
@@ -231,24 +249,25 @@ def _(x, weight, bias, eps=1e-5):
 
 @torch.library.custom_op("pypto::layer_norm_backward", mutates_args=())
 def layer_norm_backward(
-    x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float
+    x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float, groups: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dx, dw and db of layer_norm (dw and db per group of rows, as rms_norm_backward's)."""
     dt = dtype_name(x, "layer_norm_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "layer_norm_backward: dy", "x")
     rows, cols = rows_cols(x)
     wdt = norm_params(dt, "layer_norm_backward", cols, weight)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
-    shapes = [(rows, cols), (cols,), (cols,)]
-    args = (rows, cols, eps, dt) + ((wdt,) if wdt != dt else ())
+    args, dw_shape = _grad_args("layer_norm_backward", rows, cols, eps, dt, wdt, groups)
+    shapes = [(rows, cols), dw_shape, dw_shape]
     dx, dw, db = call("layernorm_backward", args, ins, shapes, (dt, wdt, wdt))
     return dx.reshape(x.shape), dw, db
 
 
 @layer_norm_backward.register_fake
 @fake_kernel("pypto::layer_norm_backward")
-def _(x, weight, dy, eps):
-    w = torch.empty_like(weight)
-    return torch.empty_like(x, memory_format=torch.contiguous_format), w, torch.empty_like(w)
+def _(x, weight, dy, eps, groups=1):
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return dx, _grouped_like(weight, groups), _grouped_like(weight, groups)
 
 
 def _ln_bwd(ctx, dy):

@@ -149,22 +149,25 @@ def gelu_backward_definition(x, dy, approximate="none"):
     return (d * _wide(dy)).to(x.dtype)
 
 
-def _leading(t):
-    """The dims before the last (a norm's rows)."""
-    return tuple(range(t.dim() - 1))
+def _row_sums(t, groups: int, dtype):
+    """Column sums over the rows of ``t`` (its dims before the last), per group of
+    ``rows / groups`` consecutive rows with ``groups``."""
+    if groups == 1:
+        return t.sum(tuple(range(t.dim() - 1))).to(dtype)
+    return t.reshape(groups, -1, t.shape[-1]).sum(1).to(dtype)
 
 
-def rms_norm_backward_definition(x, weight, dy, eps):
+def rms_norm_backward_definition(x, weight, dy, eps, groups=1):
     """``r = rsqrt(mean(x^2) + eps)``: ``dx = r w dy - x r^3 mean(w dy x)``,
     ``dw = sum_rows dy x r``."""
     x32, w, dy32 = _wide(x), _wide(weight), _wide(dy)
     r = torch.rsqrt((x32 * x32).mean(-1, keepdim=True) + eps)
     g = dy32 * w
     dx = r * g - x32 * r**3 * (g * x32).mean(-1, keepdim=True)
-    return dx.to(x.dtype), (dy32 * x32 * r).sum(_leading(x)).to(weight.dtype)
+    return dx.to(x.dtype), _row_sums(dy32 * x32 * r, groups, weight.dtype)
 
 
-def layer_norm_backward_definition(x, weight, dy, eps):
+def layer_norm_backward_definition(x, weight, dy, eps, groups=1):
     """``xh = (x - mean) rstd``, ``g = dy w``: ``dx = rstd (g - mean(g) - xh mean(g
     xh))``, ``dw = sum_rows dy xh``, ``db = sum_rows dy``."""
     x32, w, dy32 = _wide(x), _wide(weight), _wide(dy)
@@ -172,8 +175,8 @@ def layer_norm_backward_definition(x, weight, dy, eps):
     rstd = torch.rsqrt(((x32 - mu) ** 2).mean(-1, keepdim=True) + eps)
     xh, g = (x32 - mu) * rstd, dy32 * w
     dx = rstd * (g - g.mean(-1, keepdim=True) - xh * (g * xh).mean(-1, keepdim=True))
-    rows = _leading(x)
-    return dx.to(x.dtype), (dy32 * xh).sum(rows).to(weight.dtype), dy32.sum(rows).to(weight.dtype)
+    sums = (_row_sums(t, groups, weight.dtype) for t in (dy32 * xh, dy32))
+    return dx.to(x.dtype), *sums
 
 
 def softmax_backward_definition(y, dy, dim):

@@ -8,9 +8,10 @@ warning). Each rule moves the batch dimension first, where the operator's rows a
 
 (a weight or bias with its own batch dimension scales the normalized rows instead of
 being the kernel's own vector). The backward operators have rules too (``jacrev`` and
-``vmap(grad(...))`` batch the backward; ``_norm_backward`` sums the norms' weight
-gradients per element). ``attention`` folds the batch into its own batch dimension,
-``moe`` into its tokens (one call, where the experts' weights are shared).
+``vmap(grad(...))`` batch the backward; the norms' weight gradients are summed per
+element by the kernel, ``_norm_backward``). ``attention`` folds the batch into its
+own batch dimension, ``moe`` into its tokens (one call, where the experts' weights are
+shared).
 """
 
 from __future__ import annotations
@@ -89,35 +90,36 @@ def _layer_norm(info, in_dims, x, weight, bias, eps=1e-5):
     return _rows_scaled(info, "layer_norm", x, in_dims[0], vectors, norm)
 
 
-def _norm_backward(info, in_dims, x, weight, dy, eps, *, centred: bool):
-    """``rms_norm_backward`` (``layer_norm_backward``: ``centred``) over a batch. dx
-    from one kernel call: it depends on the weight only through ``weight * dy``, so a
-    batched weight is folded into dy and the kernel given ones. The weight's (and
-    bias's) gradient, which the kernel sums over all rows, is summed per element of
-    the batch by PyTorch::
+def _norm_backward(info, in_dims, x, weight, dy, eps, groups=1, *, centred: bool):
+    """``rms_norm_backward`` (``layer_norm_backward``: ``centred``) over a batch, the
+    weight's (and bias's) gradient per element of it (per group of its rows: the
+    operator's ``groups``) by the kernel's own ``groups``. One kernel call where the
+    weight is shared; a batched weight, on which dx depends only through
+    ``weight * dy``, is folded into dy for dx, and the sums, which do not depend on it,
+    come from a second call given ones::
 
-        dx     = kernel(x, w, dy).dx          (a batched w: kernel(x, 1, w[b] * dy).dx)
-        dw[b]  = sum over b's rows of dy * xhat,   xhat = (x [- mean]) * rstd
-        db[b]  = sum over b's rows of dy           (layer_norm)
+        dx, dw[b], db[b]  = kernel(x, w, dy, groups=B)            (dw: sums of dy * xhat)
+        (a batched w:) dx = kernel(x, 1, w[b] * dy).dx;  dw, db = kernel(x, 1, dy, groups=B)
     """
     name = "layer_norm_backward" if centred else "rms_norm_backward"
     op = getattr(ops, name)
     n = info.batch_size
     x, dy = _first(x, in_dims[0], n), _first(dy, in_dims[2], n)
+    total = n * groups  # each element's groups, the elements' rows one after another
+    if total == 0:  # an empty batch: nothing to sum
+        w = weight if in_dims[1] is None else weight.movedim(in_dims[1], 0)[0]
+        sums = [w.new_zeros(0, *(groups,) * (groups > 1), *w.shape)] * (1 + centred)
+        return (torch.empty_like(x), *sums), (0,) * (1 + len(sums))
     if in_dims[1] is None:
-        dx = op(x, weight, dy, eps)[0]
+        dx, *sums = op(x, weight, dy, eps, total)
     else:  # (a float32 weight beside 16-bit x: x and dy widened, dx rounded once)
         shape, vdt = _check_vectors(name, x, [(weight, in_dims[1])])
         w = _first(weight, in_dims[1], n).reshape(shape)
         one = torch.ones(x.shape[-1], dtype=vdt)
         dx = op(x.to(vdt), one, dy.to(vdt) * w, eps)[0].to(x.dtype)
-    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    xw, dyw, cols = x.to(wide), dy.to(wide), x.shape[-1:]
-    norm = torch.nn.functional.layer_norm if centred else torch.nn.functional.rms_norm
-    xhat = norm(xw, cols, None, None, eps) if centred else norm(xw, cols, None, eps)
-    rows = tuple(range(1, x.dim() - 1))  # each element's rows (none: one row)
-    sums = [dyw * xhat] + ([dyw] if centred else [])
-    sums = [(t.sum(rows) if rows else t).to(weight.dtype) for t in sums]
+        sums = [t.to(weight.dtype) for t in op(x, one, dy, eps, total)[1:]]
+    per = (n, groups) if groups > 1 else (n,)
+    sums = [t.reshape(*per, t.shape[-1]) for t in sums]
     return (dx, *sums), (0,) * (1 + len(sums))
 
 

@@ -419,6 +419,42 @@ def test_row_reductions_halve_their_partials_before_the_scalar_combine(kind):
     np.testing.assert_allclose(out, getattr(np, kind)(x, axis=1), rtol=1e-13)
 
 
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float64", 1e-12), *SIXTEEN])
+@pytest.mark.parametrize(
+    "rows,groups",
+    [(12, 3), (2 * 67, 2), (4 * ng.COLUMN_ROWS + 8, 2), (40, 40)],
+    ids=["small-groups", "prime-group", "blocks-per-group", "one-row-each"],
+)
+def test_backward_column_sums_per_group(dtype, tol, rows, groups):
+    """groups=G: dw and db summed per group of rows/G consecutive rows (G x cols, the
+    per-sample weight gradients of vmap(grad)); a group of 67 rows in blocks of 1, one
+    of 132 in blocks of 44 (three per group), groups of one row."""
+    cols = 37
+    nd = numpy_dtype(dtype)
+    x, dy = (RNG.standard_normal((rows, cols)).astype(nd) for _ in range(2))
+    w = RNG.standard_normal(cols).astype(nd)
+    for name, ref, eps in (
+        ("rmsnorm_backward", ng.rmsnorm_grad_ref, 1e-6),
+        ("layernorm_backward", ng.layernorm_grad_ref, 1e-5),
+    ):
+        got = _run(name, (rows, cols, eps, dtype, None, groups), x, w, dy)
+        want = ref(x, w, dy, eps, groups)
+        assert [g.shape for g in got] == [(rows, cols)] + [(groups, cols)] * (len(got) - 1)
+        for g, r in zip(got, want):
+            assert g.dtype == nd
+            _close16(g, r, tol)
+    assert ng.row_block(2 * 67, 2) == 1 and ng.row_block(4 * ng.COLUMN_ROWS + 8, 2) == 44
+
+
+@pytest.mark.parametrize(
+    "groups, message",
+    [(5, "groups=5 does not divide the 12 rows"), (0, "groups must be an int of at least 1")],
+)
+def test_backward_groups_that_do_not_divide_the_rows_are_refused(groups, message):
+    with pytest.raises(ValueError, match=f"layernorm_backward: {message}"):
+        at.get_template("layernorm_backward")(12, 8, 1e-5, "float32", None, groups)
+
+
 @pytest.mark.parametrize("target", ["x86-avx2", "generic"])
 def test_attention_other_targets_schedules(target):
     t = pt.Target(target)

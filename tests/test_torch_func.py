@@ -172,6 +172,73 @@ def test_per_sample_gradients_batch_without_the_fallback(name, batched_weights):
         _close(a, r)
 
 
+@pytest.mark.parametrize("batched_weights", [False, True])
+def test_per_sample_weight_gradients_are_summed_by_the_kernel(monkeypatch, batched_weights):
+    """vmap(grad) of the norms: the weight's and bias's gradients per sample come from
+    the backward kernel's own per-group column sums (groups = the batch), one call for
+    shared weights (two for batched ones: dx from dy scaled by each sample's weight);
+    vmap of vmap sums per sample of the inner batch too. As PyTorch's."""
+    import autotune.torch as at_torch
+
+    ran = []
+    call = at_torch.call
+
+    def spy(name, args, *rest):
+        ran.append((name, args))
+        return call(name, args, *rest)
+
+    monkeypatch.setattr(at_torch, "call", spy)
+    torch.manual_seed(4)
+    x, dy = _rand(6, 3, 2, 9), _rand(6, 3, 2, 9)
+    w, b = (_rand(6, 3, 9) if batched_weights else _rand(9)), _rand(9)
+    dims = (0, 0 if batched_weights else None, None, 0)
+    for name in ("rms_norm", "layer_norm"):
+        ours, theirs = _ROWS[name]
+
+        def per_sample(f, inner):
+            loss = lambda x, w, b, dy: (f(x, w, b) * dy).sum()  # noqa: E731
+            g = func.grad(loss, argnums=(0, 1, 2))
+            args = [t if inner or d is None else t[:, 0] for t, d in zip((x, w, b, dy), dims)]
+            return func.vmap(func.vmap(g, in_dims=dims) if inner else g, in_dims=dims)(*args)
+
+        for inner in (False, True):
+            ran.clear()
+            got = per_sample(ours, inner)
+            for a, r in zip(got, per_sample(theirs, inner)):
+                _close(a, r)
+            calls = [args for n, args in ran if n.endswith("norm_backward")]
+            assert len(calls) == 1 + batched_weights, ran
+            assert calls[-1][-1] == (18 if inner else 6)  # groups: one per sample
+
+
+def test_the_backward_operators_sum_per_group():
+    """rms_norm_backward and layer_norm_backward take groups: the weight's (and bias's)
+    gradient per group of consecutive rows of x; groups that do not divide the rows are
+    refused, naming the operator."""
+    torch.manual_seed(5)
+    x, dy, w = _rand(2, 6, 11), _rand(2, 6, 11), _rand(11)
+
+    def rms(t, v):
+        return F.rms_norm(t, (11,), v, 1e-5)
+
+    def layer(t, v):
+        return F.layer_norm(t, (11,), v, w, 1e-5)
+
+    for op, norm in ((ops.rms_norm_backward, rms), (ops.layer_norm_backward, layer)):
+        ref = lambda x, dy, norm=norm: func.vjp(norm, x, w)[1](dy)  # noqa: E731
+        got = op(x, w, dy, 1e-5, 4)
+        _close(got[0], ref(x, dy)[0])
+        assert got[1].shape == (4, 11)
+        for g in range(4):  # rows 3g .. 3g + 2 of the 12
+            rows = slice(3 * g, 3 * g + 3)
+            xs, dys = x.reshape(12, 11)[rows], dy.reshape(12, 11)[rows]
+            _close(got[1][g], ref(xs, dys)[1])
+        if len(got) == 3:
+            _close(got[2], dy.reshape(4, 3, 11).sum(1))
+        with pytest.raises(ValueError, match=r"norm_backward: groups=5 does not divide the 12"):
+            op(x, w, dy, 1e-5, 5)
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_second_derivatives_agree_with_pytorch(name):
     """grad of grad, and double backward (create_graph=True), for every input: the row

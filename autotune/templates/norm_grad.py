@@ -29,6 +29,12 @@ column sums into a row of partial sums per block, summed at the end::
         for j: DW.rf[io, j] += DY[i, j] xh[i, j]      (compute_with(s[DX], ii))
         for j: DB.rf[io, j] += DY[i, j]
     parallel for jo: for io: DW[j] += DW.rf[io, j]; DB[j] += DB.rf[io, j]
+
+``groups=G`` sums the column sums per group of ``rows / G`` consecutive rows instead
+(DW and DB of G x cols: the per-sample weight gradients of ``vmap(grad(...))``, one
+call), each block of rows within one group::
+
+    parallel for (g, jo): for q: DW[g, j] += DW.rf[g * (blocks per group) + q, j]
 """
 
 from __future__ import annotations
@@ -56,19 +62,35 @@ ROW_BLOCKS = 16  # ... where there would be fewer blocks than this to run in par
 COLUMN_BLOCKS = 256  # ... and at least what keeps at most this many (4 MiB at 4096 cols)
 
 
-def row_block(rows: int) -> int:
+def row_block(rows: int, groups: int = 1) -> int:
     """Rows of a block: one row of partial column sums per block, its rows in one
-    parallel iteration."""
-    return max(-(-rows // COLUMN_BLOCKS), min(COLUMN_ROWS, max(1, rows // ROW_BLOCKS)))
+    parallel iteration. With ``groups`` (the column sums per group of ``rows / groups``
+    rows) a block lies in one group: a whole group of at most ``COLUMN_ROWS`` rows, else
+    the largest divisor of the group up to that."""
+    if groups == 1:
+        return max(-(-rows // COLUMN_BLOCKS), min(COLUMN_ROWS, max(1, rows // ROW_BLOCKS)))
+    group = rows // groups
+    return max(d for d in range(1, min(group, COLUMN_ROWS) + 1) if group % d == 0)
 
 
-def _column_sums(cols: int, rows: int, block: int, terms: dict, cdt: str, dtype: str):
+def check_groups(name: str, rows: int, groups: int) -> None:
+    """``ValueError`` unless ``groups`` (an int of at least 1) divides ``rows``."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{name}: groups must be an int of at least 1, got {groups!r}")
+    if rows % groups:
+        raise ValueError(f"{name}: groups={groups} does not divide the {rows} rows")
+
+
+def _column_sums(cols: int, rows: int, block: int, terms: dict, cdt: str, dtype: str,
+                 groups: int = 1):  # fmt: skip
     """``{name: f(i, j)}`` summed over rows per column, in the compute dtype ``cdt``:
     ``(partials, sums, outputs)``. Each block of ``block`` rows adds its rows into a
     row of partial sums (an update, which the pass over the rows computes with:
-    ``_schedule_column_sums``), then ``sums`` add those up; the outputs are the sums
-    rounded to the storage ``dtype`` (the sums themselves when they are of it)."""
+    ``_schedule_column_sums``), then ``sums`` add those up (per group of rows: ``groups``
+    x cols, the blocks of a group consecutive); the outputs are the sums rounded to the
+    storage ``dtype`` (the sums themselves when they are of it)."""
     nb = -(-rows // block)
+    per = nb // groups  # blocks per group
 
     def column_sum(name, f):
         low = name.lower()
@@ -78,11 +100,16 @@ def _column_sums(cols: int, rows: int, block: int, terms: dict, cdt: str, dtype:
         r = pt.reduce_axis((0, ext), name=f"{low}_r")  # from 0, as the row loop's inner part
         j = pt.reduce_axis((0, cols), name=f"{low}_j")
         P[bo, j] = P[bo, j] + f(bo * block + r, j)
-        q = pt.reduce_axis((0, nb), name="r_" + low)
-        C = pt.compute((cols,), lambda jj: pt.sum(P[q, jj], axis=q), name=name)
+        q = pt.reduce_axis((0, per), name="r_" + low)
+        if groups == 1:
+            C = pt.compute((cols,), lambda jj: pt.sum(P[q, jj], axis=q), name=name)
+        else:
+            C = pt.compute(
+                (groups, cols), lambda g, jj: pt.sum(P[g * per + q, jj], axis=q), name=name
+            )
         if cdt == dtype:
             return P, C, C
-        return P, C, pt.compute((cols,), lambda jj: rounded(C[jj], dtype), name=name + "_out")
+        return P, C, pt.compute(C.shape, lambda *ix: rounded(C[ix], dtype), name=name + "_out")
 
     parts, sums, outs = zip(*(column_sum(name, f) for name, f in terms.items()))
     return list(parts), list(sums), list(outs)
@@ -96,6 +123,8 @@ def _schedule_column_sums(s, Y, parts, sums, lanes: int) -> None:
         parallel for io: for ii: ... row statistics ...; for j: Y[i, j] = ..
                                  vectorized for j: DW.rf[io, j] += f(io * B + ii, j)
         parallel for jo: for io: vectorized for ji: DW[jo * 2V + ji] += DW.rf[io, jo * 2V + ji]
+
+    (per group: ``parallel for (g, jo)``, the group's blocks summed).
 
     Each of X and DY is read from memory once (the column sums had a pass of their own,
     the row statistics theirs: ``layernorm_backward`` 4096 x 4096 float32 on a Zen 4,
@@ -112,11 +141,11 @@ def _schedule_column_sums(s, Y, parts, sums, lanes: int) -> None:
         u.compute_with(prev, at)
         prev, at = u, r
     for C in sums:
-        (j,) = C.op.axis
+        *g, j = C.op.axis
         (k,) = C.op.reduce_axis
         jo, ji = s[C].split(j, factor=2 * lanes)
-        s[C].reorder(jo, k, ji)
-        s[C].parallel(jo)
+        s[C].reorder(*g, jo, k, ji)
+        s[C].parallel(s[C].fuse(*g, jo) if g else jo)
         s[C].vectorize(ji)
 
 
@@ -201,22 +230,27 @@ def softmax_ref(x):
     return (e / e.sum(-1, keepdims=True)).astype(x.dtype)
 
 
-def rmsnorm_grad_ref(x, w, dy, eps=1e-6):
+def _group_sums(t, groups: int, dtype):
+    """Column sums of the rows of ``t``: over all (``groups`` 1), else per group."""
+    return (t.sum(0) if groups == 1 else t.reshape(groups, -1, t.shape[-1]).sum(1)).astype(dtype)
+
+
+def rmsnorm_grad_ref(x, w, dy, eps=1e-6, groups=1):
     x64, w64, dy64 = _f64(x, w, dy)
     r = 1.0 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + eps)
     g = dy64 * w64
     dx = r * g - x64 * r**3 * (g * x64).mean(-1, keepdims=True)
-    return dx.astype(x.dtype), (dy64 * x64 * r).sum(0).astype(w.dtype)
+    return dx.astype(x.dtype), _group_sums(dy64 * x64 * r, groups, w.dtype)
 
 
-def layernorm_grad_ref(x, w, dy, eps=1e-5):
+def layernorm_grad_ref(x, w, dy, eps=1e-5, groups=1):
     x64, w64, dy64 = _f64(x, w, dy)
     mu = x64.mean(-1, keepdims=True)
     rstd = 1.0 / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + eps)
     xh = (x64 - mu) * rstd
     g = dy64 * w64
     dx = rstd * (g - g.mean(-1, keepdims=True) - xh * (g * xh).mean(-1, keepdims=True))
-    return dx.astype(x.dtype), (dy64 * xh).sum(0).astype(w.dtype), dy64.sum(0).astype(w.dtype)
+    return dx.astype(x.dtype), *(_group_sums(t, groups, w.dtype) for t in (dy64 * xh, dy64))
 
 
 def softmax_grad_ref(y, dy):
@@ -324,11 +358,12 @@ def softmax_fwd(cfg, rows, cols, dtype="float32"):
 
 @template(
     "rmsnorm_backward",
-    reference=lambda x, w, dy, *, eps: rmsnorm_grad_ref(x, w, dy, eps),
+    reference=lambda x, w, dy, *, eps, groups: rmsnorm_grad_ref(x, w, dy, eps, groups),
 )
-def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None):
+def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=None, groups=1):
     """DX, DW of Y = X * rsqrt(mean(X^2) + eps) * W, given DY (W and DW of
-    ``weight_dtype``)."""
+    ``weight_dtype``; DW per group of rows with ``groups``: groups x cols)."""
+    check_groups("rmsnorm_backward", rows, groups)
     lanes, L, cdt, ins, W = _grad_setup(cfg, "rmsnorm_backward", rows, cols, dtype, weight_dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
     (Xd, conv), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
@@ -337,9 +372,9 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=No
     k = pt.compute((rows,), lambda i: r[i] * r[i] * r[i] * gx[i] * c(1.0 / cols), name="k")
     dx = lambda i, j: r[i] * W[j] * DYd[i, j] - Xd[i, j] * k[i]  # noqa: E731
     DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
-    block = row_block(rows)
+    block = row_block(rows, groups)
     dw = {"DW": lambda i, j: DYd[i, j] * Xd[i, j] * r[i]}
-    parts, sums, (DW,) = _column_sums(cols, rows, block, dw, cdt, str(ins[1].dtype))
+    parts, sums, (DW,) = _column_sums(cols, rows, block, dw, cdt, str(ins[1].dtype), groups)
     s = pt.create_schedule([DX.op, DW.op])
     _widened_inputs(s, [Xd, DYd], conv, [W])
     row_stages = [*st, *gx_st, k]
@@ -353,11 +388,12 @@ def rmsnorm_backward(cfg, rows, cols, eps=1e-6, dtype="float32", weight_dtype=No
 
 @template(
     "layernorm_backward",
-    reference=lambda x, w, dy, *, eps: layernorm_grad_ref(x, w, dy, eps),
+    reference=lambda x, w, dy, *, eps, groups: layernorm_grad_ref(x, w, dy, eps, groups),
 )
-def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=None):
+def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=None, groups=1):
     """DX, DW, DB of Y = (X - mean) * rstd * W + B, given DY (W, DW and DB of
-    ``weight_dtype``)."""
+    ``weight_dtype``; DW and DB per group of rows with ``groups``: groups x cols)."""
+    check_groups("layernorm_backward", rows, groups)
     lanes, L, cdt, ins, W = _grad_setup(cfg, "layernorm_backward", rows, cols, dtype, weight_dtype)
     c = lambda v: pt.const(v, cdt)  # noqa: E731
     (Xd, conv), (DYd, _) = _row_input(ins[0], cfg.target), _row_input(ins[2], cfg.target)
@@ -372,9 +408,9 @@ def layernorm_backward(cfg, rows, cols, eps=1e-5, dtype="float32", weight_dtype=
         )
 
     DXr, DX = narrowed_rows(dx, rows, cols, dtype, cfg.target, "DX")
-    block = row_block(rows)
+    block = row_block(rows, groups)
     terms = {"DW": lambda i, j: DYd[i, j] * xh(i, j), "DB": lambda i, j: DYd[i, j]}
-    parts, sums, (DW, DB) = _column_sums(cols, rows, block, terms, cdt, str(ins[1].dtype))
+    parts, sums, (DW, DB) = _column_sums(cols, rows, block, terms, cdt, str(ins[1].dtype), groups)
     s = pt.create_schedule([DX.op, DW.op, DB.op])
     _widened_inputs(s, [Xd, DYd], conv, [W])
     row_stages = [*st1, *st2, *ga_st, *gb_st]
