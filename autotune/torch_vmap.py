@@ -16,8 +16,11 @@ shared).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from .templates.norm_grad import check_groups
 from .torch_call import check_dim
 
 ops = torch.ops.pypto
@@ -105,11 +108,13 @@ def _norm_backward(info, in_dims, x, weight, dy, eps, groups=1, *, centred: bool
     op = getattr(ops, name)
     n = info.batch_size
     x, dy = _first(x, in_dims[0], n), _first(dy, in_dims[2], n)
-    total = n * groups  # each element's groups, the elements' rows one after another
-    if total == 0:  # an empty batch: nothing to sum
+    per = (n, groups) if groups > 1 else (n,)
+    if n == 0:  # an empty batch: nothing to sum
+        check_groups(name, math.prod(x.shape[1:-1]), groups)
         w = weight if in_dims[1] is None else weight.movedim(in_dims[1], 0)[0]
-        sums = [w.new_zeros(0, *(groups,) * (groups > 1), *w.shape)] * (1 + centred)
+        sums = [w.new_zeros(*per, *w.shape) for _ in range(1 + centred)]
         return (torch.empty_like(x), *sums), (0,) * (1 + len(sums))
+    total = n * groups  # each element's groups, the elements' rows one after another
     if in_dims[1] is None:
         dx, *sums = op(x, weight, dy, eps, total)
     else:  # (a float32 weight beside 16-bit x: x and dy widened, dx rounded once)
@@ -118,7 +123,6 @@ def _norm_backward(info, in_dims, x, weight, dy, eps, groups=1, *, centred: bool
         one = torch.ones(x.shape[-1], dtype=vdt)
         dx = op(x.to(vdt), one, dy.to(vdt) * w, eps)[0].to(x.dtype)
         sums = [t.to(weight.dtype) for t in op(x, one, dy, eps, total)[1:]]
-    per = (n, groups) if groups > 1 else (n,)
     sums = [t.reshape(*per, t.shape[-1]) for t in sums]
     return (dx, *sums), (0,) * (1 + len(sums))
 

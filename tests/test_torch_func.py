@@ -237,6 +237,11 @@ def test_the_backward_operators_sum_per_group():
             _close(got[2], dy.reshape(4, 3, 11).sum(1))
         with pytest.raises(ValueError, match=r"norm_backward: groups=5 does not divide the 12"):
             op(x, w, dy, 1e-5, 5)
+        empty = _rand(0, 2, 6, 11)  # a batch of none: sums of nothing, groups checked
+        got = func.vmap(lambda t, d, op=op: op(t, w, d, 1e-5, 2))(empty, empty)
+        assert [tuple(g.shape) for g in got] == [(0, 2, 6, 11)] + [(0, 2, 11)] * (len(got) - 1)
+        with pytest.raises(ValueError, match=r"norm_backward: groups=5 does not divide the 12"):
+            func.vmap(lambda t, d, op=op: op(t, w, d, 1e-5, 5))(empty, empty)
 
 
 @pytest.mark.parametrize("name", CASES)
