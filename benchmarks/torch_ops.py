@@ -17,6 +17,9 @@ references on the same tensors:
   and (``moe bfloat16``) in bfloat16, where PyTorch's GEMMs use the BF16 instructions;
 - rms_norm, layer_norm, softmax, gelu on 4096 x 4096: the eager composition and
   ``torch.compile`` of it, and GB/s (one read, one write) against the triad peak;
+  the norms and softmax on short rows too, 2048 x 768 (a BERT-base batch: 6 MiB, in
+  the L3), and layer_norm's forward and backward through autograd there (``train``:
+  the gradients of x, weight and bias);
 - the transformer block of ``examples/transformer_block.py`` (S=256, d=512):
   eager and ``torch.compile`` of it, against the block with the pypto operators.
 
@@ -51,9 +54,15 @@ from benchmarks.common import (  # noqa: E402
 
 ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal bfloat16",
         "attention decode", "attention decode gqa", "attention decode gqa float16", "moe",
-        "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "block")  # fmt: skip
-MEMORY_BOUND = ("rms_norm", "layer_norm", "softmax", "gelu")
+        "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "rms_norm 2048x768",
+        "layer_norm 2048x768", "softmax 2048x768", "layer_norm 2048x768 train",
+        "block")  # fmt: skip
 N = 4096  # rows and columns of the memory-bound operators
+SHORT = (2048, 768)  # ... and of their short rows
+# the rows counted in GB/s (one read of x, one write of y): their elements
+MEMORY_BOUND = {**dict.fromkeys(("rms_norm", "layer_norm", "softmax", "gelu"), N * N),
+                **dict.fromkeys((f"{r} {SHORT[0]}x{SHORT[1]}" for r in ("rms_norm", "layer_norm",
+                                 "softmax")), SHORT[0] * SHORT[1])}  # fmt: skip
 
 
 def _moe_loop(torch, F):
@@ -130,6 +139,30 @@ def _cases(torch, only):
     for row, (mine, ref, ins) in comps.items():
         if want(row):
             cases[row] = (mine, {"eager": ref, "torch.compile": torch.compile(ref)}, ins)
+    R, C = SHORT
+    x = torch.randn(R, C, generator=g)
+    w, b = 1 + 0.1 * torch.randn(C, generator=g), 0.1 * torch.randn(C, generator=g)
+    short = {
+        "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
+                     lambda x, w: F.rms_norm(x, (C,), w, 1e-6), (x, w)),
+        "layer_norm": (lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+                       lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5), (x, w, b)),
+        "softmax": (lambda x: ops.softmax(x, -1), lambda x: torch.softmax(x, -1), (x,)),
+    }  # fmt: skip
+    for name, (mine, ref, ins) in short.items():
+        row = f"{name} {R}x{C}"
+        if want(row):
+            cases[row] = (mine, {"eager": ref, "torch.compile": torch.compile(ref)}, ins)
+    if want(f"layer_norm {R}x{C} train"):
+        mine, ref, ins = short["layer_norm"]
+        dy = torch.randn(R, C, generator=g)
+        leaves = [t.clone().requires_grad_() for t in ins]
+        refs = {"eager": ref, "torch.compile": torch.compile(ref)}
+        cases[f"layer_norm {R}x{C} train"] = (
+            _trained(torch, mine, dy),
+            {n: _trained(torch, f, dy) for n, f in refs.items()},
+            leaves,
+        )
     if want("block"):
         from examples import transformer_block as tb
 
@@ -139,6 +172,16 @@ def _cases(torch, only):
         cases["block"] = (lambda x: tb.block_pypto(x, p),
                           {"eager": ref, "torch.compile": torch.compile(ref)}, (xb,))  # fmt: skip
     return cases
+
+
+def _trained(torch, f, dy):
+    """``f``'s forward and backward through autograd: the gradients of its inputs."""
+
+    def run(*leaves):
+        with torch.enable_grad():
+            return torch.autograd.grad(f(*leaves), leaves, dy)
+
+    return run
 
 
 def _records(logs: str) -> list:
@@ -155,11 +198,12 @@ def worker(threads: int, only, logs: str = "") -> dict:
     out = {}
     with torch.no_grad(), at.apply_history_best(_records(logs)):
         for row, (mine, refs, ins) in _cases(torch, only).items():
-            expect = next(iter(refs.values()))(*ins)
-            err = (mine(*ins) - expect).abs().max().item()
-            tol = 2e-2 if expect.dtype == torch.bfloat16 else 1e-3  # bfloat16: 2^-8 steps
-            if not err <= tol * max(1.0, expect.abs().max().item()):
-                raise SystemExit(f"{row}: the pypto operator differs from PyTorch by {err}")
+            expect, got = next(iter(refs.values()))(*ins), mine(*ins)
+            for e, o in zip(*((t,) if torch.is_tensor(t) else t for t in (expect, got))):
+                err = (o - e).abs().max().item()
+                tol = 2e-2 if e.dtype == torch.bfloat16 else 1e-3  # bfloat16: 2^-8 steps
+                if not err <= tol * max(1.0, e.abs().max().item()):
+                    raise SystemExit(f"{row}: the pypto operator differs from PyTorch by {err}")
             fns = {"pypto": lambda m=mine, a=ins: m(*a)}
             fns.update({n: (lambda f=f, a=ins: f(*a)) for n, f in refs.items()})
             out[row] = block_medians(fns, rounds=6)
@@ -177,7 +221,7 @@ def report(runs: list, triad: dict) -> str:
                       for n, v in med.items() if n != "pypto"]  # fmt: skip
             extra = ""
             if row in MEMORY_BOUND:
-                gbps = 2 * 4 * N * N / med["pypto"] / 1e9
+                gbps = 2 * 4 * MEMORY_BOUND[row] / med["pypto"] / 1e9
                 extra = f"{gbps:.1f} GB/s = {gbps / triad[t]:.0%} of triad"
             rows.append((row, f"{med['pypto'] * 1e3:.2f}", "; ".join(ratios), extra))
         lines.append(f"{t} thread(s), triad {triad[t]:.1f} GB/s")
