@@ -401,19 +401,21 @@ def test_rowwise_forward_and_backward(dtype, tol, rows, cols):
 
 @pytest.mark.parametrize("kind", ["sum", "max"])
 def test_row_reductions_halve_their_partials_before_the_scalar_combine(kind):
-    """64 vector partials per row halved by vector operations down to 4 (a serial chain
-    of 64 scalar operations took most of a short row's time), then combined with the
-    tail: as numpy's."""
+    """64 vector partials per row, the row's tail added by one vector operation, halved
+    down to 4 (a serial chain of 64 scalar operations, and one per element of the tail,
+    took most of a short row's time), then combined: as numpy's."""
     from autotune.templates.norm import FOLD_TO, _schedule_reduction, row_reduce
 
     rows, cols = 6, 64 * 3 + 5
     X = pt.placeholder((rows, cols), "float64", name="X")
     R, stages = row_reduce(kind, lambda i, j: X[i, j], rows, cols, 64, "r")
-    assert [int(T.shape[-1].value) for T in stages[:-1]] == [64, 32, 16, 8, FOLD_TO]
-    assert int(R.op.reduce_axis[0].dom.extent.value) == FOLD_TO + 5  # the 4 and the tail
+    assert [int(T.shape[-1].value) for T in stages[:-1]] == [64, 64, 32, 16, 8, FOLD_TO]
+    assert int(R.op.reduce_axis[0].dom.extent.value) == FOLD_TO
     s = pt.create_schedule(R.op)
     _schedule_reduction(at.Task("softmax", (rows, cols)).config_space.default_config(), s, stages)
     x = RNG.standard_normal((rows, cols))
+    x[0, -1] = 9  # the largest of row 0 in its tail; of row 1 just before it
+    x[1, -6] = 9
     out = np.zeros(rows)
     pt.build(s, [X, R])(x, out)
     np.testing.assert_allclose(out, getattr(np, kind)(x, axis=1), rtol=1e-13)

@@ -8,8 +8,9 @@ the passes, and no full-size temporary exists:
 - row reductions (max, sum, sum of squares) are vectorized by a manual
   rfactor: ``red_lanes`` partial results per row, ``P[i, l] = sum_ko
   X[i, ko * L + l]`` (the ``l`` loop is spatial, so it is vectorized, and
-  ``L`` independent accumulators hide the add latency), then a short scalar
-  combine of the ``L`` partials and the ragged tail of the row;
+  ``L`` independent accumulators hide the add latency), the ragged tail of the
+  row added to them and the ``L`` halved down to 4 by vector operations, then
+  a short scalar combine of those (``row_reduce``);
 - elementwise passes split the row by ``tile_j`` with the inner loop
   vectorized and the outer optionally unrolled (``unroll_j``);
 - the rows are read from memory by the first pass and from cache by the
@@ -104,16 +105,19 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
 
     With ``lanes > 1`` (and a row at least that long) the reduction is split:
     ``name_p[i, l]`` holds ``lanes`` partial results over full chunks of the row,
-    halved by vector operations down to ``FOLD_TO`` (``name_f32[i, l] = p[i, l] +
-    p[i, l + 32]``, ...: each loads what one store wrote, or half of it), and ``R``
-    combines those with the tail ``cols % lanes`` elements in one short loop, a chain
-    of dependent scalar operations (of all 64 partials it took most of a 256-wide row's
-    time, 64 x 4 cycles: layernorm 1024 x 256 float32 on a Zen 4, one thread, 0.14 ->
-    0.06 ms; one fold of the 64 into 4 by a tree of 4-lane additions, 0.08)::
+    the row's last ``cols % lanes`` elements (its tail) added to them by one vector
+    operation (``name_t``: the last ``lanes`` elements of the row, those before the
+    tail masked), halved by vector operations down to ``FOLD_TO`` (``name_f32[i, l] =
+    t[i, l] + t[i, l + 32]``, ...: each loads what one store wrote, or half of it),
+    and ``R`` combines those, a chain of dependent scalar operations (of all 64
+    partials, and the tail's elements, it took most of a 256-wide row's time, 64 x 4
+    cycles: layernorm 1024 x 256 float32 on a Zen 4, one thread, 0.14 -> 0.06 ms; one
+    fold of the 64 into 4 by a tree of 4-lane additions, 0.08)::
 
         for i: for ko: vectorized for l < 64: p[l] += elem(i, ko * 64 + l)
-               vectorized for l < 32: f32[l] = p[l] + p[l + 32]   ... f4 from f8
-               R[i] = f4[0] + f4[1] + f4[2] + f4[3] (+ the tail)
+               vectorized for l < 64: t[l] = p[l] + (l >= 64 - tail ? elem(i, cols - 64 + l) : 0)
+               vectorized for l < 32: f32[l] = t[l] + t[l + 32]   ... f4 from f8
+               R[i] = f4[0] + f4[1] + f4[2] + f4[3]
     """
     red = _reducer(kind)
     if lanes <= 1 or cols < lanes:
@@ -126,22 +130,26 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
         (rows, lanes), lambda i, ln: red(elem(i, ko * lanes + ln), axis=ko), name=f"{name}_p"
     )
     parts, width = [P], lanes
+    if tail:
+        combine, start = _COMBINE[kind], cols - lanes
+
+        def with_tail(i, ln):
+            e = elem(i, start + ln)
+            return combine(P[i, ln], pt.select(ln >= lanes - tail, e, _identity(kind, e.dtype)))
+
+        parts.append(pt.compute((rows, lanes), with_tail, name=f"{name}_t"))
     while width > FOLD_TO and width % 2 == 0:
         width //= 2
         parts.append(_halved(kind, parts[-1], rows, width, f"{name}_f{width}"))
     Q = parts[-1]
-    q = pt.reduce_axis((0, width + tail), name=f"{name}_q")
-    if tail:
-        R = pt.compute(
-            (rows,),
-            lambda i: red(
-                pt.select(q < width, Q[i, q], elem(i, nfull * lanes - width + q)), axis=q
-            ),
-            name=name,
-        )
-    else:
-        R = pt.compute((rows,), lambda i: red(Q[i, q], axis=q), name=name)
+    q = pt.reduce_axis((0, width), name=f"{name}_q")
+    R = pt.compute((rows,), lambda i: red(Q[i, q], axis=q), name=name)
     return R, [*parts, R]
+
+
+def _identity(kind: str, dtype: str):
+    """What ``kind`` combines with a value to give that value."""
+    return pt.const(0.0 if kind == "sum" else -math.inf, dtype)
 
 
 def _halved(kind: str, P, rows: int, width: int, name: str):
