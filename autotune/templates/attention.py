@@ -21,7 +21,11 @@ In the two-pass form every intermediate is computed at the task loop, so the
 only buffers are per tile:
 
 - ``KT``: the keys transposed per head (``[B, H, D, S]``, one pass), so the
-  score GEMM reads contiguous key rows under its vectorized loop;
+  score GEMM reads contiguous key rows under its vectorized loop; padded with
+  zero keys to whole key tiles, which score ``-inf``: no ragged tile of keys and
+  rows of scores of whole vectors (ViT's 197 tokens, B=1, H=12, D=64, on a Zen 4,
+  one / two threads: 3.1 / 2.1 -> 2.0 / 1.2 ms; CLIP's 77: 0.67 / 0.46 -> 0.30 /
+  0.19 ms);
 - ``Dot`` (``tile_q x S``): the tile's scores, computed as register tiles of
   ``mr_s`` queries x ``key_tile`` keys, the keys streamed tile by tile. With the
   target's micro-kernel (``ukernel``) each tile is stored once, as it is, and the
@@ -274,14 +278,23 @@ def attention(
         gemms = VectorGemms(cfg, tiles, lanes)
         s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, gemms, msk)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
+    # the keys' copy (transposed) padded to whole key tiles: rows of scores and
+    # probabilities of whole vectors, no ragged tile (the padded keys score -inf)
+    kt = cfg["key_tile"].size[-1]
+    Skp = Sk if k_transposed else -(-Sk // kt) * kt
     if k_transposed:
         K = KT = pt.placeholder((B, Hk, D, rows), dtype, name="K")
     else:
         K = pt.placeholder((B, Hk, rows, D), dtype, name="K")
-        KT = pt.compute((B, Hk, D, Sk), lambda b, h, d, j: K[b, h, j, d], name="KT")
+        zero = pt.const(0.0, dtype)
+        KT = pt.compute(
+            (B, Hk, D, Skp),
+            lambda b, h, d, j: pt.select(j < Sk, K[b, h, pt.min(j, Sk - 1), d], zero),
+            name="KT",
+        )
     d = pt.reduce_axis((0, D), name="d")
     Dot = pt.compute(
-        (B, H, S, Sk),
+        (B, H, S, Skp),
         lambda b, h, i, j: pt.sum(Q[b, h, i, d] * KT[b, kvh(h), d, j], axis=d),
         name="Dot",
     )
@@ -300,7 +313,7 @@ def attention(
         s[KT].parallel(s[KT].fuse(KT.op.axis[0], KT.op.axis[1]))
     mr_s = cfg["mr_s"].val
     tq = min(S, cfg["tile_q"].size[-1])
-    dtile = _tile_intrin(cfg, dtype, mr_s, cfg["key_tile"].size[-1], D, tq, Sk)
+    dtile = _tile_intrin(cfg, dtype, mr_s, kt, D, tq, Skp)
     if dtile is None:  # loops accumulate in a local tile, copied out scaled and masked
         DL = s.cache_write(Dot, "local")
         s[Dot].compute_inline()

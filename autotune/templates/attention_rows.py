@@ -67,32 +67,43 @@ class Rows:
 
 
 def probabilities(Dot, S: int, Sk: int, causal: bool, sc: float, dtype: str, msk, lanes):
-    """The rows of probabilities of the scores ``Dot`` (``[B, H, S, Sk]``), as the
-    module docstring shows; ``msk``: the template's mask (``attention_mask``) or None;
-    ``lanes``: the partials of the max and the sum."""
+    """The rows of probabilities of the scores ``Dot`` (``[B, H, S, Sk]``, or padded to
+    ``Skp`` keys: those beyond ``Sk`` score -inf), as the module docstring shows;
+    ``msk``: the template's mask (``attention_mask``) or None; ``lanes``: the partials
+    of the max and the sum."""
     lead = tuple(int(d.value) for d in Dot.shape[:3])
-    shape = (*lead, Sk)
+    Skp = int(Dot.shape[3].value)
+    shape = (*lead, Skp)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
-    if causal:
+    if causal:  # (a padded key lies beyond every query's last one)
         Sc = pt.compute(
             shape,
             lambda b, h, i, j: pt.select(j <= i + (Sk - S), Dot[b, h, i, j] * c(sc), c(-math.inf)),
             name="Sc",
         )
     elif msk is not None:
+
+        def masked(b, h, i, j):
+            score = msk.score(Dot[b, h, i, j] * c(sc), b, h, i, pt.min(j, Sk - 1))
+            return score if Skp == Sk else pt.select(j < Sk, score, c(-math.inf))
+
+        Sc = pt.compute(shape, masked, name="Sc")
+    elif Skp > Sk:
         Sc = pt.compute(
-            shape, lambda b, h, i, j: msk.score(Dot[b, h, i, j] * c(sc), b, h, i, j), name="Sc"
+            shape,
+            lambda b, h, i, j: pt.select(j < Sk, Dot[b, h, i, j] * c(sc), c(-math.inf)),
+            name="Sc",
         )
     else:
         Sc = pt.compute(shape, lambda b, h, i, j: Dot[b, h, i, j] * c(sc), name="Sc")
-    mx, mx_p = row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, Sk, lanes, "mx")
+    mx, mx_p = row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, Skp, lanes, "mx")
     exp = pt.fast_exp if dtype == "float32" else pt.exp
     if msk is None:
         top = lambda b, h, i: mx[b, h, i]  # noqa: E731
     else:  # a row masked out: exp(-inf - floor) is 0, not NaN
         top = lambda b, h, i: pt.max(mx[b, h, i], c(FLOOR))  # noqa: E731
     P = pt.compute(shape, lambda b, h, i, j: exp(Sc[b, h, i, j] - top(b, h, i)), name="P")
-    sm, sm_p = row_reduce4("sum", lambda b, h, i, j: P[b, h, i, j], lead, Sk, lanes, "sm")
+    sm, sm_p = row_reduce4("sum", lambda b, h, i, j: P[b, h, i, j], lead, Skp, lanes, "sm")
     if msk is None:
         rs = pt.compute(lead, lambda b, h, i: c(1.0) / sm[b, h, i], name="rs")
     else:  # and its output 0
