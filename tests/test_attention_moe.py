@@ -144,6 +144,25 @@ def test_attention_grouped_query_heads(args, form):
     np.testing.assert_allclose(o, _ref(args, *ins), atol=2e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("S", [37, 77, 197])
+def test_two_pass_attention_pads_the_keys_to_whole_tiles(S):
+    """The two-pass form's transposed keys are padded with zero keys to whole key
+    tiles, which score -inf: ViT's and CLIP's token counts as the reference, even where
+    a query's scores are all large and negative (the padded keys score 0 otherwise)."""
+    args = (1, 2, S, 64)
+    task = at.Task("attention", args)
+    cfg = task.config_space.config(dict(task.config_space.default_config().values, form="two_pass"))
+    key_tile = cfg["key_tile"].size[-1]  # the target's vectors: an odd S is never whole
+    s, tensors = task.instantiate(cfg)
+    kt = next(st.op for st in s.stages if st.op.name == "KT")
+    assert int(kt.output(0).shape[-1].value) == -(-S // key_tile) * key_tile
+    q, k, v = (RNG.standard_normal((1, 2, S, 64)).astype("float32") for _ in range(3))
+    q[0, 0, 0] = k[0, 0].sum(0) * -1e3 / S  # query 0 of head 0: every score far below 0
+    o = np.full((1, 2, S, 64), np.nan, np.float32)
+    pt.build(s, tensors)(q, k, v, o)
+    np.testing.assert_allclose(o, _ref(args, q, k, v), atol=2e-5, rtol=1e-4)
+
+
 def test_attention_refuses_heads_that_do_not_group():
     with pytest.raises(ValueError, match="6 query heads must be a whole number per key/value"):
         at.get_template("attention")(1, 6, 8, 4, False, None, "float32", None, None, False, None, 4)
