@@ -279,7 +279,8 @@ def attention(
         s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, gemms, msk)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     # the keys' copy (transposed) padded to whole key tiles: rows of scores and
-    # probabilities of whole vectors, no ragged tile (the padded keys score -inf)
+    # probabilities of whole vectors, no ragged tile (the padded keys score -inf); K
+    # given transposed is read in place, as it is
     kt = cfg["key_tile"].size[-1]
     Skp = Sk if k_transposed else -(-Sk // kt) * kt
     if k_transposed:

@@ -62,7 +62,7 @@ def _reducer(kind):
 
 
 _COMBINE = {"sum": lambda a, b: a + b, "max": lambda a, b: pt.max(a, b)}
-FOLD_TO = 4  # vector partials of a row reduction halved down to this many ...
+FOLD_TO = 4  # a row reduction's vector partials are halved down to this many
 
 
 def checked_eps(eps) -> float:
@@ -216,8 +216,9 @@ def _schedule_elementwise(cfg, s, T, cols: int, X=None, output=False, ahead=None
 
 
 def _schedule_reduction(cfg, s, stages):
-    """Vectorize the spatial lanes of a split row reduction (its partial stage, and the
-    stages that halve it), its reduction loop outside them, unrolled by ``unroll_red``."""
+    """Vectorize the spatial lanes of a split row reduction (its partial stage, the one
+    adding the row's tail and those halving them), the partial stage's reduction loop
+    outside its lanes, unrolled by ``unroll_red``."""
     for F in stages[1:-1]:
         s[F].vectorize(F.op.axis[-1])
     if len(stages) >= 2:
