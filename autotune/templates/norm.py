@@ -57,11 +57,12 @@ from .norm_stream import define_stream_knob, schedule_stream, stream_rows
 F32 = "float32"
 
 
-def _reducer(kind):
-    return {"sum": pt.sum, "max": pt.max}[kind]
-
-
-_COMBINE = {"sum": lambda a, b: a + b, "max": lambda a, b: pt.max(a, b)}
+# a row reduction's kind: its reducer, the combination of two partial results, and
+# the value that combines with another to give that other
+_KINDS = {
+    "sum": (pt.sum, lambda a, b: a + b, 0.0),
+    "max": (pt.max, lambda a, b: pt.max(a, b), -math.inf),
+}
 FOLD_TO = 4  # a row reduction's vector partials are halved down to this many
 
 
@@ -119,7 +120,7 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
                vectorized for l < 32: f32[l] = t[l] + t[l + 32]   ... f4 from f8
                R[i] = f4[0] + f4[1] + f4[2] + f4[3]
     """
-    red = _reducer(kind)
+    red, combine, identity = _KINDS[kind]
     if lanes <= 1 or cols < lanes:
         k = pt.reduce_axis((0, cols), name=f"{name}_k")
         R = pt.compute((rows,), lambda i: red(elem(i, k), axis=k), name=name)
@@ -131,11 +132,11 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
     )
     parts, width = [P], lanes
     if tail:
-        combine, start = _COMBINE[kind], cols - lanes
+        start = cols - lanes
 
         def with_tail(i, ln):
             e = elem(i, start + ln)
-            return combine(P[i, ln], pt.select(ln >= lanes - tail, e, _identity(kind, e.dtype)))
+            return combine(P[i, ln], pt.select(ln >= lanes - tail, e, pt.const(identity, e.dtype)))
 
         parts.append(pt.compute((rows, lanes), with_tail, name=f"{name}_t"))
     while width > FOLD_TO and width % 2 == 0:
@@ -147,14 +148,9 @@ def row_reduce(kind: str, elem, rows: int, cols: int, lanes: int, name: str):
     return R, [*parts, R]
 
 
-def _identity(kind: str, dtype: str):
-    """What ``kind`` combines with a value to give that value."""
-    return pt.const(0.0 if kind == "sum" else -math.inf, dtype)
-
-
 def _halved(kind: str, P, rows: int, width: int, name: str):
     """``P``'s ``2 width`` partial results per row combined pairwise into ``width``."""
-    combine = _COMBINE[kind]
+    combine = _KINDS[kind][1]
     return pt.compute((rows, width), lambda i, ln: combine(P[i, ln], P[i, ln + width]), name=name)
 
 
