@@ -8,6 +8,7 @@ outside, or without a match, the template's default config is used.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 
@@ -17,12 +18,21 @@ from . import store
 from .records import config_key, failed_configs, load_records, ranked_configs
 
 _local = threading.local()
+_SERIALS = itertools.count()  # of the contexts opened (``scope``)
 
 
 def _stack() -> list:
     if not hasattr(_local, "stack"):
         _local.stack = []
     return _local.stack
+
+
+def scope() -> tuple:
+    """What the configs chosen now depend on beyond the workload: ``()`` outside every
+    context; inside, the open contexts (a serial number each, never reused) and the
+    thread count (which orders their records)."""
+    opened = getattr(_local, "scope", ())
+    return opened and (opened, get_num_threads())
 
 
 def record_keys(target, args) -> tuple:
@@ -144,7 +154,10 @@ def apply_history_best(records=None):
     """
     layers = [records] if records is not None else [store.user_logs(), store.shipped_logs()]
     _stack().append(_context(layers))
+    opened = getattr(_local, "scope", ())
+    _local.scope = (*opened, next(_SERIALS))
     try:
         yield
     finally:
         _stack().pop()
+        _local.scope = opened

@@ -49,6 +49,7 @@ from .torch_call import (
     flat,
     module,
     norm_params,
+    planned_op,
     rows_cols,
     run_in_autocast_dtype,
     target_of,
@@ -72,6 +73,7 @@ ops = torch.ops.pypto
 
 
 @torch.library.custom_op("pypto::gelu", mutates_args=())
+@planned_op
 def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """GELU (``approximate``: ``"none"``, the erf form, or ``"tanh"``), as ``F.gelu``."""
     dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
@@ -88,13 +90,14 @@ def _(x, approximate="none"):
 
 
 @torch.library.custom_op("pypto::gelu_backward", mutates_args=())
+@planned_op
 def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     dt = dtype_name(x, "gelu_backward: x", allowed=ROW_DTYPES)
     check_like(dy, x, "gelu_backward: dy", "x")
     rows, cols = rows_cols(x)
     ins = [(flat(x, rows, cols), "x"), (flat(dy, rows, cols), "dy")]
-    (dx,) = call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt)
-    return dx.reshape(x.shape)
+    (dx,) = call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt, [x.shape])
+    return dx
 
 
 @gelu_backward.register_fake
@@ -132,6 +135,7 @@ def _norm_args(tuned: str, generic: str, rows, cols, eps, dt, wdt):
 
 
 @torch.library.custom_op("pypto::rms_norm", mutates_args=())
+@planned_op
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """``x * rsqrt(mean(x^2, -1) + eps) * weight`` over the last dim."""
     dt = dtype_name(x, "rms_norm: x", allowed=ROW_DTYPES)
@@ -167,6 +171,7 @@ def _grouped_like(weight: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 @torch.library.custom_op("pypto::rms_norm_backward", mutates_args=())
+@planned_op
 def rms_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float, groups: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,8 +183,8 @@ def rms_norm_backward(
     wdt = norm_params(dt, "rms_norm_backward", cols, weight)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     args, dw_shape = _grad_args("rms_norm_backward", rows, cols, eps, dt, wdt, groups)
-    dx, dw = call("rmsnorm_backward", args, ins, [(rows, cols), dw_shape], (dt, wdt))
-    return dx.reshape(x.shape), dw
+    shapes = [(rows, cols), dw_shape]
+    return tuple(call("rmsnorm_backward", args, ins, shapes, (dt, wdt), [x.shape]))
 
 
 @rms_norm_backward.register_fake
@@ -225,6 +230,7 @@ register_autograd(rms_norm, _rms_bwd, setup_context=_save_x_w, jvp=_rms_jvp)
 
 
 @torch.library.custom_op("pypto::layer_norm", mutates_args=())
+@planned_op
 def layer_norm(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5
 ) -> torch.Tensor:
@@ -248,6 +254,7 @@ def _(x, weight, bias, eps=1e-5):
 
 
 @torch.library.custom_op("pypto::layer_norm_backward", mutates_args=())
+@planned_op
 def layer_norm_backward(
     x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor, eps: float, groups: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -259,8 +266,7 @@ def layer_norm_backward(
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (flat(dy, rows, cols), "dy")]
     args, dw_shape = _grad_args("layer_norm_backward", rows, cols, eps, dt, wdt, groups)
     shapes = [(rows, cols), dw_shape, dw_shape]
-    dx, dw, db = call("layernorm_backward", args, ins, shapes, (dt, wdt, wdt))
-    return dx.reshape(x.shape), dw, db
+    return tuple(call("layernorm_backward", args, ins, shapes, (dt, wdt, wdt), [x.shape]))
 
 
 @layer_norm_backward.register_fake
@@ -291,6 +297,7 @@ def _last(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 @torch.library.custom_op("pypto::softmax", mutates_args=())
+@planned_op
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Softmax along ``dim`` (moved last, made contiguous, moved back)."""
     dt = dtype_name(x, "softmax: x", allowed=ROW_DTYPES)
@@ -315,14 +322,15 @@ def _(x, dim=-1):
 
 
 @torch.library.custom_op("pypto::softmax_backward", mutates_args=())
+@planned_op
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tensor:
     dt = dtype_name(y, "softmax_backward: y", allowed=ROW_DTYPES)
     check_like(dy, y, "softmax_backward: dy", "y")
     yl, dyl = _last(y, dim), _last(dy, dim)
     rows, cols = rows_cols(yl)
     ins = [(flat(yl, rows, cols), "y"), (flat(dyl, rows, cols), "dy")]
-    (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt)
-    return _back(dx.reshape(yl.shape), dim)
+    (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt, [yl.shape])
+    return _back(dx, dim)
 
 
 @softmax_backward.register_fake
@@ -371,6 +379,7 @@ def _attention_call(q, k, v, causal: bool, scale, dt: str, mask=None):
 
 
 @torch.library.custom_op("pypto::attention", mutates_args=())
+@planned_op
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -12,6 +12,7 @@ import torch
 import pypto as pt
 from pypto.torch import ModuleCache, dtype_name, empty, run
 from pypto.torch_autograd import register_kernel
+from pypto.torch_plan import planned
 
 from . import dispatch
 from .task import get_template
@@ -61,6 +62,13 @@ def best_config(tpl, args: tuple, t: pt.Target):
         return tpl.best_config(*args, target=t)
     with dispatch.apply_history_best():
         return tpl.best_config(*args, target=t)
+
+
+def planned_op(body):
+    """An operator's body with its calls planned (``pypto.torch_plan``: replayed from
+    the arguments' shapes, dtypes and scalars), per ``apply_history_best`` scope (its
+    records choose the module)."""
+    return planned(body, scope=dispatch.scope)
 
 
 def check_finite(what: str, value: float) -> None:

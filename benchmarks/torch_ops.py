@@ -19,7 +19,8 @@ references on the same tensors:
   ``torch.compile`` of it, and GB/s (one read, one write) against the triad peak;
   the norms and softmax on short rows too, 2048 x 768 (a BERT-base batch: 6 MiB, in
   the L3), and layer_norm's forward and backward through autograd there (``train``:
-  the gradients of x, weight and bias);
+  the gradients of x, weight and bias); and the norms of a decoder's step, 1 x 4096
+  with ``nn.Parameter`` weights, where the call's own overhead is most of the time;
 - the transformer block of ``examples/transformer_block.py`` (S=256, d=512):
   eager and ``torch.compile`` of it, against the block with the pypto operators.
 
@@ -56,7 +57,7 @@ ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal
         "attention decode", "attention decode gqa", "attention decode gqa float16", "moe",
         "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "rms_norm 2048x768",
         "layer_norm 2048x768", "softmax 2048x768", "layer_norm 2048x768 train",
-        "block")  # fmt: skip
+        "rms_norm 1x4096", "layer_norm 1x4096", "block")  # fmt: skip
 N = 4096  # rows and columns of the memory-bound operators
 SHORT = (2048, 768)  # ... and of their short rows
 # the rows counted in GB/s (one read of x, one write of y): their elements
@@ -163,6 +164,22 @@ def _cases(torch, only):
             {n: _trained(torch, f, dy) for n, f in refs.items()},
             leaves,
         )
+    wp = torch.nn.Parameter(1 + 0.1 * torch.randn(N, generator=g))
+    bp = torch.nn.Parameter(0.1 * torch.randn(N, generator=g))
+    x1 = torch.randn(1, N, generator=g)
+    step = {  # a decoder's step: one token, a model's parameters; the call's overhead
+        "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
+                     lambda x, w: F.rms_norm(x, (N,), w, 1e-6), (x1, wp)),
+        "layer_norm": (lambda x, w, b: ops.layer_norm(x, w, b, 1e-5),
+                       lambda x, w, b: F.layer_norm(x, (N,), w, b, 1e-5), (x1, wp, bp)),
+    }  # fmt: skip
+    for name, (mine, ref, ins) in step.items():
+        if want(f"{name} 1x{N}"):
+            cases[f"{name} 1x{N}"] = (
+                mine,
+                {"eager": ref, "torch.compile": torch.compile(ref)},
+                ins,
+            )
     if want("block"):
         from examples import transformer_block as tb
 
@@ -211,21 +228,26 @@ def worker(threads: int, only, logs: str = "") -> dict:
     return out
 
 
+def _time(seconds: float) -> str:
+    """A call's time: in us below 0.1 ms (a small call's overhead), else in ms."""
+    return f"{seconds * 1e6:.1f} us" if seconds < 1e-4 else f"{seconds * 1e3:.2f} ms"
+
+
 def report(runs: list, triad: dict) -> str:
     lines = []
     for t in runs[0]:
         rows = []
         for row in runs[0][t]:
             med = {k: float(np.median([r[t][row][k] for r in runs])) for k in runs[0][t][row]}
-            ratios = [f"{n} {v * 1e3:.2f} ms ({v / med['pypto']:.2f}x)"
+            ratios = [f"{n} {_time(v)} ({v / med['pypto']:.2f}x)"
                       for n, v in med.items() if n != "pypto"]  # fmt: skip
             extra = ""
             if row in MEMORY_BOUND:
                 gbps = 2 * 4 * MEMORY_BOUND[row] / med["pypto"] / 1e9
                 extra = f"{gbps:.1f} GB/s = {gbps / triad[t]:.0%} of triad"
-            rows.append((row, f"{med['pypto'] * 1e3:.2f}", "; ".join(ratios), extra))
+            rows.append((row, _time(med["pypto"]), "; ".join(ratios), extra))
         lines.append(f"{t} thread(s), triad {triad[t]:.1f} GB/s")
-        lines.append(table(("operator", "pypto ms", "references (ref time / pypto time)", ""),
+        lines.append(table(("operator", "pypto", "references (ref time / pypto time)", ""),
                            rows))  # fmt: skip
     return "\n".join(lines)
 

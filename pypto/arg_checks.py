@@ -362,7 +362,7 @@ def torch_key(args, tracked: bool = False) -> tuple | None:
     if torch is None:
         return None
     for a in args:
-        if type(a) is not torch.Tensor or not plain_tensor(torch, a, tracked):
+        if type(a) not in (torch.Tensor, torch.nn.Parameter) or not plain_tensor(torch, a, tracked):
             return None
     return tuple((a.shape, a.dtype) for a in args)
 
