@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import warnings
 from collections.abc import Callable
 
@@ -59,16 +60,20 @@ class _Call:
     """The dispatch keys and keyword-only arguments of one call (not a tensor, so
     autograd passes it through to ``forward`` untouched)."""
 
-    __slots__ = ("keyset", "kwargs")
+    __slots__ = ("keyset", "kwargs", "direct")
 
-    def __init__(self, keyset, kwargs: dict):
-        self.keyset, self.kwargs = keyset, kwargs
+    def __init__(self, keyset, kwargs: dict, direct):
+        self.keyset, self.kwargs, self.direct = keyset, kwargs, direct
 
 
 def _with_defaults(schema, args: tuple) -> tuple:
     """``args`` with the trailing defaults the dispatcher dropped put back."""
-    rest = [a for a in schema.arguments[len(args) :] if not a.kwarg_only]
-    return args + tuple(a.default_value for a in rest)
+    return args + _defaults_after(schema, len(args))
+
+
+@functools.lru_cache(maxsize=1024)
+def _defaults_after(schema, n: int) -> tuple:
+    return tuple(a.default_value for a in schema.arguments[n:] if not a.kwarg_only)
 
 
 _SEEN = contextvars.ContextVar("pypto_tangents_seen", default=False)
@@ -154,8 +159,10 @@ def register_autograd(
             # off, and a transform level below would then record nothing (a derivative
             # of zero, or a tangent dropped)
             with torch.enable_grad(), _forward_ad._set_fwd_grad_enabled(True), _BELOW_AUTOGRAD():
-                keys = call.keyset & _AFTER_AUTOGRAD
-                out = overload.redispatch(keys, *args, **call.kwargs)
+                if call.direct is not None:  # (plain CPU tensors: what redispatch ends in)
+                    out = call.direct(*args, **call.kwargs)
+                else:
+                    out = overload.redispatch(call.keyset & _AFTER_AUTOGRAD, *args, **call.kwargs)
             if jvp is not None and _forward_mode():  # (the values, not their tangents)
                 bare = [_forward_ad.unpack_dual(a).primal if _tensor(a) else a for a in args]
                 ctx.primals = (_with_defaults(schema, tuple(bare)), out)
@@ -206,19 +213,19 @@ def register_autograd(
     def kernel(keyset, *args, **kwargs):
         forward = _forward_mode()
         below = keyset & _AFTER_AUTOGRAD
-        if (  # the common call: plain CPU tensors, nothing to differentiate
+        plain = (  # CPU tensors, no forward mode: the implementation itself
             direct is not None
             and len(fns) == 1  # (no kernel registered for a device since)
             and not forward
             and below.highestPriorityTypeId() == _CPU
-            and not (_C.is_grad_enabled() and _C._any_requires_grad(*args))
-        ):
-            with _BELOW_AUTOGRAD():
+        )
+        if plain and not (_C.is_grad_enabled() and _C._any_requires_grad(*args)):
+            with _BELOW_AUTOGRAD():  # the common call: nothing to differentiate
                 return direct(*args, **kwargs)
         tangents = forward and _has_tangent(args)
         if tangents and definition is not None:  # (PyTorch's forward mode takes it)
             return definition(*args, **kwargs)
-        call = _Call(keyset, kwargs)
+        call = _Call(keyset, kwargs, direct if plain else None)
         if tangents and jvp is None:
             raise NotImplementedError(
                 f"{name} has no forward-mode derivative (torch.func.jvp, jacfwd, "
