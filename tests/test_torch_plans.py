@@ -4,9 +4,13 @@ runs the body. Each test checks the results against PyTorch or numpy and counts 
 bodies and kernels ran."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
+
+from fuzzing import REPEATABLE as FUZZ  # noqa: E402
 
 import autotune.torch as at_torch  # noqa: E402
 import autotune.torch_call as torch_call  # noqa: E402
@@ -241,3 +245,43 @@ def _double(x_shape):
     X = pt.placeholder(x_shape, "float32", name="X")
     Y = pt.compute(x_shape, lambda i, j: X[i, j] * 2, name="Y")
     return pt.create_schedule(Y.op), [X, Y]
+
+
+_FUZZ_OPS = {  # name: (ours, PyTorch's, number of row-shaped tensors, takes a weight)
+    "gelu": (lambda x: ops.gelu(x, "none"), lambda x: F.gelu(x), 1, False),
+    "softmax": (lambda x: ops.softmax(x, -1), lambda x: torch.softmax(x, -1), 1, False),
+    "gelu_backward": (lambda x, dy: ops.gelu_backward(x, dy, "none"),
+                      lambda x, dy: torch.ops.aten.gelu_backward(dy, x), 2, False),
+    "softmax_backward": (lambda y, dy: ops.softmax_backward(y, dy, -1),
+                         lambda y, dy: torch._softmax_backward_data(dy, y, -1, y.dtype), 2, False),
+    "rms_norm": (lambda x, w: ops.rms_norm(x, w, 1e-6),
+                 lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6), 1, True),
+}  # fmt: skip
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(sorted(_FUZZ_OPS)), st.sampled_from([2, 5]),
+                          st.sampled_from(["plain", "transposed", "aliased", "parameter"]),
+                          st.integers(0, 2**16)), min_size=4, max_size=10))  # fmt: skip
+def test_any_sequence_of_calls_gives_pytorchs_results(calls):
+    """Calls of mixed operators, shapes and layouts (transposed inputs, one tensor
+    passed twice, nn.Parameter weights) in any order, plans made and replayed among
+    them: every result is PyTorch's."""
+    for name, rows, layout, seed in calls:
+        ours, theirs, n, weighted = _FUZZ_OPS[name]
+        g = torch.Generator().manual_seed(seed)
+        if layout == "transposed":
+            xs = [torch.randn(33, rows, generator=g).t() for _ in range(n)]
+        else:
+            xs = [torch.randn(rows, 33, generator=g) for _ in range(n)]
+        if layout == "aliased" and n == 2:
+            xs[1] = xs[0]
+        if name == "softmax_backward":
+            xs[0] = torch.softmax(xs[0], -1)
+            if layout == "aliased":
+                xs[1] = xs[0]
+        args = xs + ([torch.randn(33, generator=g)] if weighted else [])
+        if layout == "parameter" and weighted:
+            args[-1] = torch.nn.Parameter(args[-1])
+        with torch.no_grad():
+            _close(ours(*args), theirs(*args))
