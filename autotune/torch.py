@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from pypto.torch import dtype_name, empty, fake_kernel, register_autograd
+from pypto.torch import dtype_name, empty, fake_kernel, register_autograd, run
 
 from . import torch_vmap
 from .templates.attention import sdpa_parts
@@ -54,6 +54,7 @@ from .torch_call import (
     run_in_autocast_dtype,
     target_of,
 )
+from .torch_decode import decode_module
 from .torch_grad import (
     _backward,
     attention_definition,
@@ -428,6 +429,11 @@ def attention(
     mask = None if attn_mask is None else _mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
+    if mask is None and not is_causal:  # a decoder's step: one module for every Sk
+        mod = decode_module(B, H, S, D, k.shape[1], v.shape[3], scale, dt)
+        if mod is not None:
+            ins = [(t.contiguous(), n) for t, n in ((q, "q"), (k, "k"), (v, "v"))]
+            return _run_into(mod, ins, empty((B, H, S, v.shape[3]), q.dtype))
     if dt == "bfloat16" and tile_isa(target_of("host"), dt, D) is not None:
         return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)  # AMX's tiles
     if dt in WIDENED and S <= DECODE_QUERIES:  # the decode form reads K and V in place
@@ -439,6 +445,11 @@ def attention(
         o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32", mask)
         return empty(o.shape, q.dtype).copy_(o)
     return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)
+
+
+def _run_into(mod, ins: list, out: torch.Tensor) -> torch.Tensor:
+    run(mod, ins, [out])
+    return out
 
 
 def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:

@@ -27,23 +27,29 @@ def target_of(name: str) -> pt.Target:
     return pt.Target(name)  # "host" reads the CPU's description: once
 
 
-def module(name: str, args: tuple, target="host") -> pt.Module:
+def module(name: str, args: tuple, target="host", build=None) -> pt.Module:
     """The built module of template ``name`` for ``args`` (cached): the best recorded
     config for the target (the caller's ``apply_history_best`` first, then the user's
     and the shipped records, as ``apply_history_best()`` reads them), else the default
     config. A record of any spelling of the workload serves (``Template.spellings``:
-    ``gelu(9, 70)`` and ``gelu(9, 70, "none")`` are one workload, built once)."""
+    ``gelu(9, 70)`` and ``gelu(9, 70, "none")`` are one workload, built once).
+    ``build(config, args, target)``: what is built of that config in place of the
+    template's own module (cached by the function's name too)."""
     t = target_of(target) if isinstance(target, str) else target
     tpl, args, spellings, keys = _workload(name, args, t)
 
     def make():
-        s, tensors = tpl.func(best_config(tpl, args, t), *args)
+        cfg = best_config(tpl, args, t)
+        if build is not None:
+            return build(cfg, args, t)
+        s, tensors = tpl.func(cfg, *args)
         return pt.build(s, tensors, target=t, name=name)
 
     # the records of an enclosing apply_history_best are part of the key: a shape run
     # before, under other records or none, is built again for these
     scoped = dispatch.lookup(spellings, keys)
-    return MODULES.get((name, args, t.key, repr(scoped[:1])), make)
+    how = None if build is None else build.__qualname__
+    return MODULES.get((name, args, t.key, repr(scoped[:1]), how), make)
 
 
 @functools.lru_cache(maxsize=4096)

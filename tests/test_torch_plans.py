@@ -25,11 +25,11 @@ ops = torch.ops.pypto
 
 @pytest.fixture
 def spies(monkeypatch):
-    """``(bodies, kernels)``: the template names ``call`` got (an operator's body ran)
-    and the modules whose kernel ran, by name, in order."""
+    """``(bodies, kernels)``: the template names ``call`` (or the module names ``run``)
+    got: an operator's body ran; and the modules whose kernel ran, by name, in order."""
     torch_plan.forget()
     bodies, kernels = [], []
-    call, invoke = at_torch.call, pypto.module.Module._invoke
+    call, run, invoke = at_torch.call, at_torch.run, pypto.module.Module._invoke
 
     def spy_call(name, *a, **k):
         bodies.append(name)
@@ -39,7 +39,12 @@ def spies(monkeypatch):
         kernels.append(self.name)
         return invoke(self, cargs, arrays)
 
+    def spy_run(mod, *a):  # (the bodies that run a module of their own: attention's steps)
+        bodies.append(mod.name)
+        return run(mod, *a)
+
     monkeypatch.setattr(at_torch, "call", spy_call)
+    monkeypatch.setattr(at_torch, "run", spy_run)
     monkeypatch.setattr(pypto.module.Module, "_invoke", spy_invoke)
     yield bodies, kernels
     torch_plan.forget()

@@ -21,8 +21,11 @@ from .attention_flash import FLOOR
 
 def row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
     """``R[b, h, i] = kind_j elem(b, h, i, j)`` with ``lanes`` vector partials per row
-    (see ``norm.row_reduce``); returns ``(R, partial stage or None)``."""
+    (see ``norm.row_reduce``); returns ``(R, partial stage or None)``. A row of a
+    size bound at call (``cols`` a ``pt.var``) is reduced by a plain loop."""
     red = {"sum": pt.sum, "max": pt.max}[kind]
+    if not isinstance(cols, int) and lanes > 1:
+        return _row_reduce_any(red, elem, lead, cols, lanes, name)
     if lanes <= 1 or cols < lanes:
         k = pt.reduce_axis((0, cols), name=f"{name}_k")
         R = pt.compute(lead, lambda b, h, i: red(elem(b, h, i, k), axis=k), name=name)
@@ -41,6 +44,28 @@ def row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
         lambda b, h, i: red(
             pt.select(q < lanes, P[b, h, i, q], elem(b, h, i, base + q)) if tail else P[b, h, i, q],
             axis=q,
+        ),
+        name=name,
+    )
+    return R, P
+
+
+def _row_reduce_any(red, elem, lead, cols, lanes: int, name: str):
+    """``row_reduce4`` of a row of ``cols`` a size bound at call (at least 1): the
+    partials over its whole chunks, then its last ``cols % lanes`` elements with them
+    (read at an index kept in the row where the partial is taken instead)."""
+    ko = pt.reduce_axis((0, cols // lanes), name=f"{name}_ko")
+    P = pt.compute(
+        (*lead, lanes),
+        lambda b, h, i, ln: red(elem(b, h, i, ko * lanes + ln), axis=ko),
+        name=f"{name}_p",
+    )
+    q = pt.reduce_axis((0, lanes + cols % lanes), name=f"{name}_q")
+    base = cols // lanes * lanes - lanes
+    R = pt.compute(
+        lead,
+        lambda b, h, i: red(
+            pt.select(q < lanes, P[b, h, i, q], elem(b, h, i, pt.max(base + q, 0))), axis=q
         ),
         name=name,
     )
@@ -66,13 +91,15 @@ class Rows:
         return [T for T in seq if T is not None]
 
 
-def probabilities(Dot, S: int, Sk: int, causal: bool, sc: float, dtype: str, msk, lanes):
+def probabilities(Dot, S: int, Sk, causal: bool, sc: float, dtype: str, msk, lanes):
     """The rows of probabilities of the scores ``Dot`` (``[B, H, S, Sk]``, or padded to
     ``Skp`` keys: those beyond ``Sk`` score -inf), as the module docstring shows;
     ``msk``: the template's mask (``attention_mask``) or None; ``lanes``: the partials
-    of the max and the sum."""
+    of the max and the sum. ``Sk`` may be a ``pt.var`` (``Dot`` of that many keys)."""
     lead = tuple(int(d.value) for d in Dot.shape[:3])
-    Skp = int(Dot.shape[3].value)
+    keys = Dot.shape[3]
+    Skp = int(keys.value) if hasattr(keys, "value") else keys  # (a constant, or a var)
+    padded = isinstance(Skp, int) and Skp > Sk
     shape = (*lead, Skp)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     if causal:  # (a padded key lies beyond every query's last one)
@@ -85,10 +112,10 @@ def probabilities(Dot, S: int, Sk: int, causal: bool, sc: float, dtype: str, msk
 
         def masked(b, h, i, j):
             score = msk.score(Dot[b, h, i, j] * c(sc), b, h, i, pt.min(j, Sk - 1))
-            return score if Skp == Sk else pt.select(j < Sk, score, c(-math.inf))
+            return pt.select(j < Sk, score, c(-math.inf)) if padded else score
 
         Sc = pt.compute(shape, masked, name="Sc")
-    elif Skp > Sk:
+    elif padded:
         Sc = pt.compute(
             shape,
             lambda b, h, i, j: pt.select(j < Sk, Dot[b, h, i, j] * c(sc), c(-math.inf)),
