@@ -80,7 +80,7 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
     rows, cols = rows_cols(x)
     args = (rows, cols, approximate, dt)
-    (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt, [x.shape])
+    (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt, [x.shape], True)
     return y
 
 
@@ -147,7 +147,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     wdt = norm_params(dt, "rms_norm", cols, weight)
     name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt, wdt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight")]
-    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape])
+    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape], True)
     return y
 
 
@@ -244,7 +244,7 @@ def layer_norm(
     wdt = norm_params(dt, "layer_norm", cols, weight, bias)
     name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, dt, wdt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
-    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape])
+    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape], True)
     return y
 
 
@@ -305,7 +305,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     xl = _last(x, dim)
     rows, cols = rows_cols(xl)
     name, args = ("softmax", (rows, cols)) if dt == "float32" else ("softmax_fwd", (rows, cols, dt))
-    (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt, [xl.shape])
+    (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt, [xl.shape], True)
     return _back(y, dim)
 
 

@@ -16,6 +16,7 @@ from pypto.torch_plan import planned
 
 from . import dispatch
 from .task import get_template
+from .templates.norm import SHORT_ROW
 
 MODULES = ModuleCache()
 # the row-wise operators' dtypes: 16-bit floats are computed in float32 and rounded once
@@ -33,15 +34,15 @@ def module(name: str, args: tuple, target="host", build=None) -> pt.Module:
     and the shipped records, as ``apply_history_best()`` reads them), else the default
     config. A record of any spelling of the workload serves (``Template.spellings``:
     ``gelu(9, 70)`` and ``gelu(9, 70, "none")`` are one workload, built once).
-    ``build(config, args, target)``: what is built of that config in place of the
-    template's own module (cached by the function's name too)."""
+    ``build(template, config, args, target)``: what is built of that config in place
+    of the template's own module (cached by the function's name too)."""
     t = target_of(target) if isinstance(target, str) else target
     tpl, args, spellings, keys = _workload(name, args, t)
 
     def make():
         cfg = best_config(tpl, args, t)
         if build is not None:
-            return build(cfg, args, t)
+            return build(tpl, cfg, args, t)
         s, tensors = tpl.func(cfg, *args)
         return pt.build(s, tensors, target=t, name=name)
 
@@ -59,6 +60,42 @@ def _workload(name: str, args: tuple, t: pt.Target) -> tuple:
     tpl = get_template(name)
     args = tpl.short_args(args)
     return tpl, args, tpl.spellings(args), tpl.record_keys(args, t)
+
+
+def rows_module(name: str, args: tuple, target="host") -> pt.Module:
+    """``module`` of a row-wise template (``args`` = rows, cols, ...) where no record
+    names these rows: one module for every row count (``rows`` a size bound at call),
+    per columns, arguments and whether the output outgrows the last-level cache (its
+    rows are then streamed), with the config of ``nominal_rows``. A new batch or
+    sequence length builds nothing (0.15-0.35 s an operator on a Zen 4). Rows a record
+    names (the user's tuned shapes) get their own module, as before, and so do rows of
+    at most ``SHORT_ROW`` columns (computed in blocks of rows, whose buffers would
+    be whole tensors for a ragged last block: 0.7x)."""
+    t = target_of(target) if isinstance(target, str) else target
+    tpl, short, spellings, keys = _workload(name, args, t)
+    rows, cols = args[0], args[1]
+    if cols <= SHORT_ROW or dispatch.lookup(spellings, keys):
+        return module(name, args, t)
+    with dispatch.apply_history_best():
+        if dispatch.lookup(spellings, keys):
+            return module(name, args, t)
+    return module(name, (nominal_rows(rows, cols, t), *args[1:]), t, build=_any_rows)
+
+
+def nominal_rows(rows: int, cols: int, t: pt.Target) -> int:
+    """The row count whose config serves every count on the same side of the
+    last-level cache as ``rows``: 4096 (the shipped records' rows) or the fewest that
+    outgrow it; 64, or the most that fit, below."""
+    fit = t.l3_bytes // (4 * max(cols, 1))
+    if rows > fit:
+        return max(4096, fit + 1)
+    return max(1, min(64, fit))
+
+
+def _any_rows(tpl, cfg, args: tuple, t: pt.Target) -> pt.Module:
+    """``module``'s builder of ``rows_module``: the template with its rows a size."""
+    s, tensors = tpl.func(cfg, pt.var("rows"), *args[1:])
+    return pt.build(s, tensors, target=t, name=tpl.name)
 
 
 def best_config(tpl, args: tuple, t: pt.Target):
@@ -120,12 +157,13 @@ def norm_params(dtype: str, name: str, cols: int, weight: torch.Tensor, *bias) -
     return wdt
 
 
-def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype, shaped=()):
+def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype, shaped=(), rows=False):
     """Run template ``name``'s module on ``inputs`` into fresh outputs of ``out_shapes``
     and ``dtype`` (one name for all, or one per output); ``shaped``: the shapes the
     first outputs are returned in (allocated so, the kernel writing a view of its own
     shape: the caller gets a tensor that is no view, which autograd lets ``h += r``
-    change in place)."""
+    change in place); ``rows``: a row-wise template's module for any row count
+    (``rows_module``)."""
     dts = [
         getattr(torch, d) for d in ([dtype] * len(out_shapes) if isinstance(dtype, str) else dtype)
     ]
@@ -133,7 +171,7 @@ def call(name: str, args: tuple, inputs: list, out_shapes: list, dtype, shaped=(
     outs = [o.view(sh) for o, sh in zip(whole, out_shapes)]
     outs += [empty(sh, dt) for sh, dt in zip(out_shapes[len(whole) :], dts[len(whole) :])]
     if all(o.numel() for o in outs):
-        run(module(name, args), inputs, outs)
+        run((rows_module if rows else module)(name, args), inputs, outs)
     else:  # no rows: the other outputs are sums over none (a norm's weight gradient)
         for o in outs:
             o.zero_()

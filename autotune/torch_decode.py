@@ -22,7 +22,6 @@ import math
 
 import pypto as pt
 
-from .task import get_template
 from .templates import attention_decode
 from .templates.attention import sdpa_parts
 from .templates.attention_flash import kv_head
@@ -42,12 +41,12 @@ def decode_module(B: int, H: int, S: int, D: int, Hk: int, Dv: int, scale, dtype
     return got or None
 
 
-def _any_length(cfg, args: tuple, target) -> pt.Module | bool:
+def _any_length(tpl, cfg, args: tuple, target) -> pt.Module | bool:
     """``module``'s builder: the decode form with ``kv_len`` a size; False (cached: not
     asked again) where ``cfg`` takes another form."""
     if not attention_decode.chosen(cfg):
         return False
-    a = get_template("attention").named_args(args)
+    a = tpl.named_args(args)
     B, H, S, D, scale, dtype = (a[n] for n in ("B", "H", "S", "D", "scale", "dtype"))
     Dv = D if a["dv"] is None else a["dv"]
     Hk = H if a["kv_heads"] is None else a["kv_heads"]

@@ -22,7 +22,7 @@ import pypto as pt
 
 from ..task import template
 from . import f16c
-from .knobs import inner_tile
+from .knobs import add_row_flop, inner_tile
 from .norm_stream import narrowed_rows, schedule_stream
 from .precision import check_row_dtype, inline_widened, rounded, widen
 
@@ -130,7 +130,7 @@ def gelu(cfg, rows, cols, approximate="none", dtype="float32"):
     """Y[i, j] = gelu(X[i, j]) (exact erf form, or the tanh approximation)."""
     cdt = _check(approximate, dtype)
     define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
-    cfg.add_flop(10.0 * rows * cols)
+    add_row_flop(cfg, 10.0, rows, cols)
     X = pt.placeholder((rows, cols), dtype, name="X")
     Xr = f16c.widened(X, cfg.target)  # float16: converted a chunk at a time
     Xc = widen(X) if Xr is X else Xr

@@ -52,7 +52,8 @@ import numpy as np
 import pypto as pt
 
 from ..task import template
-from .norm_stream import define_stream_knob, schedule_stream, stream_rows
+from .knobs import add_row_flop
+from .norm_stream import define_stream_knob, outgrows_cache, schedule_stream, stream_rows
 
 F32 = "float32"
 
@@ -266,7 +267,7 @@ def _output(cfg, f, rows: int, cols: int):
     knob on (the default where the output outgrows the target's last-level cache),
     ``Yr`` is a row computed in cache and ``Y`` its streamed copy (``norm_stream``),
     else both are the one stage ``Y``."""
-    if define_stream_knob(cfg, int(rows * cols * 4 > cfg.target.l3_bytes)):
+    if define_stream_knob(cfg, int(outgrows_cache(rows, cols, cfg.target))):
         Yr = pt.compute((rows, cols), f, name="Yr")
         return Yr, stream_rows(Yr), [Yr]
     Y = pt.compute((rows, cols), f, name="Y")
@@ -291,7 +292,7 @@ def softmax(cfg, rows, cols):
     # stored per row (1) or recomputed in the last pass (0; prefetch 2 is then 1)
     cfg.define_knob("exp_impl", ["libm", "poly"], default="poly")
     cfg.define_knob("store_exp", [0, 1], default=1)
-    cfg.add_flop(5.0 * rows * cols)
+    add_row_flop(cfg, 5.0, rows, cols)
     L = cfg["red_lanes"].val
     X = pt.placeholder((rows, cols), F32, name="X")
     mx, mx_st = row_reduce("max", lambda i, j: X[i, j], rows, cols, L, "mx")
@@ -330,7 +331,7 @@ def layernorm(cfg, rows, cols, eps=1e-5):
     """Y = (X - mean) / sqrt(var + eps) * gamma + beta over the last axis (two-pass var)."""
     V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
-    cfg.add_flop(5.0 * rows * cols)
+    add_row_flop(cfg, 5.0, rows, cols)
     X = pt.placeholder((rows, cols), F32, name="X")
     gamma = pt.placeholder((cols,), F32, name="gamma")
     beta = pt.placeholder((cols,), F32, name="beta")
@@ -360,7 +361,7 @@ def rmsnorm(cfg, rows, cols, eps=1e-6):
     eps = checked_eps(eps)
     V = cfg.target.vector_lanes(F32)
     define_row_knobs(cfg, cols, V)
-    cfg.add_flop(5.0 * rows * cols)
+    add_row_flop(cfg, 5.0, rows, cols)
     L = cfg["red_lanes"].val
     X = pt.placeholder((rows, cols), F32, name="X")
     gamma = pt.placeholder((cols,), F32, name="gamma")

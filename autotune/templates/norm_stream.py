@@ -60,6 +60,12 @@ def stream_store(target: pt.Target):
     return next((r for r in STREAM_STORES if target.has(r[0])), None)
 
 
+def outgrows_cache(rows, cols: int, target: pt.Target) -> bool:
+    """Whether a float32 output of ``rows x cols`` outgrows the target's last-level
+    cache (where streaming its rows pays; ``rows`` a ``pt.var``: no)."""
+    return isinstance(rows, int) and rows * cols * 4 > target.l3_bytes
+
+
 def define_stream_knob(cfg, default: int) -> bool:
     """``stream``: the output written with non-temporal stores (a knob only on targets
     that have them); whether it is on, by default ``default``. Where the output fits
