@@ -72,14 +72,18 @@ def rows_module(name: str, args: tuple, target="host") -> pt.Module:
     at most ``SHORT_ROW`` columns (computed in blocks of rows, whose buffers would
     be whole tensors for a ragged last block: 0.7x)."""
     t = target_of(target) if isinstance(target, str) else target
-    tpl, short, spellings, keys = _workload(name, args, t)
     rows, cols = args[0], args[1]
-    if cols <= SHORT_ROW or dispatch.lookup(spellings, keys):
+    if cols <= SHORT_ROW:
+        return module(name, args, t)
+    nominal = (nominal_rows(rows, cols, t), *args[1:])
+    tpl, _, _, keys = _workload(name, nominal, t)  # (the same dtypes: the same targets)
+    spellings = tpl.spellings(args)
+    if dispatch.lookup(spellings, keys):
         return module(name, args, t)
     with dispatch.apply_history_best():
         if dispatch.lookup(spellings, keys):
             return module(name, args, t)
-    return module(name, (nominal_rows(rows, cols, t), *args[1:]), t, build=_any_rows)
+    return module(name, nominal, t, build=_any_rows)
 
 
 def nominal_rows(rows: int, cols: int, t: pt.Target) -> int:
