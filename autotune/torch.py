@@ -97,7 +97,8 @@ def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") 
     check_like(dy, x, "gelu_backward: dy", "x")
     rows, cols = rows_cols(x)
     ins = [(flat(x, rows, cols), "x"), (flat(dy, rows, cols), "dy")]
-    (dx,) = call("gelu_backward", (rows, cols, approximate, dt), ins, [(rows, cols)], dt, [x.shape])
+    args = (rows, cols, approximate, dt)
+    (dx,) = call("gelu_backward", args, ins, [(rows, cols)], dt, [x.shape], True)
     return dx
 
 
@@ -330,7 +331,7 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
     yl, dyl = _last(y, dim), _last(dy, dim)
     rows, cols = rows_cols(yl)
     ins = [(flat(yl, rows, cols), "y"), (flat(dyl, rows, cols), "dy")]
-    (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt, [yl.shape])
+    (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt, [yl.shape], True)
     return _back(dx, dim)
 
 

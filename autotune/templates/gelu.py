@@ -158,7 +158,7 @@ def gelu_backward(cfg, rows, cols, approximate="none", dtype="float32"):
     """DX[i, j] = DY[i, j] * gelu'(X[i, j])."""
     cdt = _check(approximate, dtype)
     define_elementwise_knobs(cfg, cols, cfg.target.vector_lanes(cdt))
-    cfg.add_flop(16.0 * rows * cols)
+    add_row_flop(cfg, 16.0, rows, cols)
     X = pt.placeholder((rows, cols), dtype, name="X")
     DY = pt.placeholder((rows, cols), dtype, name="DY")
     Xc, DYc = widen(X), widen(DY)
