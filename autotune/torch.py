@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from pypto.torch import dtype_name, empty, fake_kernel, register_autograd, run
+from pypto.torch import dtype_name, empty, fake_kernel, register_autograd
 
 from . import torch_vmap
 from .templates.attention import sdpa_parts
@@ -54,7 +54,7 @@ from .torch_call import (
     run_in_autocast_dtype,
     target_of,
 )
-from .torch_decode import decode_module
+from .torch_decode import decode_step
 from .torch_grad import (
     _backward,
     attention_definition,
@@ -80,7 +80,9 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     dt = dtype_name(x, "gelu: x", allowed=ROW_DTYPES)
     rows, cols = rows_cols(x)
     args = (rows, cols, approximate, dt)
-    (y,) = call("gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt, [x.shape], True)
+    (y,) = call(
+        "gelu", args, [(flat(x, rows, cols), "x")], [(rows, cols)], dt, [x.shape], rows=True
+    )
     return y
 
 
@@ -98,7 +100,7 @@ def gelu_backward(x: torch.Tensor, dy: torch.Tensor, approximate: str = "none") 
     rows, cols = rows_cols(x)
     ins = [(flat(x, rows, cols), "x"), (flat(dy, rows, cols), "dy")]
     args = (rows, cols, approximate, dt)
-    (dx,) = call("gelu_backward", args, ins, [(rows, cols)], dt, [x.shape], True)
+    (dx,) = call("gelu_backward", args, ins, [(rows, cols)], dt, [x.shape], rows=True)
     return dx
 
 
@@ -148,7 +150,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     wdt = norm_params(dt, "rms_norm", cols, weight)
     name, args = _norm_args("rmsnorm", "rmsnorm_fwd", rows, cols, eps, dt, wdt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight")]
-    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape], True)
+    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape], rows=True)
     return y
 
 
@@ -245,7 +247,7 @@ def layer_norm(
     wdt = norm_params(dt, "layer_norm", cols, weight, bias)
     name, args = _norm_args("layernorm", "layernorm_fwd", rows, cols, eps, dt, wdt)
     ins = [(flat(x, rows, cols), "x"), (weight, "weight"), (bias, "bias")]
-    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape], True)
+    (y,) = call(name, args, ins, [(rows, cols)], dt, [x.shape], rows=True)
     return y
 
 
@@ -306,7 +308,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     xl = _last(x, dim)
     rows, cols = rows_cols(xl)
     name, args = ("softmax", (rows, cols)) if dt == "float32" else ("softmax_fwd", (rows, cols, dt))
-    (y,) = call(name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt, [xl.shape], True)
+    (y,) = call(
+        name, args, [(flat(xl, rows, cols), "x")], [(rows, cols)], dt, [xl.shape], rows=True
+    )
     return _back(y, dim)
 
 
@@ -331,7 +335,9 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int) -> torch.Tenso
     yl, dyl = _last(y, dim), _last(dy, dim)
     rows, cols = rows_cols(yl)
     ins = [(flat(yl, rows, cols), "y"), (flat(dyl, rows, cols), "dy")]
-    (dx,) = call("softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt, [yl.shape], True)
+    (dx,) = call(
+        "softmax_backward", (rows, cols, dt), ins, [(rows, cols)], dt, [yl.shape], rows=True
+    )
     return _back(dx, dim)
 
 
@@ -430,11 +436,8 @@ def attention(
     mask = None if attn_mask is None else _mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
-    if mask is None and not is_causal:  # a decoder's step: one module for every Sk
-        mod = decode_module(B, H, S, D, k.shape[1], v.shape[3], scale, dt)
-        if mod is not None:
-            ins = [(t.contiguous(), n) for t, n in ((q, "q"), (k, "k"), (v, "v"))]
-            return _run_into(mod, ins, empty((B, H, S, v.shape[3]), q.dtype))
+    if mask is None and not is_causal and (o := decode_step(q, k, v, scale, dt)) is not None:
+        return o  # a decoder's step: one module for every Sk
     if dt == "bfloat16" and tile_isa(target_of("host"), dt, D) is not None:
         return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)  # AMX's tiles
     if dt in WIDENED and S <= DECODE_QUERIES:  # the decode form reads K and V in place
@@ -446,11 +449,6 @@ def attention(
         o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32", mask)
         return empty(o.shape, q.dtype).copy_(o)
     return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)
-
-
-def _run_into(mod, ins: list, out: torch.Tensor) -> torch.Tensor:
-    run(mod, ins, [out])
-    return out
 
 
 def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:

@@ -10,10 +10,10 @@ records' or the default's form and knobs)::
     attention(q [1, 32, 1, 128], k [1, 8, L, 128], v, enable_gqa=True)   L = 100, 101, ..
         -> the decode module of (1, 32, 1, 128, kv_heads 8), kv_len = L at each call
 
-The row max and sum over the keys run as plain loops there (vector partials need a
-constant length). Only calls without ``is_causal`` and without a mask take it, and
-only where that config takes the decode form (a record may choose ``attention_amx``'s
-tiles); the others are built per shape.
+The row max and sum over the keys take vector partials over the whole chunks of keys
+and the last few keys after them (``attention_rows``). Only calls without
+``is_causal`` and without a mask take it, and only where that config takes the decode
+form (a record may choose ``attention_amx``'s tiles); the others are built per shape.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import pypto as pt
+from pypto.torch import empty, run
 
 from .templates import attention_decode
 from .templates.attention import sdpa_parts
@@ -39,6 +40,18 @@ def decode_module(B: int, H: int, S: int, D: int, Hk: int, Dv: int, scale, dtype
     ((_, _, args),) = sdpa_parts(B, H, S, D, Hk, NOMINAL_KEYS, Dv, False, scale, dtype)
     got = module("attention", args, build=_any_length)
     return got or None
+
+
+def decode_step(q, k, v, scale, dtype: str):
+    """SDPA of q, k, v (``[B, H, S, D]``, ``[B, Hk, L, D]``, ``[B, Hk, L, Dv]``, checked;
+    non-causal, no mask) by ``decode_module``, or None where it does not serve."""
+    B, H, S, D = q.shape
+    mod = decode_module(B, H, S, D, k.shape[1], v.shape[3], scale, dtype)
+    if mod is None:
+        return None
+    out = empty((B, H, S, v.shape[3]), q.dtype)
+    run(mod, [(t.contiguous(), n) for t, n in ((q, "q"), (k, "k"), (v, "v"))], [out])
+    return out
 
 
 def _any_length(tpl, cfg, args: tuple, target) -> pt.Module | bool:

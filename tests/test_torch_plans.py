@@ -14,6 +14,7 @@ from fuzzing import REPEATABLE as FUZZ  # noqa: E402
 
 import autotune.torch as at_torch  # noqa: E402
 import autotune.torch_call as torch_call  # noqa: E402
+import autotune.torch_decode as torch_decode  # noqa: E402
 import pypto as pt  # noqa: E402
 import pypto.module  # noqa: E402
 import pypto.torch as ptt  # noqa: E402
@@ -29,7 +30,7 @@ def spies(monkeypatch):
     got: an operator's body ran; and the modules whose kernel ran, by name, in order."""
     torch_plan.forget()
     bodies, kernels = [], []
-    call, run, invoke = at_torch.call, at_torch.run, pypto.module.Module._invoke
+    call, run, invoke = at_torch.call, torch_decode.run, pypto.module.Module._invoke
 
     def spy_call(name, *a, **k):
         bodies.append(name)
@@ -44,7 +45,7 @@ def spies(monkeypatch):
         return run(mod, *a)
 
     monkeypatch.setattr(at_torch, "call", spy_call)
-    monkeypatch.setattr(at_torch, "run", spy_run)
+    monkeypatch.setattr(torch_decode, "run", spy_run)
     monkeypatch.setattr(pypto.module.Module, "_invoke", spy_invoke)
     yield bodies, kernels
     torch_plan.forget()

@@ -21,8 +21,8 @@ from .attention_flash import FLOOR
 
 def row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
     """``R[b, h, i] = kind_j elem(b, h, i, j)`` with ``lanes`` vector partials per row
-    (see ``norm.row_reduce``); returns ``(R, partial stage or None)``. A row of a
-    size bound at call (``cols`` a ``pt.var``) is reduced by a plain loop."""
+    (see ``norm.row_reduce``); returns ``(R, partial stage or None)``. ``cols`` may
+    be a size bound at call (a ``pt.var``: ``_row_reduce_any``)."""
     red = {"sum": pt.sum, "max": pt.max}[kind]
     if not isinstance(cols, int) and lanes > 1:
         return _row_reduce_any(red, elem, lead, cols, lanes, name)
@@ -51,9 +51,16 @@ def row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
 
 
 def _row_reduce_any(red, elem, lead, cols, lanes: int, name: str):
-    """``row_reduce4`` of a row of ``cols`` a size bound at call (at least 1): the
-    partials over its whole chunks, then its last ``cols % lanes`` elements with them
-    (read at an index kept in the row where the partial is taken instead)."""
+    """``row_reduce4`` of a row of ``cols`` elements, a size bound at call (at least
+    1): ``lanes`` partials over its whole chunks, then the combine reduces them and the
+    row's last ``cols % lanes`` elements; each combine step reads a partial or an
+    element, the element's index clamped to 0 where the partial is taken (a row
+    shorter than ``lanes`` has no whole chunk)::
+
+        for ko < cols // lanes: vectorized for l: p[l] = max(p[l], x[ko * lanes + l])
+        R = max over q < lanes + t: q < lanes ? p[q] : x[cols - t + q - lanes]
+                                                       (t = cols % lanes)
+    """
     ko = pt.reduce_axis((0, cols // lanes), name=f"{name}_ko")
     P = pt.compute(
         (*lead, lanes),
