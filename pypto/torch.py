@@ -1,8 +1,9 @@
 """PyTorch interop: tensors through pypto modules zero-copy, and user kernels as operators.
 
-This module and ``torch_autograd`` (``register_autograd``: an operator's derivative, under
-``torch.func`` too) are the ones of ``pypto`` that import torch (the optional ``torch``
-extra).
+This module, ``torch_autograd`` (``register_autograd``: an operator's derivative, under
+``torch.func`` too), ``torch_buffers`` (the outputs' buffers) and ``torch_plan`` (an
+operator's calls replayed) are the ones of ``pypto`` that import torch (the optional
+``torch`` extra).
 
     import pypto.torch as ptt
     def build(x_shape):                          # shapes of the inputs -> (schedule, tensors)
