@@ -184,9 +184,9 @@ def test_per_sample_weight_gradients_are_summed_by_the_kernel(monkeypatch, batch
     ran = []
     call = at_torch.call
 
-    def spy(name, args, *rest):
+    def spy(name, args, *rest, **kw):
         ran.append((name, args))
-        return call(name, args, *rest)
+        return call(name, args, *rest, **kw)
 
     monkeypatch.setattr(at_torch, "call", spy)
     monkeypatch.setattr(torch_plan, "plan_key", lambda args: None)  # every call to the spy
