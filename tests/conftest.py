@@ -45,3 +45,23 @@ def _bound_checks(request, monkeypatch):
     access outside its buffer fails there, even where the values happen to agree."""
     if getattr(request.module, "BOUND_CHECKS", False):
         monkeypatch.setenv("PYPTO_BOUND_CHECKS", "1")
+
+
+@pytest.fixture
+def kernels(monkeypatch):
+    """The modules whose kernel ran, in order (every call: a replayed plan's too; the
+    PyTorch operators' plans are dropped before and after)."""
+    import pypto.module
+    import pypto.torch_plan  # (imports torch: only the tests that ask for it)
+
+    ran = []
+    invoke = pypto.module.Module._invoke
+
+    def spy(self, cargs, arrays):
+        ran.append(self)
+        return invoke(self, cargs, arrays)
+
+    monkeypatch.setattr(pypto.module.Module, "_invoke", spy)
+    pypto.torch_plan.forget()
+    yield ran
+    pypto.torch_plan.forget()

@@ -8,27 +8,9 @@ F = torch.nn.functional
 
 import autotune.torch  # noqa: E402, F401  (registers the operators)
 import autotune.torch_decode as torch_decode  # noqa: E402
-import pypto.module  # noqa: E402
-import pypto.torch_plan as torch_plan  # noqa: E402
 from autotune.templates import attention_decode  # noqa: E402
 
 ops = torch.ops.pypto
-
-
-@pytest.fixture
-def kernels(monkeypatch):
-    """The modules whose kernel ran, in order."""
-    ran = []
-    invoke = pypto.module.Module._invoke
-
-    def spy(self, cargs, arrays):
-        ran.append(self)
-        return invoke(self, cargs, arrays)
-
-    monkeypatch.setattr(pypto.module.Module, "_invoke", spy)
-    torch_plan.forget()
-    yield ran
-    torch_plan.forget()
 
 
 def _sdpa(q, k, v, **kw):
