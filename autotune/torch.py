@@ -67,6 +67,7 @@ from .torch_grad import (
     softmax_backward_definition,
 )
 from .torch_moe import moe, release_packed_weights  # noqa: F401  (public here)
+from .torch_prefill import prefill_step
 
 ops = torch.ops.pypto
 
@@ -376,6 +377,8 @@ def _attention_call(q, k, v, causal: bool, scale, dt: str, mask=None):
         spec = spec_of(
             tuple(mask.shape), (B, H, S, Sk), "bool" if mask.dtype == torch.bool else "float"
         )
+    if mask is None and (o := prefill_step(q, k, v, causal, scale, dt)) is not None:
+        return o  # a new prompt length: the module of its bucket
     parts = sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal, scale, dt, spec)
     kc, vc, outs = k.contiguous(), v.contiguous(), []
     for lo, hi, args in parts:

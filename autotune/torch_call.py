@@ -76,14 +76,30 @@ def rows_module(name: str, args: tuple, target="host") -> pt.Module:
     if cols <= SHORT_ROW:
         return module(name, args, t)
     nominal = (nominal_rows(rows, cols, t), *args[1:])
-    tpl, _, _, keys = _workload(name, nominal, t)  # (the same dtypes: the same targets)
+    if recorded(name, args, t, like=nominal):
+        return module(name, args, t)
+    return module(name, nominal, t, build=_any_rows)
+
+
+def recorded(name: str, args: tuple, target="host", like=None) -> bool:
+    """Whether a record names this workload (any spelling) for the target: the
+    caller's ``apply_history_best`` context's, the user's or the shipped ones.
+    ``like``: a workload of the same dtypes whose space is built already (the targets
+    whose records serve are read from it: a new shape's space costs milliseconds).
+    Answered once per workload and scope (``dispatch.scope``): opening the records
+    costs a millisecond or two of reading the logs' directories."""
+    t = target_of(target) if isinstance(target, str) else target
+    return _recorded(name, args, t, like, dispatch.scope())
+
+
+@functools.lru_cache(maxsize=4096)
+def _recorded(name: str, args: tuple, t: pt.Target, like, scope: tuple) -> bool:
+    tpl, _, _, keys = _workload(name, args if like is None else like, t)
     spellings = tpl.spellings(args)
     if dispatch.lookup(spellings, keys):
-        return module(name, args, t)
+        return True
     with dispatch.apply_history_best():
-        if dispatch.lookup(spellings, keys):
-            return module(name, args, t)
-    return module(name, nominal, t, build=_any_rows)
+        return bool(dispatch.lookup(spellings, keys))
 
 
 def nominal_rows(rows: int, cols: int, t: pt.Target) -> int:

@@ -11,7 +11,9 @@ references on the same tensors:
   ``F.scaled_dot_product_attention`` (bfloat16: AMX's tiles on both sides where the
   target has them); and a decoder's step, ``attention decode`` (one query per head,
   B=1, H=32, D=128, 2048 keys: the template's decode form), with 8 key/value heads
-  (``gqa``, grouped-query) in float32 and float16;
+  (``gqa``, grouped-query) in float32 and float16; and a prompt of a new length,
+  ``attention prefill 1000`` (causal, B=1, H=32 over 8 key/value heads, D=128, 1000
+  tokens, after two other lengths: the module of its bucket, 1024, on padded copies);
 - moe (8 experts, top-2, 512 tokens, d_model 1024, d_ff 2816, SwiGLU): the eager
   per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it, in float32
   and (``moe bfloat16``) in bfloat16, where PyTorch's GEMMs use the BF16 instructions;
@@ -54,7 +56,8 @@ from benchmarks.common import (  # noqa: E402
 )
 
 ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal bfloat16",
-        "attention decode", "attention decode gqa", "attention decode gqa float16", "moe",
+        "attention decode", "attention decode gqa", "attention decode gqa float16",
+        "attention prefill 1000", "moe",
         "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "rms_norm 2048x768",
         "layer_norm 2048x768", "softmax 2048x768", "layer_norm 2048x768 train",
         "rms_norm 1x4096", "layer_norm 1x4096", "block")  # fmt: skip
@@ -111,6 +114,18 @@ def _cases(torch, only):
                     q, k, v, enable_gqa=gqa)},
                 (q, k, v),
             )  # fmt: skip
+    if want("attention prefill"):  # two other lengths first: 1000 takes its bucket's module
+        for n in (100, 200, 1000):
+            q = torch.randn(1, 32, n, 128, generator=g)
+            k, v = (torch.randn(1, 8, n, 128, generator=g) for _ in range(2))
+            if n != 1000:
+                ops.attention(q, k, v, True, None, True)
+        cases["attention prefill 1000"] = (
+            lambda q, k, v: ops.attention(q, k, v, True, None, True),
+            {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=True)},
+            (q, k, v),
+        )  # fmt: skip
     if want("moe"):
         T, d, ff, E = 512, 1024, 2816, 8
         x = torch.randn(T, d, generator=g)

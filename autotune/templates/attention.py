@@ -198,7 +198,10 @@ def attention(
     ``kv_heads``: grouped-query attention, K and V with ``kv_heads`` heads (dividing
     H), query head h reading key/value head ``h // (H / kv_heads)`` (as SDPA's
     ``enable_gqa``). ``mask``: SDPA's ``attn_mask``, an input M after V (``"bool:b11k"``
-    and the like, see ``attention_mask``), not with ``causal``."""
+    and the like, see ``attention_mask``), not with ``causal``. ``kv_len`` may be a
+    ``pt.var``, K's and V's rows bound at call (at most ``kv_rows``; not causal, no
+    mask): ``kv_rows`` keys are computed, those past ``kv_len`` masked out; one
+    module for every key count up to a bound (``autotune.torch_prefill``)."""
     tile_isa = attention_amx.tile_isa(cfg.target, dtype, D)
     decode = attention_decode.available(S, k_transposed)
     widened = dtype in attention_decode.WIDENED and tile_isa is None  # decode form only
@@ -211,14 +214,21 @@ def attention(
             f"(the decode form; got {S} queries{', K transposed' if k_transposed else ''}); "
             f"got {dtype!r}"
         )
-    Sk = S if kv_len is None else int(kv_len)
+    dyn = isinstance(kv_len, pt.Var)  # K's and V's rows a size bound at call
+    if dyn and (causal or kv_rows is None or k_transposed or mask is not None):
+        raise ValueError(
+            "attention: kv_len as a size (pt.var) needs kv_rows, its bound, and neither "
+            "causal, a mask nor K transposed"
+        )
+    Sk = kv_len if dyn else S if kv_len is None else int(kv_len)
+    top = int(kv_rows) if dyn else Sk  # the keys computed: a constant
     if causal and Sk < S:
         raise ValueError(
             f"attention: causal needs kv_len >= S (the mask is aligned to the last key), "
             f"got kv_len {Sk} < S {S}"
         )
-    rows = Sk if kv_rows is None else int(kv_rows)
-    if rows < Sk:
+    rows = Sk if kv_rows is None or dyn else int(kv_rows)
+    if not dyn and rows < Sk:
         raise ValueError(f"attention: kv_rows {rows} < kv_len {Sk} (K and V hold the keys)")
     Dv = D if dv is None else int(dv)
     if D < 1 or Dv < 1:
@@ -235,16 +245,16 @@ def attention(
         raise ValueError("attention: a mask and causal at once (SDPA refuses them too)")
     cdt = "float32" if tile_isa is not None or widened else dtype  # the softmax's dtype
     if tile_isa is not None:
-        attention_amx.define_knobs(cfg, S, Sk, Dv, causal, tile_isa.kind)
+        attention_amx.define_knobs(cfg, S, top, Dv, causal, tile_isa.kind)
         if decode:  # 16-bit K and V read in place too
             attention_decode.define_knobs(cfg, cfg.target.vector_lanes(cdt))
     elif widened:
         attention_decode.define_knobs(cfg, cfg.target.vector_lanes(cdt), others=())
     else:
-        define_attention_knobs(cfg, S, Sk, Dv, cfg.target.vector_lanes(dtype), causal, decode)
+        define_attention_knobs(cfg, S, top, Dv, cfg.target.vector_lanes(dtype), causal, decode)
     if decode:
         attention_decode.define_group_knob(cfg, B, H, S, Hk)
-    pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * Sk  # (query, key) pairs
+    pairs = S * (Sk - S) + S * (S + 1) / 2 if causal else S * top  # (query, key) pairs
     cfg.add_flop(2.0 * B * H * (D + Dv) * pairs)
     sc = 1.0 / math.sqrt(D) if scale is None else float(scale)
     Q = pt.placeholder((B, H, S, D), dtype, name="Q")
@@ -258,7 +268,7 @@ def attention(
         K = pt.placeholder((B, Hk, D, rows) if k_transposed else (B, Hk, rows, D), dtype, name="K")
         gemms = attention_amx.TileGemms(cfg, tile_isa, D, k_transposed)
         dims = (B, H, S, D, Sk, Dv, Hk)
-        s, Out = flash_attention(cfg, Q, K, V, None, dims, causal, sc, cdt, gemms, msk)
+        s, Out = flash_attention(cfg, Q, K, V, None, dims, causal, sc, cdt, gemms, msk, top)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     lanes = cfg.target.vector_lanes(dtype)
     if cfg["form"].val == "flash":
@@ -276,13 +286,13 @@ def attention(
         kt_in = K if k_transposed else None
         dims = (B, H, S, D, Sk, Dv, Hk)
         gemms = VectorGemms(cfg, tiles, lanes)
-        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, gemms, msk)
+        s, Out = flash_attention(cfg, Q, K, V, kt_in, dims, causal, sc, dtype, gemms, msk, top)
         return s, [Q, K, V, *([msk.tensor] if msk else []), Out]
     # the keys' copy (transposed) padded to whole key tiles: rows of scores and
     # probabilities of whole vectors, no ragged tile (the padded keys score -inf); K
     # given transposed is read in place, as it is
     kt = cfg["key_tile"].size[-1]
-    Skp = Sk if k_transposed else -(-Sk // kt) * kt
+    Skp = Sk if k_transposed else -(-top // kt) * kt
     if k_transposed:
         K = KT = pt.placeholder((B, Hk, D, rows), dtype, name="K")
     else:
@@ -301,17 +311,24 @@ def attention(
     )
     probs = attention_rows.probabilities(Dot, S, Sk, causal, sc, dtype, msk, cfg["red_lanes"].val)
     Sc, P, rs = probs.Sc, probs.P, probs.rs
-    j = pt.reduce_axis((0, Sk), name="j")
+    VP = V
+    if dyn:  # V's rows past kv_len as zeros: P V over the kv_rows keys P has
+        VP = pt.compute(
+            (B, Hk, top, Dv),
+            lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, Sk - 1), e], zero),
+            name="VP",
+        )
+    j = pt.reduce_axis((0, top), name="j")
     Acc = pt.compute(
         (B, H, S, Dv),
-        lambda b, h, i, e: pt.sum(P[b, h, i, j] * V[b, kvh(h), j, e], axis=j),
+        lambda b, h, i, e: pt.sum(P[b, h, i, j] * VP[b, kvh(h), j, e], axis=j),
         name="Acc",
     )
     Out = pt.compute((B, H, S, Dv), lambda b, h, i, e: Acc[b, h, i, e] * rs[b, h, i], name="O")
 
     s = pt.create_schedule(Out.op)
-    if not k_transposed:
-        s[KT].parallel(s[KT].fuse(KT.op.axis[0], KT.op.axis[1]))
+    for T in [KT] * (not k_transposed) + [VP] * dyn:  # copies, once per call
+        s[T].parallel(s[T].fuse(T.op.axis[0], T.op.axis[1]))
     mr_s = cfg["mr_s"].val
     tq = min(S, cfg["tile_q"].size[-1])
     dtile = _tile_intrin(cfg, dtype, mr_s, kt, D, tq, Skp)
@@ -348,6 +365,6 @@ def attention(
     # P V: mr_o queries x o_cols columns of D per register tile
     dco, dci = cfg["o_cols"].apply(s, AL, AL.op.axis[-1])
     mr_o = cfg["mr_o"].val
-    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], Sk, tq, Dv)
+    otile = _tile_intrin(cfg, dtype, mr_o, cfg["o_cols"].size[-1], top, tq, Dv)
     _schedule_tile_gemm(s, AL, mr_o, dci, otile, outer=(dco,))
     return s, [Q, K, V, *([msk.tensor] if msk else []), Out]

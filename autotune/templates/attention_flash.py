@@ -90,7 +90,8 @@ class VectorGemms:
         B, H, S, D, Sk, Dv, Hk = dims
         last, zero = Sk - 1, pt.const(0.0, dtype)
         new = []
-        if Sp != Sk or KT is None:
+        padded = not isinstance(Sk, int) or Sp != Sk  # (Sk a size bound at call: padded)
+        if padded or KT is None:
             src = (
                 (lambda b, h, d, j: KT[b, h, d, j])
                 if KT is not None
@@ -102,7 +103,7 @@ class VectorGemms:
                 name="KT",
             )
             new.append(KT)
-        if Sp != Sk:
+        if padded:
             V = pt.compute(
                 (B, Hk, Sp, Dv),
                 lambda b, h, j, e: pt.select(j < Sk, V[b, h, pt.min(j, last), e], zero),
@@ -131,18 +132,19 @@ class VectorGemms:
 
 
 def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, gemms,
-                    mask=None):  # fmt: skip
+                    mask=None, keys=None):  # fmt: skip
     """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
     ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None),
     computed in ``dtype`` (the output in Q's). ``gemms`` (``VectorGemms`` or
     ``attention_amx.TileGemms``) builds and schedules the two GEMMs. ``mask``: an
-    ``attention_mask.Mask`` (a row masked out gives zeros)."""
+    ``attention_mask.Mask`` (a row masked out gives zeros). ``keys``: the keys
+    computed, where the key count ``Sk`` is a ``pt.var`` (its bound; not causal)."""
     B, H, S, D, Sk, Dv, Hk = dims
     kvh = kv_head(H, Hk)
     L = cfg.target.vector_lanes(dtype)
     Ls = max(L, 4)  # the state's vectors hold at least the header l, a, b
     kb = cfg["key_block"].val
-    nt = -(-Sk // kb)
+    nt = -(-(Sk if keys is None else keys) // kb)
     Sp = nt * kb
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     exp = pt.fast_exp if dtype == "float32" else pt.exp

@@ -102,11 +102,12 @@ def probabilities(Dot, S: int, Sk, causal: bool, sc: float, dtype: str, msk, lan
     """The rows of probabilities of the scores ``Dot`` (``[B, H, S, Sk]``, or padded to
     ``Skp`` keys: those beyond ``Sk`` score -inf), as the module docstring shows;
     ``msk``: the template's mask (``attention_mask``) or None; ``lanes``: the partials
-    of the max and the sum. ``Sk`` may be a ``pt.var`` (``Dot`` of that many keys)."""
+    of the max and the sum. ``Sk`` may be a ``pt.var``: ``Dot`` of that many keys, or
+    of a constant number at least as many (the rest score -inf)."""
     lead = tuple(int(d.value) for d in Dot.shape[:3])
     keys = Dot.shape[3]
     Skp = int(keys.value) if hasattr(keys, "value") else keys  # (a constant, or a var)
-    padded = isinstance(Skp, int) and Skp > Sk
+    padded = isinstance(Skp, int) and (not isinstance(Sk, int) or Skp > Sk)
     shape = (*lead, Skp)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     if causal:  # (a padded key lies beyond every query's last one)
