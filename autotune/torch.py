@@ -42,6 +42,7 @@ from .templates.attention_mask import spec_of
 from .templates.norm_grad import check_groups
 from .torch_call import (
     ROW_DTYPES,
+    attention_mask,
     call,
     check_dim,
     check_finite,
@@ -377,7 +378,7 @@ def _attention_call(q, k, v, causal: bool, scale, dt: str, mask=None):
         spec = spec_of(
             tuple(mask.shape), (B, H, S, Sk), "bool" if mask.dtype == torch.bool else "float"
         )
-    if mask is None and (o := prefill_step(q, k, v, causal, scale, dt)) is not None:
+    if (o := prefill_step(q, k, v, causal, scale, dt, mask, spec)) is not None:
         return o  # a new prompt length: the module of its bucket
     parts = sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal, scale, dt, spec)
     kc, vc, outs = k.contiguous(), v.contiguous(), []
@@ -436,7 +437,7 @@ def attention(
             )
         if dts[n] != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
-    mask = None if attn_mask is None else _mask(attn_mask, q, (B, H, S, Sk), is_causal)
+    mask = None if attn_mask is None else attention_mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
     if mask is None and not is_causal and (o := decode_step(q, k, v, scale, dt)) is not None:
@@ -452,23 +453,6 @@ def attention(
         o = _attention_call(q32, k32, v32, bool(is_causal), scale, "float32", mask)
         return empty(o.shape, q.dtype).copy_(o)
     return _attention_call(q, k, v, bool(is_causal), scale, dt, mask)
-
-
-def _mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:
-    """``attn_mask`` as a 4-d view (leading dims of 1 added), checked against the
-    scores' shape ``[B, H, S, S_kv]``: each dim 1 or the scores'."""
-    if causal:
-        raise ValueError("attention: attn_mask and is_causal at once (as SDPA, refused)")
-    if m.dtype != torch.bool:
-        dtype_name(m, "attention: attn_mask", allowed=ROW_DTYPES)
-        if m.dtype != q.dtype:
-            raise TypeError(f"attention: attn_mask has dtype {m.dtype}, q has {q.dtype}")
-    if spec_of(tuple(m.shape), scores, "bool") is None:
-        raise ValueError(
-            f"attention: attn_mask has shape {tuple(m.shape)}, which does not broadcast "
-            f"to the scores' {scores} ([B, H, S, S_kv])"
-        )
-    return m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
 
 
 @attention.register_fake

@@ -16,6 +16,7 @@ from pypto.torch_plan import planned
 
 from . import dispatch
 from .task import get_template
+from .templates.attention_mask import spec_of
 from .templates.norm import SHORT_ROW
 
 MODULES = ModuleCache()
@@ -241,3 +242,23 @@ def run_in_autocast_dtype(name: str) -> None:
             return overload(*args, **kwargs)
 
     register_kernel(f"pypto::{name}", kernel, "AutocastCPU")
+
+
+def attention_mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:
+    """Attention's ``attn_mask`` as a 4-d view (leading dims of 1 added), checked
+    against the scores' shape ``[B, H, S, S_kv]``: each dim 1 or the scores'. A dim of
+    stride 0 (an ``expand``ed mask, as a padding mask broadcast over the queries) is
+    taken as the broadcast it is: its first entry, extent 1."""
+    if causal:
+        raise ValueError("attention: attn_mask and is_causal at once (as SDPA, refused)")
+    if m.dtype != torch.bool:
+        dtype_name(m, "attention: attn_mask", allowed=ROW_DTYPES)
+        if m.dtype != q.dtype:
+            raise TypeError(f"attention: attn_mask has dtype {m.dtype}, q has {q.dtype}")
+    if spec_of(tuple(m.shape), scores, "bool") is None:
+        raise ValueError(
+            f"attention: attn_mask has shape {tuple(m.shape)}, which does not broadcast "
+            f"to the scores' {scores} ([B, H, S, S_kv])"
+        )
+    m = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape))
+    return m[tuple(slice(0, 1) if m.stride(d) == 0 else slice(None) for d in range(4))]

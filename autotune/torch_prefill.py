@@ -22,9 +22,12 @@ never see the padded keys. Either way the padded queries' rows are dropped. The
 padding costs up to an eighth of a length (a quarter of a causal call's work) and
 the copies: 1.06-1.36x the exact module's time on a Zen 4, against a build.
 
-Lengths built as they are stay served by their modules: the first ones, those a
-record names (the user's tuned shapes) and lengths that are bucket sizes. Masked
-calls and causal calls with fewer keys than queries are built per shape.
+A mask the queries share (``[B, 1, 1, S_kv]``: the keys of each sequence, as an
+encoder's padding mask; expanded over the queries too, ``attention_mask``) is read
+in place as K and V are. Lengths built as they are stay served by their modules:
+the first ones, those a record names (the user's tuned shapes) and lengths that are
+bucket sizes. Masks per query and causal calls with fewer keys than queries are
+built per shape.
 """
 
 from __future__ import annotations
@@ -54,29 +57,32 @@ def bucket(n: int) -> int:
     return -(-n // step) * step
 
 
-def prefill_step(q, k, v, causal: bool, scale, dtype: str):
+def prefill_step(q, k, v, causal: bool, scale, dtype: str, mask=None, spec=None):
     """SDPA of q, k, v (``[B, H, S, D]``, ``[B, Hk, Sk, D]``, ``[B, Hk, Sk, Dv]``,
-    checked, contiguous or not; no mask) on the module of their lengths' bucket, or
-    None where the call is built as it is (see the module docstring)."""
+    checked, contiguous or not) on the module of their lengths' bucket, or None where
+    the call is built as it is (see the module docstring). ``mask``: a 4-d mask the
+    queries share (``spec``, ``attention_mask.spec_of``: ``"bool:b11k"`` and the like,
+    not causal), read in place as K and V."""
     B, H, S, D = q.shape
     Hk, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
-    if S == 0 or (causal and Sk < S):
+    if S == 0 or (causal and Sk < S) or (mask is not None and spec.split(":")[1][2] != "1"):
         return None
     Sb, Kb = bucket(S), (bucket(S) if causal else bucket(Sk))
     if (Sb, Kb) == (S, S if causal else Sk):
         return None  # (lengths that are bucket sizes: built as they are)
-    if _built_as_is((B, H, D, Hk, Dv, causal, scale, dtype), (S, Sk)):
+    if _built_as_is((B, H, D, Hk, Dv, causal, scale, dtype, spec), (S, Sk)):
         return None
-    ((_, _, args),) = sdpa_parts(B, H, Sb, D, Hk, Kb, Dv, causal, scale, dtype)
-    ((_, _, exact),) = sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal, scale, dtype)
+    ((_, _, args),) = sdpa_parts(B, H, Sb, D, Hk, Kb, Dv, causal, scale, dtype, spec)
+    ((_, _, exact),) = sdpa_parts(B, H, S, D, Hk, Sk, Dv, causal, scale, dtype, spec)
     if recorded("attention", exact, like=args):
         return None
     out = empty((B, H, Sb, Dv), q.dtype)
     if causal:  # PyTorch's causal mask: the first S keys only
         ins = [(_padded(t, S, Sb), n) for t, n in ((q, "q"), (k, "k"), (v, "v"))]
         run(module("attention", args), ins, [out])
-    else:  # K and V read in place, their rows a size
+    else:  # K and V (and the mask) read in place, their keys a size
         ins = [(_padded(q, S, Sb), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
+        ins += [] if mask is None else [(mask.contiguous(), "attn_mask")]
         run(module("attention", args, build=_any_keys), ins, [out])
     return empty((B, H, S, Dv), q.dtype).copy_(out[:, :, :S])
 

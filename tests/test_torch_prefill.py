@@ -115,8 +115,8 @@ def test_bucketed_calls_take_every_argument_form(kernels, monkeypatch, case, cau
 
 
 def test_recorded_and_masked_lengths_keep_their_own_modules(kernels):
-    """A record of the exact workload builds that length as it is; masked calls are
-    built per shape; both give SDPA's results."""
+    """A record of the exact workload builds that length as it is; a mask of its own
+    per query is built per shape; both give SDPA's results."""
     for n in (40, 50):
         q, k, v = qkv(n, seed=n)
         attention(q, k, v, True)
@@ -128,10 +128,32 @@ def test_recorded_and_masked_lengths_keep_their_own_modules(kernels):
     with at.apply_history_best([rec]):
         torch.testing.assert_close(attention(q, k, v, True), sdpa(q, k, v, True))
     assert rows_of(kernels[-1]) == 27
-    m = torch.rand(1, 1, 1, 27, generator=torch.Generator().manual_seed(2)) > 0.3
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
-    torch.testing.assert_close(attention(q, k, v, False, None, False, m), want)
+    for n in (40, 50, 27):
+        q, k, v = qkv(n, seed=n)
+        m = torch.rand(1, 1, n, n, generator=torch.Generator().manual_seed(2)) > 0.3
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        torch.testing.assert_close(attention(q, k, v, False, None, False, m), want)
     assert rows_of(kernels[-1]) == 27 and has_mask(kernels[-1])
+
+
+@pytest.mark.parametrize("kind", ["bool", "float", "expanded"])
+def test_masks_the_queries_share_are_read_in_place(kernels, monkeypatch, kind):
+    """A padding mask ([B, 1, 1, S_kv] bool, [1, 1, 1, S_kv] added, or [B, 1, S,
+    S_kv] expanded from [B, 1, 1, S_kv]) takes a bucket's module as K and V do, its
+    keys a size bound at call: SDPA's results, a row of no keys zero as PyTorch's."""
+    monkeypatch.setattr(torch_prefill, "AS_THEY_ARE", 0)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = qkv(21, 27, B=2)
+    if kind == "float":
+        m = torch.randn(1, 1, 1, 27, generator=g)
+    else:
+        m = torch.rand(2, 1, 1, 27, generator=g) > 0.4
+        m[1] = False  # the second sequence: no key at all
+        m = m.expand(2, 1, 21, 27) if kind == "expanded" else m
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=m).nan_to_num(0.0)
+    torch.testing.assert_close(attention(q, k, v, False, None, False, m), want)
+    mod = kernels[-1]
+    assert rows_of(mod) == 32 and has_mask(mod) and keys_bound_at_call(mod)
 
 
 TARGETS = ["host", "generic", "x86-avx2", "x86-avx512", "x86-amx", "aarch64-neon"]

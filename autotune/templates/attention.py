@@ -199,9 +199,9 @@ def attention(
     H), query head h reading key/value head ``h // (H / kv_heads)`` (as SDPA's
     ``enable_gqa``). ``mask``: SDPA's ``attn_mask``, an input M after V (``"bool:b11k"``
     and the like, see ``attention_mask``), not with ``causal``. ``kv_len`` may be a
-    ``pt.var``, K's and V's rows bound at call (at most ``kv_rows``; not causal, no
-    mask): ``kv_rows`` keys are computed, those past ``kv_len`` masked out; one
-    module for every key count up to a bound (``autotune.torch_prefill``)."""
+    ``pt.var``, K's and V's rows bound at call (at most ``kv_rows``; not causal):
+    ``kv_rows`` keys are computed, those past ``kv_len`` masked out; one module for
+    every key count up to a bound (``autotune.torch_prefill``)."""
     tile_isa = attention_amx.tile_isa(cfg.target, dtype, D)
     decode = attention_decode.available(S, k_transposed)
     widened = dtype in attention_decode.WIDENED and tile_isa is None  # decode form only
@@ -215,10 +215,10 @@ def attention(
             f"got {dtype!r}"
         )
     dyn = isinstance(kv_len, pt.Var)  # K's and V's rows a size bound at call
-    if dyn and (causal or kv_rows is None or k_transposed or mask is not None):
+    if dyn and (causal or kv_rows is None or k_transposed):
         raise ValueError(
             "attention: kv_len as a size (pt.var) needs kv_rows, its bound, and neither "
-            "causal, a mask nor K transposed"
+            "causal nor K transposed"
         )
     Sk = kv_len if dyn else S if kv_len is None else int(kv_len)
     top = int(kv_rows) if dyn else Sk  # the keys computed: a constant
