@@ -159,14 +159,16 @@ def test_masks_the_queries_share_are_read_in_place(kernels, monkeypatch, kind):
 TARGETS = ["host", "generic", "x86-avx2", "x86-avx512", "x86-amx", "aarch64-neon"]
 
 
+@pytest.mark.parametrize("mask", [None, "bool:b11k"])
 @pytest.mark.parametrize("target", TARGETS)
-def test_key_count_bound_at_call_on_every_target(target):
+def test_key_count_bound_at_call_on_every_target(target, mask):
     """The template with its key count a size (``_any_keys``), in each form the target
-    offers, bfloat16 on AMX's tiles: where the machine runs it, 1, 9 and 32 keys of a
-    32-key bound against the reference; elsewhere its C takes the size."""
+    offers, bfloat16 on AMX's tiles, with a padding mask or none: where the machine
+    runs it, 1, 9 and 32 keys of a 32-key bound against the reference; elsewhere its
+    C takes the size."""
     t = pt.Target(target)
     dtype = "bfloat16" if target == "x86-amx" else "float32"
-    args = (1, 2, 24, 32, False, None, dtype, 32)
+    args = (1, 2, 24, 32, False, None, dtype, 32, None, False, None, None, mask)
     task = at.Task("attention", args, target=t)
     knob = task.config_space.knobs.get("form")
     for form in knob.values if knob else [None]:
@@ -174,7 +176,7 @@ def test_key_count_bound_at_call_on_every_target(target):
         cfg = Config(cfg.space, {**cfg.values, **({"form": form} if form else {})})
         mod = torch_prefill._any_keys(task.template, cfg, args, t) if t.can_run() else None
         if mod is None:
-            s, tensors = task.template.func(cfg, *args[:7], pt.var("kv_len"), 32)
+            s, tensors = task.template.func(cfg, *args[:7], pt.var("kv_len"), 32, *args[9:])
             assert "int64_t kv_len" in pt.build(s, tensors, target=t, emit_only=True)
             continue
         assert [v.name for v in mod.signature.size_vars] == ["kv_len"]
@@ -182,6 +184,7 @@ def test_key_count_bound_at_call_on_every_target(target):
         q = g.standard_normal((1, 2, 24, 32)).astype(np.float32)
         for n in (1, 9, 32):
             k, v = (g.standard_normal((1, 2, n, 32)).astype(np.float32) for _ in range(2))
-            got = mod(q, k, v)
-            want = _attention_ref(q, k, v, causal=False, scale=None)
+            m = [g.random((1, 1, 1, n)) > 0.3] if mask else []
+            got = mod(q, k, v, *m)
+            want = _attention_ref(q, k, v, *m, causal=False, scale=None)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6, err_msg=f"{form} {n}")

@@ -47,6 +47,8 @@ import math
 
 import pypto as pt
 
+from . import attention_mask
+
 FLOOR = -3.0e38  # below every finite score; exp(FLOOR - x) is 0
 
 
@@ -152,16 +154,20 @@ def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtyp
     keys, values, copies = gemms.operands(K, KT, V, dims, Sp, dtype)
     Dot = gemms.dot(Q, keys, kvh, (B, H, S, Sp))
     lim = (lambda i: pt.min(i + (Sk - S), last)) if causal else (lambda i: last)  # noqa: E731
+    add = None  # the mask and the padding as one row added to the scores (-inf past the keys)
+    if mask is not None:  # (not causal)
+        add = mask.padded(Sp, Sk, dtype)
+    elif not causal and (not isinstance(Sk, int) or Sp > Sk):
+        add = attention_mask.past_keys(Sp, Sk, dtype)
 
     def score(b, h, i, j):
         s = Dot[b, h, i, j] * c(sc)
-        return s if mask is None else mask.score(s, b, h, i, pt.min(j, last))
+        if add is not None:
+            return add.score(s, b, h, i, j)
+        s = s if mask is None else mask.score(s, b, h, i, pt.min(j, last))
+        return pt.select(j <= lim(i), s, c(-math.inf))
 
-    Sc = pt.compute(
-        (B, H, S, Sp),
-        lambda b, h, i, j: pt.select(j <= lim(i), score(b, h, i, j), c(-math.inf)),
-        name="Sc",
-    )
+    Sc = pt.compute((B, H, S, Sp), score, name="Sc")
     nk = kb // L
     jm, lm = pt.reduce_axis((0, nk), name="jm"), pt.reduce_axis((0, L), name="lm")
     bmp = pt.compute(

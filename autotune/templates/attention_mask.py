@@ -38,6 +38,50 @@ class Mask(NamedTuple):
             return pt.select(m, s, pt.const(-math.inf, s.dtype))
         return s + (m if m.dtype == s.dtype else pt.cast(s.dtype, m))  # bfloat16 M, float32 s
 
+    def padded(self, keys: int, Sk, dtype: str) -> Mask | None:
+        """The mask as a copy added to the scores (``"float"``, in ``dtype``) over
+        ``keys`` keys, ``-inf`` past the ``Sk`` real ones (a constant or a size), where
+        the queries share it (no ``s`` dim; else None): the scores of a row then read
+        it as a vector, without a clamped index or a condition per key (the copy,
+        ``MP``, is computed once per call, before the rows)::
+
+            for b, j < keys: MP[b, 0, 0, j] = j < Sk && M[b, 0, 0, j] ? 0 : -inf
+            ... s[b, h, i, j] = scale * q.k + MP[b, 0, 0, j]
+        """
+        if "s" in self.dims:
+            return None
+        M, c = self.tensor, lambda v: pt.const(v, dtype)  # noqa: E731
+        shape = (*M.shape[:3], keys)
+        k = self.dims[3] == "k"
+
+        def entry(*at):
+            m = M[(*at[:3], pt.min(at[3], Sk - 1) if k else 0)]
+            if self.kind == "bool":
+                return pt.select(m, c(0.0), c(-math.inf))
+            return m if m.dtype == dtype else pt.cast(dtype, m)
+
+        return Mask(
+            pt.compute(
+                shape, lambda *at: pt.select(at[3] < Sk, entry(*at), c(-math.inf)), name="MP"
+            ),
+            "float",
+            self.dims[:3] + "k",
+        )
+
+
+def past_keys(keys: int, Sk, dtype: str) -> Mask:
+    """The scores' padding as a mask added to them: 0 for the ``Sk`` keys (a constant
+    or a size), ``-inf`` for the rest of ``keys``; one row, read as vectors (a
+    condition per key in the row max and the exponentials cost 25%: ViT's 197 keys,
+    B=1, H=12, D=64, one thread of a Zen 4, 2.1 -> 1.7 ms)::
+
+        for j < keys: Pad[0, 0, 0, j] = j < Sk ? 0 : -inf
+    """
+    c = lambda v: pt.const(v, dtype)  # noqa: E731
+    pad = pt.compute((1, 1, 1, keys), lambda *at: pt.select(at[3] < Sk, c(0.0), c(-math.inf)),
+                     name="Pad")  # fmt: skip
+    return Mask(pad, "float", "111k")
+
 
 def parse(spec, dims: tuple, dtype: str) -> Mask | None:
     """The mask that ``spec`` (``"bool:b11k"``, or None) names for scores of ``dims``

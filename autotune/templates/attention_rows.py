@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pypto as pt
 
 from .attention_flash import FLOOR
+from .attention_mask import past_keys
 
 
 def row_reduce4(kind, elem, lead, cols: int, lanes: int, name: str):
@@ -110,25 +111,26 @@ def probabilities(Dot, S: int, Sk, causal: bool, sc: float, dtype: str, msk, lan
     padded = isinstance(Skp, int) and (not isinstance(Sk, int) or Skp > Sk)
     shape = (*lead, Skp)
     c = lambda v: pt.const(v, dtype)  # noqa: E731
+    add = None  # the mask and the padding as one row added to the scores, where it can be
+    if not causal and isinstance(Skp, int):
+        add = msk.padded(Skp, Sk, dtype) if msk else past_keys(Skp, Sk, dtype) if padded else None
     if causal:  # (a padded key lies beyond every query's last one)
         Sc = pt.compute(
             shape,
             lambda b, h, i, j: pt.select(j <= i + (Sk - S), Dot[b, h, i, j] * c(sc), c(-math.inf)),
             name="Sc",
         )
-    elif msk is not None:
+    elif add is not None:
+        Sc = pt.compute(
+            shape, lambda b, h, i, j: add.score(Dot[b, h, i, j] * c(sc), b, h, i, j), name="Sc"
+        )
+    elif msk is not None:  # a mask per query: read where the scores are
 
         def masked(b, h, i, j):
             score = msk.score(Dot[b, h, i, j] * c(sc), b, h, i, pt.min(j, Sk - 1))
             return pt.select(j < Sk, score, c(-math.inf)) if padded else score
 
         Sc = pt.compute(shape, masked, name="Sc")
-    elif padded:
-        Sc = pt.compute(
-            shape,
-            lambda b, h, i, j: pt.select(j < Sk, Dot[b, h, i, j] * c(sc), c(-math.inf)),
-            name="Sc",
-        )
     else:
         Sc = pt.compute(shape, lambda b, h, i, j: Dot[b, h, i, j] * c(sc), name="Sc")
     mx, mx_p = row_reduce4("max", lambda b, h, i, j: Sc[b, h, i, j], lead, Skp, lanes, "mx")
