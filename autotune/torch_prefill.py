@@ -26,8 +26,9 @@ A mask the queries share (``[B, 1, 1, S_kv]``: the keys of each sequence, as an
 encoder's padding mask; expanded over the queries too, ``attention_mask``) is read
 in place as K and V are. Lengths built as they are stay served by their modules:
 the first ones, those a record names (the user's tuned shapes) and lengths that are
-bucket sizes. Masks per query and causal calls with fewer keys than queries are
-built per shape.
+bucket sizes. Masks per query, causal calls with fewer keys than queries and a
+decoder's steps (at most ``DECODE_QUERIES`` queries: ``torch_decode``'s, or built
+per shape) are not padded.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import pypto as pt
 from pypto.torch import empty, run
 
 from .templates.attention import sdpa_parts
+from .templates.attention_decode import DECODE_QUERIES
 from .torch_call import module, recorded
 
 SMALL = 128  # up to this length, buckets are multiples of 16
@@ -65,7 +67,9 @@ def prefill_step(q, k, v, causal: bool, scale, dtype: str, mask=None, spec=None)
     not causal), read in place as K and V."""
     B, H, S, D = q.shape
     Hk, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
-    if S == 0 or (causal and Sk < S) or (mask is not None and spec.split(":")[1][2] != "1"):
+    if S <= DECODE_QUERIES or (causal and Sk < S):
+        return None  # (a decoder's step: the decode form's, or padding 16x the work)
+    if mask is not None and spec.split(":")[1][2] != "1":
         return None
     Sb, Kb = bucket(S), (bucket(S) if causal else bucket(Sk))
     if (Sb, Kb) == (S, S if causal else Sk):

@@ -14,6 +14,8 @@ references on the same tensors:
   (``gqa``, grouped-query) in float32 and float16; and a prompt of a new length,
   ``attention prefill 1000`` (causal, B=1, H=32 over 8 key/value heads, D=128, 1000
   tokens, after two other lengths: the module of its bucket, 1024, on padded copies);
+  and ``attention padding mask``: 8 sequences of ViT-B's 197 tokens (H=12, D=64),
+  each with its last keys masked out by a ``[8, 1, 1, 197]`` bool mask;
 - moe (8 experts, top-2, 512 tokens, d_model 1024, d_ff 2816, SwiGLU): the eager
   per-expert loop (gather, SwiGLU, scatter-add) and ``torch.compile`` of it, in float32
   and (``moe bfloat16``) in bfloat16, where PyTorch's GEMMs use the BF16 instructions;
@@ -57,7 +59,7 @@ from benchmarks.common import (  # noqa: E402
 
 ROWS = ("attention", "attention causal", "attention bfloat16", "attention causal bfloat16",
         "attention decode", "attention decode gqa", "attention decode gqa float16",
-        "attention prefill 1000", "moe",
+        "attention prefill 1000", "attention padding mask", "moe",
         "moe bfloat16", "rms_norm", "layer_norm", "softmax", "gelu", "rms_norm 2048x768",
         "layer_norm 2048x768", "softmax 2048x768", "layer_norm 2048x768 train",
         "rms_norm 1x4096", "layer_norm 1x4096", "block")  # fmt: skip
@@ -125,6 +127,14 @@ def _cases(torch, only):
             {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(
                 q, k, v, is_causal=True, enable_gqa=True)},
             (q, k, v),
+        )  # fmt: skip
+    if want("attention padding mask"):
+        q, k, v = (torch.randn(8, 12, 197, 64, generator=g) for _ in range(3))
+        m = torch.arange(197) < torch.randint(100, 198, (8, 1, 1, 1), generator=g)
+        cases["attention padding mask"] = (
+            lambda q, k, v, m: ops.attention(q, k, v, False, None, False, m),
+            {"sdpa": lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)},
+            (q, k, v, m),
         )  # fmt: skip
     if want("moe"):
         T, d, ff, E = 512, 1024, 2816, 8

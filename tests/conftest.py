@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tempfile
 
 import pytest
@@ -36,6 +37,16 @@ def pytest_addoption(parser):
 @pytest.fixture
 def update_golden(request):
     return request.config.getoption("--update-golden")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_prompt_lengths():
+    """Each test sees attention's prompt lengths afresh (``autotune.torch_prefill``
+    builds a layer shape's first lengths as they are, later ones in buckets): which
+    module a test's call runs does not depend on the tests before it in the worker."""
+    prefill = sys.modules.get("autotune.torch_prefill")  # (imported by the torch tests)
+    if prefill is not None:
+        prefill.forget()
 
 
 @pytest.fixture(autouse=True)

@@ -20,13 +20,6 @@ from autotune.torch_prefill import bucket  # noqa: E402
 attention = torch.ops.pypto.attention
 
 
-@pytest.fixture(autouse=True)
-def fresh_lengths():
-    torch_prefill.forget()
-    yield
-    torch_prefill.forget()
-
-
 def rows_of(mod) -> int:
     """The queries a module of the attention template computes (its Q's rows)."""
     (q,) = [p for p in mod.signature.params if p.name == "Q"]
