@@ -42,7 +42,6 @@ from .templates.attention_mask import spec_of
 from .templates.norm_grad import check_groups
 from .torch_call import (
     ROW_DTYPES,
-    attention_mask,
     call,
     check_dim,
     check_finite,
@@ -53,6 +52,7 @@ from .torch_call import (
     planned_op,
     rows_cols,
     run_in_autocast_dtype,
+    sdpa_mask,
     target_of,
 )
 from .torch_decode import decode_step
@@ -437,7 +437,7 @@ def attention(
             )
         if dts[n] != dt:
             raise TypeError(f"attention: {n} has dtype {t.dtype}, q has {q.dtype}")
-    mask = None if attn_mask is None else attention_mask(attn_mask, q, (B, H, S, Sk), is_causal)
+    mask = None if attn_mask is None else sdpa_mask(attn_mask, q, (B, H, S, Sk), is_causal)
     if Sk == 0:
         return empty((B, H, S, v.shape[3]), q.dtype).zero_()
     if mask is None and not is_causal and (o := decode_step(q, k, v, scale, dt)) is not None:

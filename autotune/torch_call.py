@@ -244,7 +244,7 @@ def run_in_autocast_dtype(name: str) -> None:
     register_kernel(f"pypto::{name}", kernel, "AutocastCPU")
 
 
-def attention_mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:
+def sdpa_mask(m: torch.Tensor, q: torch.Tensor, scores: tuple, causal: bool) -> torch.Tensor:
     """Attention's ``attn_mask`` as a 4-d view (leading dims of 1 added), checked
     against the scores' shape ``[B, H, S, S_kv]``: each dim 1 or the scores'. A dim of
     stride 0 (an ``expand``ed mask, as a padding mask broadcast over the queries) is

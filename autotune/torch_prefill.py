@@ -23,7 +23,7 @@ padding costs up to an eighth of a length (a quarter of a causal call's work) an
 the copies: 1.06-1.36x the exact module's time on a Zen 4, against a build.
 
 A mask the queries share (``[B, 1, 1, S_kv]``: the keys of each sequence, as an
-encoder's padding mask; expanded over the queries too, ``attention_mask``) is read
+encoder's padding mask; expanded over the queries too, ``torch_call.sdpa_mask``) is read
 in place as K and V are. Lengths built as they are stay served by their modules:
 the first ones, those a record names (the user's tuned shapes) and lengths that are
 bucket sizes. Masks per query, causal calls with fewer keys than queries and a
@@ -63,7 +63,7 @@ def prefill_step(q, k, v, causal: bool, scale, dtype: str, mask=None, spec=None)
     """SDPA of q, k, v (``[B, H, S, D]``, ``[B, Hk, Sk, D]``, ``[B, Hk, Sk, Dv]``,
     checked, contiguous or not) on the module of their lengths' bucket, or None where
     the call is built as it is (see the module docstring). ``mask``: a 4-d mask the
-    queries share (``spec``, ``attention_mask.spec_of``: ``"bool:b11k"`` and the like,
+    queries share (``spec``, ``templates.attention_mask.spec_of``: ``"bool:b11k"`` and the like,
     not causal), read in place as K and V."""
     B, H, S, D = q.shape
     Hk, Sk, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -88,7 +88,7 @@ def prefill_step(q, k, v, causal: bool, scale, dtype: str, mask=None, spec=None)
         ins = [(_padded(q, S, Sb), "q"), (k.contiguous(), "k"), (v.contiguous(), "v")]
         ins += [] if mask is None else [(mask.contiguous(), "attn_mask")]
         run(module("attention", args, build=_any_keys), ins, [out])
-    return empty((B, H, S, Dv), q.dtype).copy_(out[:, :, :S])
+    return out if S == Sb else empty((B, H, S, Dv), q.dtype).copy_(out[:, :, :S])
 
 
 def _any_keys(tpl, cfg, args: tuple, t) -> pt.Module:
@@ -120,8 +120,10 @@ def forget() -> None:
 
 def _padded(t: torch.Tensor, n: int, rows: int) -> torch.Tensor:
     """The first ``n`` rows of ``t`` (``[B, H, *, D]``) in a contiguous tensor of ``rows``
-    rows, the rest zero."""
+    rows, the rest zero (``t`` itself where it is that)."""
     B, H, _, D = t.shape
+    if t.shape[2] == n == rows and t.is_contiguous():
+        return t
     out = empty((B, H, rows, D), t.dtype)
     out[:, :, :n].copy_(t[:, :, :n])
     out[:, :, n:].zero_()

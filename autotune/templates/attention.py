@@ -25,9 +25,8 @@ only buffers are per tile:
   zero keys to whole key tiles, which score ``-inf`` (a row added to the scores,
   ``attention_mask.past_keys``, with the mask where the queries share it): no
   ragged tile of keys and rows of scores of whole vectors (ViT's 197 tokens, B=1,
-  H=12, D=64, on a Zen 4,
-  one / two threads: 3.1 / 2.1 -> 2.0 / 1.2 ms; CLIP's 77: 0.67 / 0.46 -> 0.30 /
-  0.19 ms);
+  H=12, D=64, on a Zen 4, one / two threads: 3.1 / 2.1 -> 2.0 / 1.2 ms; CLIP's 77:
+  0.67 / 0.46 -> 0.30 / 0.19 ms);
 - ``Dot`` (``tile_q x S``): the tile's scores, computed as register tiles of
   ``mr_s`` queries x ``key_tile`` keys, the keys streamed tile by tile. With the
   target's micro-kernel (``ukernel``) each tile is stored once, as it is, and the

@@ -134,19 +134,19 @@ class VectorGemms:
 
 
 def flash_attention(cfg, Q, K, V, KT, dims: tuple, causal: bool, sc: float, dtype: str, gemms,
-                    mask=None, keys=None):  # fmt: skip
+                    mask=None, bound=None):  # fmt: skip
     """The output tensor and schedule of the flash form over placeholders ``Q``, ``K``,
     ``V`` (``KT``: K as ``[B, H, D, rows]``, K itself when given transposed, else None),
     computed in ``dtype`` (the output in Q's). ``gemms`` (``VectorGemms`` or
     ``attention_amx.TileGemms``) builds and schedules the two GEMMs. ``mask``: an
-    ``attention_mask.Mask`` (a row masked out gives zeros). ``keys``: the keys
-    computed, where the key count ``Sk`` is a ``pt.var`` (its bound; not causal)."""
+    ``attention_mask.Mask`` (a row masked out gives zeros). ``bound``: the keys
+    computed where the key count ``Sk`` is a ``pt.var`` (at least as many; not causal)."""
     B, H, S, D, Sk, Dv, Hk = dims
     kvh = kv_head(H, Hk)
     L = cfg.target.vector_lanes(dtype)
     Ls = max(L, 4)  # the state's vectors hold at least the header l, a, b
     kb = cfg["key_block"].val
-    nt = -(-(Sk if keys is None else keys) // kb)
+    nt = -(-(Sk if bound is None else bound) // kb)
     Sp = nt * kb
     c = lambda v: pt.const(v, dtype)  # noqa: E731
     exp = pt.fast_exp if dtype == "float32" else pt.exp
