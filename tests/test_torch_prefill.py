@@ -1,6 +1,6 @@
 """Attention at new prompt lengths (``autotune.torch_prefill``): after a layer shape's
-first length, a length without a module of its own runs its bucket's module on padded
-copies; the results are SDPA's."""
+first two lengths, a length without a module of its own runs its bucket's module; the
+results are SDPA's."""
 
 import pytest
 
@@ -84,7 +84,7 @@ def test_new_lengths_run_their_buckets_module(kernels, causal):
     [
         dict(H=4, Hk=2, Dv=24),  # grouped-query heads, a value dim of its own
         dict(B=2, dtype=torch.float64),
-        dict(dtype=torch.bfloat16),  # (computed from float32 copies)
+        dict(dtype=torch.bfloat16),  # (a bfloat16 dot's tiles where the target has one)
         dict(strided=True),  # k and v views of a longer cache, transposed
         dict(Sk=53),  # more keys than queries
     ],
