@@ -15,6 +15,7 @@ import pytest
 import autotune as at
 import pypto as pt
 from autotune.templates.dense import requantize_reference
+from autotune.templates.dot_ukernels import dot_isa
 from autotune.workers import Runner, _random_inputs
 from pypto.dtypes import numpy_dtype
 from pypto.target import as_target, can_run
@@ -26,9 +27,27 @@ except ImportError:
 
 
 def _build(name, args, target="host"):
+    """The template's default config built for ``target``: a module, or its C source
+    where this machine cannot run the target's ISA."""
     task = at.Task(name, args, target=target)
     s, tensors = task.instantiate(task.config_space.default_config())
-    return task, pt.build(s, tensors, target=target, name=name), tensors
+    t = pt.Target(target)
+    emit_only = not t.can_run() and t.compiler_prefix is None
+    return task, pt.build(s, tensors, target=target, name=name, emit_only=emit_only), tensors
+
+
+def _float32_tiles_target(dtype):
+    """A target whose ``dtype`` GEMMs widen into float32 tiles: the host's for float16;
+    for bfloat16 ``x86-avx512`` (AVX-512 without ``vdpbf16ps``) where this machine runs
+    it, else the host's when it has no bfloat16 dot kernel (AVX2), else ``x86-avx512``
+    (emitted only)."""
+    if dtype == "float16":
+        return "host"
+    for name in ("x86-avx512", "host"):
+        t = pt.Target(name)
+        if t.can_run() and dot_isa(t, dtype) is None:
+            return name
+    return "x86-avx512"
 
 
 def _ints(rng, shape, dtype):
@@ -103,13 +122,14 @@ def test_16_bit_matmul_template_within_1e_2_at_k_4096(dtype):
     ],
 )
 def test_16_bit_floats_are_widened_once_into_float32_tiles(name, args, kernel, dtype):
-    """float16 (and bfloat16 without a dot kernel: on the x86-avx512 target) multiply
-    in float32 tiles, the operands widened once (``_f32`` stages, ``pt_f16_load``
-    vectorized) and the output rounded once: within 16-bit rounding of float64."""
-    target = "x86-avx512" if dtype == "bfloat16" else "host"
+    """float16 (and bfloat16 on a target without its dot kernel) multiply in float32
+    tiles, the operands widened once (``_f32`` stages, ``pt_f16_load`` vectorized) and
+    the output rounded once: within 16-bit rounding of float64."""
+    target = _float32_tiles_target(dtype)
+    assert dot_isa(pt.Target(target), dtype) is None
     task, mod, tensors = _build(name, (*args, dtype), target=target)
     nd = numpy_dtype(dtype)
-    src = mod.source
+    src = mod if isinstance(mod, str) else mod.source
     assert "float* restrict" in src  # a float32 tile or stage between 16-bit in and out
     if kernel and pt.Target(target).has("avx512f"):
         assert kernel in src  # float32's micro-kernel, on the widened padded input
