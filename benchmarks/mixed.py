@@ -13,7 +13,8 @@ The summary relates each to pypto's float32 row of the same shape (``ROWS``).
     python -m benchmarks mixed [--threads 1,2] [--repeat 15] [--target NAME]
 
 runs just these rows: pypto's int8, bfloat16, float16 and float32 matmul 1024^3 against torch,
-in interleaved blocks of rounds (medians of the per-round ratios, ``compare``), each as a
+in interleaved blocks of rounds (medians of the per-round ratios, ``compare``; pypto's
+float32 runs in each 16-bit and int8 row's rounds too, for its ratio to it), each as a
 fraction of the peak of the instruction its kernel uses (``pypto.peak``'s roofs, with as
 many threads), and
 says whether torch's int8 result was exact. ``--target`` runs pypto's kernels of a
@@ -167,18 +168,27 @@ def _kernels(dtype: str, threads: int, rng, target_name: str | None = None):
     return target.name, fns, note
 
 
-def compare(dtype: str, threads: int, repeat: int, target: str | None = None) -> dict:
+def compare(
+    dtype: str, threads: int, repeat: int, target: str | None = None, f32: str | None = None
+) -> dict:
     """pypto and torch timed in ``repeat`` rounds each, in blocks after a pause
     (``common.block_times``: the idle threads of the other library's OpenMP runtime
     spin for a while after its call and took the cores; call by call at 2 threads the
     per-pair ratios spread over 0.1-11): median speeds, the median of the per-round
-    ratios and their range (the noise)."""
+    ratios and their range (the noise). With ``f32`` (a target), pypto's float32 matmul
+    on it runs in the same rounds: ``vs_f32``, the median of its per-round ratios (on a
+    shared machine whose speed drifts, a ratio of medians timed minutes apart is not)."""
     pt.set_num_threads(threads)
-    name, fns, note = _kernels(dtype, threads, np.random.default_rng(0), target)
+    rng = np.random.default_rng(0)
+    name, fns, note = _kernels(dtype, threads, rng, target)
+    if f32 is not None:
+        fns["float32"] = _kernels("float32", threads, rng, f32)[1]["pypto"]
     secs = block_times(fns, rounds=repeat, round_s=0.05)
     work = 2.0 * np.prod(SHAPE) / 1e9
     ratios = [t / p for p, t in zip(secs["pypto"], secs["torch"])]
     out = {k: work / float(np.median(v)) for k, v in secs.items()}
+    if f32 is not None:
+        out["vs_f32"] = float(np.median([f / p for p, f in zip(secs["pypto"], secs["float32"])]))
     out.update(target=name, ratio=float(np.median(ratios)), torch_note=note)
     out.update(ratio_min=min(ratios), ratio_max=max(ratios))
     return out
@@ -212,15 +222,14 @@ def main(argv=None):
           f"oneDNN ISA cap {isa_cap}")  # fmt: skip
     for t in a.threads:
         print(f"{t} thread(s):")
-        f32 = None
+        host = a.target or pt.Target("host").name
         for dt in ("float32", *DTYPES):
-            host = pt.Target("host").name if dt == "float32" else None
-            r = compare(dt, t, a.repeat, a.target or host)
+            f32 = host if dt != "float32" else None
+            r = compare(dt, t, a.repeat, a.target or (None if f32 else host), f32)
             target = pt.Target(r["target"])
             roof = peaks(target, t).roof(dt)
             of = f", {r['pypto'] / roof:.0%} of {peak_name(target, dt)} ({roof:.0f})"
-            rel = f", {r['pypto'] / f32:.2f}x pypto float32" if f32 else ""
-            f32 = f32 or r["pypto"]
+            rel = f", {r['vs_f32']:.2f}x pypto float32 (same rounds)" if f32 else ""
             note = f" (torch {r['torch_note']})" if r["torch_note"] else ""
             print(
                 f"  {label(dt)} on {r['target']}: pypto {r['pypto']:.0f}{of}{rel}, torch "

@@ -6,6 +6,7 @@ K=4096 (bfloat16, float16), run natively or under qemu where possible."""
 
 from __future__ import annotations
 
+import dataclasses
 import ctypes
 import re
 import shutil
@@ -33,7 +34,7 @@ from pypto.target import cross_compiler
         ("x86-avx512-bf16", "bfloat16", "avx512bf16"),
         ("x86-avx2-vnni", "int8", "avxvnni"),
         ("x86-avx512", "int8", "avx512bw"),
-        ("x86-avx2", "int8", "avx2"),
+        ("x86-avx2", "int8", "avx2_b8"),  # 32 KB of L1: B kept int8
         ("aarch64-dotprod", "int8", "neondot"),
         ("aarch64-neon", "int8", None),
         ("x86-avx512", "bfloat16", None),
@@ -163,20 +164,26 @@ def test_avx2_int8_tile_leaves_a_register_for_the_product():
     assert tile("float32") == (6, 16)
 
 
-def test_avx2_int8_operands_widened_once():
-    """On x86-avx2, B's panels (matmul) and the packed weights (conv2d) are int16: the
-    kernels load them as they are, no sign extension per load; the product's temporary
-    is not early-clobbered (gcc then moved the accumulators around every pair)."""
-    s, tensors = at.get_template("matmul")(64, 64, 64, "int8", target="x86-avx2")
-    src = pt.build(s, tensors, target="x86-avx2", emit_only=True)
-    kernel = src[src.index("static inline void gemm_avx2") :]
-    assert "const int16_t* restrict b" in kernel and "cvtepi8_epi16" not in kernel
+@pytest.mark.parametrize("l1, wide", [(None, False), (48 << 10, True)])
+def test_avx2_int8_operands_widened_once(l1, wide):
+    """On x86-avx2, B's panels (matmul) and the packed weights (conv2d) are int16 where
+    the target's L1 holds 48 KB: the kernels load them as they are, no sign extension per
+    load; with the named target's 32 KB they stay int8, sign-extended as loaded. The
+    product's temporary is not early-clobbered (gcc then moved the accumulators around
+    every pair)."""
+    t = pt.Target("x86-avx2")
+    assert t.l1d_bytes == 32 << 10
+    t = dataclasses.replace(t, l1d_bytes=l1) if l1 else t
+    elem = "int16_t" if wide else "int8_t"
+    s, tensors = at.get_template("matmul")(64, 64, 64, "int8", target=t)
+    src = pt.build(s, tensors, target=t, emit_only=True)
+    kernel = src[src.index("static inline void gemm_avx2" + ("" if wide else "_b8")) :]
+    assert f"const {elem}* restrict b" in kernel
+    assert ("cvtepi8_epi16" in kernel) is not wide
     assert re.search(r'"\+x"\(acc\), "=x"\(t\)', src)
-    s, tensors = at.get_template("conv2d_nchw")(
-        1, 8, 6, 6, 16, 3, 3, 1, 1, "int8", target="x86-avx2"
-    )
-    src = pt.build(s, tensors, target="x86-avx2", emit_only=True)
-    assert "int16_t* restrict w" in src and "cvtepi8_epi16" not in src
+    s, tensors = at.get_template("conv2d_nchw")(1, 8, 6, 6, 16, 3, 3, 1, 1, "int8", target=t)
+    src = pt.build(s, tensors, target=t, emit_only=True)
+    assert f"{elem}* restrict w" in src and ("cvtepi8_epi16" in src) is not wide
 
 
 def _conv_int8(t, args, seed=5):

@@ -31,24 +31,29 @@ its own (``A_int16``, in parallel over rows), so each row's broadcast is one loa
 row and pair. On AVX2 the product and its sum are one inline-assembly pair (gcc
 spilled the register tile otherwise; its temporary not early-clobbered, else gcc moved
 the accumulators between registers around every pair), the tile is 4 x 2 vectors
-(``rows``) and B is packed widened to int16 (``b_wide``: no sign extension per load).
+(``rows``) and, on a target whose L1 holds 48 KB, B is packed widened to int16
+(``b_wide``: no sign extension per load); with a smaller L1 it is packed as int8 and
+sign-extended as it is loaded (``vpmovsxbw``), half the bytes per panel.
 int8 1024^3 on a Zen 4 running each target's code, 1 thread: ``x86-avx2`` 70 -> 150-157
 GOP/s (80% of the ``vpmaddwd`` + ``vpaddd`` peak, 1.44-1.5x pypto's float32),
 ``x86-avx512`` 132 -> 180; on a Zen 5, ``x86-avx2`` 175 -> 218 GOP/s with the last two
 changes (91% of that peak, 1.8x pypto's float32 there; AVX-512's B widened gained
-nothing).
+nothing). On an AVX2-only Zen 3 (32 KB L1), 1 thread, B widened measured slower at
+every depth: K = 1024 80-83 -> 97-99 GOP/s kept int8, K = 512 84-86 -> 90-93, K = 256
+77-78 -> 79-88.
 
 Which kernel is used is decided by the task's target (``target.has``), never the host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pypto as pt
 from pypto.dtypes import accumulator_dtype
 
 from . import amx, dot_afloat
+from .dot_asm import ASM
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class DotISA:
     b_offset: bool = False  # B packed as unsigned b + 128 (the instruction's u8 operand)
     a_wide: str | None = None  # A widened to this dtype once per call (the broadcast's)
     b_wide: str | None = None  # B widened to this dtype where it is packed
+    wide_l1: int = 0  # b_wide only on targets whose L1 holds this many bytes (else 0)
+    narrow_load: str = ""  # B's load where it stays narrow (below wide_l1): widened here
     rows: int = 0  # the default register tile's rows (0: as many as the registers hold)
     kind: str = "vector"  # "vector": registers of lanes; "amx": AMX's tile registers
     tiles: tuple | None = None  # ((rows...), (columns...)) of the register tile, if fixed
@@ -105,40 +112,6 @@ static inline float pt_dot_bf16_round_f(float f) {  /* f rounded to bfloat16, as
   return v.f;
 }
 #endif"""
-# gcc's vpdpbusd builtins copy the accumulator around (and spill a full register tile);
-# the instruction written out keeps each accumulator in its register
-_ASM = {
-    "pt_dpbusd512": """#ifndef PT_DPBUSD512
-#define PT_DPBUSD512
-static inline __m512i pt_dpbusd512(__m512i acc, __m512i a, __m512i b) {
-  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-  return acc;
-}
-#endif""",
-    "pt_dpbf16512": """#ifndef PT_DPBF16512
-#define PT_DPBF16512
-static inline __m512 pt_dpbf16512(__m512 acc, __m512 a, __m512 b) {  /* pairs of bf16 */
-  __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
-  return acc;
-}
-#endif""",
-    "pt_dpbusd256": """#ifndef PT_DPBUSD256
-#define PT_DPBUSD256
-static inline __m256i pt_dpbusd256(__m256i acc, __m256i a, __m256i b) {
-  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b));
-  return acc;
-}
-#endif""",
-    "pt_madd256": """#ifndef PT_MADD256
-#define PT_MADD256
-static inline __m256i pt_madd256(__m256i acc, __m256i a, __m256i b) {  /* pairs of int16 */
-  __m256i t;
-  __asm__("vpmaddwd %3, %2, %1\\n\\tvpaddd %1, %0, %0" : "+x"(acc), "=x"(t) : "x"(a), "x"(b));
-  return acc;
-}
-#endif""",
-}
-
 ISAS = (
     DotISA(
         "avx512vnni", ("avx512_vnni", "avx512f"), "int8", 4, 16, "immintrin.h",
@@ -169,6 +142,8 @@ ISAS = (
         "_mm256_set1_epi32(pt_ld32({p}))",
         "pt_madd256({acc}, {a}, {b})",
         "_mm256_storeu_si256((__m256i*)({p}), {v});", a_wide="int16", b_wide="int16", rows=4,
+        wide_l1=48 << 10,
+        narrow_load="_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)({p})))",
     ),
     DotISA(
         "neondot", ("asimddp",), "int8", 4, 4, "arm_neon.h",
@@ -217,7 +192,7 @@ def c_elem(dtype: str) -> str:
 def helpers(isa: DotISA) -> str:
     """The C helpers a kernel of ``isa`` calls (each guarded: once per module)."""
     own = _KIND_HELPERS.get(isa.kind, ())
-    return "\n".join([_HELPERS, *own, *(text for fn, text in _ASM.items() if fn in isa.dot)])
+    return "\n".join([_HELPERS, *own, *(text for fn, text in ASM.items() if fn in isa.dot)])
 
 
 def packed_dtype(isa: DotISA) -> str:
@@ -233,8 +208,16 @@ def dot_isa(target, dtype: str) -> DotISA | None:
             and target.has(*isa.needs)
             and isa.lanes * 4 * 8 == target.vector_bits
         ):
-            return isa
+            return _for_l1(isa, target.l1d_bytes or 0)
     return None
+
+
+def _for_l1(isa: DotISA, l1: int) -> DotISA:
+    """``isa`` with B packed narrow, sign-extended as it is loaded (its kernels named
+    ``..._b8``), on a target whose L1 is below ``isa.wide_l1``; else as it is."""
+    if isa.b_wide and l1 < isa.wide_l1:
+        return replace(isa, name=f"{isa.name}_b8", b_wide=None, load=isa.narrow_load)
+    return isa
 
 
 def usable(target, dtype: str, K: int, M: int = 0, N: int = 0) -> DotISA | None:
