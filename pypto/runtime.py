@@ -34,6 +34,7 @@ from .errors import BuildEnvironmentError, BuildError, CompilerKilled
 from .loop_ir import LoweredFunc
 from .lowering import lower
 from .module import EmulatedModule, Module, TimeResult
+from .pch import run_with_prelude
 from .profile import Profiler, describe
 from .saved import load_module
 from .schedule import Schedule
@@ -127,7 +128,8 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None
     entry.write_source(source)
     tmp = entry.temp_object()
     try:
-        r = _run_compiler([*cc, *flags, entry.source, "-o", tmp, "-lm"], timeout)
+        rest = [entry.source, "-o", tmp, "-lm"]
+        r = run_with_prelude(cc, version, flags, rest, timeout, _run_compiler)
     except subprocess.TimeoutExpired:
         remove_file(tmp)
         _check_compiler_works(cc, flags, timeout, "", entry.source)
