@@ -6,8 +6,8 @@ K=4096 (bfloat16, float16), run natively or under qemu where possible."""
 
 from __future__ import annotations
 
-import dataclasses
 import ctypes
+import dataclasses
 import re
 import shutil
 import subprocess
