@@ -76,7 +76,7 @@ class DotISA:
     b_offset: bool = False  # B packed as unsigned b + 128 (the instruction's u8 operand)
     a_wide: str | None = None  # A widened to this dtype once per call (the broadcast's)
     b_wide: str | None = None  # B widened to this dtype where it is packed
-    wide_l1: int = 0  # b_wide only on targets whose L1 holds this many bytes (else 0)
+    wide_l1: int = 0  # b_wide only on targets whose L1 holds this many bytes (0: all)
     narrow_load: str = ""  # B's load where it stays narrow (below wide_l1): widened here
     rows: int = 0  # the default register tile's rows (0: as many as the registers hold)
     kind: str = "vector"  # "vector": registers of lanes; "amx": AMX's tile registers
