@@ -1,13 +1,17 @@
 """The precompiled prelude: the system headers generated C includes, parsed once.
 
 Every generated source includes ``stdint.h``, ``stdio.h``, ``stdlib.h``, ``math.h``
-and ``omp.h``, and a vector kernel ``immintrin.h``; parsing them is most of a
-small kernel's compile (0.55 of 0.8 s with gcc 12 on a Zen 3). gcc compiles them
-once per compiler and flags into ``<cache>/pch/<key>/pt_prelude.h.gch``, and each
-compile takes them from there::
+and ``omp.h``, and a kernel written with x86 intrinsics (a micro-kernel, a dot
+kernel) ``immintrin.h`` too, whose parsing is most of such a kernel's compile (0.55
+of 0.8 s with gcc 12 on a Zen 3). gcc compiles them once per compiler and flags into
+``<cache>/pch/<key>/pt_prelude.h.gch``, and each compile of a source including
+``immintrin.h`` takes them from there::
 
     cc -O3 -march=x86-64-v3 ... kernel.c -o kernel.so                          0.8 s
     cc -O3 -march=x86-64-v3 ... -include <cache>/pch/<key>/pt_prelude.h ...    0.24 s
+
+A source without it compiles as it is: the other headers take 0.08 s, and loading
+the 26 MB prelude would cost more (0.27-0.33 s -> 0.29-0.38 s for a small matmul).
 
 The object is the same either way (the prelude only declares). gcc uses the
 ``.gch`` only where it was built with matching options, and otherwise reads the
@@ -66,11 +70,19 @@ def prelude_args(cc: tuple, version: str, flags: tuple, timeout: float, run) -> 
     return ["-include", header]
 
 
-def run_with_prelude(cc: tuple, version: str, flags: tuple, rest: list, timeout: float, run):
-    """``run([*cc, *flags, *prelude, *rest], timeout)``; where that fails, once more
-    without the prelude, and a prelude the retry shows at fault (a damaged ``.gch``:
-    gcc stops on one it cannot read) is removed, to be built again by the next compile."""
-    prelude = prelude_args(cc, version, flags, timeout, run)
+def wanted(source: str) -> bool:
+    """Whether compiling ``source`` gains from the prelude: it includes ``immintrin.h``."""
+    return "#include <immintrin.h>" in source
+
+
+def run_with_prelude(
+    cc: tuple, version: str, flags: tuple, rest: list, timeout: float, run, source: str
+):
+    """``run([*cc, *flags, *prelude, *rest], timeout)``, the prelude where ``source``
+    wants it; where that fails, once more without the prelude, and a prelude the retry
+    shows at fault (a damaged ``.gch``: gcc stops on one it cannot read) is removed, to
+    be built again by the next compile."""
+    prelude = prelude_args(cc, version, flags, timeout, run) if wanted(source) else []
     r = run([*cc, *flags, *prelude, *rest], timeout)
     if r.returncode == 0 or not prelude:
         return r

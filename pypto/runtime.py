@@ -129,7 +129,7 @@ def compile_source(source: str, flags, timeout: float = DEFAULT_TIMEOUT, cc=None
     tmp = entry.temp_object()
     try:
         rest = [entry.source, "-o", tmp, "-lm"]
-        r = run_with_prelude(cc, version, flags, rest, timeout, _run_compiler)
+        r = run_with_prelude(cc, version, flags, rest, timeout, _run_compiler, source)
     except subprocess.TimeoutExpired:
         remove_file(tmp)
         _check_compiler_works(cc, flags, timeout, "", entry.source)

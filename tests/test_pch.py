@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import platform
 
 import numpy as np
 import pytest
@@ -16,15 +17,19 @@ from pypto import pch, runtime
 
 VERSION = runtime._compiler_version(tuple(runtime.compiler()), 60)
 needs_gcc = pytest.mark.skipif(
-    "Free Software Foundation" not in VERSION or "clang" in VERSION,
-    reason="the prelude is precompiled by gcc only",
+    "Free Software Foundation" not in VERSION
+    or "clang" in VERSION
+    or platform.machine() not in ("x86_64", "AMD64"),
+    reason="the prelude is precompiled by gcc, for sources with x86 intrinsics",
 )
 
 
-def _source(factor: float) -> str:
+def _source(factor: float, intrinsics: bool = True) -> str:
+    """A kernel's C, including ``immintrin.h`` as a micro-kernel's does."""
     A = pt.placeholder((37,), "float32", name="A")
     B = pt.compute((37,), lambda i: A[i] * factor, name="B")
-    return pt.build(pt.create_schedule(B.op), [A, B], emit_only=True)
+    src = pt.build(pt.create_schedule(B.op), [A, B], emit_only=True)
+    return "#include <immintrin.h>\n" + src if intrinsics else src
 
 
 def _call(so: str) -> np.ndarray:
@@ -84,6 +89,13 @@ def test_a_damaged_prelude_is_removed_and_the_source_still_builds(cache):
     assert not os.path.exists(gch)  # removed; the next compile builds it again
     runtime.compile_source(_source(8.0), flags)
     assert os.path.getsize(gch) > 100_000
+
+
+@needs_gcc
+def test_a_source_without_intrinsics_compiles_as_it_is(cache):
+    so = runtime.compile_source(_source(4.0, intrinsics=False), pt.Target("host").cflags)
+    np.testing.assert_array_equal(_call(so), np.arange(37, dtype=np.float32) * 4)
+    assert not os.path.exists(os.path.join(cache, "pch"))
 
 
 def test_other_compilers_and_the_switch_take_no_prelude(cache, monkeypatch):
