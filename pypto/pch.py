@@ -18,8 +18,7 @@ The object is the same either way (the prelude only declares). gcc uses the
 header's text, so a stale one costs time, never correctness (a damaged one, which
 gcc stops on, is removed and the source compiled without it). Without gcc (clang),
 where the prelude cannot be built, or with ``PYPTO_PCH=0``, sources compile as
-they are. A kernel that includes no vector header gains ``immintrin.h``'s
-declarations, whose names ``c_names`` already keeps clear of.
+they are.
 """
 
 from __future__ import annotations
